@@ -1,0 +1,192 @@
+package reconf
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Outcomes of an attempt are not errors (see Result); these
+// are returned where a call could not be carried out at all.
+var (
+	// ErrClosed is returned by calls made after Close began.
+	ErrClosed = errors.New("reconf: runtime closed")
+	// ErrUnclassified is wrapped by CheckClassified when a field has no class.
+	ErrUnclassified = errors.New("reconf: field has no class")
+	// ErrOwnership is wrapped when a process-wide resource is already claimed
+	// with a different bootstrap fingerprint.
+	ErrOwnership = errors.New("reconf: process-wide resource claimed with a different configuration")
+)
+
+// Reason is a stable, machine-readable cause of an outcome. Reasons are part
+// of the public contract: scripts and alerts may match on them, so they never
+// change once released. Messages may change; reasons do not.
+type Reason string
+
+// The stable reasons. Each belongs to exactly one outcome (see Reason.Outcome).
+const (
+	ReasonPublished  Reason = "published"
+	ReasonUnchanged  Reason = "unchanged"
+	ReasonDryRunOK   Reason = "check_passed"
+	ReasonRestart    Reason = "restart_field_changed"
+	ReasonRetention  Reason = "retention_budget_exhausted"
+	ReasonInFlight   Reason = "attempt_in_flight"
+	ReasonSuperseded Reason = "superseded"
+
+	ReasonSourceMissing      Reason = "source_missing"
+	ReasonSourceNotRegular   Reason = "source_not_regular"
+	ReasonSourceOversize     Reason = "source_oversize"
+	ReasonSourceUnstable     Reason = "source_unstable"
+	ReasonSourceNonAtomic    Reason = "source_non_atomic_update"
+	ReasonSourceUnreadable   Reason = "source_unreadable"
+	ReasonMultiDocument      Reason = "source_multi_document"
+	ReasonTrailingContent    Reason = "source_trailing_content"
+	ReasonMalformed          Reason = "source_malformed"
+	ReasonUnknownField       Reason = "source_unknown_field"
+	ReasonFieldType          Reason = "field_type_mismatch"
+	ReasonValidation         Reason = "validation_failed"
+	ReasonDerivedSet         Reason = "derived_field_set"
+	ReasonSecretUnresolved   Reason = "secret_unresolved"
+	ReasonSecretNotPropagate Reason = "secret_not_propagatable"
+
+	ReasonShutdown Reason = "shutdown"
+	ReasonDeadline Reason = "deadline_exceeded"
+
+	ReasonConsumerRefused Reason = "consumer_refused"
+	ReasonInternal        Reason = "internal_error"
+)
+
+var reasonOutcome = map[Reason]Outcome{
+	ReasonPublished:          Published,
+	ReasonDryRunOK:           Published,
+	ReasonUnchanged:          NoOp,
+	ReasonRestart:            RestartRequired,
+	ReasonRetention:          RetentionBlocked,
+	ReasonInFlight:           Busy,
+	ReasonSuperseded:         Busy,
+	ReasonSourceMissing:      SourceIntegrityFailed,
+	ReasonSourceNotRegular:   SourceIntegrityFailed,
+	ReasonSourceOversize:     SourceIntegrityFailed,
+	ReasonSourceUnstable:     SourceIntegrityFailed,
+	ReasonSourceNonAtomic:    SourceIntegrityFailed,
+	ReasonSourceUnreadable:   SourceIntegrityFailed,
+	ReasonMultiDocument:      Invalid,
+	ReasonTrailingContent:    Invalid,
+	ReasonMalformed:          Invalid,
+	ReasonUnknownField:       Invalid,
+	ReasonFieldType:          Invalid,
+	ReasonValidation:         Invalid,
+	ReasonDerivedSet:         Invalid,
+	ReasonSecretUnresolved:   Invalid,
+	ReasonSecretNotPropagate: Invalid,
+	ReasonShutdown:           Canceled,
+	ReasonDeadline:           Canceled,
+	ReasonConsumerRefused:    PreparationFailed,
+	ReasonInternal:           InternalFailed,
+}
+
+// Outcome returns the outcome a reason belongs to, or InternalFailed for a
+// reason this package does not define.
+func (r Reason) Outcome() Outcome {
+	if o, ok := reasonOutcome[r]; ok {
+		return o
+	}
+	return InternalFailed
+}
+
+// Reasons lists every defined reason.
+func Reasons() []Reason {
+	out := make([]Reason, 0, len(reasonOutcome))
+	for r := range reasonOutcome {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Problem is one located defect in a candidate: a field path and, where the
+// YAML source is known, the line and column. It never carries file content.
+type Problem struct {
+	Path   string // e.g. "backends[stub].timeout"; empty when not known
+	Line   int    // 1-based; 0 when not known
+	Column int    // 1-based; 0 when not known
+	Detail string // safe text written by reconf or the rule, never a value
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Path != "" {
+		b.WriteString(p.Path)
+	}
+	if p.Line > 0 {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if p.Column > 0 {
+			fmt.Fprintf(&b, "(line %d, column %d)", p.Line, p.Column)
+		} else {
+			fmt.Fprintf(&b, "(line %d)", p.Line)
+		}
+	}
+	if p.Detail != "" {
+		if b.Len() > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(p.Detail)
+	}
+	return b.String()
+}
+
+// Error is a failure with a stable reason. Sources, decoders, validators and
+// publishers return it so the runtime can report the right outcome; any
+// other error from those steps is reported as internal-failed. Message is
+// written for an operator and must never contain configuration content or a
+// secret.
+type Error struct {
+	Reason   Reason
+	Message  string
+	Problems []Problem
+	Err      error // optional cause; never shown to clients
+}
+
+// Errorf returns an *Error with reason r and a formatted safe message.
+// Arguments must not carry configuration content.
+func Errorf(r Reason, format string, args ...any) *Error {
+	return &Error{Reason: r, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(string(e.Reason))
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	for i, p := range e.Problems {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Outcome returns the outcome the error's reason belongs to.
+func (e *Error) Outcome() Outcome { return e.Reason.Outcome() }
+
+// ConsumerError reports a consumer that refused a candidate in Prepare.
+type ConsumerError struct {
+	Consumer string
+	Err      error
+}
+
+func (e *ConsumerError) Error() string {
+	return fmt.Sprintf("reconf: consumer %q refused the candidate: %v", e.Consumer, e.Err)
+}
+
+// Unwrap returns the consumer's error.
+func (e *ConsumerError) Unwrap() error { return e.Err }

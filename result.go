@@ -1,0 +1,58 @@
+package reconf
+
+import "time"
+
+// MaxListedPaths is how many restart-required paths a Result lists; the full
+// count is always given.
+const MaxListedPaths = 32
+
+// Trigger names what started an attempt. It is recorded in results, status,
+// logs and metrics.
+type Trigger string
+
+// The triggers reconf knows. A service may use its own labels too.
+const (
+	TriggerStartup Trigger = "startup"
+	TriggerSIGHUP  Trigger = "sighup"
+	TriggerAPI     Trigger = "api"
+	TriggerSDK     Trigger = "sdk"
+	TriggerCluster Trigger = "cluster"
+	TriggerCheck   Trigger = "check"
+)
+
+// Result is the record of one attempt. Every field is safe to show an
+// operator: it never holds configuration content or a secret.
+type Result struct {
+	Outcome Outcome `json:"outcome"`
+	Reason  Reason  `json:"reason"`
+	Message string  `json:"message"`
+	Trigger Trigger `json:"trigger"`
+	// DryRun is true for Check: nothing was published whatever the outcome.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	PreviousGeneration uint64 `json:"previous_generation"`
+	// Generation is the active generation after the attempt (equal to
+	// PreviousGeneration unless Outcome is Published and DryRun is false).
+	Generation uint64 `json:"generation"`
+
+	// RestartRequiredFields lists at most MaxListedPaths sorted paths;
+	// RestartRequiredCount is the full number.
+	RestartRequiredFields []string `json:"restart_required_fields"`
+	RestartRequiredCount  int      `json:"restart_required_field_count"`
+	// Changed counts the live paths that changed (published or would be).
+	Changed int `json:"changed_field_count"`
+
+	Problems []Problem `json:"problems,omitempty"`
+
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"-"`
+	Timings  Timings       `json:"-"`
+}
+
+// Timings breaks an attempt's duration into its steps.
+type Timings struct {
+	Read, Decode, Validate, Diff, Prepare, Publish, Commit time.Duration
+}
+
+// HTTPStatus returns the management API status for the result.
+func (r Result) HTTPStatus() int { return r.Outcome.HTTPStatus() }

@@ -1,0 +1,75 @@
+package reconf
+
+import (
+	"context"
+	"fmt"
+)
+
+// DefaultMaxSourceBytes bounds how much a source may return (2 MiB).
+const DefaultMaxSourceBytes = 2 << 20
+
+// Source is where candidates are read from. Read is called once per attempt
+// (and once at construction) by one goroutine at a time.
+//
+// A Source returns an *Error with a source_* reason when the source cannot
+// be trusted; any other error is reported as internal-failed.
+type Source interface {
+	// Read returns the source's current bytes, at most req.MaxBytes of them.
+	Read(ctx context.Context, req ReadRequest) (Snapshot, error)
+	// Describe names the source for status and logs, e.g. its absolute path.
+	Describe() string
+}
+
+// ReadRequest is what the runtime tells a Source on each read.
+type ReadRequest struct {
+	// MaxBytes is the size bound; a larger source is source_oversize.
+	MaxBytes int64
+	// Active is the Snapshot.Version that produced the active generation,
+	// nil at construction. A source uses it to tell an atomic replacement
+	// from an in-place rewrite.
+	Active any
+}
+
+// Snapshot is one read of a Source.
+type Snapshot struct {
+	Data []byte
+	// Version identifies what was read. It is opaque to the runtime, which
+	// keeps the one that produced the active generation and hands it back in
+	// the next ReadRequest. It must never be exposed: it may hold a digest.
+	Version any
+}
+
+// Bytes returns a Source that always yields data. It is meant for tests,
+// examples and configuration built in code.
+func Bytes(name string, data []byte) Source { return &bytesSource{name: name, data: data} }
+
+type bytesSource struct {
+	name string
+	data []byte
+}
+
+func (s *bytesSource) Read(_ context.Context, req ReadRequest) (Snapshot, error) {
+	if req.MaxBytes > 0 && int64(len(s.data)) > req.MaxBytes {
+		return Snapshot{}, Errorf(ReasonSourceOversize, "source is %d bytes, over the %d byte bound", len(s.data), req.MaxBytes)
+	}
+	return Snapshot{Data: s.data}, nil
+}
+
+func (s *bytesSource) Describe() string { return fmt.Sprintf("bytes:%s", s.name) }
+
+// SourceFunc adapts a function to Source. It is meant for tests and for
+// sources kept in memory; Describe returns name.
+func SourceFunc(name string, read func(ctx context.Context, req ReadRequest) (Snapshot, error)) Source {
+	return &funcSource{name: name, read: read}
+}
+
+type funcSource struct {
+	name string
+	read func(context.Context, ReadRequest) (Snapshot, error)
+}
+
+func (s *funcSource) Read(ctx context.Context, req ReadRequest) (Snapshot, error) {
+	return s.read(ctx, req)
+}
+
+func (s *funcSource) Describe() string { return s.name }
