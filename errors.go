@@ -29,6 +29,9 @@ const (
 	ReasonUnchanged  Reason = "unchanged"
 	ReasonDryRunOK   Reason = "check_passed"
 	ReasonRestart    Reason = "restart_field_changed"
+	// ReasonUnclassified: a changed field has no class, so it is treated as
+	// restart-required; give it a class.
+	ReasonUnclassified Reason = "unclassified"
 	ReasonRetention  Reason = "retention_budget_exhausted"
 	ReasonInFlight   Reason = "attempt_in_flight"
 	ReasonSuperseded Reason = "superseded"
@@ -61,6 +64,7 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonDryRunOK:           Published,
 	ReasonUnchanged:          NoOp,
 	ReasonRestart:            RestartRequired,
+	ReasonUnclassified:       RestartRequired,
 	ReasonRetention:          RetentionBlocked,
 	ReasonInFlight:           Busy,
 	ReasonSuperseded:         Busy,

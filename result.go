@@ -51,7 +51,7 @@ type Result struct {
 
 // Timings breaks an attempt's duration into its steps.
 type Timings struct {
-	Read, Decode, Validate, Diff, Prepare, Publish, Commit time.Duration
+	Read, Decode, Diff, Prepare, Publish, Commit time.Duration
 }
 
 // HTTPStatus returns the management API status for the result.

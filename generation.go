@@ -1,0 +1,160 @@
+package reconf
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Generation is an immutable, published configuration with a monotonic ID.
+// Generation 1 is the startup load. A Generation stays usable for as long as
+// a Pin holds it; the configuration it returns must be treated as read-only
+// (see WithMutationCheck). Its methods are safe for concurrent use.
+type Generation[T any] struct {
+	id        uint64
+	cfg       *T
+	published time.Time
+	flat      []entry // canonical encoding, for the diff and the mutation check
+
+	// values are the consumers' per-generation attachments, by consumer
+	// index; a consumer that did not change shares its predecessor's.
+	values []*attachment
+
+	refs     atomic.Int64 // pins
+	replaced atomic.Bool  // no longer active
+	retired  atomic.Bool  // retire has run
+
+	hookMu sync.Mutex
+	hooks  []func()
+
+	onRetire func(*Generation[T]) // the runtime's bookkeeping
+}
+
+// ID returns the generation's number. In a cluster it is the cluster
+// version, the same on every worker.
+func (g *Generation[T]) ID() uint64 { return g.id }
+
+// Config returns the configuration. It must not be modified.
+func (g *Generation[T]) Config() *T { return g.cfg }
+
+// Published returns when the generation became active.
+func (g *Generation[T]) Published() time.Time { return g.published }
+
+// Value returns the value consumer name attached to this generation (see
+// Valuer), or nil.
+func (g *Generation[T]) Value(name string) any {
+	for _, a := range g.values {
+		if a != nil && a.name == name {
+			return a.v
+		}
+	}
+	return nil
+}
+
+// OnRetire registers fn to run once, when the generation is no longer
+// active and its last pin is released. If it has already retired, fn runs
+// at once. Hooks run on the goroutine that released the last pin, so they
+// must be quick; hand slow work to a goroutine of your own.
+func (g *Generation[T]) OnRetire(fn func()) {
+	g.hookMu.Lock()
+	if g.retired.Load() {
+		g.hookMu.Unlock()
+		fn()
+		return
+	}
+	g.hooks = append(g.hooks, fn)
+	g.hookMu.Unlock()
+}
+
+// release drops one pin and retires the generation if it was the last one
+// and the generation is no longer active.
+func (g *Generation[T]) release() {
+	n := g.refs.Add(-1)
+	if n < 0 {
+		panic("reconf: Pin released more than once")
+	}
+	if n == 0 && g.replaced.Load() {
+		g.retire()
+	}
+}
+
+// replace marks the generation as no longer active. It pairs with release:
+// whichever of the two observes the other's write retires the generation,
+// and retire runs once whatever the interleaving.
+func (g *Generation[T]) replace() {
+	g.replaced.Store(true)
+	if g.refs.Load() == 0 {
+		g.retire()
+	}
+}
+
+func (g *Generation[T]) retire() {
+	g.hookMu.Lock()
+	if !g.retired.CompareAndSwap(false, true) {
+		g.hookMu.Unlock()
+		return
+	}
+	hooks := g.hooks
+	g.hooks = nil
+	g.hookMu.Unlock()
+	for _, h := range hooks {
+		runHook(h)
+	}
+	for _, a := range g.values {
+		a.drop()
+	}
+	if g.onRetire != nil {
+		g.onRetire(g)
+	}
+}
+
+func runHook(h func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("reconf: retire hook panicked", "panic", p)
+		}
+	}()
+	h()
+}
+
+// attachment is a consumer's value shared by the generations that carry it;
+// it is closed when the last of them retires.
+type attachment struct {
+	name string
+	v    any
+	refs atomic.Int64
+}
+
+func (a *attachment) drop() {
+	if a == nil || a.refs.Add(-1) != 0 {
+		return
+	}
+	if c, ok := a.v.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			slog.Warn("reconf: closing a retired consumer value failed", "consumer", a.name, "error", err)
+		}
+	}
+}
+
+// Pin holds a generation for a unit of work (a request, a stream, a batch),
+// so everything the work does sees one configuration. Release it exactly
+// once, when the work ends; a Pin is a small value, free to copy, but all
+// copies share the one hold.
+type Pin[T any] struct{ g *Generation[T] }
+
+// Generation returns the pinned generation.
+func (p Pin[T]) Generation() *Generation[T] { return p.g }
+
+// Config returns the pinned configuration. It must not be modified.
+func (p Pin[T]) Config() *T { return p.g.cfg }
+
+// ID returns the pinned generation's ID.
+func (p Pin[T]) ID() uint64 { return p.g.id }
+
+// Value returns the value consumer name attached to the pinned generation.
+func (p Pin[T]) Value(name string) any { return p.g.Value(name) }
+
+// Release ends the hold. Releasing the same hold twice panics.
+func (p Pin[T]) Release() { p.g.release() }

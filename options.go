@@ -1,0 +1,110 @@
+package reconf
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of the runtime's options.
+const (
+	DefaultRetention      = 8
+	DefaultAttemptTimeout = time.Minute
+)
+
+// Option configures a Runtime.
+type Option[T any] func(*options[T])
+
+type options[T any] struct {
+	logger         *slog.Logger
+	retention      int
+	attemptTimeout time.Duration
+	maxBytes       int64
+	lookupEnv      func(string) (string, bool)
+	overrides      []func(*T)
+	consumers      []consumerReg[T]
+	observers      []func(Result)
+	retireHooks    []func(*Generation[T])
+	resources      []resource
+	mutation       func(gen uint64, path string)
+	now            func() time.Time
+}
+
+// WithLogger sets where the runtime writes its one record per attempt.
+// The default is slog.Default().
+func WithLogger[T any](l *slog.Logger) Option[T] { return func(o *options[T]) { o.logger = l } }
+
+// WithRetention sets the retained-generation budget: the active generation
+// plus old ones still pinned. A publish that would exceed it is
+// retention-blocked. Values below 2 are raised to 2.
+func WithRetention[T any](n int) Option[T] {
+	return func(o *options[T]) { o.retention = max(n, 2) }
+}
+
+// WithAttemptTimeout bounds each attempt (default one minute).
+func WithAttemptTimeout[T any](d time.Duration) Option[T] {
+	return func(o *options[T]) { o.attemptTimeout = d }
+}
+
+// WithMaxSourceBytes sets the source size bound (default 2 MiB).
+func WithMaxSourceBytes[T any](n int64) Option[T] { return func(o *options[T]) { o.maxBytes = n } }
+
+// WithEnv replaces os.LookupEnv for `env` tags and ${env:NAME} secrets.
+func WithEnv[T any](lookup func(string) (string, bool)) Option[T] {
+	return func(o *options[T]) { o.lookupEnv = lookup }
+}
+
+// WithOverride applies fn to every candidate after the file and the
+// environment, before defaults and validation: the place for command-line
+// flags, which therefore win over both.
+func WithOverride[T any](fn func(*T)) Option[T] {
+	return func(o *options[T]) { o.overrides = append(o.overrides, fn) }
+}
+
+// WithConsumer registers a consumer under name for changes at or under
+// paths (all changes when none are given). Consumers are prepared in
+// registration order and aborted in reverse.
+func WithConsumer[T any](name string, c Consumer[T], paths ...string) Option[T] {
+	return func(o *options[T]) { o.consumers = append(o.consumers, consumerReg[T]{name, paths, c}) }
+}
+
+// WithObserver calls fn with every attempt's result, including busy
+// refusals, after the attempt ends. Metrics collectors use it. fn must be
+// quick and must not call back into the runtime's Reload or Check.
+func WithObserver[T any](fn func(Result)) Option[T] {
+	return func(o *options[T]) { o.observers = append(o.observers, fn) }
+}
+
+// WithRetireHook calls fn when any generation retires.
+func WithRetireHook[T any](fn func(*Generation[T])) Option[T] {
+	return func(o *options[T]) { o.retireHooks = append(o.retireHooks, fn) }
+}
+
+// WithMutationCheck turns on the mutation detector: each generation's
+// canonical encoding is kept when it is published and compared when it
+// retires; report is called with the first path that changed. Writing to a
+// configuration a reader got is a bug this makes loud; it costs one encoding
+// per publish and per retire. A nil report logs at error level.
+func WithMutationCheck[T any](report func(gen uint64, path string)) Option[T] {
+	return func(o *options[T]) {
+		if report == nil {
+			report = func(gen uint64, path string) {
+				slog.Error("reconf: a published configuration was modified", "generation", gen, "path", path)
+			}
+		}
+		o.mutation = report
+	}
+}
+
+// WithProcessResource claims a process-wide resource (the log level, a
+// metrics registry) for this runtime, fingerprinted by the bootstrap fields
+// at or under paths. Another runtime in the process claiming the same name
+// with a different fingerprint fails construction; the same fingerprint
+// shares it. The claim is released by Close.
+func WithProcessResource[T any](name string, paths ...string) Option[T] {
+	return func(o *options[T]) { o.resources = append(o.resources, resource{name, paths}) }
+}
+
+type resource struct {
+	name  string
+	paths []string
+}

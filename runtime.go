@@ -1,0 +1,627 @@
+package reconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Runtime gives a configuration type T its lifecycle: generation 1 is
+// loaded by New, every Reload is one transactional attempt, readers see
+// immutable generations, and in-flight work keeps the generation it pinned.
+// All methods are safe for concurrent use.
+type Runtime[T any] struct {
+	cur  atomic.Pointer[Generation[T]]
+	src  Source
+	o    options[T]
+	comp compiler[T]
+
+	// slot admits one attempt at a time: a trigger that finds it full is
+	// answered busy at once, never queued.
+	slot chan struct{}
+
+	ctx    context.Context // ends when Close begins; parent of every attempt
+	cancel context.CancelFunc
+
+	// activeVersion is the Snapshot.Version behind the active generation.
+	// Only the attempt holding slot touches it.
+	activeVersion any
+
+	mu          sync.Mutex // guards the fields below; never held while calling out
+	closing     bool
+	closed      bool
+	slotHeld    bool // Close owns the slot
+	activeGone  bool // Close has replaced the active generation
+	retained    map[*Generation[T]]struct{}
+	lastSuccess *AttemptSummary
+	lastFailure *AttemptSummary
+	releases    []func()
+
+	retiredCh chan struct{} // a generation retired; wakes Close
+	closeLock chan struct{} // serializes Close calls, honouring their ctx
+}
+
+// AttemptSummary is the short record of an attempt kept in Status.
+type AttemptSummary struct {
+	Outcome    Outcome   `json:"outcome"`
+	Reason     Reason    `json:"reason"`
+	Trigger    Trigger   `json:"trigger"`
+	Time       time.Time `json:"time"`
+	Generation uint64    `json:"generation"`
+}
+
+// Status is a runtime's state for operators. It holds no content, digest
+// or secret.
+type Status struct {
+	ActiveGeneration    uint64          `json:"active_generation"`
+	LastSuccess         *AttemptSummary `json:"last_success"`
+	LastFailure         *AttemptSummary `json:"last_failure"`
+	RetainedGenerations int             `json:"retained_generations"`
+	Pinned              int64           `json:"pinned"`
+	Busy                bool            `json:"busy"`
+	Source              string          `json:"fixed_source_path"`
+	Closed              bool            `json:"closed,omitempty"`
+}
+
+// New loads generation 1 from src, prepares and commits every consumer with
+// it, and returns the runtime. A failure returns an *Error (or a tag or
+// ownership error) and leaves nothing running.
+func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T], error) {
+	if err := CheckTags[T](); err != nil {
+		return nil, err
+	}
+	r := &Runtime[T]{
+		src:       src,
+		slot:      make(chan struct{}, 1),
+		retained:  map[*Generation[T]]struct{}{},
+		retiredCh: make(chan struct{}, 1),
+		closeLock: make(chan struct{}, 1),
+		o: options[T]{
+			retention:      DefaultRetention,
+			attemptTimeout: DefaultAttemptTimeout,
+			maxBytes:       DefaultMaxSourceBytes,
+			now:            time.Now,
+		},
+	}
+	for _, opt := range opts {
+		opt(&r.o)
+	}
+	if r.o.logger == nil {
+		r.o.logger = slog.Default()
+	}
+	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides}
+	start := r.o.now()
+
+	snap, err := src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes})
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := r.comp.compile(snap.Data)
+	if err != nil {
+		return nil, err
+	}
+	flat := flatten(reflect.ValueOf(cfg).Elem())
+	for _, res := range r.o.resources {
+		rel, err := Claim(res.name, fingerprintOf(flat, res.paths))
+		if err != nil {
+			r.releaseClaims()
+			return nil, err
+		}
+		r.releases = append(r.releases, rel)
+	}
+	g := r.newGeneration(1, cfg, flat)
+	staged, err := r.prepare(ctx, nil, cfg, nil)
+	if err != nil {
+		r.releaseClaims()
+		return nil, err
+	}
+	r.attach(g, nil, staged)
+	r.retained[g] = struct{}{}
+	r.cur.Store(g)
+	for _, s := range staged {
+		s.p.Commit()
+	}
+	r.activeVersion = snap.Version
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Generation: 1, Started: start, Duration: r.o.now().Sub(start)}
+	res.Message = "generation 1 loaded"
+	r.record(res)
+	return r, nil
+}
+
+// Current returns the active generation: one atomic load, no lock, no
+// allocation. Work that spans time should Acquire instead, so that the
+// generation it started with stays alive and consistent.
+func (r *Runtime[T]) Current() *Generation[T] { return r.cur.Load() }
+
+// Acquire pins the active generation for a unit of work. The pin must be
+// released exactly once. Acquire never blocks and never fails; after Close
+// it returns the last generation, whose consumer values are closed.
+func (r *Runtime[T]) Acquire() Pin[T] {
+	for {
+		g := r.cur.Load()
+		g.refs.Add(1)
+		// If g is still active, its replacement (which happens after the
+		// swap) will see our hold. If not, g may have retired before our
+		// increment: drop the hold and pin the new active generation.
+		if r.cur.Load() == g {
+			return Pin[T]{g}
+		}
+		g.release()
+	}
+}
+
+// Reload runs one attempt: read, compile, diff, prepare, publish, commit.
+// It returns at once with outcome busy if an attempt is in flight. Once
+// accepted, the attempt belongs to the runtime: if ctx ends first, Reload
+// returns ctx's error and the attempt carries on, bounded by the attempt
+// timeout; its result then shows in Status. Every other ending, failures
+// included, is a Result with a nil error; after Close begins the error is
+// ErrClosed.
+func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error) {
+	return r.start(ctx, trigger, false)
+}
+
+// Check runs the same steps as Reload up to and including prepare, then
+// aborts every prepared consumer. It never publishes, never allocates a
+// generation, and reports the outcome a reload would have had (published
+// with reason check_passed when it would publish, with DryRun set).
+func (r *Runtime[T]) Check(ctx context.Context) (Result, error) {
+	return r.start(ctx, TriggerCheck, true)
+}
+
+func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool) (Result, error) {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		id := r.cur.Load().id
+		return Result{Outcome: Canceled, Reason: ReasonShutdown, Message: "the runtime is shutting down", Trigger: trigger, DryRun: dry,
+			PreviousGeneration: id, Generation: id, Started: r.o.now()}, ErrClosed
+	}
+	select {
+	case r.slot <- struct{}{}:
+	default:
+		r.mu.Unlock()
+		id := r.cur.Load().id
+		res := Result{Outcome: Busy, Reason: ReasonInFlight, Message: "another attempt is in flight; try again when it ends", Trigger: trigger, DryRun: dry,
+			PreviousGeneration: id, Generation: id, Started: r.o.now()}
+		r.observe(res)
+		return res, nil
+	}
+	ctxA, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
+	r.mu.Unlock()
+
+	done := make(chan Result, 1)
+	go func() {
+		defer cancel()
+		res := r.attempt(ctxA, trigger, dry)
+		r.record(res)
+		<-r.slot
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		return res, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("reconf: stopped waiting; the attempt continues and its result will show in Status: %w", ctx.Err())
+	}
+}
+
+type staged struct {
+	idx int
+	p   Prepared
+}
+
+// prepare asks every interested consumer, in registration order, and aborts
+// the prepared ones in reverse on the first refusal. changes == nil means
+// the startup load, which asks every consumer.
+func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Change) (out []staged, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &Error{Reason: ReasonInternal, Message: "a consumer panicked in Prepare", Err: fmt.Errorf("panic: %v", p)}
+		}
+		if err != nil {
+			abortAll(out)
+			out = nil
+		}
+	}()
+	for i := range r.o.consumers {
+		c := &r.o.consumers[i]
+		if changes != nil && !c.interested(changes) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		p, err := c.c.Prepare(ctx, prev, next)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				if ctx.Err() != nil {
+					return out, ctx.Err()
+				}
+			}
+			return out, &ConsumerError{Consumer: c.name, Err: err}
+		}
+		if p == nil {
+			p = &Staged{}
+		}
+		out = append(out, staged{i, p})
+	}
+	return out, nil
+}
+
+func abortAll(s []staged) {
+	for i := len(s) - 1; i >= 0; i-- {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					slog.Error("reconf: a consumer panicked in Abort", "panic", p)
+				}
+			}()
+			s[i].p.Abort()
+		}()
+	}
+}
+
+func (r *Runtime[T]) newGeneration(id uint64, cfg *T, flat []entry) *Generation[T] {
+	return &Generation[T]{id: id, cfg: cfg, flat: flat, published: r.o.now(), onRetire: r.retired}
+}
+
+// attach gives g its consumer values: new ones from staged consumers that
+// are Valuers, the rest carried from prev.
+func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
+	g.values = make([]*attachment, len(r.o.consumers))
+	if prev != nil {
+		for i, a := range prev.values {
+			if a != nil {
+				a.refs.Add(1)
+				g.values[i] = a
+			}
+		}
+	}
+	for _, s := range st {
+		v, ok := s.p.(Valuer)
+		if !ok {
+			continue
+		}
+		if old := g.values[s.idx]; old != nil {
+			old.drop()
+		}
+		a := &attachment{name: r.o.consumers[s.idx].name, v: v.Value()}
+		a.refs.Store(1)
+		g.values[s.idx] = a
+	}
+}
+
+// attempt runs steps 2 to 9 of an attempt. It holds the slot.
+func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) (res Result) {
+	prev := r.cur.Load()
+	start := r.o.now()
+	res = Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: start}
+	var st []staged
+	published := false
+	defer func() {
+		if p := recover(); p != nil {
+			if !published {
+				abortAll(st)
+			}
+			r.o.logger.Error("reconf: attempt panicked", "panic", p)
+			res = r.failed(ctx, res, &Error{Reason: ReasonInternal, Message: "the attempt failed on an internal error; see the service log"})
+		}
+		res.Duration = r.o.now().Sub(start)
+	}()
+	lap := func(d *time.Duration) func() {
+		t := time.Now()
+		return func() { *d = time.Since(t) }
+	}
+
+	stop := lap(&res.Timings.Read)
+	snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Active: r.activeVersion})
+	stop()
+	if err != nil {
+		return r.failed(ctx, res, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return r.failed(ctx, res, err)
+	}
+	stop = lap(&res.Timings.Decode)
+	cfg, err := r.comp.compile(snap.Data)
+	stop()
+	if err != nil {
+		return r.failed(ctx, res, err)
+	}
+	stop = lap(&res.Timings.Diff)
+	flat := flatten(reflect.ValueOf(cfg).Elem())
+	changes := diffEntries(prev.flat, flat)
+	restart, live := classified(changes)
+	stop()
+	res.Changed = live
+	if len(restart) > 0 {
+		res.Outcome, res.Reason = RestartRequired, ReasonRestart
+		for _, c := range changes {
+			if c.Class == Unclassified {
+				res.Reason = ReasonUnclassified
+				break
+			}
+		}
+		res.RestartRequiredCount = len(restart)
+		res.RestartRequiredFields = restart[:min(len(restart), MaxListedPaths)]
+		res.Message = fmt.Sprintf("%d field(s) that need a restart changed (%s); restart the service to apply them, or revert them to reload the rest",
+			len(restart), strings.Join(res.RestartRequiredFields, ", "))
+		if res.Reason == ReasonUnclassified {
+			res.Message += "; fields without a class are treated as restart-required"
+		}
+		return res
+	}
+	if live == 0 {
+		if !dry {
+			r.activeVersion = snap.Version
+		}
+		res.Outcome, res.Reason, res.Message = NoOp, ReasonUnchanged, "the effective configuration is unchanged"
+		return res
+	}
+	if n := r.retainedCount(); n >= r.o.retention {
+		res.Outcome, res.Reason = RetentionBlocked, ReasonRetention
+		res.Message = fmt.Sprintf("%d generations are retained (budget %d) because in-flight work still pins them; retry when it drains", n, r.o.retention)
+		return res
+	}
+	stop = lap(&res.Timings.Prepare)
+	st, err = r.prepare(ctx, prev.cfg, cfg, changes)
+	stop()
+	if err != nil {
+		return r.failed(ctx, res, err)
+	}
+	if err := ctx.Err(); err != nil {
+		abortAll(st)
+		return r.failed(ctx, res, err)
+	}
+	if dry {
+		abortAll(st)
+		res.Outcome, res.Reason = Published, ReasonDryRunOK
+		res.Message = fmt.Sprintf("the candidate is valid; a reload would publish %d changed field(s)", live)
+		return res
+	}
+
+	stop = lap(&res.Timings.Publish)
+	next := r.newGeneration(prev.id+1, cfg, flat)
+	r.attach(next, prev, st)
+	r.mu.Lock()
+	r.retained[next] = struct{}{}
+	r.mu.Unlock()
+	r.cur.Store(next)
+	published = true
+	prev.replace()
+	stop()
+
+	stop = lap(&res.Timings.Commit)
+	for _, s := range st {
+		s.p.Commit()
+	}
+	stop()
+	r.activeVersion = snap.Version
+	res.Outcome, res.Reason, res.Generation = Published, ReasonPublished, next.id
+	res.Message = fmt.Sprintf("generation %d is active (%d field(s) changed)", next.id, live)
+	return res
+}
+
+// failed turns an error from a step into the result's outcome.
+func (r *Runtime[T]) failed(ctx context.Context, res Result, err error) Result {
+	var e *Error
+	var ce *ConsumerError
+	switch {
+	case errors.As(err, &ce):
+		res.Outcome, res.Reason = PreparationFailed, ReasonConsumerRefused
+		res.Message = ce.Error() + "; the previous generation stays active"
+	case errors.As(err, &e):
+		res.Outcome, res.Reason = e.Reason.Outcome(), e.Reason
+		res.Problems = e.Problems
+		res.Message = e.Message
+		if len(e.Problems) > 0 {
+			var b strings.Builder
+			for i, p := range e.Problems {
+				if i == 5 {
+					fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
+					break
+				}
+				if i > 0 {
+					b.WriteString("; ")
+				}
+				b.WriteString(p.String())
+			}
+			res.Message += ": " + b.String()
+		}
+		if e.Reason == ReasonInternal && e.Err != nil {
+			r.o.logger.Error("reconf: internal failure", "error", e.Err)
+		}
+	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		res.Outcome = Canceled
+		if r.ctx.Err() != nil {
+			res.Reason, res.Message = ReasonShutdown, "the runtime is shutting down; the attempt was canceled"
+		} else {
+			res.Reason, res.Message = ReasonDeadline, "the attempt did not finish within its deadline"
+		}
+	default:
+		r.o.logger.Error("reconf: internal failure", "error", err)
+		res.Outcome, res.Reason, res.Message = InternalFailed, ReasonInternal, "the attempt failed on an internal error; see the service log"
+	}
+	return res
+}
+
+// record keeps the result in status, logs it and tells observers.
+func (r *Runtime[T]) record(res Result) {
+	sum := &AttemptSummary{Outcome: res.Outcome, Reason: res.Reason, Trigger: res.Trigger, Time: res.Started.Add(res.Duration), Generation: res.Generation}
+	if !res.DryRun {
+		r.mu.Lock()
+		if res.Outcome.OK() {
+			r.lastSuccess = sum
+		} else {
+			r.lastFailure = sum
+		}
+		r.mu.Unlock()
+	}
+	level := slog.LevelInfo
+	switch {
+	case res.Outcome == InternalFailed:
+		level = slog.LevelError
+	case !res.Outcome.OK():
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("outcome", res.Outcome.String()),
+		slog.String("reason", string(res.Reason)),
+		slog.String("trigger", string(res.Trigger)),
+		slog.Uint64("previous_generation", res.PreviousGeneration),
+		slog.Uint64("generation", res.Generation),
+		slog.Float64("duration_ms", float64(res.Duration.Microseconds())/1000),
+	}
+	if res.DryRun {
+		attrs = append(attrs, slog.Bool("dry_run", true))
+	}
+	if res.RestartRequiredCount > 0 {
+		attrs = append(attrs, slog.Int("restart_required_field_count", res.RestartRequiredCount))
+	}
+	if !res.Outcome.OK() {
+		attrs = append(attrs, slog.String("message", res.Message))
+	}
+	r.o.logger.LogAttrs(context.Background(), level, "config attempt", attrs...)
+	r.observe(res)
+}
+
+func (r *Runtime[T]) observe(res Result) {
+	for _, fn := range r.o.observers {
+		fn(res)
+	}
+}
+
+// retired is every generation's last step: runtime hooks, the mutation
+// check, and the retained set.
+func (r *Runtime[T]) retired(g *Generation[T]) {
+	for _, h := range r.o.retireHooks {
+		runHook(func() { h(g) })
+	}
+	if r.o.mutation != nil {
+		if path, changed := firstDifference(g.flat, flatten(reflect.ValueOf(g.cfg).Elem())); changed {
+			r.o.mutation(g.id, path)
+		}
+	}
+	r.mu.Lock()
+	delete(r.retained, g)
+	r.mu.Unlock()
+	select {
+	case r.retiredCh <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runtime[T]) retainedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.retained)
+}
+
+// Status returns the runtime's state for operators.
+func (r *Runtime[T]) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Status{
+		ActiveGeneration:    r.cur.Load().id,
+		LastSuccess:         r.lastSuccess,
+		LastFailure:         r.lastFailure,
+		RetainedGenerations: len(r.retained),
+		Busy:                len(r.slot) > 0 && !r.slotHeld,
+		Source:              r.src.Describe(),
+		Closed:              r.closed,
+	}
+	for g := range r.retained {
+		s.Pinned += g.refs.Load()
+	}
+	return s
+}
+
+// BootstrapFingerprint returns a short digest of the active generation's
+// restart-class fields. Two processes started with the same bootstrap
+// configuration report the same fingerprint.
+func (r *Runtime[T]) BootstrapFingerprint() string { return fingerprintOf(r.cur.Load().flat, nil) }
+
+// Close is the one shutdown path: it refuses new triggers, cancels an
+// in-flight attempt and waits for it, retires the active generation, waits
+// for every pinned generation to be released, and releases process-wide
+// claims. It honours ctx: on a deadline it returns the context's error and
+// may be called again to finish. After it succeeds it returns nil.
+func (r *Runtime[T]) Close(ctx context.Context) error {
+	select {
+	case r.closeLock <- struct{}{}:
+		defer func() { <-r.closeLock }()
+	case <-ctx.Done():
+		return fmt.Errorf("reconf: close: another Close is in progress: %w", ctx.Err())
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	if !r.closing {
+		r.closing = true
+		r.cancel()
+	}
+	held := r.slotHeld
+	r.mu.Unlock()
+
+	if !held {
+		select {
+		case r.slot <- struct{}{}: // no attempt in flight, and none can start
+		case <-ctx.Done():
+			return fmt.Errorf("reconf: close: an attempt is still finishing: %w", ctx.Err())
+		}
+		r.mu.Lock()
+		r.slotHeld = true
+		r.mu.Unlock()
+	}
+
+	r.mu.Lock()
+	replace := !r.activeGone
+	r.activeGone = true
+	r.mu.Unlock()
+	if replace {
+		r.cur.Load().replace()
+	}
+
+	for {
+		n := r.retainedCount()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-r.retiredCh:
+		case <-ctx.Done():
+			return fmt.Errorf("reconf: close: %d generation(s) still pinned by in-flight work: %w", n, ctx.Err())
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.releaseClaimsLocked()
+	}
+	return nil
+}
+
+func (r *Runtime[T]) releaseClaims() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releaseClaimsLocked()
+}
+
+// releaseClaimsLocked releases process-wide claims. r.mu must be held.
+func (r *Runtime[T]) releaseClaimsLocked() {
+	for _, rel := range r.releases {
+		rel()
+	}
+	r.releases = nil
+}
