@@ -25,16 +25,16 @@ type Reason string
 
 // The stable reasons. Each belongs to exactly one outcome (see Reason.Outcome).
 const (
-	ReasonPublished  Reason = "published"
-	ReasonUnchanged  Reason = "unchanged"
-	ReasonDryRunOK   Reason = "check_passed"
-	ReasonRestart    Reason = "restart_field_changed"
+	ReasonPublished Reason = "published"
+	ReasonUnchanged Reason = "unchanged"
+	ReasonDryRunOK  Reason = "check_passed"
+	ReasonRestart   Reason = "restart_field_changed"
 	// ReasonUnclassified: a changed field has no class, so it is treated as
 	// restart-required; give it a class.
 	ReasonUnclassified Reason = "unclassified"
-	ReasonRetention  Reason = "retention_budget_exhausted"
-	ReasonInFlight   Reason = "attempt_in_flight"
-	ReasonSuperseded Reason = "superseded"
+	ReasonRetention    Reason = "retention_budget_exhausted"
+	ReasonInFlight     Reason = "attempt_in_flight"
+	ReasonSuperseded   Reason = "superseded"
 
 	ReasonSourceMissing      Reason = "source_missing"
 	ReasonSourceNotRegular   Reason = "source_not_regular"
