@@ -1,0 +1,196 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/reconfhq/reconf"
+)
+
+// Operator guidance shared by several failures.
+const (
+	msgNonAtomic = "the file was rewritten in place; write a temporary file in the same directory and rename it over the path"
+	msgUnstable  = "the file changed while it was read; retry after the writer finishes"
+)
+
+// afterReadHook is a fault-injection point for tests only: when set, Read
+// calls it after reading the bytes and before the final stat of the path, so
+// a test can change the file at exactly that moment. It is nil in production.
+var afterReadHook func()
+
+// FileSource is a Source that reads one file on disk with the integrity checks
+// described in the package documentation. Its path is made absolute and
+// fixed by the constructor. A FileSource holds no state between reads, so it is
+// safe for concurrent use, although the runtime reads from one goroutine at
+// a time.
+type FileSource struct {
+	path string
+}
+
+var _ reconf.Source = (*FileSource)(nil)
+
+// File returns a FileSource that reads the file at path. A relative path is made
+// absolute against the current working directory now; later changes of the
+// working directory do not affect it. The file need not exist yet: problems
+// with it are reported by Read. File returns an error only for an empty path
+// or when the working directory cannot be determined.
+func File(path string) (*FileSource, error) {
+	if path == "" {
+		return nil, errors.New("source: empty file path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("source: make %q absolute: %w", path, err)
+	}
+	return &FileSource{path: abs}, nil
+}
+
+// Describe returns the file's absolute path, as given (symlinks are not
+// resolved).
+func (f *FileSource) Describe() string { return f.path }
+
+// Read reads the file and returns its bytes with an opaque Version that
+// identifies the file (device, inode, size and a private digest). It returns
+// ctx's error if ctx is done before the read, and an *reconf.Error with a
+// source_* reason when the file is missing, not a regular file, larger than
+// req.MaxBytes (reconf.DefaultMaxSourceBytes when not positive), changing
+// while it is read, rewritten in place since req.Active was read, or
+// unreadable. No error carries the file's content.
+func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return reconf.Snapshot{}, err
+	}
+	limit := req.MaxBytes
+	if limit <= 0 {
+		limit = reconf.DefaultMaxSourceBytes
+	}
+
+	// Stat first so that a FIFO or device is refused without being opened.
+	before, err := os.Stat(f.path)
+	if err != nil {
+		return reconf.Snapshot{}, pathError(err)
+	}
+	if err := checkRegular(before); err != nil {
+		return reconf.Snapshot{}, err
+	}
+	if before.Size() > limit {
+		return reconf.Snapshot{}, oversize(before.Size(), limit)
+	}
+
+	// O_NONBLOCK keeps the open from blocking should the path have become a
+	// FIFO since the stat; Fstat below then refuses it.
+	fh, err := os.OpenFile(f.path, os.O_RDONLY|openNonblock, 0)
+	if err != nil {
+		return reconf.Snapshot{}, pathError(err)
+	}
+	defer fh.Close()
+	opened, err := fh.Stat()
+	if err != nil {
+		return reconf.Snapshot{}, unreadable(err)
+	}
+	if err := checkRegular(opened); err != nil {
+		return reconf.Snapshot{}, err
+	}
+	if !sameState(before, opened) {
+		return reconf.Snapshot{}, unstable(nil)
+	}
+
+	if err := ctx.Err(); err != nil {
+		return reconf.Snapshot{}, err
+	}
+	// The file may grow after the stat: never read more than limit+1 bytes.
+	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return reconf.Snapshot{}, unreadable(err)
+	}
+	if int64(len(data)) > limit {
+		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceOversize,
+			"the file grew past the %d byte bound while it was read; shrink it or raise the bound", limit)
+	}
+
+	if afterReadHook != nil {
+		afterReadHook()
+	}
+	after, err := os.Stat(f.path)
+	if err != nil {
+		return reconf.Snapshot{}, unstable(err)
+	}
+	if !sameState(opened, after) || int64(len(data)) != opened.Size() {
+		return reconf.Snapshot{}, unstable(nil)
+	}
+
+	id := identity{size: opened.Size(), digest: sha256.Sum256(data)}
+	id.dev, id.ino, id.known = fileID(opened)
+	if active, ok := req.Active.(identity); ok && id.rewrittenInPlace(active) {
+		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
+	}
+	return reconf.Snapshot{Data: data, Version: id}, nil
+}
+
+// sameState reports whether two stats describe the same file in the same
+// state: same file, same size, same modification time.
+func sameState(a, b fs.FileInfo) bool {
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+func checkRegular(fi fs.FileInfo) error {
+	if fi.Mode().IsRegular() {
+		return nil
+	}
+	return reconf.Errorf(reconf.ReasonSourceNotRegular,
+		"the path is %s, not a regular file; point the source at a regular file", kind(fi.Mode()))
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "not a regular file"
+	}
+}
+
+// pathError maps an error from stat or open of the path.
+func pathError(err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		e := reconf.Errorf(reconf.ReasonSourceMissing,
+			"the file does not exist or is a dangling symlink; create it (write a temporary file in the same directory and rename it over the path)")
+		e.Err = err
+		return e
+	}
+	return unreadable(err)
+}
+
+func unreadable(err error) error {
+	msg := "the file cannot be read; check the path, its symlinks and the file system"
+	if errors.Is(err, fs.ErrPermission) {
+		msg = "permission denied; give the process read access to the file and search access to its directories"
+	}
+	e := reconf.Errorf(reconf.ReasonSourceUnreadable, "%s", msg)
+	e.Err = err
+	return e
+}
+
+func unstable(err error) error {
+	e := reconf.Errorf(reconf.ReasonSourceUnstable, msgUnstable)
+	e.Err = err
+	return e
+}
+
+func oversize(size, limit int64) error {
+	return reconf.Errorf(reconf.ReasonSourceOversize,
+		"the file is %d bytes, over the %d byte bound; shrink it or raise the bound", size, limit)
+}

@@ -1,0 +1,31 @@
+package source
+
+import (
+	"crypto/sha256"
+	"fmt"
+)
+
+// identity is the Snapshot.Version of a FileSource read: which file was read
+// (device and inode of the final symlink target) and what it held (size and
+// SHA-256 digest). It lives in memory only. Its String and GoString omit the
+// digest so that printing a Version never reveals anything about the content.
+type identity struct {
+	dev, ino uint64
+	known    bool // dev and ino are meaningful on this platform
+	size     int64
+	digest   [sha256.Size]byte
+}
+
+// rewrittenInPlace reports whether id is the same file as active with
+// different bytes: the signature of a non-atomic update.
+func (id identity) rewrittenInPlace(active identity) bool {
+	return id.known && active.known &&
+		id.dev == active.dev && id.ino == active.ino &&
+		id.digest != active.digest
+}
+
+func (id identity) String() string {
+	return fmt.Sprintf("file(dev=%d, ino=%d, size=%d)", id.dev, id.ino, id.size)
+}
+
+func (id identity) GoString() string { return id.String() }
