@@ -13,7 +13,10 @@
 // Every Read re-reads the path; nothing is cached between reads. A read's
 // identity is the device and inode number of the final target after all
 // symlinks are resolved, plus the size and a SHA-256 digest of the bytes
-// read. The identity is returned as the snapshot's opaque Version and is
+// read. On Linux the file's birth time is part of the identity too, where
+// the file system reports one: some file systems (ext4 among them) give a
+// new file the inode number of one recently deleted, and the birth time
+// tells the two apart. The identity is returned as the snapshot's opaque Version and is
 // kept in memory only: the digest is never exposed through any exported API,
 // printed form or error.
 //

@@ -128,6 +128,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 
 	id := identity{size: opened.Size(), digest: sha256.Sum256(data)}
 	id.dev, id.ino, id.known = fileID(opened)
+	id.btime = birthTime(fh)
 	if active, ok := req.Active.(identity); ok && id.rewrittenInPlace(active) {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}

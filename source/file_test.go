@@ -137,6 +137,24 @@ func TestFileAtomicRenameAccepted(t *testing.T) {
 	}
 }
 
+// TestFileReusedInodeAccepted covers an atomic replacement whose new file
+// gets the inode number of the active file: the active file was replaced by
+// a candidate that never became active (rejected, or a no-op), so its inode
+// was freed, and file systems such as ext4 hand that number to the next file.
+func TestFileReusedInodeAccepted(t *testing.T) {
+	src, path := newFile(t, v1)
+	active := mustRead(t, src, nil, v1)
+	activeStat := stat(t, path)
+
+	writeAtomic(t, path, "rejected: true\n")
+	writeAtomic(t, path, v2)
+	reused := stat(t, path)
+	if !os.SameFile(activeStat, reused) {
+		t.Skip("this file system did not reuse the inode number")
+	}
+	mustRead(t, src, active.Version, v2)
+}
+
 func TestFileInPlaceRewriteRefused(t *testing.T) {
 	src, path := newFile(t, v1)
 	first := mustRead(t, src, nil, v1)

@@ -6,21 +6,25 @@ import (
 )
 
 // identity is the Snapshot.Version of a FileSource read: which file was read
-// (device and inode of the final symlink target) and what it held (size and
-// SHA-256 digest). It lives in memory only. Its String and GoString omit the
-// digest so that printing a Version never reveals anything about the content.
+// (device and inode of the final symlink target, and its birth time where
+// the system reports one) and what it held (size and SHA-256 digest). It
+// lives in memory only. Its String and GoString omit the digest so that
+// printing a Version never reveals anything about the content.
 type identity struct {
 	dev, ino uint64
-	known    bool // dev and ino are meaningful on this platform
+	known    bool  // dev and ino are meaningful on this platform
+	btime    int64 // birth time in nanoseconds; 0 when not reported
 	size     int64
 	digest   [sha256.Size]byte
 }
 
 // rewrittenInPlace reports whether id is the same file as active with
-// different bytes: the signature of a non-atomic update.
+// different bytes: the signature of a non-atomic update. A file is the same
+// when its device, inode number and birth time are; the birth time guards
+// against an inode number reused by a later file.
 func (id identity) rewrittenInPlace(active identity) bool {
 	return id.known && active.known &&
-		id.dev == active.dev && id.ino == active.ino &&
+		id.dev == active.dev && id.ino == active.ino && id.btime == active.btime &&
 		id.digest != active.digest
 }
 
