@@ -109,7 +109,7 @@ func decodeError(data []byte, err error) error {
 	var root yaml.Node
 	_ = yaml.Unmarshal(data, &root) // it parsed once; used only to locate paths
 	idx := indexNodes(&root)
-	var unknown, mismatch, secret []Problem
+	var unknown, mismatch, secret, dup []Problem
 	for _, m := range te.Errors {
 		if s := reUnknown.FindStringSubmatch(m); s != nil {
 			line, _ := strconv.Atoi(s[1])
@@ -132,6 +132,10 @@ func decodeError(data []byte, err error) error {
 			continue
 		}
 		line := errLine(m)
+		if strings.Contains(m, "already defined") {
+			dup = append(dup, Problem{Line: line, Detail: "duplicate mapping key"})
+			continue
+		}
 		p := Problem{Line: line, Detail: "value has the wrong type"}
 		if s := reTypeMismach.FindStringSubmatch(m); s != nil {
 			p.Detail = "value has the wrong type (want " + safeTypeName(s[3]) + ")"
@@ -142,6 +146,10 @@ func decodeError(data []byte, err error) error {
 		mismatch = append(mismatch, p)
 	}
 	switch {
+	case len(dup) > 0:
+		e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+		e.Problems = dup
+		return e
 	case len(unknown) > 0:
 		e := Errorf(ReasonUnknownField, "the configuration has a field this version does not know; remove it or check its spelling and indentation")
 		e.Problems = append(unknown, mismatch...)
@@ -198,6 +206,11 @@ func indexNodes(root *yaml.Node) *nodeIndex {
 				p := joinPath(path, safeSegment(k.Value))
 				idx.locs = append(idx.locs, nodeLoc{path: p, line: k.Line, col: k.Column, key: k.Value, isKey: true})
 				idx.locs = append(idx.locs, nodeLoc{path: p, line: v.Line, col: v.Column})
+				if path != "" {
+					// The same key as a Go map entry: "model_aliases[gpt-4o-mini]".
+					mp := path + "[" + safeSegment(k.Value) + "]"
+					idx.locs = append(idx.locs, nodeLoc{path: mp, line: k.Line, col: k.Column, key: k.Value, isKey: true})
+				}
 				walk(v, p, depth+1)
 			}
 		case yaml.SequenceNode:

@@ -1,0 +1,224 @@
+package reconf
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+// TestPrecedenceGolden pins the one precedence: defaults < file < env <
+// explicit options. Each testdata/precedence/NAME.yaml is compiled with
+// NAME.env as the environment (if present) and, for "override", an explicit
+// option; the result is compared with NAME.golden.
+func TestPrecedenceGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/precedence/*.yaml")
+	if len(files) < 4 {
+		t.Fatalf("found %d golden inputs, want at least 4", len(files))
+	}
+	for _, in := range files {
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			if b, err := os.ReadFile(strings.TrimSuffix(in, ".yaml") + ".env"); err == nil {
+				for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+					k, v, _ := strings.Cut(line, "=")
+					env[k] = v
+				}
+			}
+			c := compiler[testConfig]{lookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+			if name == "override" {
+				c.overrides = append(c.overrides, func(cfg *testConfig) { cfg.Routing.MaxAttempts = 9 })
+			}
+			cfg, err := c.compile(data)
+			if err != nil {
+				t.Fatalf("compile: %v", err)
+			}
+			got, err := yaml.Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(in, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestCompileFailures(t *testing.T) {
+	const canary = "CANARYzq81"
+	tests := []struct {
+		name   string
+		src    string
+		reason Reason
+		path   string
+		line   int
+	}{
+		{"multi document", baseYAML(1) + "---\nrouting:\n  a: 2\n", ReasonMultiDocument, "", 14},
+		{"trailing content", baseYAML(1) + "...\n]" + canary + "\n", ReasonTrailingContent, "", 0},
+		{"malformed", "routing:\n  default_route: [" + canary + "\n", ReasonMalformed, "", 0},
+		{"unknown top-level field", baseYAML(1) + "colour: " + canary + "\n", ReasonUnknownField, "colour", 14},
+		{"unknown nested field", strings.Replace(baseYAML(1), "    weight: 3\n", "    weight: 3\n    wieght: 4\n", 1), ReasonUnknownField, "backends[other].wieght", 12},
+		{"wrong type", strings.Replace(baseYAML(1), "timeout: 5s", "timeout: "+canary, 1), ReasonFieldType, "backends[stub].timeout", 9},
+		{"wrong type int", strings.Replace(baseYAML(1), "weight: 3", "weight: "+canary, 1), ReasonFieldType, "backends[other].weight", 11},
+		{"rule: range", strings.Replace(baseYAML(1), "weight: 3", "weight: 300", 1), ReasonValidation, "backends[other].weight", 11},
+		{"rule: oneof", baseYAML(1) + "logging:\n  level: " + canary + "\n", ReasonValidation, "logging.level", 15},
+		{"rule: required", strings.Replace(baseYAML(1), "default_route: stub", "default_route: \"\"", 1), ReasonValidation, "routing.default_route", 4},
+		{"cross-field", strings.Replace(baseYAML(1), "gpt-4o-mini: stub", "gpt-4o-mini: "+canary, 1), ReasonValidation, "model_aliases[gpt-4o-mini]", 13},
+		{"duplicate key", strings.Replace(baseYAML(1), "name: other", "name: stub", 1), ReasonValidation, "backends[stub]", 0},
+		{"unresolved env secret", strings.Replace(baseYAML(1), "    timeout: 5s\n", "    timeout: 5s\n    api_key: ${env:NOPE_"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[stub].api_key", 10},
+		{"duplicate mapping key", baseYAML(1) + "backends: []\n", ReasonMalformed, "", 14},
+		{"unresolved file secret", strings.Replace(baseYAML(1), "    weight: 3\n", "    weight: 3\n    api_key: ${file:/nonexistent/"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[other].api_key", 12},
+		{"malformed secret reference", strings.Replace(baseYAML(1), "    weight: 3\n", "    weight: 3\n    api_key: ${file:relative/"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[other].api_key", 12},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := compiler[testConfig]{lookupEnv: noEnv}
+			_, err := c.compile([]byte(tt.src))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if e.Reason != tt.reason {
+				t.Fatalf("reason = %s (%v), want %s", e.Reason, e, tt.reason)
+			}
+			if strings.Contains(e.Error(), canary) {
+				t.Errorf("error quotes the source: %v", e)
+			}
+			if tt.path != "" || tt.line != 0 {
+				found := false
+				for _, p := range e.Problems {
+					if (tt.path == "" || p.Path == tt.path) && (tt.line == 0 || p.Line == tt.line) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("problems %v lack path %q line %d", e.Problems, tt.path, tt.line)
+				}
+			}
+		})
+	}
+}
+
+func TestSourceBound(t *testing.T) {
+	src := newMem(baseYAML(1))
+	rt := newTestRuntime(t, src, WithMaxSourceBytes[testConfig](4096))
+	src.set(baseYAML(1) + "#" + strings.Repeat("x", 5000) + "\n")
+	res := mustReload(t, rt, SourceIntegrityFailed)
+	if res.Reason != ReasonSourceOversize {
+		t.Errorf("reason = %s, want %s", res.Reason, ReasonSourceOversize)
+	}
+	if _, err := New[testConfig](context.Background(), Bytes("big", make([]byte, DefaultMaxSourceBytes+1)), WithEnv[testConfig](noEnv)); err == nil {
+		t.Error("New accepted a source over the default bound")
+	}
+}
+
+func TestEmptyDocumentUsesDefaults(t *testing.T) {
+	c := compiler[testConfig]{lookupEnv: noEnv}
+	_, err := c.compile(nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonValidation {
+		t.Fatalf("err = %v, want validation failure for the required default_route", err)
+	}
+}
+
+func TestDerivedFieldIsComputed(t *testing.T) {
+	rt := newTestRuntime(t, newMem(baseYAML(1)))
+	if got := rt.Current().Config().Count; got != 2 {
+		t.Errorf("derived Count = %d, want 2", got)
+	}
+}
+
+func TestEnvOverrideErrorIsSafe(t *testing.T) {
+	const canary = "CANARYenv77"
+	c := compiler[testConfig]{lookupEnv: func(k string) (string, bool) {
+		if k == "TEST_MAX_ATTEMPTS" {
+			return canary, true
+		}
+		return "", false
+	}}
+	_, err := c.compile([]byte(baseYAML(1)))
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonFieldType {
+		t.Fatalf("err = %v, want field_type_mismatch", err)
+	}
+	if strings.Contains(e.Error(), canary) {
+		t.Errorf("error quotes the environment value: %v", e)
+	}
+}
+
+// FuzzCompile feeds arbitrary bytes to the compiler: it must not panic, and
+// no scalar value of the input may appear in an error message.
+func FuzzCompile(f *testing.F) {
+	f.Add([]byte(baseYAML(1)))
+	f.Add([]byte("a: [1\n"))
+	f.Add([]byte("routing: {a: x}\n---\nb: 1\n"))
+	f.Add([]byte("backends:\n  - name: q\n    timeout: zzzzzzz\n"))
+	f.Add([]byte("backends:\n  - name: q\n    api_key: ${env:ZZZZZZZZ}\n"))
+	f.Add([]byte("model_aliases: {a: &x b, c: *x}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := compiler[testConfig]{lookupEnv: noEnv}
+		_, err := c.compile(data)
+		if err == nil {
+			return
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			t.Fatalf("error is not *Error: %T", err)
+		}
+		if e.Reason.Outcome() != Invalid {
+			t.Fatalf("reason %s is not an invalid outcome", e.Reason)
+		}
+		msg := e.Error()
+		for _, v := range scalarValues(data) {
+			if len(v) >= 8 && strings.Contains(msg, v) && !strings.Contains(knownWords, v) {
+				t.Fatalf("message %q quotes the input value %q", msg, v)
+			}
+		}
+	})
+}
+
+// knownWords are texts a message may hold whatever the input.
+const knownWords = "default_route model_aliases max_attempts restart_required_field the configuration is not valid must name a backend"
+
+// scalarValues returns the non-key scalars of data, if it parses.
+func scalarValues(data []byte) []string {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(n *yaml.Node, isKey bool)
+	walk = func(n *yaml.Node, isKey bool) {
+		if n.Kind == yaml.ScalarNode && !isKey {
+			out = append(out, n.Value)
+		}
+		for i, c := range n.Content {
+			walk(c, n.Kind == yaml.MappingNode && i%2 == 0)
+		}
+	}
+	walk(&root, false)
+	return out
+}

@@ -1,0 +1,67 @@
+package reconf
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestOutcomeTable(t *testing.T) {
+	tests := []struct {
+		o      Outcome
+		name   string
+		status int
+	}{
+		{Published, "published", http.StatusOK},
+		{NoOp, "no-op", http.StatusOK},
+		{RestartRequired, "restart-required", http.StatusConflict},
+		{RetentionBlocked, "retention-blocked", http.StatusConflict},
+		{Busy, "busy", http.StatusConflict},
+		{Invalid, "invalid", http.StatusUnprocessableEntity},
+		{SourceIntegrityFailed, "source-integrity-failed", http.StatusUnprocessableEntity},
+		{Canceled, "canceled", http.StatusServiceUnavailable},
+		{PreparationFailed, "preparation-failed", http.StatusServiceUnavailable},
+		{InternalFailed, "internal-failed", http.StatusServiceUnavailable},
+	}
+	if got := len(Outcomes()); got != len(tests) {
+		t.Fatalf("Outcomes() has %d values, table has %d", got, len(tests))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.String(); got != tt.name {
+				t.Errorf("String() = %q, want %q", got, tt.name)
+			}
+			if got := tt.o.HTTPStatus(); got != tt.status {
+				t.Errorf("HTTPStatus() = %d, want %d", got, tt.status)
+			}
+			b, err := tt.o.MarshalText()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Outcome
+			if err := back.UnmarshalText(b); err != nil || back != tt.o {
+				t.Errorf("round trip = %v, %v; want %v", back, err, tt.o)
+			}
+		})
+	}
+	var bad Outcome
+	if err := bad.UnmarshalText([]byte("exploded")); err == nil {
+		t.Error("UnmarshalText accepted an unknown name")
+	}
+	if _, err := Outcome(0).MarshalText(); err == nil {
+		t.Error("MarshalText accepted the zero outcome")
+	}
+	if Outcome(99).HTTPStatus() != http.StatusInternalServerError {
+		t.Error("unknown outcome must map to 500")
+	}
+}
+
+func TestEveryReasonHasAnOutcome(t *testing.T) {
+	for _, r := range Reasons() {
+		if !r.Outcome().valid() {
+			t.Errorf("reason %q has no outcome", r)
+		}
+	}
+	if Reason("nonsense").Outcome() != InternalFailed {
+		t.Error("an unknown reason must be internal-failed")
+	}
+}
