@@ -6,7 +6,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	rt, err := reconf.New[Config](src)
+//	rt, err := reconf.New[Config](ctx, src)
 //
 // # Identity
 //
