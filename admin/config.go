@@ -1,0 +1,114 @@
+package admin
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/reconfhq/reconf"
+)
+
+// The environment variables a service reads its management settings from.
+const (
+	// EnvAddress is the management listen address, host:port. Unset or
+	// empty means management is off.
+	EnvAddress = "RECONF_MANAGEMENT_ADDRESS"
+	// EnvToken is the bearer token, at least MinTokenLength characters.
+	EnvToken = "RECONF_MANAGEMENT_TOKEN"
+)
+
+// MinTokenLength is the shortest bearer token accepted, in characters.
+const MinTokenLength = 16
+
+// Config is a service's management settings. The token is a reconf.Secret,
+// so printing or logging a Config never shows it.
+type Config struct {
+	// Address is host:port; empty means management is off.
+	Address string
+	// Token is the bearer token; zero means none.
+	Token reconf.Secret
+}
+
+// ConfigFromEnv reads EnvAddress and EnvToken through lookup (os.LookupEnv
+// when nil). It never fails: Check tells whether the result may be served.
+// It is safe for concurrent use if lookup is.
+func ConfigFromEnv(lookup func(string) (string, bool)) Config {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var c Config
+	if v, ok := lookup(EnvAddress); ok {
+		c.Address = strings.TrimSpace(v)
+	}
+	if v, ok := lookup(EnvToken); ok && v != "" {
+		c.Token = reconf.NewSecret(v)
+	}
+	return c
+}
+
+// Check is CheckAddress(c.Address, c.Token.Reveal()).
+func (c Config) Check() error { return CheckAddress(c.Address, c.Token.Reveal()) }
+
+// LogValue shows the address and whether a token is set, never the token.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("address", c.Address), slog.Bool("token_set", !c.Token.IsZero()))
+}
+
+// CheckAddress decides whether management may serve on addr with token (""
+// for none). It returns nil when it may; ErrNotConfigured when addr is
+// empty; ErrTokenTooShort when a token is given but shorter than
+// MinTokenLength (on any address); ErrManagementDisabled when addr is not a
+// loopback address and there is no token; an error wrapping ErrBadAddress
+// when addr is not host:port. Loopback means localhost, 127.0.0.0/8 or ::1;
+// an empty host (":9000") means every interface and is not loopback. It
+// does no I/O and is safe for concurrent use.
+func CheckAddress(addr, token string) error {
+	if addr == "" {
+		return ErrNotConfigured
+	}
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrBadAddress, addr)
+	}
+	if token == "" && !isLoopbackHost(host) {
+		return ErrManagementDisabled
+	}
+	return nil
+}
+
+func checkToken(token string) error {
+	if token != "" && utf8.RuneCountInString(token) < MinTokenLength {
+		return ErrTokenTooShort
+	}
+	return nil
+}
+
+// isLoopbackHost reports whether host (no port, brackets allowed) is
+// "localhost" or a loopback IP. Other names are not resolved and count as
+// not loopback.
+func isLoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// hostOnly strips the port from a Host header or address, and brackets
+// from an IPv6 literal; it lower-cases the result.
+func hostOnly(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}

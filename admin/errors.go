@@ -1,0 +1,83 @@
+package admin
+
+import "errors"
+
+// Sentinel errors of configuration and lifecycle. A service branches on them
+// with errors.Is to decide whether management stays off quietly, stays off
+// with a warning, or fails to start.
+var (
+	// ErrNotConfigured is returned by CheckAddress, Start and Serve when no
+	// management address is set: management is opt-in and simply stays off.
+	ErrNotConfigured = errors.New("admin: management is off: no management address is set")
+	// ErrManagementDisabled is returned by CheckAddress, Start and Serve for a
+	// non-loopback address without a token. Management stays off; the
+	// service should log it as a warning and keep serving its data plane.
+	ErrManagementDisabled = errors.New("admin: management is off: a non-loopback address requires a bearer token (" + EnvToken + ")")
+	// ErrTokenTooShort is returned by CheckAddress and New for a token
+	// shorter than MinTokenLength characters. Management refuses to start
+	// rather than run with a guessable token. The token itself is never
+	// part of the error.
+	ErrTokenTooShort = errors.New("admin: management token is shorter than 16 characters")
+	// ErrBadAddress is wrapped when a management address is not host:port.
+	ErrBadAddress = errors.New("admin: management address must be host:port")
+	// ErrBadOrigin is wrapped by New when an allowed origin is not of the
+	// form scheme://host[:port].
+	ErrBadOrigin = errors.New("admin: allowed origin must be scheme://host[:port]")
+	// ErrStarted is returned by Start and Serve on a server already serving.
+	ErrStarted = errors.New("admin: server already started")
+	// ErrClosed is returned by Start and Serve after Shutdown.
+	ErrClosed = errors.New("admin: server closed")
+)
+
+// Reasons of the management API's own answers: the "reason" in the JSON
+// error body {"error": {"reason": ..., "message": ...}}. Like reconf's
+// attempt reasons they are a stable contract that scripts may match on;
+// messages may change.
+const (
+	// ReasonUnauthorized (401): the bearer token is missing or wrong.
+	ReasonUnauthorized = "unauthorized"
+	// ReasonHostNotAllowed (403): on a loopback listener, the Host header
+	// names neither a loopback host nor an allowed origin's host (a DNS
+	// rebinding defence).
+	ReasonHostNotAllowed = "host_not_allowed"
+	// ReasonOriginNotAllowed (403): a non-empty Origin not on the allowlist.
+	ReasonOriginNotAllowed = "origin_not_allowed"
+	// ReasonCrossSite (403): Sec-Fetch-Site is cross-site.
+	ReasonCrossSite = "cross_site_request"
+	// ReasonMethodNotAllowed (405): the method is not one the path serves.
+	ReasonMethodNotAllowed = "method_not_allowed"
+	// ReasonNotFound (404): no such management path.
+	ReasonNotFound = "not_found"
+	// ReasonBodyRejected (400): the reload body is a JSON object with a key.
+	// The only accepted bodies are empty and {}: configuration, paths, URLs
+	// and commands can never be supplied through the API.
+	ReasonBodyRejected = "request_body_rejected"
+	// ReasonBodyMalformed (400): the reload body is not a JSON object.
+	ReasonBodyMalformed = "request_body_malformed"
+	// ReasonBodyTooLarge (413): the reload body is over MaxRequestBytes.
+	ReasonBodyTooLarge = "request_body_too_large"
+	// ReasonBodyUnreadable (400): the body could not be read (the client
+	// was too slow or went away).
+	ReasonBodyUnreadable = "request_body_unreadable"
+	// ReasonAttemptPending (202): the attempt was accepted but did not end
+	// within the reload wait; it carries on and its result shows in status.
+	ReasonAttemptPending = "attempt_pending"
+	// ReasonInternal (500): a bug in the management API; see the service log.
+	ReasonInternal = "internal_error"
+)
+
+// Request errors. They never leave the package: answer maps each to its
+// status, reason and a fixed message that never repeats the request.
+var (
+	errUnauthorized   = errors.New("admin: missing or wrong bearer token")
+	errHostNotAllowed = errors.New("admin: host not allowed")
+	errOriginRefused  = errors.New("admin: origin not allowed")
+	errCrossSite      = errors.New("admin: cross-site request")
+	errMethod         = errors.New("admin: method not allowed")
+	errNotFound       = errors.New("admin: not found")
+	errBodyRejected   = errors.New("admin: request body must be empty or {}")
+	errBodyMalformed  = errors.New("admin: request body is not a JSON object")
+	errBodyTooLarge   = errors.New("admin: request body too large")
+	errBodyUnreadable = errors.New("admin: request body unreadable")
+	errPending        = errors.New("admin: attempt still running")
+)

@@ -1,0 +1,273 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/reconfhq/reconf"
+)
+
+// The management paths.
+const (
+	ReloadPath  = "/admin/config/reload"
+	StatusPath  = "/admin/config/status"
+	MetricsPath = "/metrics"
+)
+
+// handlerFunc is a management handler: it writes a success answer itself
+// and returns an error for everything else, which answer maps.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(ReloadPath, s.handle(s.reload, http.MethodPost))
+	mux.Handle(StatusPath, s.handle(s.status, http.MethodGet, http.MethodHead))
+	if s.o.gatherer != nil {
+		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+		mux.Handle(MetricsPath, s.handle(func(w http.ResponseWriter, r *http.Request) error {
+			prom.ServeHTTP(w, r)
+			return nil
+		}, http.MethodGet, http.MethodHead))
+	}
+	mux.Handle("/", s.handle(func(http.ResponseWriter, *http.Request) error { return errNotFound }))
+	return mux
+}
+
+// handle runs the checks every management request passes, in order (host,
+// Sec-Fetch-Site, Origin, method, token), then h; any error goes to answer.
+// A nil methods list accepts every method (the not-found handler).
+func (s *Server) handle(h handlerFunc, methods ...string) http.Handler {
+	allow := strings.Join(methods, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := s.check(r, methods)
+		if errors.Is(err, errMethod) {
+			w.Header().Set("Allow", allow)
+		}
+		if err == nil {
+			err = s.run(h, w, r)
+		}
+		if err != nil {
+			s.answer(w, r, err)
+		}
+	})
+}
+
+// run calls h and turns a panic into an internal error.
+func (s *Server) run(h handlerFunc, w http.ResponseWriter, r *http.Request) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			err = fmt.Errorf("admin: handler panicked: %v", p)
+		}
+	}()
+	return h(w, r)
+}
+
+func (s *Server) check(r *http.Request, methods []string) error {
+	if s.loopback.Load() && !s.hostAllowed(r.Host) {
+		return errHostNotAllowed
+	}
+	for _, v := range r.Header.Values("Sec-Fetch-Site") {
+		if strings.EqualFold(strings.TrimSpace(v), "cross-site") {
+			return errCrossSite
+		}
+	}
+	for _, v := range r.Header.Values("Origin") {
+		if v == "" {
+			continue
+		}
+		if n, _, err := normalizeOrigin(v); err != nil || !s.origins[n] {
+			return errOriginRefused
+		}
+	}
+	if methods != nil && !slices.Contains(methods, r.Method) {
+		return errMethod
+	}
+	if s.hasToken && !s.authorized(r) {
+		return errUnauthorized
+	}
+	return nil
+}
+
+// hostAllowed reports whether a Host header names a loopback host or the
+// host of an allowed origin. It guards loopback listeners against DNS
+// rebinding, where a browser sends a hostile name's requests to 127.0.0.1.
+func (s *Server) hostAllowed(hostport string) bool {
+	h := hostOnly(hostport)
+	return h != "" && (isLoopbackHost(h) || s.hosts[h])
+}
+
+// authorized compares the bearer credential with the token in constant
+// time. Both sides are hashed first so that neither the comparison's time
+// nor its early exit on length says anything about the token.
+func (s *Server) authorized(r *http.Request) bool {
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// apiError is how one request error is answered.
+type apiError struct {
+	status  int
+	reason  string
+	message string
+}
+
+// answers maps every request error to its answer. Messages are fixed text:
+// they never repeat anything from the request.
+var answers = []struct {
+	err error
+	apiError
+}{
+	{errUnauthorized, apiError{http.StatusUnauthorized, ReasonUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)"}},
+	{errHostNotAllowed, apiError{http.StatusForbidden, ReasonHostNotAllowed, "the Host header must name a loopback host or an allowed origin"}},
+	{errOriginRefused, apiError{http.StatusForbidden, ReasonOriginNotAllowed, "the request's Origin is not on the management allowlist"}},
+	{errCrossSite, apiError{http.StatusForbidden, ReasonCrossSite, "cross-site browser requests are refused"}},
+	{errMethod, apiError{http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "method not allowed; see the Allow header"}},
+	{errNotFound, apiError{http.StatusNotFound, ReasonNotFound, "no such management path"}},
+	{errBodyRejected, apiError{http.StatusBadRequest, ReasonBodyRejected, "the reload body must be empty or {}; configuration, paths, URLs and commands cannot be supplied through the API: edit the source file and reload"}},
+	{errBodyMalformed, apiError{http.StatusBadRequest, ReasonBodyMalformed, "the reload body must be empty or the JSON object {}"}},
+	{errBodyTooLarge, apiError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the reload body must be at most %d bytes", MaxRequestBytes)}},
+	{errBodyUnreadable, apiError{http.StatusBadRequest, ReasonBodyUnreadable, "the request body could not be read"}},
+	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
+}
+
+var internalError = apiError{http.StatusInternalServerError, ReasonInternal, "the management API failed on an internal error; see the service log"}
+
+// ErrorBody is the JSON body of every answer that is not a reload result or
+// a status document: {"error": {"reason": ..., "message": ...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the content of an ErrorBody.
+type ErrorDetail struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// answer is the one place where an error becomes a response.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error) {
+	a := internalError
+	for _, e := range answers {
+		if errors.Is(err, e.err) {
+			a = e.apiError
+			break
+		}
+	}
+	attrs := []slog.Attr{
+		slog.String("reason", a.reason), slog.Int("status", a.status),
+		slog.String("method", r.Method), slog.String("remote_addr", r.RemoteAddr),
+	}
+	switch {
+	case a.status == http.StatusInternalServerError:
+		s.o.logger.LogAttrs(r.Context(), slog.LevelError, "admin: management request failed", append(attrs, slog.Any("error", err))...)
+	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
+		s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: management request refused", attrs...)
+	case a.status != http.StatusNotFound:
+		s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: management request refused", attrs...)
+	}
+	if a.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="reconf management"`)
+	}
+	if err := writeJSON(w, a.status, ErrorBody{ErrorDetail{a.reason, a.message}}); err != nil {
+		s.o.logger.Error("admin: writing an error answer", "error", err)
+	}
+}
+
+// writeJSON encodes v and writes it with status. It returns an encoding
+// error before anything is written, so the caller can still answer.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("admin: encoding the answer: %w", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+	return nil
+}
+
+// reload answers POST /admin/config/reload.
+func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errBodyTooLarge
+		}
+		return errBodyUnreadable
+	}
+	if err := decodeReloadRequest(body); err != nil {
+		return err
+	}
+	// The attempt must not depend on the client staying: the runtime owns
+	// it, and this handler waits for its result without the request's
+	// cancellation, bounded by the reload wait.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.o.timeouts.Reload)
+	defer cancel()
+	res, err := s.rt.Reload(ctx, reconf.TriggerAPI)
+	switch {
+	case err == nil, errors.Is(err, reconf.ErrClosed):
+		// ErrClosed comes with a canceled/shutdown result: answer it.
+	case ctx.Err() != nil:
+		return errPending
+	default:
+		return err
+	}
+	s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: reload answered",
+		slog.String("outcome", res.Outcome.String()), slog.String("reason", string(res.Reason)),
+		slog.Int("status", res.Outcome.HTTPStatus()), slog.Uint64("generation", res.Generation),
+		slog.Bool("client_gone", r.Context().Err() != nil))
+	return writeJSON(w, res.Outcome.HTTPStatus(), NewReloadResponse(res))
+}
+
+// status answers GET /admin/config/status.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	doc := NewStatusResponse(s.rt.Status())
+	if s.o.statusFields != nil {
+		doc.Extra = s.o.statusFields()
+	}
+	return writeJSON(w, http.StatusOK, doc)
+}
+
+// jsonSpace is the whitespace JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
+// decodeReloadRequest accepts an empty body or the empty JSON object {},
+// with JSON whitespace around and inside the braces. A JSON object with any
+// key is errBodyRejected; anything else is errBodyMalformed. The error
+// never repeats the body.
+func decodeReloadRequest(body []byte) error {
+	b := bytes.Trim(body, jsonSpace)
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) >= 2 && b[0] == '{' && b[len(b)-1] == '}' {
+		if len(bytes.Trim(b[1:len(b)-1], jsonSpace)) == 0 {
+			return nil
+		}
+		if json.Valid(b) {
+			return errBodyRejected
+		}
+	}
+	return errBodyMalformed
+}
