@@ -111,9 +111,11 @@ func TestNewRefuses(t *testing.T) {
 // fakeListener has a non-loopback address and must never be accepted on.
 type fakeListener struct{ addr net.Addr }
 
-func (f fakeListener) Accept() (net.Conn, error) { return nil, errors.New("fakeListener: Accept called") }
-func (f fakeListener) Close() error              { return nil }
-func (f fakeListener) Addr() net.Addr            { return f.addr }
+func (f fakeListener) Accept() (net.Conn, error) {
+	return nil, errors.New("fakeListener: Accept called")
+}
+func (f fakeListener) Close() error   { return nil }
+func (f fakeListener) Addr() net.Addr { return f.addr }
 
 func TestManagementStaysOff(t *testing.T) {
 	e := newRuntime(t, setup{})

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/reconfhq/reconf"
+)
+
+// Config is reconfd's configuration. Every leaf field has a class, from its
+// own `reconf` tag or its nearest tagged ancestor: the server and logging
+// sections and auth.mode are read once at start (restart); everything that
+// decides how a request is routed and served is live.
+type Config struct {
+	Server       ServerConfig      `yaml:"server" reconf:"restart"`
+	Logging      LoggingConfig     `yaml:"logging" reconf:"restart"`
+	Auth         AuthConfig        `yaml:"auth"`
+	Limits       LimitsConfig      `yaml:"limits" reconf:"live"`
+	Routing      RoutingConfig     `yaml:"routing" reconf:"live"`
+	Backends     []Backend         `yaml:"backends" reconf:"live" validate:"min=1"`
+	ModelAliases map[string]string `yaml:"model_aliases" reconf:"live"`
+}
+
+// ServerConfig is the data plane's listener.
+type ServerConfig struct {
+	// Address is the data plane's host:port.
+	Address string `yaml:"address" default:"127.0.0.1:8080"`
+	// Workers is the number of worker processes. Only 1 is supported.
+	Workers int `yaml:"workers" default:"1" validate:"min=1"`
+}
+
+// LoggingConfig sets the service log.
+type LoggingConfig struct {
+	Level string `yaml:"level" default:"info" validate:"oneof=debug info warn error"`
+}
+
+// AuthConfig sets how data-plane clients authenticate.
+type AuthConfig struct {
+	// Mode is none (every client is admitted) or api_keys (a client sends
+	// one of APIKeys as a bearer token).
+	Mode string `yaml:"mode" reconf:"restart" default:"none" validate:"oneof=none api_keys"`
+	// APIKeys are the client keys accepted in api_keys mode.
+	APIKeys []reconf.Secret `yaml:"api_keys" reconf:"live"`
+}
+
+// LimitsConfig bounds requests.
+type LimitsConfig struct {
+	MaxRequestBodyBytes int64 `yaml:"max_request_body_bytes" default:"1048576" validate:"min=1"`
+}
+
+// RoutingConfig says where a request goes.
+type RoutingConfig struct {
+	// DefaultRoute is the backend for a request that names no model.
+	DefaultRoute string `yaml:"default_route" validate:"required"`
+	// MaxAttempts bounds the tries of one request against an upstream;
+	// only connection errors and 5xx answers are retried.
+	MaxAttempts int `yaml:"max_attempts" default:"1" validate:"min=1,max=10"`
+}
+
+// Backend kinds.
+const (
+	KindStub   = "stub"
+	KindOpenAI = "openai"
+)
+
+// Backend is one place completions come from, keyed by Name.
+type Backend struct {
+	Name string `yaml:"name" validate:"required"`
+	Kind string `yaml:"kind" validate:"oneof=stub openai"`
+	// Model is the model the backend serves: the stub names it in its
+	// text, an openai backend sends it upstream.
+	Model string `yaml:"model" validate:"required"`
+	// MaxConcurrency bounds the requests in flight on the backend; 0 is
+	// unlimited. A request waits in line for a slot for at most Timeout.
+	MaxConcurrency int `yaml:"max_concurrency" validate:"min=0"`
+	// Timeout bounds a request's wait for a concurrency slot (429 past
+	// it) and, separately, its time from admission to the last byte of the
+	// response, retries included (504, or a cut stream, past it).
+	Timeout time.Duration `yaml:"timeout" default:"30s"`
+
+	Stub *StubOptions `yaml:"stub"`
+
+	// Host is an openai backend's base URL, e.g. http://127.0.0.1:11434/v1;
+	// requests go to Host + "/chat/completions".
+	Host string `yaml:"host"`
+	// APIKey is sent upstream as a bearer token; optional.
+	APIKey reconf.Secret `yaml:"api_key"`
+	// SystemPromptFile, when set, is read each time the backends are
+	// prepared and prepended to every conversation as a system message. A
+	// relative path is relative to the configuration file's directory.
+	SystemPromptFile string `yaml:"system_prompt_file"`
+}
+
+// StubOptions shape the stub backend's answers.
+type StubOptions struct {
+	Tokens     int           `yaml:"tokens" default:"16" validate:"min=1,max=100000"`
+	TokenDelay time.Duration `yaml:"token_delay" validate:"min=0s"`
+}
+
+// Default stub answer length when a stub backend has no stub section.
+const defaultStubTokens = 16
+
+// workersDetail is the detail given for server.workers > 1.
+const workersDetail = "workers > 1 is not supported yet; set server.workers: 1"
+
+// Validate checks what spans fields: names that must point at backends,
+// kind-specific fields, and the auth mode's keys. It never quotes values
+// except backend and alias names, which are identifiers.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, reconf.FieldErrorf(path, format, args...))
+	}
+	if c.Server.Workers > 1 {
+		add("server.workers", workersDetail)
+	}
+	if c.Server.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Server.Address); err != nil {
+			add("server.address", "must be host:port")
+		}
+	}
+	switch c.Auth.Mode {
+	case "api_keys":
+		if len(c.Auth.APIKeys) == 0 {
+			add("auth.api_keys", "at least one key is required when auth.mode is api_keys")
+		}
+		for i, k := range c.Auth.APIKeys {
+			if k.Reveal() == "" {
+				add(fmt.Sprintf("auth.api_keys[%d]", i), "is empty")
+			}
+		}
+	case "none":
+		if len(c.Auth.APIKeys) > 0 {
+			add("auth.api_keys", "keys are set but auth.mode is none, so they would not be checked; set auth.mode: api_keys (a restart) or remove them")
+		}
+	}
+	names := map[string]bool{}
+	for _, b := range c.Backends {
+		names[b.Name] = true
+	}
+	if c.Routing.DefaultRoute != "" && !names[c.Routing.DefaultRoute] {
+		add("routing.default_route", "must name a backend")
+	}
+	for _, alias := range slices.Sorted(maps.Keys(c.ModelAliases)) {
+		target := c.ModelAliases[alias]
+		seg := "model_aliases[" + safeSegment(alias) + "]"
+		if strings.TrimSpace(alias) == "" {
+			add("model_aliases", "an alias must not be empty")
+			continue
+		}
+		if !names[target] {
+			add(seg, "must name a backend")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks one backend; paths are relative to it.
+func (b *Backend) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, reconf.FieldErrorf(path, format, args...))
+	}
+	if b.Name != "" && !validName(b.Name) {
+		add("name", "may hold only letters, digits and . _ - characters")
+	}
+	if b.Timeout < 0 {
+		add("timeout", "must be greater than zero")
+	}
+	switch b.Kind {
+	case KindStub:
+		if b.Host != "" {
+			add("host", "is only for kind openai")
+		}
+		if !b.APIKey.IsZero() {
+			add("api_key", "is only for kind openai")
+		}
+		if b.SystemPromptFile != "" {
+			add("system_prompt_file", "is only for kind openai")
+		}
+	case KindOpenAI:
+		if b.Stub != nil {
+			add("stub", "is only for kind stub")
+		}
+		if b.Host == "" {
+			add("host", "is required for kind openai")
+		} else if err := checkHost(b.Host); err != "" {
+			add("host", "%s", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkHost(h string) string {
+	u, err := url.Parse(h)
+	switch {
+	case err != nil:
+		return "must be an http or https URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must be an http or https URL"
+	case u.Host == "":
+		return "must name a host"
+	case u.User != nil:
+		return "must not hold credentials; use api_key"
+	case u.RawQuery != "" || u.Fragment != "":
+		return "must not have a query or fragment"
+	}
+	return ""
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r == '.' || r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// safeSegment renders an operator-chosen name (an alias) for a path:
+// bounded, and restricted to a plain character set.
+func safeSegment(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i >= 64 {
+			b.WriteString("...")
+			break
+		}
+		if r == '.' || r == '_' || r == '-' || r == '/' || r == ':' || r == '@' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+// stubTokens returns the stub's answer length and delay.
+func (b *Backend) stubTokens() (int, time.Duration) {
+	if b.Stub == nil {
+		return defaultStubTokens, 0
+	}
+	return b.Stub.Tokens, b.Stub.TokenDelay
+}

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/source"
+)
+
+// Gateway is reconfd's data plane: an OpenAI-compatible HTTP server whose
+// routing state follows the configuration runtime. It is usable in-process:
+// New loads generation 1, Serve serves a listener, Reload runs an attempt,
+// Shutdown drains. Its methods are safe for concurrent use.
+type Gateway struct {
+	rt       *reconf.Runtime[Config]
+	log      *slog.Logger
+	srv      *http.Server
+	draining atomic.Bool
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Option configures a Gateway.
+type Option func(*options)
+
+type options struct {
+	logger       *slog.Logger
+	logOutput    io.Writer
+	env          func(string) (string, bool)
+	runtime      []reconf.Option[Config]
+	newTransport func() http.RoundTripper
+}
+
+// WithLogger sets the service logger. Without it the gateway logs text to
+// WithLogOutput's writer (stderr) at the configured logging.level.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLogOutput sets where the default logger writes (default os.Stderr).
+func WithLogOutput(w io.Writer) Option { return func(o *options) { o.logOutput = w } }
+
+// WithEnv replaces os.LookupEnv for ${env:NAME} secrets.
+func WithEnv(lookup func(string) (string, bool)) Option { return func(o *options) { o.env = lookup } }
+
+// WithRuntimeOptions adds options to the configuration runtime (an
+// observer for metrics, a retention budget).
+func WithRuntimeOptions(opts ...reconf.Option[Config]) Option {
+	return func(o *options) { o.runtime = append(o.runtime, opts...) }
+}
+
+// WithTransport sets how openai backends' HTTP transports are made (tests).
+func WithTransport(fn func() http.RoundTripper) Option {
+	return func(o *options) { o.newTransport = fn }
+}
+
+// New loads the configuration at path as generation 1 and builds the
+// routing state; it does not listen. A configuration that cannot be loaded
+// returns the runtime's error (a *reconf.Error or *reconf.ConsumerError).
+func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	src, err := source.File(path)
+	if err != nil {
+		return nil, err
+	}
+	level := new(slog.LevelVar)
+	log := o.logger
+	if log == nil {
+		out := o.logOutput
+		if out == nil {
+			out = os.Stderr
+		}
+		log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	}
+	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport}
+	ropts := []reconf.Option[Config]{
+		reconf.WithLogger[Config](log),
+		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
+	}
+	if o.env != nil {
+		ropts = append(ropts, reconf.WithEnv[Config](o.env))
+	}
+	ropts = append(ropts, o.runtime...)
+	rt, err := reconf.New[Config](ctx, src, ropts...)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rt.Current().Config()
+	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
+	g := &Gateway{rt: rt, log: log}
+	g.srv = &http.Server{
+		Handler:           g.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return g, nil
+}
+
+// Runtime returns the configuration runtime, for triggers, the management
+// API and status.
+func (g *Gateway) Runtime() *reconf.Runtime[Config] { return g.rt }
+
+// Logger returns the service logger.
+func (g *Gateway) Logger() *slog.Logger { return g.log }
+
+// Config returns the active configuration. It must not be modified.
+func (g *Gateway) Config() *Config { return g.rt.Current().Config() }
+
+// Handler returns the data plane's handler.
+func (g *Gateway) Handler() http.Handler { return g.srv.Handler }
+
+// Listen listens on the configured server.address.
+func (g *Gateway) Listen() (net.Listener, error) {
+	return net.Listen("tcp", g.Config().Server.Address)
+}
+
+// Serve serves the data plane on ln until Shutdown, logging the bound
+// address first ("listening address=HOST:PORT"). It returns nil after
+// Shutdown and the listener's error otherwise.
+func (g *Gateway) Serve(ln net.Listener) error {
+	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID())
+	err := g.srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Reload runs one configuration attempt (see reconf.Runtime.Reload).
+func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Result, error) {
+	return g.rt.Reload(ctx, trigger)
+}
+
+// Shutdown stops accepting connections, waits for in-flight requests
+// (streams included) to finish, then closes the runtime, which retires the
+// last generations and closes their upstream clients. If ctx ends first,
+// the remaining connections are closed and the runtime gets a short grace
+// to see their requests end. It is idempotent.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.shutdownOnce.Do(func() {
+		g.draining.Store(true)
+		var errs []error
+		if err := g.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
+			_ = g.srv.Close()
+		}
+		closeCtx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			closeCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+		}
+		if err := g.rt.Close(closeCtx); err != nil {
+			errs = append(errs, err)
+		}
+		g.shutdownErr = errors.Join(errs...)
+	})
+	return g.shutdownErr
+}

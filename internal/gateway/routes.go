@@ -1,0 +1,335 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/reconfhq/reconf"
+)
+
+// ConsumerName is the name the routing state is registered under; requests
+// read it with pin.Value(ConsumerName).
+const ConsumerName = "backends"
+
+// consumerPaths are the configuration paths the routing state is built
+// from: every live section.
+var consumerPaths = []string{"auth", "limits", "routing", "backends", "model_aliases"}
+
+// maxPromptBytes bounds a system prompt file.
+const maxPromptBytes = 64 << 10
+
+// routes is one generation's routing state: the backends with their
+// clients and limiters, the alias table and the client key set. It is
+// built whole in Prepare, attached to its generation, read by the requests
+// pinned to that generation, and closed when the last of them ends. It is
+// immutable once built and safe for concurrent use.
+type routes struct {
+	byName  map[string]*route
+	order   []*route
+	aliases map[string]*route
+	byModel map[string]*route
+	def     *route
+
+	keys        [][sha256.Size]byte // digests of auth.api_keys
+	maxBody     int64
+	maxAttempts int
+	models      []modelInfo
+
+	closed atomic.Bool
+}
+
+// route is one backend as one generation sees it.
+type route struct {
+	name, kind, model string
+	timeout           time.Duration
+	maxConcurrency    int
+	lim               *limiter // shared by every generation that has this backend name
+
+	stub *stubBackend
+	up   *openaiBackend
+}
+
+// resolve maps a requested model to a backend: the default route for no
+// model, then model_aliases, then a backend's name, then a backend's model.
+// It returns nil for an unknown model.
+func (s *routes) resolve(model string) *route {
+	if model == "" {
+		return s.def
+	}
+	if r := s.aliases[model]; r != nil {
+		return r
+	}
+	if r := s.byName[model]; r != nil {
+		return r
+	}
+	return s.byModel[model]
+}
+
+// authorized reports whether the request's bearer token is one of the
+// keys. The token's digest is compared with every key's digest in constant
+// time, so neither a key's content nor its length shows in the timing.
+func (s *routes) authorized(r *http.Request) bool {
+	tok, ok := bearer(r)
+	if !ok {
+		return false
+	}
+	d := sha256.Sum256([]byte(tok))
+	match := 0
+	for i := range s.keys {
+		match |= subtle.ConstantTimeCompare(d[:], s.keys[i][:])
+	}
+	return match == 1
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(p):]), true
+}
+
+// Close releases the state's upstream clients; a client shared with a
+// newer generation stays open until that one closes too. It is called by
+// the runtime when the last generation holding the state retires.
+func (s *routes) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.release()
+	return nil
+}
+
+func (s *routes) release() {
+	for _, r := range s.order {
+		if r.up != nil {
+			r.up.client.unref()
+		}
+	}
+}
+
+// backendsConsumer builds a routes value for every generation. Prepare
+// has no visible effect: it builds new clients and limiters, takes
+// references on the ones it reuses from the committed state, and reads
+// system prompt files. Commit applies new concurrency limits to reused
+// limiters and remembers the state as the base for the next Prepare.
+type backendsConsumer struct {
+	dir          string // the configuration file's directory
+	newTransport func() http.RoundTripper
+
+	mu      sync.Mutex
+	current *routes // the last committed state
+}
+
+var _ reconf.Consumer[Config] = (*backendsConsumer)(nil)
+
+// Prepare builds the routing state for next.
+func (c *backendsConsumer) Prepare(ctx context.Context, _, next *Config) (reconf.Prepared, error) {
+	c.mu.Lock()
+	cur := c.current
+	c.mu.Unlock()
+	st, err := c.build(ctx, cur, next)
+	if err != nil {
+		return nil, err
+	}
+	return &stagedRoutes{c: c, st: st}, nil
+}
+
+type stagedRoutes struct {
+	c  *backendsConsumer
+	st *routes
+}
+
+var _ reconf.Valuer = (*stagedRoutes)(nil)
+
+func (p *stagedRoutes) Value() any { return p.st }
+
+func (p *stagedRoutes) Commit() {
+	for _, r := range p.st.order {
+		r.lim.setLimit(r.maxConcurrency)
+	}
+	p.c.mu.Lock()
+	p.c.current = p.st
+	p.c.mu.Unlock()
+}
+
+func (p *stagedRoutes) Abort() { p.st.Close() }
+
+// build makes the state for cfg, reusing from cur (the committed state,
+// which stays alive during an attempt because its generation is active) the
+// limiter of every backend that keeps its name and the HTTP client of every
+// openai backend that keeps its name and host.
+func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config) (st *routes, err error) {
+	st = &routes{
+		byName:      make(map[string]*route, len(cfg.Backends)),
+		aliases:     make(map[string]*route, len(cfg.ModelAliases)),
+		byModel:     make(map[string]*route, len(cfg.Backends)),
+		maxBody:     cfg.Limits.MaxRequestBodyBytes,
+		maxAttempts: max(cfg.Routing.MaxAttempts, 1),
+	}
+	defer func() {
+		if err != nil {
+			st.release()
+			st = nil
+		}
+	}()
+	for i := range cfg.Backends {
+		b := &cfg.Backends[i]
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		r := &route{name: b.Name, kind: b.Kind, model: b.Model, timeout: b.Timeout, maxConcurrency: b.MaxConcurrency}
+		var old *route
+		if cur != nil {
+			old = cur.byName[b.Name]
+		}
+		if old != nil {
+			r.lim = old.lim
+		} else {
+			r.lim = newLimiter(b.MaxConcurrency)
+		}
+		switch b.Kind {
+		case KindStub:
+			n, d := b.stubTokens()
+			r.stub = &stubBackend{name: b.Name, model: b.Model, tokens: n, delay: d}
+		case KindOpenAI:
+			up, err := c.openai(b, old)
+			if err != nil {
+				return st, err
+			}
+			r.up = up
+		default:
+			return st, fmt.Errorf("backends[%s]: unknown kind", b.Name)
+		}
+		st.byName[b.Name] = r
+		st.order = append(st.order, r)
+		if _, taken := st.byModel[b.Model]; !taken {
+			st.byModel[b.Model] = r
+		}
+	}
+	for alias, target := range cfg.ModelAliases {
+		st.aliases[alias] = st.byName[target]
+	}
+	st.def = st.byName[cfg.Routing.DefaultRoute]
+	if st.def == nil {
+		return st, errors.New("routing.default_route does not name a backend")
+	}
+	for _, k := range cfg.Auth.APIKeys {
+		st.keys = append(st.keys, sha256.Sum256([]byte(k.Reveal())))
+	}
+	st.models = modelsOf(st)
+	return st, nil
+}
+
+// openai builds an openai backend, reusing old's client when the backend
+// kept its kind and host.
+func (c *backendsConsumer) openai(b *Backend, old *route) (*openaiBackend, error) {
+	up := &openaiBackend{
+		name:     b.Name,
+		model:    b.Model,
+		endpoint: strings.TrimRight(b.Host, "/") + "/chat/completions",
+		apiKey:   b.APIKey.Reveal(),
+	}
+	if b.SystemPromptFile != "" {
+		prompt, err := readPrompt(c.path(b.SystemPromptFile))
+		if err != nil {
+			return nil, fmt.Errorf("backends[%s].system_prompt_file: %w", b.Name, err)
+		}
+		msg, _ := json.Marshal(map[string]string{"role": "system", "content": prompt})
+		up.system = msg
+	}
+	if old != nil && old.up != nil && old.up.client.host == b.Host {
+		old.up.client.ref()
+		up.client = old.up.client
+	} else {
+		up.client = newUpstreamClient(b.Host, c.newTransport)
+	}
+	return up, nil
+}
+
+func (c *backendsConsumer) path(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+// errPrompt* are the causes of an unreadable system prompt file. They name
+// no path and quote no content.
+var (
+	errPromptMissing   = errors.New("the file does not exist")
+	errPromptDenied    = errors.New("the file cannot be read: permission denied")
+	errPromptIrregular = errors.New("not a regular file")
+	errPromptLarge     = fmt.Errorf("the file is larger than %d bytes", maxPromptBytes)
+	errPromptText      = errors.New("the file is not UTF-8 text")
+	errPromptEmpty     = errors.New("the file is empty")
+	errPromptRead      = errors.New("the file cannot be read")
+)
+
+// readPrompt reads a system prompt file with a bound.
+func readPrompt(path string) (string, error) {
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", errPromptMissing
+	case errors.Is(err, fs.ErrPermission):
+		return "", errPromptDenied
+	case err != nil:
+		return "", errPromptRead
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", errPromptRead
+	}
+	if !fi.Mode().IsRegular() {
+		return "", errPromptIrregular
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPromptBytes+1))
+	switch {
+	case err != nil:
+		return "", errPromptRead
+	case len(data) > maxPromptBytes:
+		return "", errPromptLarge
+	case !utf8.Valid(data):
+		return "", errPromptText
+	case strings.TrimSpace(string(data)) == "":
+		return "", errPromptEmpty
+	}
+	return strings.TrimRight(string(data), "\r\n"), nil
+}
+
+// modelsOf lists what a client may ask for: every alias and every
+// backend's model, sorted, each owned by the backend serving it.
+func modelsOf(st *routes) []modelInfo {
+	seen := map[string]bool{}
+	var out []modelInfo
+	for alias, r := range st.aliases {
+		seen[alias] = true
+		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name})
+	}
+	for _, r := range st.order {
+		if !seen[r.model] {
+			seen[r.model] = true
+			out = append(out, modelInfo{ID: r.model, Object: "model", OwnedBy: r.name})
+		}
+	}
+	slices.SortFunc(out, func(a, b modelInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}

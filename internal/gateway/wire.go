@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// This file holds OpenAI's wire format: the request fields the gateway
+// reads, the response shapes the stub writes, and the error shape.
+
+// chatRequest is the part of a chat completion request the gateway reads.
+// The request is forwarded upstream as the client sent it, with only
+// "model" (and, with a system prompt, "messages") replaced.
+type chatRequest struct {
+	Model    string        `json:"model"`
+	Stream   bool          `json:"stream"`
+	Messages []chatMessage `json:"messages"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type chatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             *usage       `json:"usage,omitempty"`
+	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+	// ReconfGeneration is the configuration generation that served the
+	// request; an extension field that OpenAI clients ignore.
+	ReconfGeneration uint64 `json:"reconf_generation"`
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      *chatOutput `json:"message,omitempty"`
+	Delta        *chatOutput `json:"delta,omitempty"`
+	FinishReason *string     `json:"finish_reason"`
+	Logprobs     any         `json:"logprobs"`
+}
+
+type chatOutput struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelInfo `json:"data"`
+}
+
+type modelInfo struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// apiError is OpenAI's error body.
+type apiError struct {
+	Error apiErrorBody `json:"error"`
+}
+
+type apiErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// Error types and codes the gateway answers with.
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeRateLimit      = "rate_limit_error"
+	typeServer         = "server_error"
+
+	codeModelNotFound  = "model_not_found"
+	codeInvalidAPIKey  = "invalid_api_key"
+	codeTooLarge       = "request_too_large"
+	codeInvalidJSON    = "invalid_json"
+	codeInvalidRequest = "invalid_request"
+	codeBackendBusy    = "backend_busy"
+	codeUnavailable    = "upstream_unavailable"
+	codeUpstreamError  = "upstream_error"
+	codeUpstreamAuth   = "upstream_auth_failed"
+	codeTimeout        = "upstream_timeout"
+	codeNotFound       = "not_found"
+	codeMethod         = "method_not_allowed"
+	codeShuttingDown   = "shutting_down"
+)
+
+// writeError writes an error in OpenAI's shape.
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
+	if code != "" {
+		body.Error.Code = &code
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":{"message":"encoding failed","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
+		return
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// quoteModel renders a client-supplied model name for an error message:
+// bounded and free of control characters.
+func quoteModel(s string) string {
+	const max = 128
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '`' {
+			return '?'
+		}
+		return r
+	}, s)
+}
