@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -175,7 +176,7 @@ func (w *valueWalker) prepare(v reflect.Value, path string, class Class) {
 			// Map values are not addressable: work on a copy, store it back.
 			e := reflect.New(v.Type().Elem()).Elem()
 			e.Set(it.Value())
-			w.prepare(e, path+"["+safeSegment(fmt.Sprint(it.Key().Interface()))+"]", class)
+			w.prepare(e, path+"["+safeSegment(mapKey(it.Key()))+"]", class)
 			v.SetMapIndex(it.Key(), e)
 		}
 	case v.Kind() == reflect.Struct:
@@ -234,10 +235,13 @@ func (w *valueWalker) check(v reflect.Value, path string) []Problem {
 			out = append(out, w.check(v.Index(i), elemPath(path, v, i))...)
 		}
 	case v.Kind() == reflect.Map:
+		if !needsPrepare(v.Type().Elem()) {
+			return out // leaf values carry no rules of their own
+		}
 		keys := v.MapKeys()
-		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(mapKey(a), mapKey(b)) })
 		for _, k := range keys {
-			out = append(out, w.check(v.MapIndex(k), path+"["+safeSegment(fmt.Sprint(k.Interface()))+"]")...)
+			out = append(out, w.check(v.MapIndex(k), path+"["+safeSegment(mapKey(k))+"]")...)
 		}
 	case v.Kind() == reflect.Struct:
 		for _, f := range structOf(v.Type()).fields {

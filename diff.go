@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -24,7 +23,7 @@ type entry struct {
 func flatten(v reflect.Value) []entry {
 	var out []entry
 	flattenInto(&out, v, "", Unclassified)
-	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.path, b.path) })
 	return out
 }
 
@@ -62,13 +61,9 @@ func flattenInto(out *[]entry, v reflect.Value, path string, class Class) {
 			*out = append(*out, entry{path, class, "order:" + strings.Join(order, "\x00")})
 		}
 	case v.Kind() == reflect.Map:
-		keys := v.MapKeys()
-		names := make([]string, len(keys))
-		for i, k := range keys {
-			names[i] = fmt.Sprint(k.Interface())
-		}
-		for i, k := range keys {
-			flattenInto(out, v.MapIndex(k), path+"["+safeSegment(names[i])+"]", class)
+		it := v.MapRange()
+		for it.Next() {
+			flattenInto(out, it.Value(), path+"["+safeSegment(mapKey(it.Key()))+"]", class)
 		}
 	case v.Kind() == reflect.Struct:
 		for _, f := range structOf(t).fields {
@@ -90,7 +85,7 @@ func flattenInto(out *[]entry, v reflect.Value, path string, class Class) {
 func leafString(v reflect.Value) string {
 	switch v.Kind() {
 	case reflect.String:
-		return "s:" + v.String()
+		return v.String()
 	case reflect.Bool:
 		return strconv.FormatBool(v.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -180,4 +175,12 @@ func firstDifference(a, b []entry) (string, bool) {
 		return cs[0].Path, true
 	}
 	return "", false
+}
+
+// mapKey renders a map key for a path.
+func mapKey(k reflect.Value) string {
+	if k.Kind() == reflect.String {
+		return k.String()
+	}
+	return fmt.Sprint(k.Interface())
 }
