@@ -1,0 +1,72 @@
+// Package reconf gives a long-running service transactional, versioned
+// runtime configuration. A reload applies whole or not at all, every
+// generation is immutable and numbered, in-flight work keeps the
+// generation it started with, and secrets never leak.
+//
+// A service describes its configuration as a Go struct whose fields carry
+// a class, and hands it to New with a Source:
+//
+//	type Config struct {
+//		Server struct {
+//			Address string `yaml:"address" default:"127.0.0.1:8080"`
+//		} `yaml:"server" reconf:"restart"`
+//		Backends []Backend `yaml:"backends" reconf:"live"`
+//	}
+//
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithConsumer[Config]("pool", pool, "backends"))
+//
+// # Field classes
+//
+// Every field is exactly one of live (changes at run time), restart (read
+// once at start) or derived (computed by Normalize, never set). A field
+// inherits the class of its nearest tagged ancestor; a field with none is
+// unclassified and treated as restart. CheckClassified (or
+// reconftest.RequireClassified) fails a test when any field of a type has
+// no class. Lists of structs with a "name" field (or a field tagged
+// `reconf:",key"`) are compared by that key, so a change shows as
+// "backends[stub].timeout".
+//
+// # Sources and precedence
+//
+// A candidate is compiled in one order: strict YAML decode (exactly one
+// document, unknown fields rejected, size bound), then `env:"NAME"` tags,
+// then WithOverride functions, then `default:"..."` tags for fields still
+// zero, then Normalize, secret resolution, `validate:"..."` rules and the
+// type's Validate method. So the precedence is
+// defaults < file < environment < explicit options.
+//
+// # Generations
+//
+// Current returns the active *Generation with one atomic load. Acquire pins
+// it for a unit of work; Release ends the hold. A generation that is no
+// longer active retires when its last pin goes: its OnRetire hooks and the
+// runtime's retire hooks run, and consumer values attached to it (see
+// Valuer) that no live generation shares are closed. The number of retained
+// generations is bounded (WithRetention); a publish that would exceed it is
+// retention-blocked, and pinned work is never cut short.
+//
+// # Transactions
+//
+// Reload runs one attempt: read, compile, diff, classify, check retention,
+// prepare the consumers whose paths changed (in registration order), swap
+// the active pointer, commit. A failure before the swap aborts prepared
+// consumers in reverse order and leaves everything as it was. The attempt
+// ends in exactly one Outcome with a stable Reason; outcomes are results,
+// not errors. Check runs the same steps and aborts instead of publishing.
+//
+// # Concurrency
+//
+// One attempt runs at a time; a trigger that arrives during one gets Busy at
+// once. Once accepted, an attempt belongs to the runtime, bounded by the
+// attempt timeout and canceled by Close, not by the caller's context.
+// Lock order: Runtime.closeLock, then the attempt slot, then Runtime.mu;
+// Generation.hookMu is taken alone. No lock is held while calling a
+// consumer, a hook or an observer.
+//
+// # Secrets
+//
+// A Secret prints as [REDACTED] in every rendering. In YAML it is a literal
+// or a reference, ${env:NAME} or ${file:/abs/path}, resolved at compile
+// time; Reveal returns the value. Errors name the field path and the kind
+// of reference, never the value.
+package reconf
