@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/gateway"
+)
+
+func newCheckCmd(stdout io.Writer, lookup env) *cobra.Command {
+	var config, against, output string
+	var classes bool
+	cmd := &cobra.Command{
+		Use:   "check-config --config PATH [--against PATH] [--output json]",
+		Short: "Validate a configuration file without serving it",
+		Long: `Compile a configuration file with the same compiler serve uses (strict
+decode, secrets, validation, system prompt files), without listening or
+publishing anything.
+
+With --against BASELINE, compile the baseline too and print the classified
+diff from the baseline to the file: the live paths a reload would apply and
+the restart-required paths that would make it restart-required.
+
+With --classes, print every configuration field with its class instead.
+
+Exit status: 0 valid, 1 invalid, 2 usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := outputFlag(output); err != nil {
+				return err
+			}
+			if classes {
+				return printClasses(stdout, output)
+			}
+			if config == "" {
+				return usage("check-config needs --config PATH")
+			}
+			rep, err := gateway.Check(cmd.Context(), config, against, gateway.WithEnv(lookup))
+			if err != nil {
+				return fail("%v", err)
+			}
+			if output == "json" {
+				b, _ := json.MarshalIndent(rep, "", "  ")
+				fmt.Fprintln(stdout, string(b))
+			} else {
+				printReport(stdout, rep)
+			}
+			if !rep.Valid || (rep.Against != nil && !rep.Against.Valid) {
+				return failed
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "configuration file to check (required)")
+	cmd.Flags().StringVar(&against, "against", "", "baseline configuration (e.g. the running one) to diff against")
+	cmd.Flags().StringVar(&output, "output", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&classes, "classes", false, "print every field's class and exit")
+	return cmd
+}
+
+func printReport(w io.Writer, rep *gateway.CheckReport) {
+	printOne(w, "", rep)
+	if rep.Against == nil {
+		return
+	}
+	printOne(w, "against ", rep.Against)
+	d := rep.Diff
+	if d == nil {
+		fmt.Fprintln(w, "no diff: both files must be valid")
+		return
+	}
+	switch d.ReloadOutcome {
+	case reconf.NoOp:
+		fmt.Fprintln(w, "diff: no effective change; a reload would be a no-op")
+		return
+	case reconf.RestartRequired:
+		fmt.Fprintln(w, "diff: a reload would be restart-required (restart the service to apply it)")
+	default:
+		fmt.Fprintln(w, "diff: a reload would publish a new generation")
+	}
+	list := func(title string, paths []string) {
+		fmt.Fprintf(w, "  %s (%d):\n", title, len(paths))
+		for _, p := range paths {
+			fmt.Fprintf(w, "    %s\n", p)
+		}
+	}
+	list("live", d.Live)
+	list("restart-required", d.RestartRequired)
+}
+
+func printOne(w io.Writer, prefix string, rep *gateway.CheckReport) {
+	if rep.Valid {
+		fmt.Fprintf(w, "%s%s: valid\n", prefix, rep.Config)
+		return
+	}
+	fmt.Fprintf(w, "%s%s: %s (%s): %s\n", prefix, rep.Config, rep.Outcome, rep.Reason, rep.Message)
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+}
+
+func printClasses(w io.Writer, output string) error {
+	fcs := reconf.Classes[gateway.Config]()
+	if output == "json" {
+		type row struct {
+			Path  string `json:"path"`
+			Class string `json:"class"`
+		}
+		rows := make([]row, len(fcs))
+		for i, fc := range fcs {
+			rows[i] = row{fc.Path, fc.Class.String()}
+		}
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		fmt.Fprintln(w, string(b))
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tCLASS")
+	for _, fc := range fcs {
+		fmt.Fprintf(tw, "%s\t%s\n", fc.Path, strings.ToLower(fc.Class.String()))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reconfhq/reconf/admin"
+)
+
+// clientFlags are the management API client's flags.
+type clientFlags struct {
+	address, token, output string
+	timeout                time.Duration
+}
+
+func (f *clientFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.address, "address", "", "management API address host:port or URL (default $"+admin.EnvAddress+")")
+	cmd.Flags().StringVar(&f.token, "token", "", "management bearer token (default $"+admin.EnvToken+")")
+	cmd.Flags().StringVar(&f.output, "output", "text", "output format: text or json")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 90*time.Second, "how long to wait for the answer")
+}
+
+// resolve fills address and token from the environment and checks them.
+func (f *clientFlags) resolve(lookup env) (string, error) {
+	if err := outputFlag(f.output); err != nil {
+		return "", err
+	}
+	if f.address == "" {
+		f.address = strings.TrimSpace(lookup.get(admin.EnvAddress))
+	}
+	if f.token == "" {
+		f.token = lookup.get(admin.EnvToken)
+	}
+	if f.address == "" {
+		return "", usage("no management address: pass --address or set %s", admin.EnvAddress)
+	}
+	base := f.address
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return strings.TrimRight(base, "/"), nil
+}
+
+// call sends one management request and returns the status and body.
+func (f *clientFlags) call(ctx context.Context, method, url string, body []byte) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the management API cannot be reached: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the management API's answer: %w", err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// refused explains an answer that is not a result: 401, 403, 400, 202...
+func refused(status int, body []byte) error {
+	var e admin.ErrorBody
+	if json.Unmarshal(body, &e) == nil && e.Error.Reason != "" {
+		return fail("the management API answered %d %s: %s", status, e.Error.Reason, e.Error.Message)
+	}
+	return fail("the management API answered %d %s", status, http.StatusText(status))
+}
+
+func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "reload [--address ADDR] [--token TOKEN] [--output json]",
+		Short: "Ask a running reconfd to reload its configuration",
+		Long: `Ask a running reconfd to reload its configuration file through the
+management API (POST /admin/config/reload) and print the outcome.
+
+Exit status: 0 when the outcome is published or no-op, 1 for any other
+outcome or when the API cannot be reached, 2 usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, err := f.resolve(lookup)
+			if err != nil {
+				return err
+			}
+			status, body, err := f.call(cmd.Context(), http.MethodPost, base+admin.ReloadPath, []byte("{}"))
+			if err != nil {
+				return fail("%v", err)
+			}
+			var res admin.ReloadResponse
+			if json.Unmarshal(body, &res) != nil || res.Outcome == 0 {
+				return refused(status, body)
+			}
+			if f.output == "json" {
+				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
+			} else {
+				printReload(stdout, res)
+			}
+			if !res.Outcome.OK() {
+				return failed
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printReload(w io.Writer, r admin.ReloadResponse) {
+	fmt.Fprintf(w, "%s (%s): %s\n", r.Outcome, r.Reason, r.Message)
+	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, r.DurationMS)
+	if r.RestartRequiredFieldCount > 0 {
+		fmt.Fprintf(w, "  restart-required fields (%d): %s\n", r.RestartRequiredFieldCount, strings.Join(r.RestartRequiredFields, ", "))
+	}
+	for _, p := range r.Problems {
+		loc := p.Path
+		if p.Line > 0 {
+			loc += fmt.Sprintf(" (line %d, column %d)", p.Line, p.Column)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", strings.TrimSpace(loc), p.Detail)
+	}
+}
+
+func newStatusCmd(stdout io.Writer, lookup env) *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "status [--address ADDR] [--token TOKEN] [--output json]",
+		Short: "Show a running reconfd's configuration status",
+		Long: `Show a running reconfd's configuration status through the management API
+(GET /admin/config/status): the active generation, the last success and
+failure, retained generations and pinned requests.
+
+Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, err := f.resolve(lookup)
+			if err != nil {
+				return err
+			}
+			status, body, err := f.call(cmd.Context(), http.MethodGet, base+admin.StatusPath, nil)
+			if err != nil {
+				return fail("%v", err)
+			}
+			if status != http.StatusOK {
+				return refused(status, body)
+			}
+			var st admin.StatusResponse
+			if err := json.Unmarshal(body, &st); err != nil {
+				return fail("the management API's status is not JSON: %v", err)
+			}
+			if f.output == "json" {
+				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
+				return nil
+			}
+			printStatus(stdout, st)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printStatus(w io.Writer, st admin.StatusResponse) {
+	fmt.Fprintf(w, "active generation:    %d\n", st.ActiveGeneration)
+	if s := st.LastSuccess; s != nil {
+		fmt.Fprintf(w, "last success:         %s (%s) by %s at %s, generation %d\n", s.Outcome, s.Reason, s.Trigger, s.Time.Format(time.RFC3339), s.Generation)
+	} else {
+		fmt.Fprintf(w, "last success:         none\n")
+	}
+	if s := st.LastFailure; s != nil {
+		fmt.Fprintf(w, "last failure:         %s (%s) by %s at %s\n", s.Outcome, s.Reason, s.Trigger, s.Time.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(w, "last failure:         none\n")
+	}
+	fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations)
+	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
+	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
+	fmt.Fprintf(w, "source:               %s\n", st.FixedSourcePath)
+}
