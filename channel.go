@@ -1,0 +1,36 @@
+package reconf
+
+import "context"
+
+// Channel is a cluster's shared, totally ordered record of the live
+// configuration. With a Channel (WithChannel) every publish goes through
+// it, a generation's ID is its cluster version, and versions published by
+// other workers arrive through Runtime.Apply. Package propagate implements
+// it on etcd. Without a Channel the runtime does no IPC at all.
+type Channel interface {
+	// Join returns the cluster's current version and its record. When the
+	// channel is empty it publishes local as version 1 and returns it.
+	Join(ctx context.Context, local Record) (version uint64, rec Record, err error)
+	// Publish writes rec as version held+1 if the cluster's version is
+	// still held (compare-and-set) and returns the new version. If another
+	// worker published first it returns an *Error with ReasonSuperseded;
+	// the winner then arrives through Apply like any other version.
+	Publish(ctx context.Context, held uint64, rec Record) (version uint64, err error)
+}
+
+// Record is what travels between workers: a whole snapshot of the live
+// fields, never a delta, so a worker that skipped versions just applies
+// the newest. Secrets travel only as references (${env:NAME},
+// ${file:/path}); a literal secret cannot be published. Nothing in a
+// Record is secret.
+type Record struct {
+	// Live is the YAML encoding of every live field.
+	Live []byte `json:"live"`
+	// Fingerprint is the publisher's bootstrap fingerprint.
+	Fingerprint string `json:"bootstrap_fingerprint"`
+	// Files maps the path of each `reconf:",file"` field to the SHA-256 of
+	// the referenced file's content on the publisher, so a worker whose
+	// copy differs refuses the version instead of running different
+	// content under the same number.
+	Files map[string]string `json:"files,omitempty"`
+}
