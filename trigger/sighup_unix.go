@@ -1,0 +1,10 @@
+//go:build unix
+
+package trigger
+
+import (
+	"os"
+	"syscall"
+)
+
+var hangup = []os.Signal{syscall.SIGHUP}
