@@ -1,0 +1,390 @@
+// Package e2e drives the reconfd binary as a process: it builds it once,
+// serves real configuration files from temporary directories, sends real
+// signals and talks to it over real sockets.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// binary is the reconfd built for this run.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "reconfd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "reconfd")
+	build := exec.Command("go", "build", "-race", "-o", binary, "github.com/reconfhq/reconf/cmd/reconfd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building reconfd:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// stubConfig is a configuration for one process; %s is the data plane's
+// address.
+const stubConfig = `
+server:
+  address: %s
+logging:
+  level: info
+routing:
+  default_route: stub
+  max_attempts: 2
+backends:
+  - name: stub
+    kind: stub
+    model: stub-1
+    max_concurrency: 64
+    timeout: 10s
+    stub: { tokens: %d, token_delay: %s }
+model_aliases:
+  gpt-4o-mini: stub
+`
+
+func config(tokens int, delay string) string {
+	return fmt.Sprintf(stubConfig, "127.0.0.1:0", tokens, delay)
+}
+
+func writeAtomic(t testing.TB, path, data string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer collects a process's output for searching.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is a running `reconfd serve`.
+type server struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	config string
+	url    string // data plane
+	mgmt   string // management API host:port, or ""
+	logs   *syncBuffer
+	done   chan struct{}
+	exit   error
+	client *http.Client
+}
+
+var (
+	reListening = regexp.MustCompile(`msg=listening address=(\S+)`)
+	reMgmt      = regexp.MustCompile(`msg="management listening" address=(\S+)`)
+)
+
+// startServer writes cfg into a temporary directory and serves it; extra
+// arguments and environment entries ("NAME=value") are passed on.
+func startServer(t testing.TB, cfg string, args []string, env ...string) *server {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "reconfd.yaml")
+	writeAtomic(t, path, cfg)
+	return startServerAt(t, path, args, env...)
+}
+
+func startServerAt(t testing.TB, path string, args []string, env ...string) *server {
+	t.Helper()
+	s := &server{t: t, config: path, logs: &syncBuffer{}, done: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
+	s.cmd = exec.Command(binary, append([]string{"serve", "--config", path}, args...)...)
+	s.cmd.Env = append(cleanEnv(), env...)
+	pr, pw := io.Pipe()
+	s.cmd.Stderr = pw
+	s.cmd.Stdout = s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			s.logs.Write(append(sc.Bytes(), '\n'))
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		s.exit = s.cmd.Wait()
+		pw.Close()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		s.stop()
+		s.client.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("reconfd output:\n%s", s.logs.String())
+		}
+	})
+	wantMgmt := false
+	for _, a := range args {
+		if a == "--management-address" {
+			wantMgmt = true
+		}
+	}
+	for _, e := range env {
+		if strings.HasPrefix(e, "RECONF_MANAGEMENT_ADDRESS=") {
+			wantMgmt = true
+		}
+	}
+	deadline := time.After(20 * time.Second)
+	for s.url == "" || (wantMgmt && s.mgmt == "") {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("reconfd exited before listening: %v\n%s", s.exit, s.logs.String())
+			}
+			if m := reListening.FindStringSubmatch(line); m != nil {
+				s.url = "http://" + m[1]
+			}
+			if m := reMgmt.FindStringSubmatch(line); m != nil {
+				s.mgmt = m[1]
+			}
+		case <-deadline:
+			t.Fatalf("reconfd did not log its address in time:\n%s", s.logs.String())
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	return s
+}
+
+// cleanEnv is the test's environment without management or key
+// variables, so a developer's shell cannot change a test.
+func cleanEnv() []string {
+	var out []string
+	for _, e := range os.Environ() {
+		if strings.HasPrefix(e, "RECONF_") || strings.HasPrefix(e, "UPSTREAM_") {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+func (s *server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if err := syscall.Kill(s.pid(), sig); err != nil {
+		s.t.Fatalf("kill %v: %v", sig, err)
+	}
+}
+
+// stop sends SIGTERM and waits for the process, killing it after 20s.
+func (s *server) stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(s.pid(), syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.t.Errorf("reconfd did not stop on SIGTERM")
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (s *server) wait(d time.Duration) int {
+	s.t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(d):
+		s.t.Fatalf("reconfd did not exit within %v", d)
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r response) gen() int {
+	n, _ := strconv.Atoi(r.header.Get("Reconf-Generation"))
+	return n
+}
+
+func (s *server) do(method, url, body string, hdr ...string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return response{resp.StatusCode, resp.Header, string(b)}
+}
+
+func chatBody(model string, stream bool) string {
+	b, _ := json.Marshal(map[string]any{"model": model, "stream": stream,
+		"messages": []map[string]string{{"role": "user", "content": "hello"}}})
+	return string(b)
+}
+
+func (s *server) chat(model string, hdr ...string) response {
+	s.t.Helper()
+	return s.do("POST", s.url+"/v1/chat/completions", chatBody(model, false), hdr...)
+}
+
+// text returns a completion's text.
+func text(t testing.TB, r response) string {
+	t.Helper()
+	var c struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &c); err != nil || len(c.Choices) != 1 {
+		t.Fatalf("not a completion (%d): %s", r.status, r.body)
+	}
+	return c.Choices[0].Message.Content
+}
+
+// waitGeneration polls /healthz until the active generation is want.
+func (s *server) waitGeneration(want int) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := s.do("GET", s.url+"/healthz", "")
+		if r.gen() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("generation stayed %d, want %d\n%s", r.gen(), want, s.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reconfd runs a client command and returns its exit code and output.
+func reconfd(t testing.TB, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("running reconfd %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// stream is an SSE response read event by event.
+type stream struct {
+	resp *http.Response
+	r    *bufio.Reader
+}
+
+func (s *server) stream(model string) *stream {
+	s.t.Helper()
+	resp, err := s.client.Post(s.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(model, true)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { resp.Body.Close() })
+	return &stream{resp: resp, r: bufio.NewReader(resp.Body)}
+}
+
+func (st *stream) next() (string, error) {
+	for {
+		line, err := st.r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		if d, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: "); ok {
+			return d, nil
+		}
+	}
+}
+
+// chunkGen returns the reconf_generation of a chunk.
+func chunkGen(t testing.TB, data string) int {
+	t.Helper()
+	var c struct {
+		Gen int `json:"reconf_generation"`
+	}
+	if err := json.Unmarshal([]byte(data), &c); err != nil {
+		t.Fatalf("chunk is not JSON: %s", data)
+	}
+	return c.Gen
+}
