@@ -125,6 +125,15 @@ func TestManagementReloadAndStatus(t *testing.T) {
 		t.Errorf("status json: exit %d %v\n%s", code, err, out)
 	}
 
+	// Metrics on the management listener: the runtime's and the gateway's.
+	m := s.do("GET", "http://"+s.mgmt+"/metrics", "", "Authorization", "Bearer "+token)
+	for _, want := range []string{"reconf_active_generation 2", `reconf_attempts_total{outcome="published",reason="published",trigger="api"} 1`,
+		`reconfd_requests_total{backend="stub",code="200"}`, `reconfd_backend_max_concurrency{backend="stub"} 64`} {
+		if !strings.Contains(m.body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
 	// A wrong or missing token: 401, exit 1.
 	code, _, errOut = reconfd(t, nil, "reload", "--address", s.mgmt, "--token", "wrong-token-wrong-token")
 	if code != 1 || !strings.Contains(errOut, "401 unauthorized") {

@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/metrics"
+	"github.com/reconfhq/reconf/trigger"
 )
 
 type serveFlags struct {
@@ -61,10 +63,17 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
 
-	g, err := gateway.New(ctx, f.config, gateway.WithLogOutput(stderr), gateway.WithEnv(lookup))
+	m := metrics.New("reconf")
+	g, err := gateway.New(ctx, f.config, gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
+		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe)))
 	if err != nil {
 		return fail("the configuration cannot be loaded: %s", loadError(err))
 	}
+	m.Bind(g.Runtime().Status)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, g.Collector(),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	log := g.Logger()
 	ln, err := g.Listen()
 	if err != nil {
@@ -74,14 +83,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 
-	mgmt, err := startManagement(g, f, log, lookup)
+	mgmt, err := startManagement(g, f, log, lookup, reg)
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
 		return fail("%v", err)
 	}
 
-	hup := newHangup(g.Runtime(), log)
+	hup := trigger.SIGHUP(g.Runtime(), log)
 
 	var serveErr error
 	select {
@@ -93,7 +102,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	stopSignals() // a second signal now ends the process at once
 
-	hup.stop()
+	hup.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	var errs []error
@@ -126,7 +135,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 // token or a too-short token leaves it off with a logged error while the
 // data plane serves (SPEC section 7); a listener that cannot open fails
 // the start.
-func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env) (*admin.Server, error) {
+func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer) (*admin.Server, error) {
 	cfg := admin.ConfigFromEnv(lookup)
 	if f.managementAddr != "" {
 		cfg.Address = f.managementAddr
@@ -134,7 +143,7 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	srv, err := admin.New(g.Runtime(), admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log))
+	srv, err := admin.New(g.Runtime(), admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg))
 	if err != nil {
 		log.Error("management API is off", "error", err)
 		return nil, nil
@@ -150,45 +159,6 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	}
 	log.Info("management listening", "address", srv.Addr().String(), "token_set", !cfg.Token.IsZero())
 	return srv, nil
-}
-
-// hangup turns SIGHUP into reload attempts. Each signal starts its own
-// attempt, so a signal that arrives while one is in flight is answered
-// busy rather than queued.
-type hangup struct {
-	ch   chan os.Signal
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func newHangup(rt *reconf.Runtime[gateway.Config], log *slog.Logger) *hangup {
-	h := &hangup{ch: make(chan os.Signal, 8), done: make(chan struct{})}
-	signal.Notify(h.ch, syscall.SIGHUP)
-	go func() {
-		defer close(h.done)
-		for range h.ch {
-			h.wg.Go(func() {
-				// The runtime logs every attempt it runs; a refusal is
-				// logged here.
-				res, err := rt.Reload(context.Background(), reconf.TriggerSIGHUP)
-				switch {
-				case err != nil:
-					log.Info("SIGHUP ignored", "error", err)
-				case res.Outcome == reconf.Busy:
-					log.Info("SIGHUP ignored: another attempt is in flight", "outcome", res.Outcome.String(), "reason", string(res.Reason))
-				}
-			})
-		}
-	}()
-	return h
-}
-
-// stop stops listening for SIGHUP and waits for the attempts it started.
-func (h *hangup) stop() {
-	signal.Stop(h.ch)
-	close(h.ch)
-	<-h.done
-	h.wg.Wait()
 }
 
 // loadError renders a start-up load failure for the operator.

@@ -27,6 +27,7 @@ type Gateway struct {
 	log      *slog.Logger
 	srv      *http.Server
 	draining atomic.Bool
+	metrics  *collector
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -101,6 +102,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	cfg := rt.Current().Config()
 	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
 	g := &Gateway{rt: rt, log: log}
+	g.metrics = newCollector(g)
 	g.srv = &http.Server{
 		Handler:           g.handler(),
 		ReadHeaderTimeout: 10 * time.Second,

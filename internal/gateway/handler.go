@@ -39,6 +39,7 @@ func (g *Gateway) handler() http.Handler {
 		w.Header().Set(GenerationHeader, strconv.FormatUint(pin.ID(), 10))
 		sw := &statusWriter{ResponseWriter: w}
 		mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), pinKey{}, pin)))
+		g.metrics.observe(w.Header().Get(BackendHeader), sw.status(), time.Since(start).Seconds())
 		if g.log.Enabled(r.Context(), slog.LevelDebug) {
 			g.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path),
