@@ -71,6 +71,7 @@ type fieldInfo struct {
 	goName   string
 	class    Class
 	isKey    bool
+	isFile   bool // a path whose file content is part of the configuration
 	inline   bool
 	noYAML   bool // yaml:"-": never decoded
 	def      string
@@ -131,6 +132,11 @@ func buildStruct(t reflect.Type) (*structInfo, error) {
 			switch p {
 			case "key":
 				fi.isKey = true
+			case "file":
+				if sf.Type.Kind() != reflect.String {
+					errs = append(errs, fmt.Errorf("reconf: %s.%s: the file option needs a string field", t.Name(), sf.Name))
+				}
+				fi.isFile = true
 			case "":
 			default:
 				errs = append(errs, fmt.Errorf("reconf: %s.%s: unknown reconf tag option %q", t.Name(), sf.Name, p))

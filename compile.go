@@ -1,6 +1,8 @@
 package reconf
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -23,23 +25,51 @@ type compiler[T any] struct {
 	propagated bool // literal secrets are refused (cluster mode)
 }
 
+// candidate is a compiled configuration with its canonical encoding.
+type candidate[T any] struct {
+	cfg   *T
+	flat  []entry
+	files map[string]string
+	data  []byte // the local source bytes it was compiled from
+}
+
 // compile returns a candidate or an *Error. It never returns an error that
 // quotes data.
-func (c *compiler[T]) compile(data []byte) (cfg *T, err error) {
+func (c *compiler[T]) compile(data []byte) (*candidate[T], error) {
+	return c.compileWith(data, nil)
+}
+
+// compileWith compiles data and, when live is given, replaces every live
+// field with the one encoded in live (a cluster record): the local source
+// keeps authority over bootstrap fields, the cluster over live ones.
+func (c *compiler[T]) compileWith(data, live []byte) (cand *candidate[T], err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			cfg, err = nil, &Error{Reason: ReasonInternal, Message: "compiling the candidate panicked", Err: fmt.Errorf("panic: %v", p)}
+			cand, err = nil, &Error{Reason: ReasonInternal, Message: "compiling the candidate panicked", Err: fmt.Errorf("panic: %v", p)}
 		}
 	}()
-	cfg = new(T)
+	cfg := new(T)
 	if err := decodeStrict(data, cfg); err != nil {
 		return nil, err
 	}
-	return c.finish(data, cfg)
+	src := data
+	if live != nil {
+		zeroLive(reflect.ValueOf(cfg).Elem(), Unclassified)
+		if err := decodeStrict(live, cfg); err != nil {
+			return nil, err
+		}
+		src = live
+	}
+	files, err := c.finish(src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &candidate[T]{cfg: cfg, flat: encode(cfg, files), files: files, data: data}, nil
 }
 
-// finish runs every step after decoding.
-func (c *compiler[T]) finish(data []byte, cfg *T) (*T, error) {
+// finish runs every step after decoding and returns the digests of the
+// files that file fields name.
+func (c *compiler[T]) finish(data []byte, cfg *T) (map[string]string, error) {
 	lookup := c.lookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -70,7 +100,19 @@ func (c *compiler[T]) finish(data []byte, cfg *T) (*T, error) {
 	if len(probs) > 0 {
 		return nil, locateAll(data, &Error{Reason: ReasonValidation, Message: "the configuration is not valid; fix the fields listed", Problems: probs})
 	}
-	return cfg, nil
+	return w.files, nil
+}
+
+// fileDigest digests a file a file field names. A file that cannot be read
+// gets a marker instead: whether that is fatal is the consumer's decision
+// (it reads the file in Prepare), and a later successful read is a change.
+func fileDigest(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "unreadable"
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // locateAll adds line and column to every problem that has a path.
@@ -136,6 +178,7 @@ func applyEnv(v reflect.Value, path string, lookup func(string) (string, bool)) 
 
 // valueWalker walks a candidate's values.
 type valueWalker struct {
+	files      map[string]string // path of each file field -> content digest
 	lookupEnv  func(string) (string, bool)
 	propagated bool
 	derived    []Problem
@@ -197,6 +240,12 @@ func (w *valueWalker) prepare(v reflect.Value, path string, class Class) {
 			if f.hasDef && fv.IsZero() {
 				d, _ := parseScalar(f.typ, f.def) // checked when the type was first seen
 				fv.Set(d)
+			}
+			if f.isFile && fv.String() != "" {
+				if w.files == nil {
+					w.files = map[string]string{}
+				}
+				w.files[p] = fileDigest(fv.String())
 			}
 			w.prepare(fv, p, c)
 		}

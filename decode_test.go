@@ -42,11 +42,11 @@ func TestPrecedenceGolden(t *testing.T) {
 			if name == "override" {
 				c.overrides = append(c.overrides, func(cfg *testConfig) { cfg.Routing.MaxAttempts = 9 })
 			}
-			cfg, err := c.compile(data)
+			cand, err := c.compile(data)
 			if err != nil {
 				t.Fatalf("compile: %v", err)
 			}
-			got, err := yaml.Marshal(cfg)
+			got, err := yaml.Marshal(cand.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

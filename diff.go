@@ -20,9 +20,29 @@ type entry struct {
 
 // flatten returns the canonical encoding of cfg, sorted by path. Two
 // configurations are equal exactly when their encodings are.
-func flatten(v reflect.Value) []entry {
+func flatten(v reflect.Value) []entry { return flattenFiles(v, nil) }
+
+// encode is the canonical encoding of a candidate: its values plus the
+// content digests of the files its file fields name, so that a changed
+// file is a change of that field.
+func encode[T any](cfg *T, files map[string]string) []entry {
+	return flattenFiles(reflect.ValueOf(cfg).Elem(), files)
+}
+
+func flattenFiles(v reflect.Value, files map[string]string) []entry {
 	var out []entry
 	flattenInto(&out, v, "", Unclassified)
+	if len(files) > 0 {
+		classes := make(map[string]Class, len(files))
+		for _, e := range out {
+			if _, ok := files[e.path]; ok {
+				classes[e.path] = e.class
+			}
+		}
+		for p, d := range files {
+			out = append(out, entry{p + "<content>", classes[p], d})
+		}
+	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.path, b.path) })
 	return out
 }

@@ -27,8 +27,10 @@ type Reason string
 const (
 	ReasonPublished Reason = "published"
 	ReasonUnchanged Reason = "unchanged"
-	ReasonDryRunOK  Reason = "check_passed"
-	ReasonRestart   Reason = "restart_field_changed"
+	// ReasonStale: a cluster version not newer than the one held.
+	ReasonStale    Reason = "stale_version"
+	ReasonDryRunOK Reason = "check_passed"
+	ReasonRestart  Reason = "restart_field_changed"
 	// ReasonUnclassified: a changed field has no class, so it is treated as
 	// restart-required; give it a class.
 	ReasonUnclassified Reason = "unclassified"
@@ -51,18 +53,25 @@ const (
 	ReasonDerivedSet         Reason = "derived_field_set"
 	ReasonSecretUnresolved   Reason = "secret_unresolved"
 	ReasonSecretNotPropagate Reason = "secret_not_propagatable"
+	// ReasonDigestMismatch: a file a cluster version names differs here.
+	ReasonDigestMismatch Reason = "file_digest_mismatch"
 
 	ReasonShutdown Reason = "shutdown"
 	ReasonDeadline Reason = "deadline_exceeded"
 
 	ReasonConsumerRefused Reason = "consumer_refused"
-	ReasonInternal        Reason = "internal_error"
+	// ReasonClusterUnavailable: the cluster channel could not be written.
+	ReasonClusterUnavailable Reason = "cluster_unavailable"
+	ReasonInternal           Reason = "internal_error"
 )
 
 var reasonOutcome = map[Reason]Outcome{
 	ReasonPublished:          Published,
 	ReasonDryRunOK:           Published,
 	ReasonUnchanged:          NoOp,
+	ReasonStale:              NoOp,
+	ReasonDigestMismatch:     Invalid,
+	ReasonClusterUnavailable: PreparationFailed,
 	ReasonRestart:            RestartRequired,
 	ReasonUnclassified:       RestartRequired,
 	ReasonRetention:          RetentionBlocked,

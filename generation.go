@@ -16,7 +16,8 @@ type Generation[T any] struct {
 	id        uint64
 	cfg       *T
 	published time.Time
-	flat      []entry // canonical encoding, for the diff and the mutation check
+	flat      []entry           // canonical encoding, for the diff and the mutation check
+	files     map[string]string // digests of files that file fields name
 
 	// values are the consumers' per-generation attachments, by consumer
 	// index; a consumer that did not change shares its predecessor's.

@@ -34,7 +34,7 @@ type testConfig struct {
 		A            int    `yaml:"a"`
 		B            int    `yaml:"b"`
 	} `yaml:"routing" reconf:"live"`
-	Backends []testBackend    `yaml:"backends" reconf:"live"`
+	Backends []testBackend     `yaml:"backends" reconf:"live"`
 	Aliases  map[string]string `yaml:"model_aliases" reconf:"live"`
 	// Count is derived from Backends by Normalize.
 	Count int `yaml:"-" reconf:"derived"`

@@ -27,6 +27,7 @@ type options[T any] struct {
 	resources      []resource
 	mutation       func(gen uint64, path string)
 	now            func() time.Time
+	channel        Channel
 }
 
 // WithLogger sets where the runtime writes its one record per attempt.
@@ -103,6 +104,14 @@ func WithMutationCheck[T any](report func(gen uint64, path string)) Option[T] {
 func WithProcessResource[T any](name string, paths ...string) Option[T] {
 	return func(o *options[T]) { o.resources = append(o.resources, resource{name, paths}) }
 }
+
+// WithChannel makes the runtime one worker of a cluster: New joins at the
+// cluster's current version (publishing the local load as version 1 when
+// the channel is empty), every publish is a compare-and-set on the
+// channel, generation IDs are cluster versions, and literal secrets are
+// refused because only references may travel. Versions published by
+// others are applied with Runtime.Apply (package propagate does this).
+func WithChannel[T any](ch Channel) Option[T] { return func(o *options[T]) { o.channel = ch } }
 
 type resource struct {
 	name  string

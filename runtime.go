@@ -1,11 +1,12 @@
 package reconf
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,9 +30,11 @@ type Runtime[T any] struct {
 	ctx    context.Context // ends when Close begins; parent of every attempt
 	cancel context.CancelFunc
 
-	// activeVersion is the Snapshot.Version behind the active generation.
-	// Only the attempt holding slot touches it.
+	// activeVersion is the Snapshot.Version behind the active generation,
+	// and activeData its bytes (the base a cluster record is applied on).
+	// Only the attempt holding slot touches them.
 	activeVersion any
+	activeData    []byte
 
 	mu          sync.Mutex // guards the fields below; never held while calling out
 	closing     bool
@@ -95,28 +98,33 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
 	}
-	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides}
+	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil}
 	start := r.o.now()
 
 	snap, err := src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes})
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := r.comp.compile(snap.Data)
+	cand, err := r.comp.compile(snap.Data)
 	if err != nil {
 		return nil, err
 	}
-	flat := flatten(reflect.ValueOf(cfg).Elem())
+	id := uint64(1)
+	if ch := r.o.channel; ch != nil {
+		if id, cand, err = r.join(ctx, ch, cand); err != nil {
+			return nil, err
+		}
+	}
 	for _, res := range r.o.resources {
-		rel, err := Claim(res.name, fingerprintOf(flat, res.paths))
+		rel, err := Claim(res.name, fingerprintOf(cand.flat, res.paths))
 		if err != nil {
 			r.releaseClaims()
 			return nil, err
 		}
 		r.releases = append(r.releases, rel)
 	}
-	g := r.newGeneration(1, cfg, flat)
-	staged, err := r.prepare(ctx, nil, cfg, nil)
+	g := r.newGeneration(id, cand)
+	staged, err := r.prepare(ctx, nil, cand.cfg, nil)
 	if err != nil {
 		r.releaseClaims()
 		return nil, err
@@ -127,10 +135,10 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	for _, s := range staged {
 		s.p.Commit()
 	}
-	r.activeVersion = snap.Version
+	r.activeVersion, r.activeData = snap.Version, snap.Data
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Generation: 1, Started: start, Duration: r.o.now().Sub(start)}
-	res.Message = "generation 1 loaded"
+	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Generation: id, Started: start, Duration: r.o.now().Sub(start)}
+	res.Message = fmt.Sprintf("generation %d loaded", id)
 	r.record(res)
 	return r, nil
 }
@@ -165,7 +173,7 @@ func (r *Runtime[T]) Acquire() Pin[T] {
 // included, is a Result with a nil error; after Close begins the error is
 // ErrClosed.
 func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error) {
-	return r.start(ctx, trigger, false)
+	return r.start(ctx, trigger, false, func(ctx context.Context) Result { return r.attempt(ctx, trigger, false) })
 }
 
 // Check runs the same steps as Reload up to and including prepare, then
@@ -173,10 +181,21 @@ func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error
 // generation, and reports the outcome a reload would have had (published
 // with reason check_passed when it would publish, with DryRun set).
 func (r *Runtime[T]) Check(ctx context.Context) (Result, error) {
-	return r.start(ctx, TriggerCheck, true)
+	return r.start(ctx, TriggerCheck, true, func(ctx context.Context) Result { return r.attempt(ctx, TriggerCheck, true) })
 }
 
-func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool) (Result, error) {
+// Apply applies version, published by another worker of the cluster,
+// through the same staged path as Reload: the record's live fields on top
+// of the local source's bootstrap fields, references resolved locally,
+// validated, prepared, published as generation version, committed. A
+// version not greater than the active one is a no-op (stale_version); a
+// failure keeps the active generation whole and is the caller's to retry.
+// It is busy while another attempt runs, like Reload.
+func (r *Runtime[T]) Apply(ctx context.Context, version uint64, rec Record) (Result, error) {
+	return r.start(ctx, TriggerCluster, false, func(ctx context.Context) Result { return r.apply(ctx, version, rec) })
+}
+
+func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run func(context.Context) Result) (Result, error) {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -200,7 +219,7 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool) (Resu
 	done := make(chan Result, 1)
 	go func() {
 		defer cancel()
-		res := r.attempt(ctxA, trigger, dry)
+		res := run(ctxA)
 		r.record(res)
 		<-r.slot
 		done <- res
@@ -269,8 +288,8 @@ func abortAll(s []staged) {
 	}
 }
 
-func (r *Runtime[T]) newGeneration(id uint64, cfg *T, flat []entry) *Generation[T] {
-	return &Generation[T]{id: id, cfg: cfg, flat: flat, published: r.o.now(), onRetire: r.retired}
+func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T]) *Generation[T] {
+	return &Generation[T]{id: id, cfg: c.cfg, flat: c.flat, files: c.files, published: r.o.now(), onRetire: r.retired}
 }
 
 // attach gives g its consumer values: new ones from staged consumers that
@@ -300,45 +319,82 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 }
 
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
-func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) (res Result) {
+func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Result {
 	prev := r.cur.Load()
-	start := r.o.now()
-	res = Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: start}
-	var st []staged
-	published := false
+	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
+	return r.guard(ctx, res, func(res *Result) Result {
+		stop := lap(&res.Timings.Read)
+		snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Active: r.activeVersion})
+		stop()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return r.failed(ctx, *res, err)
+		}
+		stop = lap(&res.Timings.Decode)
+		cand, err := r.comp.compile(snap.Data)
+		stop()
+		if err != nil {
+			return r.failed(ctx, *res, err)
+		}
+		out := r.stage(ctx, res, prev, cand, 0)
+		if !dry && out.Outcome.OK() {
+			r.activeVersion, r.activeData = snap.Version, snap.Data
+		}
+		return out
+	})
+}
+
+// apply runs a cluster version through the staged path. It holds the slot.
+func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Result {
+	prev := r.cur.Load()
+	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
+	return r.guard(ctx, res, func(res *Result) Result {
+		if version <= prev.id {
+			res.Outcome, res.Reason = NoOp, ReasonStale
+			res.Message = fmt.Sprintf("version %d is not newer than the active generation %d", version, prev.id)
+			return *res
+		}
+		stop := lap(&res.Timings.Decode)
+		cand, err := r.comp.compileWith(r.activeData, rec.Live)
+		stop()
+		if err == nil {
+			err = checkFiles(rec.Files, cand.files)
+		}
+		if err != nil {
+			return r.failed(ctx, *res, err)
+		}
+		return r.stage(ctx, res, prev, cand, version)
+	})
+}
+
+// guard runs body with the attempt's bookkeeping: timing, and a panic
+// turned into internal-failed.
+func (r *Runtime[T]) guard(ctx context.Context, res Result, body func(*Result) Result) (out Result) {
+	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
-			if !published {
-				abortAll(st)
-			}
 			r.o.logger.Error("reconf: attempt panicked", "panic", p)
-			res = r.failed(ctx, res, &Error{Reason: ReasonInternal, Message: "the attempt failed on an internal error; see the service log"})
+			out = r.failed(ctx, res, &Error{Reason: ReasonInternal, Message: "the attempt failed on an internal error; see the service log"})
 		}
-		res.Duration = r.o.now().Sub(start)
+		out.Duration = time.Since(start)
 	}()
-	lap := func(d *time.Duration) func() {
-		t := time.Now()
-		return func() { *d = time.Since(t) }
-	}
+	return body(&res)
+}
 
-	stop := lap(&res.Timings.Read)
-	snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Active: r.activeVersion})
-	stop()
-	if err != nil {
-		return r.failed(ctx, res, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return r.failed(ctx, res, err)
-	}
-	stop = lap(&res.Timings.Decode)
-	cfg, err := r.comp.compile(snap.Data)
-	stop()
-	if err != nil {
-		return r.failed(ctx, res, err)
-	}
-	stop = lap(&res.Timings.Diff)
-	flat := flatten(reflect.ValueOf(cfg).Elem())
-	changes := diffEntries(prev.flat, flat)
+func lap(d *time.Duration) func() {
+	t := time.Now()
+	return func() { *d = time.Since(t) }
+}
+
+// stage runs steps 5 to 9 for a compiled candidate: diff and classify,
+// retention, prepare, publish (through the channel in a cluster), commit.
+// version is the generation ID to publish as when a cluster version is
+// being applied, else 0.
+func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
+	stop := lap(&res.Timings.Diff)
+	changes := diffEntries(prev.flat, cand.flat)
 	restart, live := classified(changes)
 	stop()
 	res.Changed = live
@@ -357,57 +413,142 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) (re
 		if res.Reason == ReasonUnclassified {
 			res.Message += "; fields without a class are treated as restart-required"
 		}
-		return res
+		return *res
 	}
-	if live == 0 {
-		if !dry {
-			r.activeVersion = snap.Version
-		}
+	// Applying a cluster version always moves to its number, even when its
+	// content equals ours, so every worker names it the same way.
+	if live == 0 && version == 0 {
 		res.Outcome, res.Reason, res.Message = NoOp, ReasonUnchanged, "the effective configuration is unchanged"
-		return res
+		return *res
 	}
 	if n := r.retainedCount(); n >= r.o.retention {
 		res.Outcome, res.Reason = RetentionBlocked, ReasonRetention
 		res.Message = fmt.Sprintf("%d generations are retained (budget %d) because in-flight work still pins them; retry when it drains", n, r.o.retention)
-		return res
+		return *res
 	}
 	stop = lap(&res.Timings.Prepare)
-	st, err = r.prepare(ctx, prev.cfg, cfg, changes)
+	st, err := r.prepare(ctx, prev.cfg, cand.cfg, changes)
 	stop()
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
-		return r.failed(ctx, res, err)
-	}
-	if err := ctx.Err(); err != nil {
 		abortAll(st)
-		return r.failed(ctx, res, err)
+		return r.failed(ctx, *res, err)
 	}
-	if dry {
+	if res.DryRun {
 		abortAll(st)
 		res.Outcome, res.Reason = Published, ReasonDryRunOK
 		res.Message = fmt.Sprintf("the candidate is valid; a reload would publish %d changed field(s)", live)
-		return res
+		return *res
 	}
 
 	stop = lap(&res.Timings.Publish)
-	next := r.newGeneration(prev.id+1, cfg, flat)
+	id := version
+	if id == 0 {
+		id = prev.id + 1
+		if ch := r.o.channel; ch != nil {
+			if id, err = r.publish(ctx, ch, prev.id, cand); err != nil {
+				abortAll(st)
+				return r.failed(ctx, *res, err)
+			}
+		}
+	}
+	next := r.newGeneration(id, cand)
 	r.attach(next, prev, st)
 	r.mu.Lock()
 	r.retained[next] = struct{}{}
 	r.mu.Unlock()
 	r.cur.Store(next)
-	published = true
 	prev.replace()
 	stop()
 
+	// From here on the generation is published: a panic in a Commit is a
+	// consumer bug reported as such, never an abort.
 	stop = lap(&res.Timings.Commit)
 	for _, s := range st {
-		s.p.Commit()
+		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
 	stop()
-	r.activeVersion = snap.Version
 	res.Outcome, res.Reason, res.Generation = Published, ReasonPublished, next.id
 	res.Message = fmt.Sprintf("generation %d is active (%d field(s) changed)", next.id, live)
-	return res
+	return *res
+}
+
+func commitSafely(l *slog.Logger, name string, p Prepared) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.Error("reconf: a consumer panicked in Commit", "consumer", name, "panic", v)
+		}
+	}()
+	p.Commit()
+}
+
+// record returns what a cluster publishes for cand.
+func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
+	live, err := encodeLive(cand.cfg)
+	if err != nil {
+		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
+	}
+	return Record{Live: live, Fingerprint: fingerprintOf(cand.flat, nil), Files: cand.files}, nil
+}
+
+// publish writes cand to the channel as version held+1.
+func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T]) (uint64, error) {
+	rec, err := r.recordOf(cand)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ch.Publish(ctx, held, rec)
+	var e *Error
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.As(err, &e):
+		return 0, e
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	default:
+		return 0, &Error{Reason: ReasonClusterUnavailable, Message: "the cluster channel could not be written; the previous generation stays active", Err: err}
+	}
+}
+
+// join starts a cluster worker at the cluster's current version.
+func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) (uint64, *candidate[T], error) {
+	rec, err := r.recordOf(local)
+	if err != nil {
+		return 0, nil, err
+	}
+	v, got, err := ch.Join(ctx, rec)
+	if err != nil {
+		return 0, nil, fmt.Errorf("reconf: joining the cluster: %w", err)
+	}
+	if bytes.Equal(got.Live, rec.Live) {
+		return v, local, nil
+	}
+	cand, err := r.comp.compileWith(local.data, got.Live)
+	if err == nil {
+		err = checkFiles(got.Files, cand.files)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return v, cand, nil
+}
+
+// checkFiles refuses a cluster version whose referenced files differ here.
+func checkFiles(want, have map[string]string) error {
+	var probs []Problem
+	for p, d := range want {
+		if have[p] != d {
+			probs = append(probs, Problem{Path: p, Detail: "the file's content differs from the publisher's"})
+		}
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	slices.SortFunc(probs, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
+	return &Error{Reason: ReasonDigestMismatch, Message: "a file this version names differs on this host; distribute the same file to every host", Problems: probs}
 }
 
 // failed turns an error from a step into the result's outcome.
@@ -506,7 +647,7 @@ func (r *Runtime[T]) retired(g *Generation[T]) {
 		runHook(func() { h(g) })
 	}
 	if r.o.mutation != nil {
-		if path, changed := firstDifference(g.flat, flatten(reflect.ValueOf(g.cfg).Elem())); changed {
+		if path, changed := firstDifference(g.flat, encode(g.cfg, g.files)); changed {
 			r.o.mutation(g.id, path)
 		}
 	}
