@@ -3,6 +3,7 @@ package reconf
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -107,12 +108,13 @@ func (r Reason) Outcome() Outcome {
 	return InternalFailed
 }
 
-// Reasons lists every defined reason.
+// Reasons lists every defined reason, sorted.
 func Reasons() []Reason {
 	out := make([]Reason, 0, len(reasonOutcome))
 	for r := range reasonOutcome {
 		out = append(out, r)
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -92,8 +92,12 @@ func (o Outcome) HTTPStatus() int {
 // published or no-op.
 func (o Outcome) OK() bool { return o == Published || o == NoOp }
 
-// MarshalText encodes the outcome as its public name.
+// MarshalText encodes the outcome as its public name; the zero Outcome (no
+// outcome yet) encodes as empty text.
 func (o Outcome) MarshalText() ([]byte, error) {
+	if o == 0 {
+		return []byte{}, nil
+	}
 	if !o.valid() {
 		return nil, fmt.Errorf("reconf: unknown outcome %d", uint8(o))
 	}

@@ -47,8 +47,11 @@ func TestOutcomeTable(t *testing.T) {
 	if err := bad.UnmarshalText([]byte("exploded")); err == nil {
 		t.Error("UnmarshalText accepted an unknown name")
 	}
-	if _, err := Outcome(0).MarshalText(); err == nil {
-		t.Error("MarshalText accepted the zero outcome")
+	if b, err := Outcome(0).MarshalText(); err != nil || len(b) != 0 {
+		t.Errorf("zero outcome = %q, %v; want empty", b, err)
+	}
+	if _, err := Outcome(42).MarshalText(); err == nil {
+		t.Error("MarshalText accepted an unknown outcome")
 	}
 	if Outcome(99).HTTPStatus() != http.StatusInternalServerError {
 		t.Error("unknown outcome must map to 500")

@@ -196,6 +196,9 @@ func (r *Runtime[T]) Apply(ctx context.Context, version uint64, rec Record) (Res
 }
 
 func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run func(context.Context) Result) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("reconf: not started: %w", err)
+	}
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -210,6 +213,7 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 		id := r.cur.Load().id
 		res := Result{Outcome: Busy, Reason: ReasonInFlight, Message: "another attempt is in flight; try again when it ends", Trigger: trigger, DryRun: dry,
 			PreviousGeneration: id, Generation: id, Started: r.o.now()}
+		r.logAttempt(res)
 		r.observe(res)
 		return res, nil
 	}
@@ -606,6 +610,12 @@ func (r *Runtime[T]) record(res Result) {
 		}
 		r.mu.Unlock()
 	}
+	r.logAttempt(res)
+	r.observe(res)
+}
+
+// logAttempt writes the one structured record of an attempt.
+func (r *Runtime[T]) logAttempt(res Result) {
 	level := slog.LevelInfo
 	switch {
 	case res.Outcome == InternalFailed:
@@ -631,7 +641,6 @@ func (r *Runtime[T]) record(res Result) {
 		attrs = append(attrs, slog.String("message", res.Message))
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "config attempt", attrs...)
-	r.observe(res)
 }
 
 func (r *Runtime[T]) observe(res Result) {
@@ -668,6 +677,7 @@ func (r *Runtime[T]) retainedCount() int {
 
 // Status returns the runtime's state for operators.
 func (r *Runtime[T]) Status() Status {
+	source := r.src.Describe() // the user's code: never under r.mu
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := Status{
@@ -676,7 +686,7 @@ func (r *Runtime[T]) Status() Status {
 		LastFailure:         r.lastFailure,
 		RetainedGenerations: len(r.retained),
 		Busy:                len(r.slot) > 0 && !r.slotHeld,
-		Source:              r.src.Describe(),
+		Source:              source,
 		Closed:              r.closed,
 	}
 	for g := range r.retained {
