@@ -27,10 +27,10 @@ type compiler[T any] struct {
 
 // candidate is a compiled configuration with its canonical encoding.
 type candidate[T any] struct {
-	cfg   *T
-	flat  []entry
-	files map[string]string
-	data  []byte // the local source bytes it was compiled from
+	cfg       *T
+	files     map[string]string // file field path -> content digest
+	fileClass map[string]Class
+	data      []byte // the local source bytes it was compiled from
 }
 
 // compile returns a candidate or an *Error. It never returns an error that
@@ -60,16 +60,16 @@ func (c *compiler[T]) compileWith(data, live []byte) (cand *candidate[T], err er
 		}
 		src = live
 	}
-	files, err := c.finish(src, cfg)
+	w, err := c.finish(src, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, flat: encode(cfg, files), files: files, data: data}, nil
+	return &candidate[T]{cfg: cfg, files: w.files, fileClass: w.fileClass, data: data}, nil
 }
 
-// finish runs every step after decoding and returns the digests of the
-// files that file fields name.
-func (c *compiler[T]) finish(data []byte, cfg *T) (map[string]string, error) {
+// finish runs every step after decoding. The walker it returns holds the
+// digests of the files that file fields name.
+func (c *compiler[T]) finish(data []byte, cfg *T) (*valueWalker, error) {
 	lookup := c.lookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -100,7 +100,7 @@ func (c *compiler[T]) finish(data []byte, cfg *T) (map[string]string, error) {
 	if len(probs) > 0 {
 		return nil, locateAll(data, &Error{Reason: ReasonValidation, Message: "the configuration is not valid; fix the fields listed", Problems: probs})
 	}
-	return w.files, nil
+	return w, nil
 }
 
 // fileDigest digests a file a file field names. A file that cannot be read
@@ -179,6 +179,7 @@ func applyEnv(v reflect.Value, path string, lookup func(string) (string, bool)) 
 // valueWalker walks a candidate's values.
 type valueWalker struct {
 	files      map[string]string // path of each file field -> content digest
+	fileClass  map[string]Class
 	lookupEnv  func(string) (string, bool)
 	propagated bool
 	derived    []Problem
@@ -243,9 +244,9 @@ func (w *valueWalker) prepare(v reflect.Value, path string, class Class) {
 			}
 			if f.isFile && fv.String() != "" {
 				if w.files == nil {
-					w.files = map[string]string{}
+					w.files, w.fileClass = map[string]string{}, map[string]Class{}
 				}
-				w.files[p] = fileDigest(fv.String())
+				w.files[p], w.fileClass[p] = fileDigest(fv.String()), c
 			}
 			w.prepare(fv, p, c)
 		}

@@ -3,6 +3,7 @@ package reconf
 import (
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +17,12 @@ type Generation[T any] struct {
 	id        uint64
 	cfg       *T
 	published time.Time
-	flat      []entry           // canonical encoding, for the diff and the mutation check
+	flat      []entry           // canonical encoding, kept only for the mutation check
 	files     map[string]string // digests of files that file fields name
+	fileClass map[string]Class
+
+	fpOnce      sync.Once
+	fingerprint string // of the bootstrap fields, computed on first use
 
 	// values are the consumers' per-generation attachments, by consumer
 	// index; a consumer that did not change shares its predecessor's.
@@ -42,6 +47,12 @@ func (g *Generation[T]) Config() *T { return g.cfg }
 
 // Published returns when the generation became active.
 func (g *Generation[T]) Published() time.Time { return g.published }
+
+// bootstrapFingerprint digests the generation's bootstrap fields.
+func (g *Generation[T]) bootstrapFingerprint() string {
+	g.fpOnce.Do(func() { g.fingerprint = fingerprintOf(flattenBootstrap(reflect.ValueOf(g.cfg).Elem()), nil) })
+	return g.fingerprint
+}
 
 // Value returns the value consumer name attached to this generation (see
 // Valuer), or nil.

@@ -2,6 +2,8 @@ package reconf
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +194,40 @@ func TestLifecycleProperties(t *testing.T) {
 			if retiredCount[id] != 1 {
 				rt.Fatalf("generation %d retired %d times", id, retiredCount[id])
 			}
+		}
+	})
+}
+
+// TestDiffAgreesWithEncoding checks the side-by-side diff against the
+// canonical encoding: both must name exactly the same changed paths.
+func TestDiffAgreesWithEncoding(t *testing.T) {
+	names := []string{"stub", "other", "a", "b", "c"}
+	gen := rapid.Custom(func(rt *rapid.T) *testConfig {
+		c := &testConfig{}
+		c.Server.Address = rapid.SampledFrom([]string{"x", "y"}).Draw(rt, "addr")
+		c.Routing.A = rapid.IntRange(0, 2).Draw(rt, "a")
+		perm := rapid.Permutation(names).Draw(rt, "perm")
+		for _, n := range perm[:rapid.IntRange(0, len(names)).Draw(rt, "n")] {
+			b := testBackend{Name: n, Weight: rapid.IntRange(0, 2).Draw(rt, "w")}
+			if rapid.Bool().Draw(rt, "key") {
+				b.APIKey = NewSecret(rapid.SampledFrom([]string{"k1", "k2"}).Draw(rt, "k"))
+			}
+			c.Backends = append(c.Backends, b)
+		}
+		if rapid.Bool().Draw(rt, "aliases") {
+			c.Aliases = map[string]string{}
+			for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(names), rapid.ID[string]).Draw(rt, "alias") {
+				c.Aliases["m-"+n] = rapid.SampledFrom(names).Draw(rt, "target")
+			}
+		}
+		return c
+	})
+	rapid.Check(t, func(rt *rapid.T) {
+		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
+		got := Diff(a, b)
+		want := diffEntries(flatten(reflect.ValueOf(a).Elem()), flatten(reflect.ValueOf(b).Elem()))
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			rt.Fatalf("Diff = %v\nencoding diff = %v", got, want)
 		}
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -116,7 +118,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		}
 	}
 	for _, res := range r.o.resources {
-		rel, err := Claim(res.name, fingerprintOf(cand.flat, res.paths))
+		rel, err := Claim(res.name, fingerprintOf(flatten(reflect.ValueOf(cand.cfg).Elem()), res.paths))
 		if err != nil {
 			r.releaseClaims()
 			return nil, err
@@ -293,7 +295,11 @@ func abortAll(s []staged) {
 }
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T]) *Generation[T] {
-	return &Generation[T]{id: id, cfg: c.cfg, flat: c.flat, files: c.files, published: r.o.now(), onRetire: r.retired}
+	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired}
+	if r.o.mutation != nil {
+		g.flat = encode(c.cfg, c.files)
+	}
+	return g
 }
 
 // attach gives g its consumer values: new ones from staged consumers that
@@ -398,7 +404,7 @@ func lap(d *time.Duration) func() {
 // being applied, else 0.
 func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
 	stop := lap(&res.Timings.Diff)
-	changes := diffEntries(prev.flat, cand.flat)
+	changes := diffValues(reflect.ValueOf(prev.cfg).Elem(), reflect.ValueOf(cand.cfg).Elem(), prev.files, cand.files, mergeClasses(prev.fileClass, cand.fileClass))
 	restart, live := classified(changes)
 	stop()
 	res.Changed = live
@@ -494,7 +500,7 @@ func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
 	if err != nil {
 		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Fingerprint: fingerprintOf(cand.flat, nil), Files: cand.files}, nil
+	return Record{Live: live, Fingerprint: fingerprintOf(flattenBootstrap(reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
 }
 
 // publish writes cand to the channel as version held+1.
@@ -538,6 +544,15 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 		return 0, nil, err
 	}
 	return v, cand, nil
+}
+
+func mergeClasses(a, b map[string]Class) map[string]Class {
+	if len(a) == 0 {
+		return b
+	}
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }
 
 // checkFiles refuses a cluster version whose referenced files differ here.
@@ -698,7 +713,7 @@ func (r *Runtime[T]) Status() Status {
 // BootstrapFingerprint returns a short digest of the active generation's
 // restart-class fields. Two processes started with the same bootstrap
 // configuration report the same fingerprint.
-func (r *Runtime[T]) BootstrapFingerprint() string { return fingerprintOf(r.cur.Load().flat, nil) }
+func (r *Runtime[T]) BootstrapFingerprint() string { return r.cur.Load().bootstrapFingerprint() }
 
 // Close is the one shutdown path: it refuses new triggers, cancels an
 // in-flight attempt and waits for it, retires the active generation, waits
