@@ -228,3 +228,18 @@ func TestSystemPromptFileMissingFailsLoad(t *testing.T) {
 		t.Fatalf("got %v, want a consumer error wrapping errPromptMissing", err)
 	}
 }
+
+// TestDocsListEveryClass keeps the configuration reference in
+// docs/reconfd.md in step with the code: every field's row with its class.
+func TestDocsListEveryClass(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/reconfd.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fc := range reconf.Classes[Config]() {
+		row := "| `" + fc.Path + "` | " + fc.Class.String() + " |"
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/reconfd.md lacks the row %q", row)
+		}
+	}
+}
