@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,6 +33,12 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		// Building the binary and running processes is the heavy part;
+		// every test skips itself without it.
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "reconfd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -136,8 +143,17 @@ func startServer(t testing.TB, cfg string, args []string, env ...string) *server
 	return startServerAt(t, path, args, env...)
 }
 
+// requireBinary skips a test when the binary was not built (-short).
+func requireBinary(t testing.TB) {
+	t.Helper()
+	if binary == "" {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+}
+
 func startServerAt(t testing.TB, path string, args []string, env ...string) *server {
 	t.Helper()
+	requireBinary(t)
 	s := &server{t: t, config: path, logs: &syncBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
 	s.cmd = exec.Command(binary, append([]string{"serve", "--config", path}, args...)...)
@@ -333,6 +349,7 @@ func (s *server) waitGeneration(want int) {
 // reconfd runs a client command and returns its exit code and output.
 func reconfd(t testing.TB, env []string, args ...string) (int, string, string) {
 	t.Helper()
+	requireBinary(t)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	var stdout, stderr bytes.Buffer

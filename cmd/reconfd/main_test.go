@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func noEnv(string) (string, bool) { return "", false }
+
+func runCmd(t *testing.T, lookup env, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut, lookup)
+	return code, out.String(), errOut.String()
+}
+
+const valid = `
+routing: {default_route: s}
+backends:
+  - {name: s, kind: stub, model: m}
+`
+
+func writeFile(t *testing.T, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExitCodes(t *testing.T) {
+	good := writeFile(t, valid)
+	bad := writeFile(t, strings.Replace(valid, "default_route: s", "default_route: x", 1))
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"version"}, 0},
+		{[]string{"check-config", "--config", good}, 0},
+		{[]string{"check-config", "--config", good, "--against", good}, 0},
+		{[]string{"check-config", "--config", bad}, 1},
+		{[]string{"check-config", "--config", good, "--against", bad}, 1},
+		{[]string{"check-config", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, 1},
+		{[]string{"check-config", "--classes"}, 0},
+		{[]string{"check-config"}, 2},
+		{[]string{"check-config", "--config", good, "--output", "yaml"}, 2},
+		{[]string{"check-config", "--bogus"}, 2},
+		{[]string{"serve"}, 2},
+		{[]string{"serve", "--config", bad}, 1},
+		{[]string{"reload"}, 2},
+		{[]string{"status", "--output", "xml", "--address", "127.0.0.1:1"}, 2},
+		{[]string{"nonsense"}, 2},
+		{[]string{"version", "extra"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			if code, out, errOut := runCmd(t, noEnv, tc.args...); code != tc.code {
+				t.Errorf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+		})
+	}
+}
+
+func TestCheckConfigJSON(t *testing.T) {
+	good := writeFile(t, valid)
+	changed := writeFile(t, strings.Replace(valid, "model: m}", "model: m2}", 1)+"server: {address: '127.0.0.1:9'}\n")
+	code, out, _ := runCmd(t, noEnv, "check-config", "--config", changed, "--against", good, "--output", "json")
+	var rep struct {
+		Valid bool `json:"valid"`
+		Diff  struct {
+			Live            []string `json:"live"`
+			RestartRequired []string `json:"restart_required"`
+			ReloadOutcome   string   `json:"reload_outcome"`
+		} `json:"diff"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d %v\n%s", code, err, out)
+	}
+	if !rep.Valid || strings.Join(rep.Diff.Live, ",") != "backends[s].model" ||
+		strings.Join(rep.Diff.RestartRequired, ",") != "server.address" || rep.Diff.ReloadOutcome != "restart-required" {
+		t.Errorf("got %+v", rep)
+	}
+}
+
+// TestReloadClient checks the reload and status clients against a fake
+// management API: exit codes follow the outcome, output formats, errors.
+func TestReloadClient(t *testing.T) {
+	var answer struct {
+		status int
+		body   string
+	}
+	var gotAuth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth = r.Header.Get("Authorization")
+		w.WriteHeader(answer.status)
+		_, _ = w.Write([]byte(answer.body))
+	}))
+	defer srv.Close()
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case "RECONF_MANAGEMENT_ADDRESS":
+			return srv.URL, true
+		case "RECONF_MANAGEMENT_TOKEN":
+			return "token-from-the-env-123", true
+		}
+		return "", false
+	}
+	cases := []struct {
+		name, body string
+		status     int
+		args       []string
+		code       int
+		out        string
+	}{
+		{"published", `{"outcome":"published","reason":"published","message":"generation 2 is active","previous_generation":1,"generation":2,"restart_required_fields":[],"trigger":"api"}`, 200, []string{"reload"}, 0, "published (published): generation 2 is active\n  generation 1 -> 2"},
+		{"no-op", `{"outcome":"no-op","reason":"unchanged","message":"unchanged","previous_generation":2,"generation":2,"restart_required_fields":[],"trigger":"api"}`, 200, []string{"reload"}, 0, "no-op"},
+		{"restart", `{"outcome":"restart-required","reason":"restart_field_changed","message":"m","previous_generation":2,"generation":2,"restart_required_fields":["server.address"],"restart_required_field_count":1,"trigger":"api"}`, 409, []string{"reload"}, 1, "restart-required fields (1): server.address"},
+		{"invalid json", `{"outcome":"invalid","reason":"validation_failed","message":"m","problems":[{"path":"routing.default_route","line":3,"column":2,"detail":"must name a backend"}]}`, 422, []string{"reload", "--output", "json"}, 1, `"outcome":"invalid"`},
+		{"invalid text", `{"outcome":"invalid","reason":"validation_failed","message":"m","problems":[{"path":"routing.default_route","line":3,"column":2,"detail":"must name a backend"}]}`, 422, []string{"reload"}, 1, "routing.default_route (line 3, column 2): must name a backend"},
+		{"unauthorized", `{"error":{"reason":"unauthorized","message":"a valid bearer token is required"}}`, 401, []string{"reload"}, 1, ""},
+		{"pending", `{"error":{"reason":"attempt_pending","message":"still running"}}`, 202, []string{"reload"}, 1, ""},
+		{"status", `{"active_generation":3,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0, "active generation:    3"},
+		{"status refused", `{"error":{"reason":"unauthorized","message":"no"}}`, 401, []string{"status"}, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			answer.status, answer.body = tc.status, tc.body
+			code, out, errOut := runCmd(t, lookup, tc.args...)
+			if code != tc.code || !strings.Contains(out, tc.out) {
+				t.Errorf("exit %d, want %d; output %q lacks %q (stderr %q)", code, tc.code, out, tc.out, errOut)
+			}
+			if gotAuth != "Bearer token-from-the-env-123" {
+				t.Errorf("sent Authorization %q", gotAuth)
+			}
+			if tc.code == 1 && tc.status == 401 && !strings.Contains(errOut, "401 unauthorized") {
+				t.Errorf("stderr %q does not explain the refusal", errOut)
+			}
+		})
+	}
+}
