@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Generation is an immutable, published configuration with a monotonic ID.
@@ -28,9 +29,11 @@ type Generation[T any] struct {
 	// index; a consumer that did not change shares its predecessor's.
 	values []*attachment
 
-	refs     atomic.Int64 // pins
-	replaced atomic.Bool  // no longer active
-	retired  atomic.Bool  // retire has run
+	// pins counts holds in cache-line-sized shards, so goroutines pinning
+	// on different cores do not fight over one counter.
+	pins     [pinShards]pinShard
+	replaced atomic.Bool // no longer active
+	retired  atomic.Bool // retire has run
 
 	hookMu sync.Mutex
 	hooks  []func()
@@ -80,14 +83,50 @@ func (g *Generation[T]) OnRetire(fn func()) {
 	g.hookMu.Unlock()
 }
 
-// release drops one pin and retires the generation if it was the last one
-// and the generation is no longer active.
-func (g *Generation[T]) release() {
-	n := g.refs.Add(-1)
-	if n < 0 {
+// pinShards is the number of pin counters per generation.
+const (
+	pinShardBits = 4
+	pinShards    = 1 << pinShardBits
+)
+
+type pinShard struct {
+	n atomic.Int64
+	_ [56]byte // pad to a cache line
+}
+
+// hold adds a pin and returns its shard. The shard is picked from the
+// address of the caller's stack: free to compute, stable for a goroutine,
+// and different for goroutines that run side by side. It is only a hint
+// for spreading writes; correctness never depends on it.
+func (g *Generation[T]) hold() uint32 {
+	var here byte
+	h := uint64(uintptr(unsafe.Pointer(&here))>>10) * 0x9E3779B97F4A7C15
+	i := uint32(h >> (64 - pinShardBits))
+	g.pins[i].n.Add(1)
+	return i
+}
+
+// pinned returns the number of holds.
+func (g *Generation[T]) pinned() int64 {
+	var n int64
+	for i := range g.pins {
+		n += g.pins[i].n.Load()
+	}
+	return n
+}
+
+// release drops the hold on shard i and retires the generation if it was
+// the last one and the generation is no longer active.
+//
+// Every hold that counts was added before the generation was replaced (an
+// Acquire that sees a replaced generation drops its hold and retries), and
+// every releaser sums the shards after its own decrement, so the last
+// releaser of a replaced generation sees zero; retire runs once.
+func (g *Generation[T]) release(i uint32) {
+	if g.pins[i].n.Add(-1) < 0 {
 		panic("reconf: Pin released more than once")
 	}
-	if n == 0 && g.replaced.Load() {
+	if g.replaced.Load() && g.pinned() == 0 {
 		g.retire()
 	}
 }
@@ -97,7 +136,7 @@ func (g *Generation[T]) release() {
 // and retire runs once whatever the interleaving.
 func (g *Generation[T]) replace() {
 	g.replaced.Store(true)
-	if g.refs.Load() == 0 {
+	if g.pinned() == 0 {
 		g.retire()
 	}
 }
@@ -154,7 +193,10 @@ func (a *attachment) drop() {
 // so everything the work does sees one configuration. Release it exactly
 // once, when the work ends; a Pin is a small value, free to copy, but all
 // copies share the one hold.
-type Pin[T any] struct{ g *Generation[T] }
+type Pin[T any] struct {
+	g     *Generation[T]
+	shard uint32
+}
 
 // Generation returns the pinned generation.
 func (p Pin[T]) Generation() *Generation[T] { return p.g }
@@ -169,4 +211,4 @@ func (p Pin[T]) ID() uint64 { return p.g.id }
 func (p Pin[T]) Value(name string) any { return p.g.Value(name) }
 
 // Release ends the hold. Releasing the same hold twice panics.
-func (p Pin[T]) Release() { p.g.release() }
+func (p Pin[T]) Release() { p.g.release(p.shard) }

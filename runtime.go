@@ -156,14 +156,14 @@ func (r *Runtime[T]) Current() *Generation[T] { return r.cur.Load() }
 func (r *Runtime[T]) Acquire() Pin[T] {
 	for {
 		g := r.cur.Load()
-		g.refs.Add(1)
+		i := g.hold()
 		// If g is still active, its replacement (which happens after the
 		// swap) will see our hold. If not, g may have retired before our
 		// increment: drop the hold and pin the new active generation.
 		if r.cur.Load() == g {
-			return Pin[T]{g}
+			return Pin[T]{g, i}
 		}
-		g.release()
+		g.release(i)
 	}
 }
 
@@ -705,7 +705,7 @@ func (r *Runtime[T]) Status() Status {
 		Closed:              r.closed,
 	}
 	for g := range r.retained {
-		s.Pinned += g.refs.Load()
+		s.Pinned += g.pinned()
 	}
 	return s
 }
