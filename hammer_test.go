@@ -24,7 +24,19 @@ func TestHammer(t *testing.T) {
 		reloads = 300
 	}
 	src := newMem(baseYAML(0))
-	rt := newTestRuntime(t, src, WithRetention[testConfig](64))
+	var retiredMu sync.Mutex
+	retired := map[uint64]int{}
+	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
+		WithRetention[testConfig](64),
+		WithMutationCheck[testConfig](func(gen uint64, path string) { t.Errorf("generation %d modified at %s", gen, path) }),
+		WithRetireHook[testConfig](func(g *Generation[testConfig]) {
+			retiredMu.Lock()
+			retired[g.ID()]++
+			retiredMu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reads atomic.Int64
@@ -109,6 +121,17 @@ func TestHammer(t *testing.T) {
 	}
 	if st := rt.Status(); st.Pinned != 0 || st.RetainedGenerations != 1 {
 		t.Fatalf("after the hammer: %+v", st)
+	}
+	last := rt.Current().ID()
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	retiredMu.Lock()
+	defer retiredMu.Unlock()
+	for id := uint64(1); id <= last; id++ {
+		if retired[id] != 1 {
+			t.Fatalf("generation %d retired %d times", id, retired[id])
+		}
 	}
 }
 
