@@ -26,6 +26,11 @@
 // `reconf:",key"`) are compared by that key, so a change shows as
 // "backends[stub].timeout".
 //
+// A string field tagged `reconf:",file"` names a file whose content is
+// part of the configuration (a system prompt, a CA bundle): its digest is
+// compared like a value, so editing the file and reloading is a change of
+// that field, and in a cluster every worker must hold the same content.
+//
 // # Sources and precedence
 //
 // A candidate is compiled in one order: strict YAML decode (exactly one
@@ -62,6 +67,16 @@
 // Lock order: Runtime.closeLock, then the attempt slot, then Runtime.mu;
 // Generation.hookMu is taken alone. No lock is held while calling a
 // consumer, a hook or an observer.
+//
+// # Clusters
+//
+// With WithChannel the runtime is one worker of a fleet. New joins at the
+// cluster's current version; a Reload that would publish writes a Record
+// (the live fields, secrets as references, file digests) with
+// compare-and-set on the version it holds, and loses with busy/superseded
+// if another worker published first; Apply runs other workers' versions
+// through the same staged path. A generation's ID is its cluster version
+// on every worker. Package propagate provides the etcd channel.
 //
 // # Secrets
 //
