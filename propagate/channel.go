@@ -1,0 +1,183 @@
+package propagate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// DefaultRequestTimeout bounds each etcd request a Channel or Follower
+// makes, so that an unreachable etcd is noticed rather than waited on.
+const DefaultRequestTimeout = 3 * time.Second
+
+// Channel is reconf.Channel on etcd: one key holds the cluster's current
+// record, and that key's own version counter is the cluster version.
+// Publish is a compare-and-set on it, so versions are dense (held+1) and
+// totally ordered. The key is never deleted (deleting it would reset the
+// counter). Worker rows live under the same prefix (see Follower).
+//
+// A Channel is safe for concurrent use. It does not own the client.
+type Channel struct {
+	cli     *clientv3.Client
+	prefix  string
+	id      string
+	timeout time.Duration
+	now     func() time.Time
+}
+
+var _ reconf.Channel = (*Channel)(nil)
+
+// ChannelOption configures a Channel.
+type ChannelOption func(*Channel)
+
+// WithWorkerID names this worker in published records and in its worker
+// row. It must be non-empty and contain no '/'. The default is
+// host-pid-random.
+func WithWorkerID(id string) ChannelOption { return func(c *Channel) { c.id = id } }
+
+// WithRequestTimeout bounds each etcd request (default
+// DefaultRequestTimeout); a caller's earlier deadline still wins.
+func WithRequestTimeout(d time.Duration) ChannelOption {
+	return func(c *Channel) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// NewChannel returns the channel of the cluster whose keys live under
+// prefix (for example "/reconf/gateway"). Every worker of one cluster uses
+// the same prefix and client endpoints. It makes no request.
+func NewChannel(cli *clientv3.Client, prefix string, opts ...ChannelOption) (*Channel, error) {
+	prefix = strings.TrimRight(prefix, "/")
+	if cli == nil || prefix == "" {
+		return nil, errors.New("propagate: a client and a non-empty key prefix are required")
+	}
+	c := &Channel{cli: cli, prefix: prefix, timeout: DefaultRequestTimeout, now: time.Now}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.id == "" {
+		c.id = defaultWorkerID()
+	}
+	if strings.Contains(c.id, "/") {
+		return nil, fmt.Errorf("propagate: worker ID %q contains '/'", c.id)
+	}
+	return c, nil
+}
+
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", strings.ReplaceAll(host, "/", "_"), os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// ID returns this worker's ID.
+func (c *Channel) ID() string { return c.id }
+
+// Key returns the etcd key that holds the record.
+func (c *Channel) Key() string { return c.prefix + "/config" }
+
+// WorkersPrefix returns the etcd prefix of the worker rows.
+func (c *Channel) WorkersPrefix() string { return c.prefix + "/workers/" }
+
+func (c *Channel) rowKey() string { return c.WorkersPrefix() + c.id }
+
+func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// Join implements reconf.Channel: it returns the cluster's current version
+// and record, or, when the key does not exist, creates it with local as
+// version 1 (a transaction on the key's create revision, so two workers
+// joining an empty channel agree on one version 1). One round trip.
+func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
+	val, err := encodeRecord(1, c.id, c.now(), local)
+	if err != nil {
+		return 0, reconf.Record{}, err
+	}
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	key := c.Key()
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, val)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return 0, reconf.Record{}, unreachable("join", err)
+	}
+	if resp.Succeeded {
+		return 1, local, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return 0, reconf.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
+	}
+	u, err := decodeKV(kvs[0])
+	if err != nil {
+		return 0, reconf.Record{}, err
+	}
+	return u.Version, u.Record, nil
+}
+
+// Publish implements reconf.Channel: it writes rec as version held+1 if the
+// key's version is still held. If another worker published first it
+// returns an *reconf.Error with reason superseded; an etcd failure is
+// returned as an error wrapping ErrUnreachable (the runtime reports it as
+// cluster_unavailable).
+func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (uint64, error) {
+	val, err := encodeRecord(held+1, c.id, c.now(), rec)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	key := c.Key()
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(key), "=", int64(held))).
+		Then(clientv3.OpPut(key, val)).
+		Commit()
+	if err != nil {
+		return 0, unreachable("publish", err)
+	}
+	if !resp.Succeeded {
+		return 0, reconf.Errorf(reconf.ReasonSuperseded,
+			"another worker published a newer version than %d first; it will be applied here like any other version", held)
+	}
+	return held + 1, nil
+}
+
+// Latest reads the current version. An empty channel is Update{} (version
+// 0). rev is the store revision the read saw: watching from rev+1 misses
+// nothing and replays nothing.
+func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.Key())
+	if err != nil {
+		return Update{}, 0, unreachable("read", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Update{}, resp.Header.Revision, nil
+	}
+	u, err = decodeKV(resp.Kvs[0])
+	return u, resp.Header.Revision, err
+}
+
+func unreachable(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnreachable, op, err)
+}

@@ -1,0 +1,144 @@
+package propagate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// State is a worker's propagation state, as its row shows it.
+type State uint8
+
+// The states. The zero State is invalid.
+const (
+	// StateOK: the worker holds the newest version it has seen and can
+	// reach the channel.
+	StateOK State = iota + 1
+	// StateDegraded: the worker cannot reach the channel; it keeps serving
+	// its last-good generation and resyncs when etcd answers again.
+	StateDegraded
+	// StateFailing: applying the newest version failed here; the worker
+	// keeps its previous generation whole and retries with backoff and on
+	// every newer version. The row's last_error says why.
+	StateFailing
+)
+
+var stateNames = [...]string{StateOK: "ok", StateDegraded: "degraded", StateFailing: "failing"}
+
+// String returns "ok", "degraded" or "failing".
+func (s State) String() string {
+	if s >= StateOK && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// MarshalText encodes the state's name; an invalid state is an error.
+func (s State) MarshalText() ([]byte, error) {
+	if s < StateOK || int(s) >= len(stateNames) {
+		return nil, fmt.Errorf("propagate: invalid state %d", uint8(s))
+	}
+	return []byte(stateNames[s]), nil
+}
+
+// UnmarshalText decodes a state's name.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if i > 0 && n == string(b) {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("propagate: unknown state %q", b)
+}
+
+// WorkerRow is one worker's presence row. It is held under a lease, so it
+// disappears within the lease TTL when the worker dies. Nothing in it is
+// secret.
+type WorkerRow struct {
+	ID   string `json:"id"`
+	PID  int    `json:"pid"`
+	Host string `json:"host"`
+	// AppliedVersion is the cluster version of the worker's active
+	// generation.
+	AppliedVersion uint64 `json:"applied_version"`
+	State          State  `json:"state"`
+	// LastError is the reason of the last failed apply of a version still
+	// newer than AppliedVersion, or channel_unreachable; empty when none.
+	LastError   reconf.Reason `json:"last_error,omitempty"`
+	Fingerprint string        `json:"bootstrap_fingerprint"`
+	Heartbeat   time.Time     `json:"heartbeat"`
+	// BootstrapDrift is set by Fleet on a row whose fingerprint differs
+	// from the majority's (or on every row when there is no majority). It
+	// is never stored.
+	BootstrapDrift bool `json:"bootstrap_drift,omitempty"`
+}
+
+// Fleet is the cluster's state as etcd holds it: the cluster version and
+// every live worker's row, read in one transaction.
+type Fleet struct {
+	ClusterVersion uint64      `json:"cluster_version"`
+	Workers        []WorkerRow `json:"workers"`
+	// Converged is true when there is at least one row and every row's
+	// applied version equals the cluster version.
+	Converged bool `json:"converged"`
+	// Drift is true when some row is flagged BootstrapDrift.
+	Drift bool `json:"bootstrap_drift"`
+}
+
+// Fleet reads the cluster version and every worker row at one revision.
+// Rows are sorted by ID. A row that cannot be decoded is skipped.
+func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Txn(ctx).Then(
+		clientv3.OpGet(c.Key()),
+		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return Fleet{}, unreachable("fleet", err)
+	}
+	var f Fleet
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		f.ClusterVersion = uint64(kvs[0].Version)
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var r WorkerRow
+		if json.Unmarshal(kv.Value, &r) == nil {
+			f.Workers = append(f.Workers, r)
+		}
+	}
+	f.finish()
+	return f, nil
+}
+
+// finish sorts the rows and computes Converged and the drift flags.
+func (f *Fleet) finish() {
+	sort.Slice(f.Workers, func(i, j int) bool { return f.Workers[i].ID < f.Workers[j].ID })
+	f.Converged = len(f.Workers) > 0
+	count := map[string]int{}
+	for _, w := range f.Workers {
+		count[w.Fingerprint]++
+		if w.AppliedVersion != f.ClusterVersion {
+			f.Converged = false
+		}
+	}
+	majority, found := "", false
+	for fp, n := range count {
+		if 2*n > len(f.Workers) {
+			majority, found = fp, true
+		}
+	}
+	for i := range f.Workers {
+		if !found || f.Workers[i].Fingerprint != majority {
+			f.Workers[i].BootstrapDrift = true
+			f.Drift = true
+		}
+	}
+}

@@ -1,0 +1,538 @@
+package propagate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// Defaults of a Follower's options.
+const (
+	DefaultResyncInterval = time.Second
+	DefaultMinBackoff     = 50 * time.Millisecond
+	DefaultMaxBackoff     = 2 * time.Second
+	DefaultLeaseTTL       = 3 * time.Second
+)
+
+// Runtime is what a Follower needs from a runtime. Every *reconf.Runtime[T]
+// satisfies it. All methods must be safe for concurrent use.
+type Runtime interface {
+	// Apply applies a version published by another worker (see
+	// reconf.Runtime.Apply).
+	Apply(ctx context.Context, version uint64, rec reconf.Record) (reconf.Result, error)
+	// Status returns the runtime's state; its ActiveGeneration is the
+	// cluster version the worker holds.
+	Status() reconf.Status
+	// BootstrapFingerprint digests the restart-class fields.
+	BootstrapFingerprint() string
+}
+
+// Option configures a Follower.
+type Option func(*options)
+
+type options struct {
+	resync     time.Duration
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	ttl        time.Duration
+	logger     *slog.Logger
+	noWatch    bool // tests: rely on the resync alone
+}
+
+// WithResyncInterval sets how often the follower reads the key as a safety
+// net behind the watch, and heartbeats its row (default 1s).
+func WithResyncInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.resync = d
+		}
+	}
+}
+
+// WithBackoff sets the retry delay after a failed apply: min, doubling on
+// each failure of the same version, capped at max (defaults 50ms and 2s).
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) {
+		if min > 0 && max >= min {
+			o.minBackoff, o.maxBackoff = min, max
+		}
+	}
+}
+
+// WithLeaseTTL sets the TTL of the worker row's lease (default 3s, rounded
+// up to whole seconds; etcd may raise it to its minimum, 1.5 election
+// timeouts). A dead worker's row disappears within about this long.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.ttl = d.Round(time.Second)
+			if o.ttl < d {
+				o.ttl += time.Second
+			}
+		}
+	}
+}
+
+// withoutWatch makes the follower rely on its resync reads alone (tests of
+// the safety net).
+func withoutWatch() Option { return func(o *options) { o.noWatch = true } }
+
+// WithLogger sets where the follower logs (default slog.Default()). It
+// logs failures and recoveries, never a record's content.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Follower keeps one worker's runtime on the cluster's newest version and
+// keeps the worker's presence row. It watches the channel's key and applies
+// every version newer than the one the runtime holds, reads the key every
+// resync interval as a safety net, retries a failed apply with capped
+// backoff and on every newer version, and never applies an older version.
+// When etcd is unreachable the runtime keeps its last-good generation and
+// the follower reports StateDegraded until etcd answers again.
+//
+// A Follower owns two goroutines; Close stops them. Its methods are safe
+// for concurrent use.
+type Follower struct {
+	ch   *Channel
+	rt   Runtime
+	o    options
+	host string
+	pid  int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	dirty  chan struct{} // the row changed; presence writes it
+
+	closeMu sync.Mutex // serializes Close
+	lease   clientv3.LeaseID
+	revoked bool
+
+	mu        sync.Mutex // guards the fields below; never held while calling out
+	latest    Update     // newest version seen on the channel
+	readErr   bool       // the last read of the channel failed
+	writeErr  bool       // the last heartbeat failed
+	lastErr   reconf.Reason
+	malformed bool
+	applied   int // versions applied by this follower
+	failures  int // failed applies
+}
+
+// Follow starts a follower for rt on ch. rt must have been built with
+// reconf.WithChannel(ch), so that it joined the cluster and publishes
+// through it. Follow grants the row's lease and writes the row before it
+// returns; a failure returns an error and starts nothing.
+func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Follower, error) {
+	f := &Follower{
+		ch: ch, rt: rt, pid: os.Getpid(), dirty: make(chan struct{}, 1),
+		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL},
+	}
+	for _, opt := range opts {
+		opt(&f.o)
+	}
+	if f.o.logger == nil {
+		f.o.logger = slog.Default()
+	}
+	f.o.logger = f.o.logger.With(slog.String("worker_id", ch.id))
+	f.host, _ = os.Hostname()
+	if err := f.grant(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.putRow(ctx); err != nil {
+		f.revoke(ctx)
+		return nil, err
+	}
+	f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	f.wg.Add(2)
+	go f.run()
+	go f.presence()
+	return f, nil
+}
+
+// Close stops the follower, waits for its goroutines and revokes the row's
+// lease, so the row disappears at once (if etcd cannot be reached, it
+// expires within the TTL). It honours ctx and may be called again after a
+// deadline; after it succeeds it returns nil.
+func (f *Follower) Close(ctx context.Context) error {
+	f.closeMu.Lock()
+	defer f.closeMu.Unlock()
+	f.cancel()
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("propagate: close: %w", ctx.Err())
+	}
+	if !f.revoked {
+		f.revoke(ctx)
+		f.revoked = true
+	}
+	return nil
+}
+
+func (f *Follower) revoke(ctx context.Context) {
+	if f.lease == 0 {
+		return
+	}
+	rctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	if _, err := f.ch.cli.Revoke(rctx, f.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		f.o.logger.Warn("propagate: revoking the worker row's lease failed; the row expires with its TTL", "error", err)
+	}
+}
+
+// run is the apply loop: watch, resync, retry.
+func (f *Follower) run() {
+	defer f.wg.Done()
+	var (
+		wch     clientv3.WatchChan
+		wcancel = func() {}
+		backoff = f.o.minBackoff
+		retry   = time.NewTimer(time.Hour)
+		waiting bool // a retry is scheduled; hold off until it fires or a newer version arrives
+	)
+	retry.Stop()
+	defer func() { wcancel() }()
+	tick := time.NewTicker(f.o.resync)
+	defer tick.Stop()
+
+	resync := func() {
+		u, rev, err := f.ch.Latest(f.ctx)
+		if err != nil {
+			if f.ctx.Err() == nil {
+				f.readFailed(err)
+			}
+			return
+		}
+		f.readOK()
+		if f.offer(u) {
+			waiting, backoff = false, f.o.minBackoff
+		}
+		if wch == nil && !f.o.noWatch {
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
+			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), clientv3.WithRev(rev+1)), cancel
+		}
+	}
+	handle := func(wr clientv3.WatchResponse, ok bool) {
+		if !ok || wr.Canceled || wr.Err() != nil {
+			// Watch again after the next resync read, from its revision.
+			wcancel()
+			wch, wcancel = nil, func() {}
+			return
+		}
+		for _, ev := range wr.Events {
+			if ev.Type != mvccpb.PUT {
+				continue
+			}
+			u, err := decodeKV(ev.Kv)
+			if err != nil {
+				f.badRecord(err)
+				continue
+			}
+			if f.offer(u) {
+				waiting, backoff = false, f.o.minBackoff
+			}
+		}
+	}
+
+	resync()
+	for {
+		if f.ctx.Err() != nil {
+			return
+		}
+		if !waiting {
+			if f.step() {
+				retry.Reset(backoff)
+				waiting, backoff = true, min(2*backoff, f.o.maxBackoff)
+			} else {
+				backoff = f.o.minBackoff
+			}
+		}
+		select {
+		case <-f.ctx.Done():
+			return
+		case wr, ok := <-wch:
+			handle(wr, ok)
+			// Take everything already delivered, so that only the newest
+			// version is applied.
+			for drained := false; !drained && wch != nil; {
+				select {
+				case wr, ok := <-wch:
+					handle(wr, ok)
+				default:
+					drained = true
+				}
+			}
+		case <-tick.C:
+			resync()
+		case <-retry.C:
+			waiting = false
+		}
+	}
+}
+
+// offer records u if it is newer than any version seen; it reports whether
+// it was.
+func (f *Follower) offer(u Update) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u.Version <= f.latest.Version {
+		return false
+	}
+	f.latest = u
+	if f.malformed {
+		f.malformed, f.lastErr = false, ""
+	}
+	return true
+}
+
+// step applies the newest version seen if it is newer than the one the
+// runtime holds. It reports whether to retry after a backoff.
+func (f *Follower) step() (retry bool) {
+	f.mu.Lock()
+	u := f.latest
+	f.mu.Unlock()
+	held := f.rt.Status().ActiveGeneration
+	if u.Version <= held {
+		f.settle()
+		return false
+	}
+	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
+	switch {
+	case f.ctx.Err() != nil:
+		return false
+	case errors.Is(err, reconf.ErrClosed):
+		f.failed(u.Version, reconf.ReasonShutdown, "the runtime is closed")
+		return false
+	case err != nil:
+		f.failed(u.Version, reconf.ReasonInternal, err.Error())
+		return true
+	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
+		f.mu.Lock()
+		f.applied++
+		f.mu.Unlock()
+		f.settle()
+		return false
+	case res.Outcome == reconf.Busy:
+		return true // another attempt is running here; not a failure
+	default:
+		f.failed(u.Version, res.Reason, res.Message)
+		return true
+	}
+}
+
+// settle clears an apply failure once the runtime holds the newest version.
+func (f *Follower) settle() {
+	f.mu.Lock()
+	changed := f.lastErr != "" && !f.malformed
+	if changed {
+		f.lastErr = ""
+	}
+	f.mu.Unlock()
+	if changed {
+		f.o.logger.Info("propagate: caught up with the cluster")
+	}
+	f.markDirty()
+}
+
+func (f *Follower) failed(version uint64, reason reconf.Reason, msg string) {
+	f.mu.Lock()
+	first := f.lastErr != reason
+	f.lastErr = reason
+	f.failures++
+	f.mu.Unlock()
+	if first {
+		f.o.logger.Warn("propagate: applying a cluster version failed; the previous generation stays active and the apply is retried",
+			"version", version, "reason", string(reason), "message", msg)
+	}
+	f.markDirty()
+}
+
+func (f *Follower) badRecord(err error) {
+	f.mu.Lock()
+	first := !f.malformed
+	f.malformed, f.lastErr = true, ReasonMalformed
+	f.mu.Unlock()
+	if first {
+		f.o.logger.Error("propagate: the channel holds a record that cannot be decoded; nothing is applied until a good version is published", "error", err)
+	}
+	f.markDirty()
+}
+
+func (f *Follower) readFailed(err error) {
+	if errors.Is(err, ErrMalformed) {
+		f.badRecord(err)
+		return
+	}
+	f.mu.Lock()
+	first := !f.readErr
+	f.readErr = true
+	f.mu.Unlock()
+	if first {
+		f.o.logger.Warn("propagate: the channel is unreachable; serving the last-good generation", "error", err)
+	}
+}
+
+func (f *Follower) readOK() {
+	f.mu.Lock()
+	was := f.readErr
+	f.readErr = false
+	f.mu.Unlock()
+	if was {
+		f.o.logger.Info("propagate: the channel is reachable again")
+		f.markDirty()
+	}
+}
+
+func (f *Follower) markDirty() {
+	select {
+	case f.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Row returns this worker's row as the follower currently sees it (the
+// row in etcd may lag it by one heartbeat).
+func (f *Follower) Row() WorkerRow {
+	st := f.rt.Status()
+	r := WorkerRow{
+		ID: f.ch.id, PID: f.pid, Host: f.host, AppliedVersion: st.ActiveGeneration,
+		Fingerprint: f.rt.BootstrapFingerprint(), Heartbeat: time.Now().UTC(), State: StateOK,
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.readErr || f.writeErr:
+		r.State, r.LastError = StateDegraded, ReasonUnreachable
+	case f.lastErr != "":
+		r.State, r.LastError = StateFailing, f.lastErr
+	}
+	return r
+}
+
+// presence keeps the row alive: a lease keep-alive and a row write every
+// third of the TTL, and a write whenever the row changes.
+func (f *Follower) presence() {
+	defer f.wg.Done()
+	tick := time.NewTicker(f.o.ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-tick.C:
+			f.heartbeat(true)
+		case <-f.dirty:
+			f.heartbeat(false)
+		}
+	}
+}
+
+func (f *Follower) heartbeat(keepAlive bool) {
+	err := func() error {
+		if keepAlive && f.lease != 0 {
+			ctx, cancel := f.ch.reqCtx(f.ctx)
+			_, err := f.ch.cli.KeepAliveOnce(ctx, f.lease)
+			cancel()
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				f.lease = 0 // expired while etcd was away: a new lease below
+			} else if err != nil {
+				return err
+			}
+		}
+		if f.lease == 0 {
+			if err := f.grant(f.ctx); err != nil {
+				return err
+			}
+		}
+		return f.putRow(f.ctx)
+	}()
+	if f.ctx.Err() != nil {
+		return
+	}
+	f.mu.Lock()
+	was := f.writeErr
+	f.writeErr = err != nil
+	f.mu.Unlock()
+	if err != nil && !was {
+		f.o.logger.Warn("propagate: the worker row could not be written", "error", err)
+	}
+	if err == nil && was {
+		f.markDirty() // the row just written still said degraded
+	}
+}
+
+func (f *Follower) grant(ctx context.Context) error {
+	ctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	l, err := f.ch.cli.Grant(ctx, int64(f.o.ttl/time.Second))
+	if err != nil {
+		return unreachable("grant lease", err)
+	}
+	f.lease = l.ID
+	return nil
+}
+
+func (f *Follower) putRow(ctx context.Context) error {
+	b, err := json.Marshal(f.Row())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	if _, err := f.ch.cli.Put(ctx, f.ch.rowKey(), string(b), clientv3.WithLease(f.lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			f.lease = 0
+		}
+		return unreachable("write worker row", err)
+	}
+	return nil
+}
+
+// StatusFields returns the cluster part of a status document, for
+// admin.WithStatusFields: cluster_version, workers (one row each, read
+// from etcd), converged, bootstrap_drift, and worker (this worker's own
+// row). When etcd cannot be read it says so (cluster_reachable false,
+// cluster_version null, converged false) rather than presenting this
+// worker's view as the fleet's.
+func (f *Follower) StatusFields() map[string]any {
+	ctx, cancel := context.WithTimeout(context.Background(), min(f.ch.timeout, time.Second))
+	defer cancel()
+	fl, err := f.ch.Fleet(ctx)
+	m := map[string]any{"worker": f.Row()}
+	if err != nil {
+		m["cluster_reachable"] = false
+		m["cluster_version"] = nil
+		m["workers"] = []WorkerRow{}
+		m["converged"] = false
+		return m
+	}
+	if fl.Workers == nil {
+		fl.Workers = []WorkerRow{}
+	}
+	m["cluster_reachable"] = true
+	m["cluster_version"] = fl.ClusterVersion
+	m["workers"] = fl.Workers
+	m["converged"] = fl.Converged
+	m["bootstrap_drift"] = fl.Drift
+	return m
+}
+
+// StalenessBound is the documented bound on how long after a version is
+// published this follower has applied it, when etcd is reachable and the
+// apply succeeds: the watch normally pushes it within milliseconds; if a
+// push is lost the resync read finds it within one resync interval; if the
+// runtime was busy with another attempt, one more backoff (at most the
+// maximum). The apply's own duration and one read round trip come on top.
+func (f *Follower) StalenessBound() time.Duration { return f.o.resync + f.o.maxBackoff }
