@@ -184,6 +184,9 @@ func startServerAt(t testing.TB, path string, args []string, env ...string) *ser
 	t.Cleanup(func() {
 		s.stop()
 		s.client.CloseIdleConnections()
+		if strings.Contains(s.logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector fired in reconfd")
+		}
 		if t.Failed() {
 			t.Logf("reconfd output:\n%s", s.logs.String())
 		}

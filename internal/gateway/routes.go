@@ -137,7 +137,10 @@ type backendsConsumer struct {
 	current *routes // the last committed state
 }
 
-var _ reconf.Consumer[Config] = (*backendsConsumer)(nil)
+var (
+	_ reconf.Consumer[Config] = (*backendsConsumer)(nil)
+	_ io.Closer               = (*routes)(nil)
+)
 
 // Prepare builds the routing state for next.
 func (c *backendsConsumer) Prepare(ctx context.Context, _, next *Config) (reconf.Prepared, error) {
