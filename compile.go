@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 // defaults < file < environment < explicit overrides: a default fills only a
 // field still zero after the other three.
 type compiler[T any] struct {
+	baseDir    string // relative file fields are resolved against it
 	lookupEnv  func(string) (string, bool)
 	overrides  []func(*T)
 	propagated bool // literal secrets are refused (cluster mode)
@@ -82,7 +84,7 @@ func (c *compiler[T]) finish(data []byte, cfg *T) (*valueWalker, error) {
 	for _, o := range c.overrides {
 		o(cfg)
 	}
-	w := &valueWalker{lookupEnv: lookup, propagated: c.propagated}
+	w := &valueWalker{lookupEnv: lookup, propagated: c.propagated, baseDir: c.baseDir}
 	w.prepare(root, "", Unclassified)
 	if len(w.derived) > 0 {
 		return nil, locateAll(data, &Error{Reason: ReasonDerivedSet, Message: "a derived field is computed and must not be set in the source; remove it", Problems: w.derived})
@@ -180,6 +182,7 @@ func applyEnv(v reflect.Value, path string, lookup func(string) (string, bool)) 
 type valueWalker struct {
 	files      map[string]string // path of each file field -> content digest
 	fileClass  map[string]Class
+	baseDir    string
 	lookupEnv  func(string) (string, bool)
 	propagated bool
 	derived    []Problem
@@ -246,7 +249,11 @@ func (w *valueWalker) prepare(v reflect.Value, path string, class Class) {
 				if w.files == nil {
 					w.files, w.fileClass = map[string]string{}, map[string]Class{}
 				}
-				w.files[p], w.fileClass[p] = fileDigest(fv.String()), c
+				name := fv.String()
+				if !filepath.IsAbs(name) && w.baseDir != "" {
+					name = filepath.Join(w.baseDir, name)
+				}
+				w.files[p], w.fileClass[p] = fileDigest(name), c
 			}
 			w.prepare(fv, p, c)
 		}

@@ -28,6 +28,7 @@ type options[T any] struct {
 	mutation       func(gen uint64, path string)
 	now            func() time.Time
 	channel        Channel
+	baseDir        string
 }
 
 // WithLogger sets where the runtime writes its one record per attempt.
@@ -112,6 +113,11 @@ func WithProcessResource[T any](name string, paths ...string) Option[T] {
 // refused because only references may travel. Versions published by
 // others are applied with Runtime.Apply (package propagate does this).
 func WithChannel[T any](ch Channel) Option[T] { return func(o *options[T]) { o.channel = ch } }
+
+// WithBaseDir sets the directory that relative paths in `reconf:",file"`
+// fields are resolved against (usually the configuration file's). The
+// default is the process's working directory.
+func WithBaseDir[T any](dir string) Option[T] { return func(o *options[T]) { o.baseDir = dir } }
 
 type resource struct {
 	name  string

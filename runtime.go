@@ -100,7 +100,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
 	}
-	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil}
+	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir}
 	start := r.o.now()
 
 	snap, err := src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes})

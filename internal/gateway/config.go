@@ -94,7 +94,9 @@ type Backend struct {
 	// SystemPromptFile, when set, is read each time the backends are
 	// prepared and prepended to every conversation as a system message. A
 	// relative path is relative to the configuration file's directory.
-	SystemPromptFile string `yaml:"system_prompt_file"`
+	// The file's content is part of the configuration: editing it and
+	// reloading publishes, and in a cluster every host must hold the same.
+	SystemPromptFile string `yaml:"system_prompt_file" reconf:",file"`
 }
 
 // StubOptions shape the stub backend's answers.

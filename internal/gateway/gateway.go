@@ -90,6 +90,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	ropts := []reconf.Option[Config]{
 		reconf.WithLogger[Config](log),
 		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
+		reconf.WithBaseDir[Config](cons.dir),
 	}
 	if o.env != nil {
 		ropts = append(ropts, reconf.WithEnv[Config](o.env))

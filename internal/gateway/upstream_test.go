@@ -360,6 +360,21 @@ func TestSystemPrompt(t *testing.T) {
 	if got := system(); got != `"You are verbose."` {
 		t.Errorf("after the reload: got %s", got)
 	}
+
+	// Editing the prompt's content (atomically) and reloading publishes it:
+	// the file's digest is part of the configuration.
+	writeAtomic(t, filepath.Join(dir, "prompt-v2.txt"), "You are kind.")
+	res, _ = tg.Reload(t.Context(), reconf.TriggerSDK)
+	if res.Outcome != reconf.Published || res.Generation != 3 {
+		t.Fatalf("got %+v, want published generation 3 after a prompt edit", res)
+	}
+	if got := system(); got != `"You are kind."` {
+		t.Errorf("after the prompt edit: got %s", got)
+	}
+	// An unchanged prompt is a no-op.
+	if res, _ := tg.Reload(t.Context(), reconf.TriggerSDK); res.Outcome != reconf.NoOp {
+		t.Fatalf("got %+v, want no-op", res)
+	}
 }
 
 // countingTransport counts how often its idle connections are closed.
