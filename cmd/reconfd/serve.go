@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -62,6 +63,13 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// still shuts down cleanly.
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
+	// SIGHUP must never end the process: before the trigger listener is
+	// installed (start-up) and after it is closed (shutdown), a HUP lands
+	// in this never-read channel and is dropped instead of taking the
+	// default action, which is to terminate.
+	swallowHUP := make(chan os.Signal, 1)
+	signal.Notify(swallowHUP, syscall.SIGHUP)
+	defer signal.Stop(swallowHUP)
 
 	m := metrics.New("reconf")
 	g, err := gateway.New(ctx, f.config, gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
