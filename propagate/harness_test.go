@@ -122,7 +122,13 @@ type worker struct {
 
 	mu   sync.Mutex
 	gens []uint64 // every published generation, in order
-	seen chan uint64
+	seen chan stamp
+}
+
+// stamp is a generation and when the worker published it.
+type stamp struct {
+	gen uint64
+	at  time.Time
 }
 
 type workerOpts struct {
@@ -138,7 +144,7 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w := &worker{id: id, src: &memSource{}, env: wo.env, seen: make(chan uint64, 1024)}
+	w := &worker{id: id, src: &memSource{}, env: wo.env, seen: make(chan stamp, 4096)}
 	if w.env == nil {
 		w.env = newEnv("KEY1", canary, "KEY2", canary+"-2")
 	}
@@ -171,7 +177,7 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 				w.gens = append(w.gens, r.Generation)
 				w.mu.Unlock()
 				select {
-				case w.seen <- r.Generation:
+				case w.seen <- stamp{r.Generation, time.Now()}:
 				default:
 				}
 			}

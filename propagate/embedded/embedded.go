@@ -145,6 +145,9 @@ func (s *Server) configLocked() *embed.Config {
 	c.ClusterState = s.state
 	c.UnsafeNoFsync = !s.cfg.Fsync
 	c.EnableGRPCGateway = false
+	// A record carries every live field; allow large configurations
+	// (propagate.Connect's client sends up to 8 MiB).
+	c.MaxRequestBytes = 8 << 20
 	c.Metrics = "basic"
 	// Presence heartbeats write a little every second; keep history short.
 	c.AutoCompactionMode = embed.CompactorModePeriodic
