@@ -1,0 +1,451 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// record is one worker's entry for one backend, stored at
+// <prefix><backend>/<worker> under the worker's lease.
+type record struct {
+	// Claim is the number of slots the worker may use or is using,
+	// whichever is more: max(granted, in flight).
+	Claim int `json:"claim"`
+	// Want is the worker's demand (in flight + waiting, at most the limit)
+	// when it last wrote; Want > Claim means it is hungry.
+	Want int `json:"want"`
+	// Limit is the limit as the worker knows it (for operators).
+	Limit int `json:"limit"`
+}
+
+func (r record) hungry() bool { return r.Want > r.Claim }
+
+// backend runs one backend's share of the protocol on this worker: it
+// keeps a view of every worker's record (a watch), computes this worker's
+// target, drains before writing a lower claim, grows by compare-and-set,
+// and sets the limiter's capacity.
+type backend struct {
+	g     *Gate
+	name  string
+	pfx   string // <prefix><escaped name>/
+	id    string // escaped worker ID
+	key   string // pfx + id
+	lim   *Limiter
+	kickc chan struct{}
+
+	mu         sync.Mutex    // guards the fields below (written by run, read by SetLimit, the watchdog, Stats)
+	granted    int           // slots this worker may admit, never more than its claim in etcd
+	n          int           // workers in the last view, this one included; 0 before any view
+	sumOthers  int           // the other workers' claims in the last view
+	rejoinSeen int64         // g.rejoinAt when granted was last cut to the share
+	limitAt    time.Duration // when SetLimit last changed the limit
+
+	// Owned by run.
+	view        map[string]record // other workers' records by escaped ID
+	viewRev     int64             // every change to the prefix up to this revision is in view
+	pub         record            // this worker's record as last written
+	pubLease    int64             // lease of the written record; 0: no record in etcd
+	pubRev      int64             // mod revision of the written record
+	grantedAt   time.Duration     // when granted last grew
+	noGrowUntil time.Duration     // after passing slots on, let others take them
+	ticked      bool              // this pass follows a tick (publishes a cleared hunger)
+}
+
+var _ controller = (*backend)(nil)
+
+func newBackend(g *Gate, name string) *backend {
+	b := &backend{
+		g:          g,
+		name:       name,
+		pfx:        g.prefix + escape(name) + "/",
+		id:         escape(g.id),
+		kickc:      make(chan struct{}, 1),
+		view:       make(map[string]record),
+		rejoinSeen: g.rejoinAt.Load(),
+	}
+	b.key = b.pfx + b.id
+	b.lim = newClusterLimiter(b)
+	return b
+}
+
+func (b *backend) kick() { kick(b.kickc) }
+
+// setLimit stores the cluster-wide limit and applies it to the capacity at
+// once (a lower limit stops admissions above this worker's new part before
+// any etcd round trip); the loop then rebalances.
+func (b *backend) setLimit(n int) {
+	b.mu.Lock()
+	if int64(n) != b.lim.limit.Load() {
+		b.limitAt = b.g.now()
+	}
+	b.lim.limit.Store(int64(n))
+	b.applyLocked(b.g.now())
+	b.mu.Unlock()
+	b.kick()
+}
+
+func (b *backend) waiting()  { b.kick() }
+func (b *backend) released() { b.kick() }
+
+func (b *backend) stats(st *Stats) {
+	b.mu.Lock()
+	n := b.n
+	b.mu.Unlock()
+	if n == 0 {
+		n = int(b.g.workers.Load())
+	}
+	st.Workers = max(n, 1)
+	st.Degraded = b.g.phase(b.g.now()) >= cutEarly
+}
+
+func (b *backend) applyCapacity(now time.Duration) {
+	b.mu.Lock()
+	b.applyLocked(now)
+	b.mu.Unlock()
+}
+
+// applyLocked sets the limiter's capacity from the limit, the phase and
+// granted. b.mu must be held.
+func (b *backend) applyLocked(now time.Duration) {
+	limit := int(b.lim.limit.Load())
+	if r := b.g.rejoinAt.Load(); r != b.rejoinSeen {
+		// Back from a cut: keep no more than the share used while cut off.
+		b.rejoinSeen = r
+		if limit > 0 {
+			b.granted = min(b.granted, b.shareLocked(limit))
+		}
+	}
+	b.lim.setCapacity(b.capacityLocked(now, limit))
+}
+
+// shareLocked is this worker's conservative share of limit: floor(limit/N)
+// with N the workers last seen. b.mu must be held.
+func (b *backend) shareLocked(limit int) int {
+	n := b.n
+	if n == 0 {
+		n = int(b.g.workers.Load())
+	}
+	return limit / max(n, 1)
+}
+
+// capacityLocked returns the limiter's capacity; -1 is unlimited. b.mu
+// must be held.
+func (b *backend) capacityLocked(now time.Duration, limit int) int {
+	if limit == 0 {
+		return -1
+	}
+	share := b.shareLocked(limit)
+	switch b.g.phase(now) {
+	case connected:
+		// Over-committed (a lowered limit): no more than the larger of the
+		// share and what the others leave.
+		return min(b.granted, max(share, limit-b.sumOthers))
+	case rejoining, cutEarly:
+		return min(b.granted, share)
+	default:
+		return share
+	}
+}
+
+func (b *backend) run() {
+	ctx := b.g.ctx
+	t := time.NewTicker(b.g.period)
+	defer t.Stop()
+	var wch clientv3.WatchChan
+	wcancel := context.CancelFunc(func() {})
+	defer func() { wcancel() }()
+	for {
+		if wch == nil && b.lim.limit.Load() > 0 && b.g.phase(b.g.now()) < cutEarly {
+			wch, wcancel = b.sync(ctx)
+		}
+		for range 4 {
+			if !b.reconcile(ctx) {
+				break
+			}
+		}
+		b.ticked = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.kickc:
+		case <-t.C:
+			b.ticked = true
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				wcancel()
+				wch = nil
+				continue
+			}
+			b.applyEvents(wr.Events)
+		}
+	}
+}
+
+// sync reads every record of the backend and watches from the next
+// revision. It returns a nil channel if etcd did not answer.
+func (b *backend) sync(ctx context.Context) (clientv3.WatchChan, context.CancelFunc) {
+	octx, cancel := context.WithTimeout(ctx, b.g.period)
+	resp, err := b.g.cli.Get(octx, b.pfx, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, func() {}
+	}
+	b.load(resp.Kvs, resp.Header.Revision)
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	return b.g.cli.Watch(wctx, b.pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)), wcancel
+}
+
+// load replaces the view with kvs, read at rev.
+func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
+	clear(b.view)
+	mine := false
+	for _, kv := range kvs {
+		id := strings.TrimPrefix(string(kv.Key), b.pfx)
+		if id == b.id {
+			mine = true
+			continue
+		}
+		b.view[id] = b.decode(kv.Value)
+	}
+	if !mine && rev > b.pubRev {
+		b.pubLease = 0 // our record expired with an old lease
+	}
+	b.viewRev = rev
+	b.summarize()
+}
+
+// applyEvents applies watch events in revision order. Events at or below
+// viewRev are already in the view (a transaction that lost its race
+// reloads it ahead of the watch) and are skipped: applied again they
+// would bring back an older state.
+func (b *backend) applyEvents(evs []*clientv3.Event) {
+	base := b.viewRev
+	for _, ev := range evs {
+		if ev.Kv.ModRevision <= base {
+			continue
+		}
+		id := strings.TrimPrefix(string(ev.Kv.Key), b.pfx)
+		b.viewRev = max(b.viewRev, ev.Kv.ModRevision)
+		if id == b.id {
+			if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > b.pubRev {
+				b.pubLease = 0
+			}
+			continue
+		}
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(b.view, id)
+		} else {
+			b.view[id] = b.decode(ev.Kv.Value)
+		}
+	}
+	b.summarize()
+}
+
+// decode reads a record. One that does not decode counts as a claim on
+// the whole limit: an unknown writer must not make room.
+func (b *backend) decode(v []byte) record {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil || r.Claim < 0 {
+		b.g.log.Error("gate: unreadable claim record counts as the whole limit", "backend", b.name, "err", err)
+		return record{Claim: MaxLimit}
+	}
+	return r
+}
+
+// summarize recomputes n and sumOthers from the view and re-applies the
+// capacity.
+func (b *backend) summarize() {
+	sum := 0
+	for _, r := range b.view {
+		sum = min(sum+r.Claim, MaxLimit)
+	}
+	n := len(b.view) + 1
+	for {
+		w := b.g.workers.Load()
+		if int64(n) <= w || b.g.workers.CompareAndSwap(w, int64(n)) {
+			break
+		}
+	}
+	b.mu.Lock()
+	b.n, b.sumOthers = n, sum
+	b.applyLocked(b.g.now())
+	b.mu.Unlock()
+}
+
+// reconcile moves this worker's claim toward its target; it returns true
+// when a compare-and-set lost a race and should be retried on the
+// refreshed view.
+//
+// The target, with L the limit, N the workers, share = floor(L/N),
+// demand d = min(in flight + waiting, L):
+//   - never more than max(share, L - others' claims) (a lowered limit);
+//   - if another worker is hungry, no more than d (give back unused slots);
+//   - if another worker is hungry below max(share, 1), no more than
+//     max(share, 1) (give back slots above the fair share);
+//   - with fewer slots than workers, pass a slot on after holding it for a
+//     period while a worker with none is hungry.
+//
+// Lowering takes effect on the capacity at once and on the claim as the
+// requests in flight finish (the claim is max(granted, in flight)).
+// Growing takes free slots (L - sum of claims) by compare-and-set, up to
+// d, and up to max(share, 1) while another worker is starved.
+func (b *backend) reconcile(ctx context.Context) (retry bool) {
+	g := b.g
+	now := g.now()
+	limit := int(b.lim.limit.Load())
+	if limit == 0 {
+		// Unlimited here: admit anything, but keep a record that says so,
+		// so that a worker already on a limit knows this one's in-flight
+		// work is unknown and does not grow (see unknownOthers).
+		b.mu.Lock()
+		b.granted = 0
+		b.applyLocked(now)
+		b.mu.Unlock()
+		b.lim.notify.Store(false)
+		if rec := (record{}); (b.pubLease != g.lease.Load() || b.pub != rec) && g.phase(now) < cutEarly {
+			b.put(ctx, rec)
+		}
+		return false
+	}
+	ph := g.phase(now)
+	if ph >= cutEarly || b.viewRev == 0 {
+		b.applyCapacity(now)
+		return false
+	}
+	in, wt := b.lim.counts()
+	d := min(in+wt, limit)
+
+	b.mu.Lock()
+	sumO := b.sumOthers
+	share := limit / b.n
+	bar := max(share, 1)
+	limitAt := b.limitAt
+	var anyWant, anyStarved, zeroHungry, unknown bool
+	for _, r := range b.view {
+		unknown = unknown || r.Limit == 0
+		if r.hungry() {
+			anyWant = true
+			anyStarved = anyStarved || r.Claim < bar
+			zeroHungry = zeroHungry || r.Claim == 0
+		}
+	}
+	target := min(b.granted, max(share, limit-sumO))
+	if anyWant {
+		target = min(target, d)
+	}
+	if anyStarved {
+		target = min(target, bar)
+	}
+	if share == 0 && zeroHungry && target > 0 && now-b.grantedAt >= g.period {
+		target = 0
+		b.noGrowUntil = now + g.period
+	}
+	if target < b.granted {
+		b.granted = target
+		b.applyLocked(now)
+	}
+	granted := b.granted
+	b.mu.Unlock()
+
+	// A worker still unlimited may have any number of requests in flight:
+	// wait for it to take the limit and write an honest claim, for at most
+	// a TTL after our own limit changed (a worker stuck on an older
+	// configuration must not block the fleet for ever).
+	unknown = unknown && now-limitAt < g.ttl
+	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown {
+		upTo := limit
+		if anyStarved {
+			upTo = bar
+		}
+		grow := min(d, limit-sumO, upTo)
+		if grow > granted && sumO+max(grow, in) <= limit {
+			ok, err := b.cas(ctx, record{Claim: max(grow, in), Want: d, Limit: limit})
+			if err != nil {
+				return false
+			}
+			if !ok {
+				return true
+			}
+			b.mu.Lock()
+			b.granted = grow
+			b.applyLocked(now)
+			b.mu.Unlock()
+			b.grantedAt = now
+			b.lim.notify.Store(false)
+			return false
+		}
+	}
+
+	rec := record{Claim: max(granted, in), Want: d, Limit: limit}
+	if b.pubLease != g.lease.Load() || rec.Claim != b.pub.Claim || rec.Limit != b.pub.Limit ||
+		rec.hungry() && !b.pub.hungry() || !rec.hungry() && b.pub.hungry() && b.ticked {
+		b.put(ctx, rec)
+	}
+	// While the written claim is above granted (draining), every release
+	// may let us write a lower one.
+	b.lim.notify.Store(b.pub.Claim > granted)
+	return false
+}
+
+// cas writes rec if no other worker's record changed since viewRev (a
+// deleted record may have gone: that only frees slots). On a lost race
+// the view is refreshed from the same transaction.
+func (b *backend) cas(ctx context.Context, rec record) (bool, error) {
+	val, _ := json.Marshal(rec)
+	lease := b.g.lease.Load()
+	rev := b.viewRev + 1
+	octx, cancel := context.WithTimeout(ctx, b.g.period)
+	defer cancel()
+	resp, err := b.g.cli.Txn(octx).If(
+		clientv3.Compare(clientv3.ModRevision(b.pfx), "<", rev).WithRange(b.key),
+		clientv3.Compare(clientv3.ModRevision(b.key+"\x00"), "<", rev).WithRange(clientv3.GetPrefixRangeEnd(b.pfx)),
+	).Then(
+		clientv3.OpPut(b.key, string(val), clientv3.WithLease(clientv3.LeaseID(lease))),
+	).Else(
+		clientv3.OpGet(b.pfx, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		b.failed(err)
+		return false, err
+	}
+	if !resp.Succeeded {
+		b.load(resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
+		return false, nil
+	}
+	b.pub, b.pubLease, b.pubRev = rec, lease, resp.Header.Revision
+	return true, nil
+}
+
+// put writes rec unconditionally: used for a claim that does not grow
+// (lower, or honest about work already in flight) and for the hunger flag.
+func (b *backend) put(ctx context.Context, rec record) {
+	val, _ := json.Marshal(rec)
+	lease := b.g.lease.Load()
+	octx, cancel := context.WithTimeout(ctx, b.g.period)
+	defer cancel()
+	resp, err := b.g.cli.Put(octx, b.key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
+		b.failed(err)
+		return
+	}
+	b.pub, b.pubLease, b.pubRev = rec, lease, resp.Header.Revision
+}
+
+// failed reacts to an etcd error: a lost lease is the keep-alive's to
+// replace.
+func (b *backend) failed(err error) {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		kick(b.g.kaKick)
+	}
+	if b.g.ctx.Err() == nil {
+		b.g.log.Debug("gate: etcd call failed", "backend", b.name, "worker", b.g.id, "err", err)
+	}
+}

@@ -1,0 +1,361 @@
+package gate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A Gate makes per-backend concurrency limits global across the workers
+// of a cluster (processes on one host or on many) that share an etcd.
+// Gate.Limiter returns the long-lived *Limiter of a backend name; every
+// worker calls SetLimit on it with the published limit, and Acquire on it
+// for every request. The limit is split into per-worker claims kept in
+// etcd, so admission is local below this worker's claim; etcd is involved
+// only when a worker needs more than its claim or gives some back. See the
+// package documentation for the protocol and its guarantees.
+//
+// A Gate owns a lease (its presence) and goroutines: one keep-alive, one
+// watchdog and one per backend. Close stops them and releases the claims.
+// Its methods are safe for concurrent use.
+type Gate struct {
+	cli    *clientv3.Client
+	id     string
+	prefix string
+	log    *slog.Logger
+	ttl    time.Duration
+
+	// Derived from ttl; see timings.
+	period, grace, late, hold time.Duration
+
+	epoch       time.Time
+	lease       atomic.Int64 // clientv3.LeaseID
+	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
+	rejoinAt    atomic.Int64 // since epoch: when contact came back after a cut
+	workers     atomic.Int64 // most workers seen on any backend (share fallback)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kaKick chan struct{} // ask the keep-alive loop to check now
+	wdKick chan struct{} // ask the watchdog to re-apply capacities now
+
+	mu       sync.Mutex // guards backends and closed
+	backends map[string]*backend
+	closed   bool
+
+	closeMu sync.Mutex // serialises Close
+	revoked bool
+}
+
+// New joins the cluster reached by cli: it takes a lease of the given TTL
+// (WithTTL) and starts the keep-alive. It fails if etcd cannot grant the
+// lease before ctx ends. The Gate does not own cli; close cli after the
+// Gate.
+func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, error) {
+	o := options{ttl: DefaultTTL, prefix: DefaultPrefix, log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if cli == nil {
+		return nil, errors.New("gate: nil etcd client")
+	}
+	o.ttl = max(time.Second, (o.ttl+time.Second-1)/time.Second*time.Second)
+	if !strings.HasSuffix(o.prefix, "/") {
+		o.prefix += "/"
+	}
+	g := &Gate{
+		cli:      cli,
+		prefix:   o.prefix,
+		log:      o.log,
+		ttl:      o.ttl,
+		epoch:    time.Now(),
+		kaKick:   make(chan struct{}, 1),
+		wdKick:   make(chan struct{}, 1),
+		backends: make(map[string]*backend),
+	}
+	g.timings()
+	sent := g.now()
+	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("gate: grant lease: %w", err)
+	}
+	g.lease.Store(int64(resp.ID))
+	g.lastContact.Store(int64(sent))
+	g.rejoinAt.Store(int64(-g.hold))
+	g.workers.Store(1)
+	g.id = o.id
+	if g.id == "" {
+		host, _ := os.Hostname()
+		g.id = fmt.Sprintf("%s-%d-%x", host, os.Getpid(), int64(resp.ID))
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.wg.Go(g.keepAlive)
+	g.wg.Go(g.watchdog)
+	return g, nil
+}
+
+// timings derives the protocol's intervals from the TTL (see the package
+// documentation, "Cut off from etcd"):
+//
+//	period  ttl/8  keep-alive interval, balancer tick, etcd call timeout
+//	grace   ttl/4  no contact for this long: capacity <= min(claim, share)
+//	late    ttl/4  and this much longer: capacity = share
+//	hold    3*ttl/8 after contact comes back: no claim grows
+func (g *Gate) timings() {
+	g.period = g.ttl / 8
+	g.grace = g.ttl / 4
+	g.late = 2 * g.period
+	g.hold = 3 * g.period
+}
+
+// ID returns the worker's ID in the claims.
+func (g *Gate) ID() string { return g.id }
+
+// Degraded reports whether the worker has lost contact with etcd and runs
+// its limiters on local shares.
+func (g *Gate) Degraded() bool { return g.phase(g.now()) >= cutEarly }
+
+// Limiter returns the limiter of the backend name, creating it (unlimited)
+// on first use. The same name always returns the same *Limiter, so a
+// caller may keep it across reloads. After Close it returns a closed
+// limiter.
+func (g *Gate) Limiter(name string) *Limiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b := g.backends[name]; b != nil {
+		return b.lim
+	}
+	b := newBackend(g, name)
+	if g.closed {
+		b.lim.close()
+		return b.lim
+	}
+	g.backends[name] = b
+	g.wg.Go(b.run)
+	return b.lim
+}
+
+// Close stops the Gate's goroutines, fails waiting and later acquisitions
+// on its limiters with ErrClosed and releases this worker's claims by
+// revoking its lease, so other workers can use them at once. Call it after
+// the requests in flight have drained: their slots are no longer counted
+// once the claims are gone. If ctx ends before etcd confirms, Close
+// returns the error (the lease then expires within the TTL) and may be
+// called again; after a success it returns nil.
+func (g *Gate) Close(ctx context.Context) error {
+	g.closeMu.Lock()
+	defer g.closeMu.Unlock()
+	g.stop()
+	if g.revoked {
+		return nil
+	}
+	_, err := g.cli.Revoke(ctx, clientv3.LeaseID(g.lease.Load()))
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("gate: release claims: %w", err)
+	}
+	g.revoked = true
+	return nil
+}
+
+// stop ends the goroutines and closes the limiters; it is idempotent.
+func (g *Gate) stop() {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	bs := g.backendList()
+	g.mu.Unlock()
+	g.cancel()
+	g.wg.Wait()
+	for _, b := range bs {
+		b.lim.close()
+	}
+}
+
+// backendList returns the backends sorted by name. g.mu must be held.
+func (g *Gate) backendList() []*backend {
+	bs := make([]*backend, 0, len(g.backends))
+	for _, b := range g.backends {
+		bs = append(bs, b)
+	}
+	slices.SortFunc(bs, func(a, b *backend) int { return cmp.Compare(a.name, b.name) })
+	return bs
+}
+
+func (g *Gate) backendsSnapshot() []*backend {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.backendList()
+}
+
+// now returns the monotonic time since the Gate started.
+func (g *Gate) now() time.Duration { return time.Since(g.epoch) }
+
+// phase is the worker's standing with etcd, from the age of its last
+// successful keep-alive.
+type phase uint8
+
+const (
+	connected phase = iota // claims are in force
+	rejoining              // contact came back after a cut: capacity <= min(claim, share), no grows
+	cutEarly               // no contact for grace: capacity <= min(claim, share)
+	cutLate                // no contact for grace+late: capacity = share
+)
+
+func (p phase) String() string {
+	return [...]string{"connected", "rejoining", "cut-early", "cut-late"}[p]
+}
+
+func (g *Gate) phase(now time.Duration) phase {
+	since := now - time.Duration(g.lastContact.Load())
+	switch {
+	case since >= g.grace+g.late:
+		return cutLate
+	case since >= g.grace:
+		return cutEarly
+	case now-time.Duration(g.rejoinAt.Load()) < g.hold:
+		return rejoining
+	}
+	return connected
+}
+
+// keepAlive renews the lease every period. The send time of a renewal that
+// succeeds is the contact time: etcd's expiry of the lease is at least TTL
+// after it. A lease found expired is replaced by a new one (the old claims
+// are gone), which counts as a rejoin.
+func (g *Gate) keepAlive() {
+	t := time.NewTimer(g.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		case <-g.kaKick:
+		}
+		sent := g.now()
+		ctx, cancel := context.WithTimeout(g.ctx, g.period)
+		_, err := g.cli.KeepAliveOnce(ctx, clientv3.LeaseID(g.lease.Load()))
+		cancel()
+		switch {
+		case err == nil:
+			g.contact(sent, 0)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			g.regrant()
+		case g.ctx.Err() == nil:
+			g.log.Debug("gate: keep-alive failed", "worker", g.id, "err", err)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(max(0, sent+g.period-g.now()))
+	}
+}
+
+// contact records a successful renewal sent at sent; a non-zero lease
+// replaces the current one.
+func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
+	now := g.now()
+	if lease != 0 || now-time.Duration(g.lastContact.Load()) >= g.grace {
+		// Coming back from a cut (or with a new lease): rejoinAt before
+		// lastContact, so that whoever sees the new contact sees the rejoin.
+		g.rejoinAt.Store(int64(now))
+		if lease == 0 {
+			g.log.Info("gate: contact with etcd restored", "worker", g.id)
+		}
+	}
+	if lease != 0 {
+		g.lease.Store(int64(lease))
+	}
+	g.lastContact.Store(int64(sent))
+	kick(g.wdKick)
+}
+
+func (g *Gate) regrant() {
+	sent := g.now()
+	ctx, cancel := context.WithTimeout(g.ctx, g.period)
+	resp, err := g.cli.Grant(ctx, int64(g.ttl/time.Second))
+	cancel()
+	if err != nil {
+		return
+	}
+	g.log.Warn("gate: lease expired, claims lost; rejoining with a new lease", "worker", g.id)
+	g.contact(sent, resp.ID)
+	for _, b := range g.backendsSnapshot() {
+		b.kick()
+	}
+}
+
+// watchdog applies phase changes to every limiter's capacity on time,
+// whatever the backend loops are blocked on: the drop to min(claim, share)
+// at grace, the local share at grace+late, the end of a rejoin hold.
+func (g *Gate) watchdog() {
+	t := time.NewTimer(g.period)
+	defer t.Stop()
+	last := connected
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		case <-g.wdKick:
+		}
+		now := g.now()
+		ph := g.phase(now)
+		changed := ph != last
+		if changed && ph >= cutEarly && last < cutEarly {
+			g.log.Warn("gate: no contact with etcd; limits run on local shares", "worker", g.id)
+		}
+		last = ph
+		for _, b := range g.backendsSnapshot() {
+			b.applyCapacity(now)
+			if changed {
+				b.kick()
+			}
+		}
+		// Wake at the next phase boundary, or after a period.
+		next := now + g.period
+		lc := time.Duration(g.lastContact.Load())
+		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late, time.Duration(g.rejoinAt.Load()) + g.hold} {
+			if d > now && d < next {
+				next = d
+			}
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next - g.now())
+	}
+}
+
+// kick sends on a one-slot channel without blocking.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// escape makes a name safe as one etcd key segment.
+func escape(s string) string { return url.PathEscape(s) }

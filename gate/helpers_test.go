@@ -1,0 +1,194 @@
+package gate
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// TestMain checks that no goroutine outlives the tests: every gate, etcd
+// client and embedded member is stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testTTL is the lease time of the cluster tests: short, so that a dead
+// worker's slots and a cut-off fallback are seen within seconds, and
+// above etcd's minimum for the member's timings (1.5 x 500ms).
+const testTTL = 2 * time.Second
+
+// startEtcd runs a real single-member etcd on free loopback ports with
+// its data in a temporary directory. It is a one-member Cluster so that a
+// test can stop it and start it again on the same ports.
+func startEtcd(t testing.TB) *embedded.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := embedded.StartCluster(ctx, 1, embedded.Config{
+		Dir: t.TempDir(), Logger: quiet, TickMs: 50, ElectionMs: 500,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
+}
+
+// worker is one in-process cluster worker: a Gate on its own client.
+type worker struct {
+	g    *Gate
+	cli  *clientv3.Client
+	dead bool
+}
+
+// startWorkers starts n gates on their own clients against endpoints.
+// Cleanup closes them (with a short deadline: etcd may be gone) and their
+// clients.
+func startWorkers(t testing.TB, endpoints []string, n int, opts ...Option) []*worker {
+	t.Helper()
+	ws := make([]*worker, n)
+	for i := range ws {
+		cli := newClient(t, endpoints)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g, err := New(ctx, cli, append([]Option{WithTTL(testTTL), WithLogger(quiet)}, opts...)...)
+		cancel()
+		if err != nil {
+			cli.Close()
+			t.Fatal(err)
+		}
+		ws[i] = &worker{g: g, cli: cli}
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			if w.dead {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			w.g.Close(ctx)
+			cancel()
+			w.cli.Close()
+		}
+	})
+	return ws
+}
+
+// kill stops the worker as a crash would: its goroutines end without
+// releasing anything and its client closes; its lease is left to expire.
+func (w *worker) kill() {
+	w.dead = true
+	w.g.cancel()
+	w.g.wg.Wait()
+	w.cli.Close()
+}
+
+// peak tracks the number of requests in flight across every worker, as a
+// counting upstream would.
+type peak struct {
+	cur, max atomic.Int64
+}
+
+func (p *peak) enter() {
+	c := p.cur.Add(1)
+	for {
+		m := p.max.Load()
+		if c <= m || p.max.CompareAndSwap(m, c) {
+			return
+		}
+	}
+}
+
+func (p *peak) leave() { p.cur.Add(-1) }
+
+// reset starts a new measurement from the current in-flight count.
+func (p *peak) reset() { p.max.Store(p.cur.Load()) }
+
+// load runs clients goroutines per limiter, each acquiring, holding for
+// hold and releasing, until stop is called.
+type load struct {
+	p       *peak
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	wg      sync.WaitGroup
+	served  atomic.Int64
+	timeout atomic.Int64
+}
+
+func startLoad(lims []*Limiter, clients int, hold time.Duration, p *peak) *load {
+	l := &load{p: p, done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	for _, lim := range lims {
+		for range clients {
+			l.wg.Go(func() {
+				for {
+					select {
+					case <-l.done:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(l.ctx, 2*time.Second)
+					s, err := lim.Acquire(ctx)
+					cancel()
+					if err != nil {
+						l.timeout.Add(1)
+						continue
+					}
+					p.enter()
+					select {
+					case <-time.After(hold):
+					case <-l.done:
+					}
+					p.leave()
+					s.Release()
+					l.served.Add(1)
+				}
+			})
+		}
+	}
+	return l
+}
+
+func (l *load) stop() {
+	close(l.done)
+	l.cancel()
+	l.wg.Wait()
+}
+
+// eventually polls cond every 5ms until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,42 @@
+package gate
+
+import (
+	"log/slog"
+	"time"
+)
+
+// An Option configures a Gate.
+type Option func(*options)
+
+type options struct {
+	ttl    time.Duration
+	id     string
+	prefix string
+	log    *slog.Logger
+}
+
+// DefaultTTL is the default lease time: the bound on how long the slots of
+// a worker that died stay claimed.
+const DefaultTTL = 5 * time.Second
+
+// DefaultPrefix is the default etcd key prefix of the claims.
+const DefaultPrefix = "/reconf/gate/"
+
+// WithTTL sets the worker's lease time (default DefaultTTL), rounded up to
+// whole seconds, at least 1s. A dead worker's slots come back within it;
+// a worker cut off from etcd falls back to its local share after half of
+// it. etcd may grant a longer lease than asked (its minimum is 1.5 times
+// its election timeout); the timings here keep using the asked TTL, which
+// is the safe side.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithWorkerID names this worker in the claims (default
+// host-pid-leaseID). IDs must be unique across the cluster.
+func WithWorkerID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithPrefix sets the etcd key prefix of the claims (default
+// DefaultPrefix). Workers that share limits must use the same prefix.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
