@@ -1,0 +1,173 @@
+//go:build unix
+
+package source
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/reconfhq/reconf"
+)
+
+type rtConfig struct {
+	Listen string `yaml:"listen" reconf:"restart"`
+	Limit  int    `yaml:"limit" reconf:"live"`
+}
+
+// replace writes data next to path and renames it over path: the atomic
+// replacement an operator is told to use.
+func replace(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRuntimeKeepsGenerationOnEveryIntegrityFailure drives a real runtime
+// over a real file through every failure reason, each provoked on disk,
+// and checks after each that the active generation and its configuration
+// are exactly as before; then a proper atomic replacement publishes.
+func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	replace(t, path, "listen: :8080\nlimit: 1\n")
+	src, err := File(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := reconf.New[rtConfig](context.Background(), src,
+		reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))),
+		reconf.WithMaxSourceBytes[rtConfig](1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+
+	steps := []struct {
+		name    string
+		provoke func(t *testing.T)
+		outcome reconf.Outcome
+		reason  reconf.Reason
+	}{
+		{"in-place rewrite", func(t *testing.T) {
+			if err := os.WriteFile(path, []byte("listen: :8080\nlimit: 2\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceNonAtomic},
+		{"missing", func(t *testing.T) {
+			if err := os.Rename(path, path+".away"); err != nil {
+				t.Fatal(err)
+			}
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceMissing},
+		{"directory", func(t *testing.T) {
+			if err := os.Mkdir(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceNotRegular},
+		{"fifo", func(t *testing.T) {
+			_ = os.Remove(path)
+			if err := syscall.Mkfifo(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceNotRegular},
+		{"oversize", func(t *testing.T) {
+			_ = os.Remove(path)
+			replace(t, path, "listen: :8080\nlimit: 3\n#"+strings.Repeat("x", 2000)+"\n")
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceOversize},
+		{"unstable", func(t *testing.T) {
+			replace(t, path, "listen: :8080\nlimit: 4\n")
+			afterReadHook = func() { // runs on the attempt's goroutine: no t.Fatal
+				_ = os.WriteFile(path+".race", []byte("listen: :8080\nlimit: 5\n"), 0o644)
+				_ = os.Rename(path+".race", path)
+			}
+		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceUnstable},
+		{"multi-document", func(t *testing.T) {
+			afterReadHook = nil
+			replace(t, path, "listen: :8080\nlimit: 6\n---\nlimit: 7\n")
+		}, reconf.Invalid, reconf.ReasonMultiDocument},
+		{"trailing content", func(t *testing.T) {
+			replace(t, path, "listen: :8080\nlimit: 6\n...\n]\n")
+		}, reconf.Invalid, reconf.ReasonTrailingContent},
+		{"malformed", func(t *testing.T) {
+			replace(t, path, "listen: :8080\nlimit: [6\n")
+		}, reconf.Invalid, reconf.ReasonMalformed},
+		{"unknown field", func(t *testing.T) {
+			replace(t, path, "listen: :8080\nlimit: 6\nlimt: 7\n")
+		}, reconf.Invalid, reconf.ReasonUnknownField},
+	}
+	t.Cleanup(func() { afterReadHook = nil })
+	for _, st := range steps {
+		st.provoke(t)
+		res, err := rt.Reload(context.Background(), reconf.TriggerSDK)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if res.Outcome != st.outcome || res.Reason != st.reason {
+			t.Fatalf("%s: got %s/%s (%s), want %s/%s", st.name, res.Outcome, res.Reason, res.Message, st.outcome, st.reason)
+		}
+		if g := rt.Current(); g.ID() != 1 || g.Config().Limit != 1 {
+			t.Fatalf("%s: active generation changed to %d (limit %d)", st.name, g.ID(), g.Config().Limit)
+		}
+	}
+
+	// The operator's fix: a temporary file renamed over the path.
+	replace(t, path, "listen: :8080\nlimit: 8\n")
+	res, _ := rt.Reload(context.Background(), reconf.TriggerSDK)
+	if res.Outcome != reconf.Published || rt.Current().Config().Limit != 8 {
+		t.Fatalf("atomic replacement: %s %s", res.Outcome, res.Message)
+	}
+	// The same file again is a no-op.
+	if res, _ := rt.Reload(context.Background(), reconf.TriggerSDK); res.Outcome != reconf.NoOp {
+		t.Fatalf("unchanged file: %s", res.Outcome)
+	}
+}
+
+// TestRuntimeConfigMapSwap publishes through a Kubernetes-style symlink
+// swap: config.yaml -> ..data/config.yaml, ..data -> a timestamped
+// directory, replaced by renaming a new symlink over ..data.
+func TestRuntimeConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(stamp, data string) {
+		d := filepath.Join(dir, stamp)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "config.yaml"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(stamp, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("..2026_12_02_00_00_00.1", "listen: :8080\nlimit: 1\n")
+	if err := os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	src, _ := File(filepath.Join(dir, "config.yaml"))
+	rt, err := reconf.New[rtConfig](context.Background(), src, reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	for i, limit := range []string{"2", "3"} {
+		mk("..2026_12_02_00_00_0"+limit+".1", "listen: :8080\nlimit: "+limit+"\n")
+		res, _ := rt.Reload(context.Background(), reconf.TriggerSDK)
+		if res.Outcome != reconf.Published || res.Generation != uint64(i+2) {
+			t.Fatalf("swap %d: %s %s", i, res.Outcome, res.Message)
+		}
+	}
+}
