@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -114,6 +115,8 @@ type Follower struct {
 	wg     sync.WaitGroup
 	dirty  chan struct{} // the row changed; presence writes it
 
+	rowVersion atomic.Uint64 // applied version in the row last written
+
 	closeMu sync.Mutex // serializes Close
 	lease   clientv3.LeaseID
 	revoked bool
@@ -124,8 +127,6 @@ type Follower struct {
 	writeErr  bool       // the last heartbeat failed
 	lastErr   reconf.Reason
 	malformed bool
-	applied   int // versions applied by this follower
-	failures  int // failed applies
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
@@ -305,7 +306,7 @@ func (f *Follower) step() (retry bool) {
 	f.mu.Unlock()
 	held := f.rt.Status().ActiveGeneration
 	if u.Version <= held {
-		f.settle()
+		f.settle(held)
 		return false
 	}
 	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
@@ -319,10 +320,7 @@ func (f *Follower) step() (retry bool) {
 		f.failed(u.Version, reconf.ReasonInternal, err.Error())
 		return true
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
-		f.mu.Lock()
-		f.applied++
-		f.mu.Unlock()
-		f.settle()
+		f.settle(res.Generation)
 		return false
 	case res.Outcome == reconf.Busy:
 		return true // another attempt is running here; not a failure
@@ -332,25 +330,27 @@ func (f *Follower) step() (retry bool) {
 	}
 }
 
-// settle clears an apply failure once the runtime holds the newest version.
-func (f *Follower) settle() {
+// settle clears an apply failure once the runtime holds the newest version,
+// and has the row rewritten when it or the applied version changed.
+func (f *Follower) settle(held uint64) {
 	f.mu.Lock()
-	changed := f.lastErr != "" && !f.malformed
-	if changed {
+	cleared := f.lastErr != "" && !f.malformed
+	if cleared {
 		f.lastErr = ""
 	}
 	f.mu.Unlock()
-	if changed {
+	if cleared {
 		f.o.logger.Info("propagate: caught up with the cluster")
 	}
-	f.markDirty()
+	if cleared || f.rowVersion.Load() != held {
+		f.markDirty()
+	}
 }
 
 func (f *Follower) failed(version uint64, reason reconf.Reason, msg string) {
 	f.mu.Lock()
 	first := f.lastErr != reason
 	f.lastErr = reason
-	f.failures++
 	f.mu.Unlock()
 	if first {
 		f.o.logger.Warn("propagate: applying a cluster version failed; the previous generation stays active and the apply is retried",
@@ -485,7 +485,8 @@ func (f *Follower) grant(ctx context.Context) error {
 }
 
 func (f *Follower) putRow(ctx context.Context) error {
-	b, err := json.Marshal(f.Row())
+	row := f.Row()
+	b, err := json.Marshal(row)
 	if err != nil {
 		return err
 	}
@@ -497,6 +498,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 		}
 		return unreachable("write worker row", err)
 	}
+	f.rowVersion.Store(row.AppliedVersion)
 	return nil
 }
 
