@@ -554,3 +554,27 @@ func TestJoinAndPublishCAS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLiteralSecretNeverReachesEtcd: a literal secret cannot be published,
+// and no flow stores the canary (the value every worker's references
+// resolve to) in etcd.
+func TestLiteralSecretNeverReachesEtcd(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
+	literal := strings.Replace(configYAML("gw", 9, "KEY1"), "${env:KEY1}", canary, 1)
+	res := a.reload(t, literal)
+	if res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonSecretNotPropagate {
+		t.Fatalf("literal secret: %s/%s, want invalid secret_not_propagatable", res.Outcome, res.Reason)
+	}
+	if strings.Contains(res.Message, canary) {
+		t.Fatal("the canary is in the result message")
+	}
+	if a.version() != 1 || b.version() != 1 {
+		t.Fatalf("versions %d %d after a refused publish", a.version(), b.version())
+	}
+	a.reload(t, configYAML("gw", 9, "KEY2"))
+	waitFor(t, 5*time.Second, "converge", converged([]*worker{a, b}, 2))
+	assertNoCanary(t, a.cli)
+}
