@@ -8,8 +8,6 @@ import (
 
 // Sentinel errors.
 var (
-	// ErrClosed is returned by calls on a Follower after Close began.
-	ErrClosed = errors.New("propagate: follower closed")
 	// ErrMalformed is wrapped when the channel's key holds something that is
 	// not a record this package wrote.
 	ErrMalformed = errors.New("propagate: malformed record")
