@@ -28,6 +28,12 @@ type record struct {
 
 func (r record) hungry() bool { return r.Want > r.Claim }
 
+// entry is another worker's record in the view, with its mod revision.
+type entry struct {
+	record
+	rev int64
+}
+
 // backend runs one backend's share of the protocol on this worker: it
 // keeps a view of every worker's record (a watch), computes this worker's
 // target, drains before writing a lower claim, grows by compare-and-set,
@@ -45,31 +51,33 @@ type backend struct {
 	granted    int           // slots this worker may admit, never more than its claim in etcd
 	n          int           // workers in the last view, this one included; 0 before any view
 	sumOthers  int           // the other workers' claims in the last view
-	rejoinSeen int64         // g.rejoinAt when granted was last cut to the share
+	rejoinSeen int64         // g.rejoins when granted was last cut to the share
+	rejoinAt   time.Duration // when that happened
 	limitAt    time.Duration // when SetLimit last changed the limit
 
 	// Owned by run.
-	view        map[string]record // other workers' records by escaped ID
-	viewRev     int64             // every change to the prefix up to this revision is in view
-	pub         record            // this worker's record as last written
-	pubLease    int64             // lease of the written record; 0: no record in etcd
-	pubRev      int64             // mod revision of the written record
-	grantedAt   time.Duration     // when granted last grew
-	noGrowUntil time.Duration     // after passing slots on, let others take them
-	ticked      bool              // this pass follows a tick (publishes a cleared hunger)
+	view        map[string]entry // other workers' records by escaped ID
+	viewRev     int64            // every change to the prefix up to this revision is in view
+	pub         record           // this worker's record as last written
+	pubLease    int64            // lease of the written record; 0: no record in etcd
+	pubRev      int64            // mod revision of the written record
+	grantedAt   time.Duration    // when granted last grew
+	noGrowUntil time.Duration    // after passing slots on, let others take them
+	ticked      bool             // this pass follows a tick (publishes a cleared hunger)
+	rejoinDone  int64            // rejoinSeen whose honest record is written
+	rejoinRev   int64            // revision of that record
 }
 
 var _ controller = (*backend)(nil)
 
 func newBackend(g *Gate, name string) *backend {
 	b := &backend{
-		g:          g,
-		name:       name,
-		pfx:        g.prefix + escape(name) + "/",
-		id:         escape(g.id),
-		kickc:      make(chan struct{}, 1),
-		view:       make(map[string]record),
-		rejoinSeen: g.rejoinAt.Load(),
+		g:     g,
+		name:  name,
+		pfx:   g.prefix + escape(name) + "/",
+		id:    escape(g.id),
+		kickc: make(chan struct{}, 1),
+		view:  make(map[string]entry),
 	}
 	b.key = b.pfx + b.id
 	b.lim = newClusterLimiter(b)
@@ -116,9 +124,9 @@ func (b *backend) applyCapacity(now time.Duration) {
 // granted. b.mu must be held.
 func (b *backend) applyLocked(now time.Duration) {
 	limit := int(b.lim.limit.Load())
-	if r := b.g.rejoinAt.Load(); r != b.rejoinSeen {
+	if r := b.g.rejoins.Load(); r != b.rejoinSeen {
 		// Back from a cut: keep no more than the share used while cut off.
-		b.rejoinSeen = r
+		b.rejoinSeen, b.rejoinAt = r, now
 		if limit > 0 {
 			b.granted = min(b.granted, b.shareLocked(limit))
 		}
@@ -148,7 +156,7 @@ func (b *backend) capacityLocked(now time.Duration, limit int) int {
 		// Over-committed (a lowered limit): no more than the larger of the
 		// share and what the others leave.
 		return min(b.granted, max(share, limit-b.sumOthers))
-	case rejoining, cutEarly:
+	case cutEarly:
 		return min(b.granted, share)
 	default:
 		return share
@@ -213,7 +221,7 @@ func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
 			mine = true
 			continue
 		}
-		b.view[id] = b.decode(kv.Value)
+		b.view[id] = entry{b.decode(kv.Value), kv.ModRevision}
 	}
 	if !mine && rev > b.pubRev {
 		b.pubLease = 0 // our record expired with an old lease
@@ -243,7 +251,7 @@ func (b *backend) applyEvents(evs []*clientv3.Event) {
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(b.view, id)
 		} else {
-			b.view[id] = b.decode(ev.Kv.Value)
+			b.view[id] = entry{b.decode(ev.Kv.Value), ev.Kv.ModRevision}
 		}
 	}
 	b.summarize()
@@ -287,6 +295,8 @@ func (b *backend) summarize() {
 // The target, with L the limit, N the workers, share = floor(L/N),
 // demand d = min(in flight + waiting, L):
 //   - never more than max(share, L - others' claims) (a lowered limit);
+//   - no more than max(d, max(share, 1)) (unused slots above the fair
+//     share go back at once);
 //   - if another worker is hungry, no more than d (give back unused slots);
 //   - if another worker is hungry below max(share, 1), no more than
 //     max(share, 1) (give back slots above the fair share);
@@ -304,7 +314,7 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	if limit == 0 {
 		// Unlimited here: admit anything, but keep a record that says so,
 		// so that a worker already on a limit knows this one's in-flight
-		// work is unknown and does not grow (see unknownOthers).
+		// work is unknown and does not grow (see unknown below).
 		b.mu.Lock()
 		b.granted = 0
 		b.applyLocked(now)
@@ -324,6 +334,11 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	d := min(in+wt, limit)
 
 	b.mu.Lock()
+	// Back from a cut: first write an honest record (below); then, for a
+	// while, count every worker that has not written since as using
+	// max(claim, share): it may still be cut off and on its share.
+	rejoin := b.rejoinSeen
+	rejoinPending := b.rejoinDone != rejoin
 	sumO := b.sumOthers
 	share := limit / b.n
 	bar := max(share, 1)
@@ -341,6 +356,12 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	if anyWant {
 		target = min(target, d)
 	}
+	if target > bar {
+		// Unused slots above the fair share go back at once, so that a
+		// worker whose demand rises finds them free (one round trip)
+		// instead of having to ask for them.
+		target = min(target, max(d, bar))
+	}
 	if anyStarved {
 		target = min(target, bar)
 	}
@@ -353,20 +374,32 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 		b.applyLocked(now)
 	}
 	granted := b.granted
+	wary := !rejoinPending && rejoin != 0 && now-b.rejoinAt < g.ttl+g.ttl/2
 	b.mu.Unlock()
+	sumGrow := sumO
+	if wary {
+		sumGrow = 0
+		for _, e := range b.view {
+			c := e.Claim
+			if e.rev < b.rejoinRev {
+				c = max(c, share)
+			}
+			sumGrow = min(sumGrow+c, MaxLimit)
+		}
+	}
 
 	// A worker still unlimited may have any number of requests in flight:
 	// wait for it to take the limit and write an honest claim, for at most
 	// a TTL after our own limit changed (a worker stuck on an older
 	// configuration must not block the fleet for ever).
 	unknown = unknown && now-limitAt < g.ttl
-	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown {
+	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
 		upTo := limit
 		if anyStarved {
 			upTo = bar
 		}
-		grow := min(d, limit-sumO, upTo)
-		if grow > granted && sumO+max(grow, in) <= limit {
+		grow := min(d, limit-sumGrow, upTo)
+		if grow > granted && sumGrow+max(grow, in) <= limit {
 			ok, err := b.cas(ctx, record{Claim: max(grow, in), Want: d, Limit: limit})
 			if err != nil {
 				return false
@@ -385,13 +418,15 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	}
 
 	rec := record{Claim: max(granted, in), Want: d, Limit: limit}
-	if b.pubLease != g.lease.Load() || rec.Claim != b.pub.Claim || rec.Limit != b.pub.Limit ||
+	if rejoinPending || b.pubLease != g.lease.Load() || rec.Claim != b.pub.Claim || rec.Limit != b.pub.Limit ||
 		rec.hungry() && !b.pub.hungry() || !rec.hungry() && b.pub.hungry() && b.ticked {
-		b.put(ctx, rec)
+		if b.put(ctx, rec) && rejoinPending {
+			b.rejoinDone, b.rejoinRev = rejoin, b.pubRev
+		}
 	}
 	// While the written claim is above granted (draining), every release
 	// may let us write a lower one.
-	b.lim.notify.Store(b.pub.Claim > granted)
+	b.lim.notify.Store(b.pub.Claim > granted || granted > bar)
 	return false
 }
 
@@ -426,7 +461,8 @@ func (b *backend) cas(ctx context.Context, rec record) (bool, error) {
 
 // put writes rec unconditionally: used for a claim that does not grow
 // (lower, or honest about work already in flight) and for the hunger flag.
-func (b *backend) put(ctx context.Context, rec record) {
+// It reports whether etcd took it.
+func (b *backend) put(ctx context.Context, rec record) bool {
 	val, _ := json.Marshal(rec)
 	lease := b.g.lease.Load()
 	octx, cancel := context.WithTimeout(ctx, b.g.period)
@@ -434,9 +470,10 @@ func (b *backend) put(ctx context.Context, rec record) {
 	resp, err := b.g.cli.Put(octx, b.key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
 	if err != nil {
 		b.failed(err)
-		return
+		return false
 	}
 	b.pub, b.pubLease, b.pubRev = rec, lease, resp.Header.Revision
+	return true
 }
 
 // failed reacts to an etcd error: a lost lease is the keep-alive's to

@@ -50,9 +50,10 @@
 //   - A claim shrinks by the worker itself: it lowers its local capacity
 //     first, then writes the lower claim as its requests finish (the
 //     written claim is max(granted, in flight)).
-//   - Capacity moves to demand: a worker gives back unused slots when
-//     another is hungry, and gives back slots above max(floor(L/N), 1)
-//     when another hungry worker is below that. With fewer slots than
+//   - Capacity moves to demand: a worker gives back at once its unused
+//     slots above max(floor(L/N), 1), all its unused slots when another
+//     worker is hungry, and its slots above max(floor(L/N), 1) when a
+//     hungry worker is below that. With fewer slots than
 //     workers, a worker passes its slot on after holding it for TTL/8
 //     while a worker with none is hungry.
 //   - A lowered L takes effect on the local capacity at SetLimit, before
@@ -73,16 +74,21 @@
 //	contact + TTL/2   capacity is floor(L/N) (N: workers last seen)
 //	contact + TTL     etcd may expire the lease; others reclaim the slots
 //
-// When contact comes back, the worker keeps min(claim, floor(L/N)) for
-// 3*TTL/8 without growing, writing an honest claim, so that the others
-// cut off at the same time rejoin before anyone grows.
+// When contact comes back, the worker cuts its claim to min(claim,
+// floor(L/N)), writes an honest record before growing, and for 1.5 TTL
+// counts every other worker that has not written since as using
+// max(claim, floor(L/N)): it may still be cut off and on its share. A
+// worker whose lease expired meanwhile takes a new one; its old records
+// are gone and it starts again from its honest claim.
 //
 // The bound holds exactly while every worker reaches etcd, and while none
-// does (all lose contact within TTL/8 of each other, as when etcd stops):
-// the shares sum to at most L and nobody uses its claim once any worker
-// uses its share. A worker cut off alone, while the others still reach
-// etcd, may exceed the limit by at most its share floor(L/N), from TTL/2
-// after its last contact until it reconnects and its excess drains.
+// does (all lose contact within TTL/4 of each other, as when etcd stops:
+// renewals are TTL/8 apart), including when they come back at different
+// times: the shares sum to at most L and nobody uses more than its claim
+// once any worker uses its share. A worker cut off alone, while the others
+// still reach etcd, may exceed the limit by at most its share floor(L/N),
+// from TTL/2 after its last contact until it reconnects and its excess
+// drains.
 //
 // # Concurrency
 //

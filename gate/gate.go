@@ -38,12 +38,12 @@ type Gate struct {
 	ttl    time.Duration
 
 	// Derived from ttl; see timings.
-	period, grace, late, hold time.Duration
+	period, grace, late time.Duration
 
 	epoch       time.Time
 	lease       atomic.Int64 // clientv3.LeaseID
 	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
-	rejoinAt    atomic.Int64 // since epoch: when contact came back after a cut
+	rejoins     atomic.Int64 // times contact came back after a cut (or with a new lease)
 	workers     atomic.Int64 // most workers seen on any backend (share fallback)
 
 	ctx    context.Context
@@ -94,7 +94,6 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 	}
 	g.lease.Store(int64(resp.ID))
 	g.lastContact.Store(int64(sent))
-	g.rejoinAt.Store(int64(-g.hold))
 	g.workers.Store(1)
 	g.id = o.id
 	if g.id == "" {
@@ -113,12 +112,10 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 //	period  ttl/8  keep-alive interval, balancer tick, etcd call timeout
 //	grace   ttl/4  no contact for this long: capacity <= min(claim, share)
 //	late    ttl/4  and this much longer: capacity = share
-//	hold    3*ttl/8 after contact comes back: no claim grows
 func (g *Gate) timings() {
 	g.period = g.ttl / 8
 	g.grace = g.ttl / 4
 	g.late = 2 * g.period
-	g.hold = 3 * g.period
 }
 
 // ID returns the worker's ID in the claims.
@@ -212,13 +209,12 @@ type phase uint8
 
 const (
 	connected phase = iota // claims are in force
-	rejoining              // contact came back after a cut: capacity <= min(claim, share), no grows
 	cutEarly               // no contact for grace: capacity <= min(claim, share)
 	cutLate                // no contact for grace+late: capacity = share
 )
 
 func (p phase) String() string {
-	return [...]string{"connected", "rejoining", "cut-early", "cut-late"}[p]
+	return [...]string{"connected", "cut-early", "cut-late"}[p]
 }
 
 func (g *Gate) phase(now time.Duration) phase {
@@ -228,8 +224,6 @@ func (g *Gate) phase(now time.Duration) phase {
 		return cutLate
 	case since >= g.grace:
 		return cutEarly
-	case now-time.Duration(g.rejoinAt.Load()) < g.hold:
-		return rejoining
 	}
 	return connected
 }
@@ -275,9 +269,10 @@ func (g *Gate) keepAlive() {
 func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 	now := g.now()
 	if lease != 0 || now-time.Duration(g.lastContact.Load()) >= g.grace {
-		// Coming back from a cut (or with a new lease): rejoinAt before
-		// lastContact, so that whoever sees the new contact sees the rejoin.
-		g.rejoinAt.Store(int64(now))
+		// Coming back from a cut (or with a new lease): count the rejoin
+		// before storing the contact, so that whoever sees the contact sees
+		// the rejoin (and cuts granted to the share first, applyLocked).
+		g.rejoins.Add(1)
 		if lease == 0 {
 			g.log.Info("gate: contact with etcd restored", "worker", g.id)
 		}
@@ -306,7 +301,7 @@ func (g *Gate) regrant() {
 
 // watchdog applies phase changes to every limiter's capacity on time,
 // whatever the backend loops are blocked on: the drop to min(claim, share)
-// at grace, the local share at grace+late, the end of a rejoin hold.
+// at grace, the local share at grace+late, the cut to the share on rejoin.
 func (g *Gate) watchdog() {
 	t := time.NewTimer(g.period)
 	defer t.Stop()
@@ -334,7 +329,7 @@ func (g *Gate) watchdog() {
 		// Wake at the next phase boundary, or after a period.
 		next := now + g.period
 		lc := time.Duration(g.lastContact.Load())
-		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late, time.Duration(g.rejoinAt.Load()) + g.hold} {
+		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late} {
 			if d > now && d < next {
 				next = d
 			}

@@ -322,3 +322,153 @@ func TestGateClose(t *testing.T) {
 		t.Fatal("a limiter made after Close admits")
 	}
 }
+
+// TestClusterPartitionedWorker cuts one worker alone from etcd while the
+// others still reach it: it falls back to its share, the others get its
+// claim back when its lease expires, and the fleet exceeds the limit by
+// at most that share (the documented bound). When the worker comes back
+// it rejoins with a new lease and, once its excess drains, the fleet is
+// under the limit again.
+func TestClusterPartitionedWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	px := startProxy(t, c.Endpoints()[0])
+	ws := append([]*worker{startWorker(t, px.endpoint())}, startWorkers(t, c.Endpoints(), 3)...)
+	ls := limiters(ws, "b")
+	var p peak
+	publish(ls, 4)
+	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
+	defer ld.stop()
+	if !eventually(10*time.Second, func() bool {
+		for _, st := range statsOf(ls) {
+			if st.Workers != 4 || st.Capacity != 1 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("never settled: %+v", statsOf(ls))
+	}
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 before the partition", m)
+	}
+
+	px.cut()
+	cut := time.Now()
+	if !eventually(testTTL, func() bool { return ls[0].Stats().Degraded }) {
+		t.Fatalf("the partitioned worker never said degraded: %+v", ls[0].Stats())
+	}
+	t.Logf("degraded %v after the cut", time.Since(cut))
+	// Its lease expires: the others take its slot back.
+	others := ls[1:]
+	if !eventually(testTTL+2*time.Second, func() bool {
+		sum := 0
+		for _, st := range statsOf(others) {
+			sum += st.Capacity
+		}
+		return sum == 4
+	}) {
+		t.Fatalf("the others never got the partitioned worker's slot: %+v", statsOf(ls))
+	}
+	t.Logf("its slot back to the others %v after the cut", time.Since(cut))
+	time.Sleep(500 * time.Millisecond)
+	if m := p.max.Load(); m > 5 {
+		t.Fatalf("peak %d > limit + share (5) during the partition; stats %+v", m, statsOf(ls))
+	}
+	t.Logf("peak during the partition %d (bound 5)", p.max.Load())
+
+	px.restore(t)
+	back := time.Now()
+	if !eventually(10*time.Second, func() bool { return !ls[0].Stats().Degraded }) {
+		t.Fatalf("never rejoined: %+v", ls[0].Stats())
+	}
+	t.Logf("rejoined %v after the partition healed", time.Since(back))
+	time.Sleep(200 * time.Millisecond) // its excess (one 20ms request) drains
+	p.reset()
+	time.Sleep(time.Second)
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 after the rejoin; stats %+v", m, statsOf(ls))
+	}
+	if !eventually(5*time.Second, func() bool { return ls[0].Stats().Capacity >= 1 }) {
+		t.Fatalf("the rejoined worker never got its share back: %+v", statsOf(ls))
+	}
+}
+
+// TestClusterStaggeredRejoin restarts etcd while one worker stays cut off
+// a little longer. That worker was idle (claim 0) before the cut and
+// serves on its share while cut off; the workers that rejoin first must
+// count it as using its share, not its claim of 0, or together they
+// would exceed the limit.
+func TestClusterStaggeredRejoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const ttl = 4 * time.Second // the late worker's lease must outlive its absence
+	c := startEtcd(t)
+	px := startProxy(t, c.Endpoints()[0])
+	ws := append([]*worker{startWorker(t, px.endpoint(), WithTTL(ttl))}, startWorkers(t, c.Endpoints(), 3, WithTTL(ttl))...)
+	ls := limiters(ws, "b")
+	var p peak
+	publish(ls, 4)
+	ld := startLoad(ls[1:], 8, 20*time.Millisecond, &p) // worker 0 idle
+	defer ld.stop()
+	if !eventually(10*time.Second, func() bool {
+		sum := 0
+		for _, st := range statsOf(ls) {
+			if st.Workers != 4 {
+				return false
+			}
+			sum += st.Capacity
+		}
+		return sum == 4 && ls[0].Stats().Capacity == 0
+	}) {
+		t.Fatalf("never settled: %+v", statsOf(ls))
+	}
+
+	c.Stop(0)
+	px.cut()
+	if !eventually(ttl, func() bool {
+		for _, l := range ls {
+			if st := l.Stats(); !st.Degraded || st.Capacity != 1 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("not all on the local share: %+v", statsOf(ls))
+	}
+	ld0 := startLoad(ls[:1], 8, 20*time.Millisecond, &p) // worker 0 now serves on its share
+	defer ld0.stop()
+	p.reset()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Restart(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool {
+		for _, l := range ls[1:] {
+			if l.Stats().Degraded {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("workers 1-3 never rejoined: %+v", statsOf(ls))
+	}
+	time.Sleep(500 * time.Millisecond) // they rebalance while worker 0 is still cut off
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 while worker 0 is still cut off; stats %+v", m, statsOf(ls))
+	}
+	px.restore(t)
+	if !eventually(10*time.Second, func() bool { return !ls[0].Stats().Degraded }) {
+		t.Fatalf("worker 0 never rejoined: %+v", ls[0].Stats())
+	}
+	time.Sleep(time.Second)
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 across the staggered rejoin; stats %+v", m, statsOf(ls))
+	}
+	t.Logf("peak %d across the staggered rejoin; stats %+v", p.max.Load(), statsOf(ls))
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,28 +75,108 @@ func startWorkers(t testing.TB, endpoints []string, n int, opts ...Option) []*wo
 	t.Helper()
 	ws := make([]*worker, n)
 	for i := range ws {
-		cli := newClient(t, endpoints)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		g, err := New(ctx, cli, append([]Option{WithTTL(testTTL), WithLogger(quiet)}, opts...)...)
-		cancel()
-		if err != nil {
-			cli.Close()
-			t.Fatal(err)
-		}
-		ws[i] = &worker{g: g, cli: cli}
+		ws[i] = startWorker(t, endpoints, opts...)
 	}
+	return ws
+}
+
+func startWorker(t testing.TB, endpoints []string, opts ...Option) *worker {
+	t.Helper()
+	cli := newClient(t, endpoints)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	g, err := New(ctx, cli, append([]Option{WithTTL(testTTL), WithLogger(quiet)}, opts...)...)
+	cancel()
+	if err != nil {
+		cli.Close()
+		t.Fatal(err)
+	}
+	w := &worker{g: g, cli: cli}
 	t.Cleanup(func() {
-		for _, w := range ws {
-			if w.dead {
+		if w.dead {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		w.g.Close(ctx)
+		cancel()
+		w.cli.Close()
+	})
+	return w
+}
+
+// proxy forwards TCP from a loopback port to target until cut, so that a
+// test can partition one worker from etcd while the others still reach it.
+type proxy struct {
+	target, addr string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	p := &proxy{target: strings.TrimPrefix(target, "http://"), conns: make(map[net.Conn]struct{})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) endpoint() []string { return []string{"http://" + p.addr} }
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			w.g.Close(ctx)
-			cancel()
-			w.cli.Close()
+			p.mu.Lock()
+			p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			p.wg.Go(func() { io.Copy(u, c); u.Close(); c.Close() })
+			p.wg.Go(func() { io.Copy(c, u); u.Close(); c.Close() })
 		}
 	})
-	return ws
+}
+
+// cut closes the listener and every connection: the worker's client sees
+// its endpoint refuse connections.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// restore listens again on the same port.
+func (p *proxy) restore(t testing.TB) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(ln)
 }
 
 // kill stops the worker as a crash would: its goroutines end without
