@@ -374,10 +374,10 @@ func TestServeRefusesInvalidConfig(t *testing.T) {
 		t.Errorf("serve without --config: exit %d, want 2", code)
 	}
 	writeAtomic(t, path, fmt.Sprintf(stubConfig, "127.0.0.1:0", 4, "0s")+"\n")
-	workers := strings.Replace(fmt.Sprintf(stubConfig, "127.0.0.1:0", 4, "0s"), "address: 127.0.0.1:0", "address: 127.0.0.1:0\n  workers: 4", 1)
+	workers := strings.Replace(fmt.Sprintf(stubConfig, "127.0.0.1:0", 4, "0s"), "address: 127.0.0.1:0", "address: 127.0.0.1:0\n  workers: 400", 1)
 	writeAtomic(t, path, workers)
 	code, _, errOut = reconfd(t, nil, "serve", "--config", path)
-	if code != 1 || !strings.Contains(errOut, "workers > 1 is not supported yet") {
+	if code != 1 || !strings.Contains(errOut, "server.workers") || !strings.Contains(errOut, "at most 256") {
 		t.Errorf("workers: exit %d\n%s", code, errOut)
 	}
 }

@@ -23,6 +23,10 @@ type CheckReport struct {
 	Reason   reconf.Reason    `json:"reason"`
 	Message  string           `json:"message"`
 	Problems []reconf.Problem `json:"problems,omitempty"`
+	// Cluster is true when the file was checked as a cluster worker would
+	// load it (server.workers > 1, server.cluster, or WithClusterCheck):
+	// literal secrets are then refused with secret_not_propagatable.
+	Cluster bool `json:"cluster,omitempty"`
 
 	// Against is the baseline's report, when one was given.
 	Against *CheckReport `json:"against,omitempty"`
@@ -44,7 +48,9 @@ type CheckDiff struct {
 
 // Check compiles the file at path with the same compiler and consumers as
 // serve (strict decode, secrets, validation, system prompt files), without
-// listening or publishing anything. With a non-empty against, it compiles
+// listening or publishing anything. A file whose server section makes it a
+// cluster worker (or any file, with WithClusterCheck) is also compiled as
+// a cluster worker would compile it. With a non-empty against, it compiles
 // that file too and diffs the two. The returned error is for a check that
 // could not run at all; a file that does not pass is a report with Valid
 // false.
@@ -88,7 +94,18 @@ func checkOne(ctx context.Context, path string, opts []Option) (*CheckReport, *C
 	}
 	rep := &CheckReport{Config: abs}
 	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rep.Cluster = o.clusterCheck
 	g, err := New(ctx, path, opts...)
+	if err == nil && !o.clusterCheck && g.Config().Server.Clustered() {
+		// The file makes serve a cluster worker: check it as one.
+		_ = g.rt.Close(context.WithoutCancel(ctx))
+		rep.Cluster = true
+		g, err = New(ctx, path, append(opts, WithClusterCheck())...)
+	}
 	if err != nil {
 		describe(rep, err)
 		return rep, nil

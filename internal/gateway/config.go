@@ -31,9 +31,24 @@ type Config struct {
 type ServerConfig struct {
 	// Address is the data plane's host:port.
 	Address string `yaml:"address" default:"127.0.0.1:8080"`
-	// Workers is the number of worker processes. Only 1 is supported.
-	Workers int `yaml:"workers" default:"1" validate:"min=1"`
+	// Workers is the number of worker processes. With more than one, serve
+	// is a supervisor that runs them on the same address (SO_REUSEPORT)
+	// and keeps their configuration in step through a cluster channel.
+	Workers int `yaml:"workers" default:"1" validate:"min=1,max=256"`
+	// Cluster lists the client URLs of an existing etcd cluster
+	// (http://host:2379) that carries the configuration between workers
+	// and hosts. Empty: a supervisor embeds a loopback etcd, and a single
+	// worker uses none.
+	Cluster []string `yaml:"cluster"`
+	// ClusterPrefix is the etcd key prefix of this service's channel; every
+	// worker of one service uses the same one, and two services sharing an
+	// etcd cluster use different ones.
+	ClusterPrefix string `yaml:"cluster_prefix" default:"/reconf/reconfd"`
 }
+
+// Clustered reports whether the configuration makes serve a worker of a
+// cluster: several workers, or an etcd cluster to join.
+func (s *ServerConfig) Clustered() bool { return s.Workers > 1 || len(s.Cluster) > 0 }
 
 // LoggingConfig sets the service log.
 type LoggingConfig struct {
@@ -108,9 +123,6 @@ type StubOptions struct {
 // Default stub answer length when a stub backend has no stub section.
 const defaultStubTokens = 16
 
-// workersDetail is the detail given for server.workers > 1.
-const workersDetail = "workers > 1 is not supported yet; set server.workers: 1"
-
 // Validate checks what spans fields: names that must point at backends,
 // kind-specific fields, and the auth mode's keys. It never quotes values
 // except backend and alias names, which are identifiers.
@@ -119,8 +131,13 @@ func (c *Config) Validate() error {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, reconf.FieldErrorf(path, format, args...))
 	}
-	if c.Server.Workers > 1 {
-		add("server.workers", workersDetail)
+	for i, ep := range c.Server.Cluster {
+		if err := CheckClusterEndpoint(ep); err != "" {
+			add(fmt.Sprintf("server.cluster[%d]", i), "%s", err)
+		}
+	}
+	if p := c.Server.ClusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
+		add("server.cluster_prefix", "must start with / and name a key prefix, e.g. /reconf/reconfd")
 	}
 	if c.Server.Address != "" {
 		if _, _, err := net.SplitHostPort(c.Server.Address); err != nil {
@@ -197,6 +214,23 @@ func (b *Backend) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckClusterEndpoint checks one etcd client URL (http or https, a host
+// and port, nothing else) and returns what is wrong with it, or "".
+func CheckClusterEndpoint(ep string) string {
+	u, err := url.Parse(ep)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https"):
+		return "must be an etcd client URL such as http://127.0.0.1:2379"
+	case u.Host == "" || u.Port() == "":
+		return "must name a host and port"
+	case u.User != nil:
+		return "must not hold credentials"
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return "must not have a path, query or fragment"
+	}
+	return ""
 }
 
 func checkHost(h string) string {

@@ -153,7 +153,13 @@ backends:
 		detail     string // and its detail contains this
 		reason     reconf.Reason
 	}{
-		{"workers", "server: {workers: 2}\nrouting: {default_route: stub}" + backends, "server.workers", "workers > 1 is not supported yet", reconf.ReasonValidation},
+		{"workers negative", "server: {workers: -1}\nrouting: {default_route: stub}" + backends, "server.workers", "at least 1", reconf.ReasonValidation},
+		{"workers too many", "server: {workers: 1000}\nrouting: {default_route: stub}" + backends, "server.workers", "at most 256", reconf.ReasonValidation},
+		{"cluster endpoint not a URL", "server: {cluster: ['127.0.0.1:2379']}\nrouting: {default_route: stub}" + backends, "server.cluster[0]", "etcd client URL", reconf.ReasonValidation},
+		{"cluster endpoint without port", "server: {cluster: ['http://h1:2379', 'http://h2']}\nrouting: {default_route: stub}" + backends, "server.cluster[1]", "host and port", reconf.ReasonValidation},
+		{"cluster prefix", "server: {cluster_prefix: reconf}\nrouting: {default_route: stub}" + backends, "server.cluster_prefix", "must start with /", reconf.ReasonValidation},
+		{"literal secret with workers", "server: {workers: 2}\nauth: {mode: api_keys, api_keys: [literal-key-1]}\nrouting: {default_route: stub}" + backends, "auth.api_keys[0]", "", reconf.ReasonSecretNotPropagate},
+		{"literal secret with a cluster", "server: {cluster: ['http://127.0.0.1:2379']}\nauth: {mode: api_keys, api_keys: [literal-key-1]}\nrouting: {default_route: stub}" + backends, "auth.api_keys[0]", "", reconf.ReasonSecretNotPropagate},
 		{"bad kind", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: llama, model: m}\n", "backends[stub].kind", "must be one of", reconf.ReasonValidation},
 		{"openai without host", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m}\n", "backends[up].host", "required", reconf.ReasonValidation},
 		{"openai host with credentials", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'http://u:p@h/v1'}\n", "backends[up].host", "credentials", reconf.ReasonValidation},

@@ -29,6 +29,12 @@ type Gateway struct {
 	draining atomic.Bool
 	metrics  *collector
 
+	// cluster is set for a worker of a cluster (WithCluster); worker and
+	// workerHdr name it on /healthz and in the Reconf-Worker header.
+	cluster   *clusterState
+	worker    string
+	workerHdr []string
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -42,6 +48,8 @@ type options struct {
 	env          func(string) (string, bool)
 	runtime      []reconf.Option[Config]
 	newTransport func() http.RoundTripper
+	cluster      *ClusterOptions
+	clusterCheck bool
 }
 
 // WithLogger sets the service logger. Without it the gateway logs text to
@@ -86,6 +94,16 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		}
 		log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 	}
+	var cl *clusterState
+	if o.cluster != nil {
+		if o.cluster.Worker != "" {
+			// Several workers share one stderr (the supervisor's).
+			log = log.With(slog.String("worker", o.cluster.Worker))
+		}
+		if cl, err = joinCluster(*o.cluster, log); err != nil {
+			return nil, err
+		}
+	}
 	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport}
 	ropts := []reconf.Option[Config]{
 		reconf.WithLogger[Config](log),
@@ -95,14 +113,33 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if o.env != nil {
 		ropts = append(ropts, reconf.WithEnv[Config](o.env))
 	}
+	switch {
+	case cl != nil:
+		ropts = append(ropts, reconf.WithChannel[Config](cl.ch))
+	case o.clusterCheck:
+		ropts = append(ropts, reconf.WithChannel[Config](dryChannel{}))
+	}
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
 	if err != nil {
+		if cl != nil {
+			cl.cli.Close()
+		}
 		return nil, err
+	}
+	if cl != nil {
+		if err := cl.follow(ctx, rt, log); err != nil {
+			_ = rt.Close(context.WithoutCancel(ctx))
+			cl.cli.Close()
+			return nil, err
+		}
 	}
 	cfg := rt.Current().Config()
 	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
-	g := &Gateway{rt: rt, log: log}
+	g := &Gateway{rt: rt, log: log, cluster: cl}
+	if cl != nil {
+		g.worker, g.workerHdr = cl.slot, []string{cl.slot}
+	}
 	g.metrics = newCollector(g)
 	g.srv = &http.Server{
 		Handler:           g.handler(),
@@ -157,6 +194,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
 		g.draining.Store(true)
 		var errs []error
+		if g.cluster != nil {
+			// Leave the fleet first: a draining worker takes no new version
+			// and its row no longer counts.
+			if err := g.cluster.leave(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := g.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
 			_ = g.srv.Close()
@@ -169,6 +213,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 		if err := g.rt.Close(closeCtx); err != nil {
 			errs = append(errs, err)
+		}
+		if g.cluster != nil {
+			if err := g.cluster.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("gateway: close the cluster client: %w", err))
+			}
 		}
 		g.shutdownErr = errors.Join(errs...)
 	})

@@ -37,6 +37,9 @@ func (g *Gateway) handler() http.Handler {
 		pin := g.rt.Acquire()
 		defer pin.Release()
 		w.Header().Set(GenerationHeader, strconv.FormatUint(pin.ID(), 10))
+		if g.workerHdr != nil {
+			w.Header()[WorkerHeader] = g.workerHdr
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), pinKey{}, pin)))
 		g.metrics.observe(w.Header().Get(BackendHeader), sw.status(), time.Since(start).Seconds())
@@ -178,11 +181,19 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	pin := pinOf(r)
+	status, code := "ok", http.StatusOK
 	if g.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining", "generation": pin.ID()})
-		return
+		status, code = "draining", http.StatusServiceUnavailable
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "generation": pin.ID()})
+	body := map[string]any{"status": status, "generation": pin.ID()}
+	if g.cluster != nil {
+		// One worker's view, never the fleet's: the fleet is in the
+		// management status.
+		body["scope"] = "worker"
+		body["worker"] = g.worker
+		body["worker_id"] = g.cluster.ch.ID()
+	}
+	writeJSON(w, code, body)
 }
 
 var knownPaths = map[string]string{
