@@ -16,6 +16,8 @@ import (
 func newCheckCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var config, against, output string
 	var classes bool
+	var workers int
+	var cluster []string
 	cmd := &cobra.Command{
 		Use:   "check-config --config PATH [--against PATH] [--output json]",
 		Short: "Validate a configuration file without serving it",
@@ -29,6 +31,12 @@ the restart-required paths that would make it restart-required.
 
 With --classes, print every configuration field with its class instead.
 
+A file whose server section runs several workers or joins a cluster is also
+checked as a cluster worker loads it: a literal secret is refused with
+secret_not_propagatable, since only ${env:NAME} and ${file:/path}
+references can travel between workers. --workers N (above 1) or --cluster
+URLS check any file that way, as serve with those flags would load it.
+
 Exit status: 0 valid, 1 invalid, 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -41,7 +49,14 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			if config == "" {
 				return usage("check-config needs --config PATH")
 			}
-			rep, err := gateway.Check(cmd.Context(), config, against, gateway.WithEnv(lookup))
+			if workers < 0 {
+				return usage("--workers must be at least 1")
+			}
+			opts := []gateway.Option{gateway.WithEnv(lookup)}
+			if workers > 1 || len(cluster) > 0 {
+				opts = append(opts, gateway.WithClusterCheck())
+			}
+			rep, err := gateway.Check(cmd.Context(), config, against, opts...)
 			if err != nil {
 				return fail("%v", err)
 			}
@@ -61,6 +76,8 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 	cmd.Flags().StringVar(&against, "against", "", "baseline configuration (e.g. the running one) to diff against")
 	cmd.Flags().StringVar(&output, "output", "text", "output format: text or json")
 	cmd.Flags().BoolVar(&classes, "classes", false, "print every field's class and exit")
+	cmd.Flags().IntVar(&workers, "workers", 0, "check as serve --workers N would load the file (above 1: as a cluster worker)")
+	cmd.Flags().StringSliceVar(&cluster, "cluster", nil, "check as serve --cluster URLS would load the file (as a cluster worker)")
 	return cmd
 }
 
@@ -95,11 +112,15 @@ func printReport(w io.Writer, rep *gateway.CheckReport) {
 }
 
 func printOne(w io.Writer, prefix string, rep *gateway.CheckReport) {
+	mode := ""
+	if rep.Cluster {
+		mode = " (checked as a cluster worker)"
+	}
 	if rep.Valid {
-		fmt.Fprintf(w, "%s%s: valid\n", prefix, rep.Config)
+		fmt.Fprintf(w, "%s%s: valid%s\n", prefix, rep.Config, mode)
 		return
 	}
-	fmt.Fprintf(w, "%s%s: %s (%s): %s\n", prefix, rep.Config, rep.Outcome, rep.Reason, rep.Message)
+	fmt.Fprintf(w, "%s%s: %s (%s)%s: %s\n", prefix, rep.Config, rep.Outcome, rep.Reason, mode, rep.Message)
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "  %s\n", p)
 	}

@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/propagate"
 )
 
 // clientFlags are the management API client's flags.
@@ -146,7 +148,9 @@ func newStatusCmd(stdout io.Writer, lookup env) *cobra.Command {
 		Short: "Show a running reconfd's configuration status",
 		Long: `Show a running reconfd's configuration status through the management API
 (GET /admin/config/status): the active generation, the last success and
-failure, retained generations and pinned requests.
+failure, retained generations and pinned requests of the worker that
+answers and, for a cluster, the cluster version, whether every worker
+has converged on it, and one row per worker.
 
 Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
 		Args: cobra.NoArgs,
@@ -194,4 +198,58 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.FixedSourcePath)
+	printFleet(w, st.Extra)
+}
+
+// printFleet prints the cluster fields a worker of a cluster adds to its
+// status (see propagate.Follower.StatusFields); nothing without them.
+func printFleet(w io.Writer, extra map[string]any) {
+	raw := func(k string) json.RawMessage {
+		b, _ := extra[k].(json.RawMessage)
+		return b
+	}
+	if raw("cluster_version") == nil {
+		return
+	}
+	var (
+		version   *uint64
+		converged bool
+		reachable = true
+		drift     bool
+		rows      []propagate.WorkerRow
+	)
+	_ = json.Unmarshal(raw("cluster_version"), &version)
+	_ = json.Unmarshal(raw("converged"), &converged)
+	_ = json.Unmarshal(raw("bootstrap_drift"), &drift)
+	if b := raw("cluster_reachable"); b != nil {
+		_ = json.Unmarshal(b, &reachable)
+	}
+	_ = json.Unmarshal(raw("workers"), &rows)
+	if !reachable || version == nil {
+		fmt.Fprintf(w, "cluster:              unreachable from the answering worker; the fleet's state is unknown\n")
+		return
+	}
+	state := "converged"
+	if !converged {
+		state = "not converged"
+	}
+	if drift {
+		state += ", bootstrap drift"
+	}
+	var self propagate.WorkerRow
+	if json.Unmarshal(raw("worker"), &self) == nil && self.ID != "" {
+		fmt.Fprintf(w, "answered by worker:   %s (the lines above are its own view)\n", self.ID)
+	}
+	fmt.Fprintf(w, "cluster version:      %d (%s)\n", *version, state)
+	fmt.Fprintf(w, "workers:              %d\n", len(rows))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tSTATE\tLAST ERROR\tDRIFT")
+	for _, r := range rows {
+		last := string(r.LastError)
+		if last == "" {
+			last = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, r.State, last, r.BootstrapDrift)
+	}
+	_ = tw.Flush()
 }

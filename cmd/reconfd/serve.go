@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/metrics"
 	"github.com/reconfhq/reconf/trigger"
 )
@@ -26,12 +30,22 @@ type serveFlags struct {
 	config          string
 	managementAddr  string
 	shutdownTimeout time.Duration
+
+	// Workers and clusters; zero values defer to the file's server section.
+	workers       int
+	cluster       []string
+	clusterPrefix string
+	dataDir       string
+
+	// Set by a supervisor on the workers it starts (hidden flags).
+	worker string // the worker's slot
+	listen string // the data plane's concrete address
 }
 
 func newServeCmd(stderr io.Writer, lookup env) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve --config PATH [--management-address ADDR]",
+		Use:   "serve --config PATH [--management-address ADDR] [--workers N] [--cluster URLS]",
 		Short: "Serve the gateway",
 		Long: `Serve the OpenAI-compatible data plane on server.address.
 
@@ -43,22 +57,105 @@ Replace the file atomically (write a copy, then rename it over the path).
 
 SIGTERM or SIGINT stops accepting connections, lets in-flight requests and
 streams finish (up to --shutdown-timeout), then exits; a second signal
-exits at once.`,
+exits at once.
+
+With --workers N (or server.workers) above 1, serve is a supervisor: it
+runs an embedded etcd on loopback (unless --cluster names one) and N
+worker processes that share server.address and the management address
+(SO_REUSEPORT). A reload on any worker is published to every worker under
+one generation number. The supervisor restarts a worker that dies, sends
+SIGHUP to one worker in turn, and on SIGTERM or SIGINT stops every worker
+(each drains) before it stops etcd. With --cluster (or server.cluster) and
+one worker, this process is one worker of that cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.config == "" {
 				return usage("serve needs --config PATH")
 			}
+			if err := f.check(); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), f, stderr, lookup)
 		},
 	}
-	cmd.Flags().StringVar(&f.config, "config", "", "configuration file (required)")
-	cmd.Flags().StringVar(&f.managementAddr, "management-address", "", "management API address host:port (default $"+admin.EnvAddress+"; off when empty)")
-	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "configuration file (required)")
+	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port (default $"+admin.EnvAddress+"; off when empty)")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
+	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
+	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
+	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
+	fl.StringVar(&f.worker, "worker", "", "internal: run as this worker slot of a supervisor")
+	fl.StringVar(&f.listen, "listen", "", "internal: a worker's data-plane address")
+	_ = fl.MarkHidden("worker")
+	_ = fl.MarkHidden("listen")
 	return cmd
 }
 
+// check validates the workers and cluster flags.
+func (f *serveFlags) check() error {
+	if f.workers < 0 || f.workers > 256 {
+		return usage("--workers must be between 1 and 256")
+	}
+	for _, ep := range f.cluster {
+		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
+			return usage("--cluster %q: %s", ep, msg)
+		}
+	}
+	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
+		return usage("--cluster-prefix must start with / and name a key prefix")
+	}
+	if f.worker != "" && (f.listen == "" || len(f.cluster) == 0) {
+		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
+	}
+	return nil
+}
+
+// mode is how serve runs, from the flags over the file's server section.
+type mode struct {
+	workers int
+	cluster []string
+	prefix  string
+}
+
+func (f *serveFlags) mode(s gateway.ServerConfig) mode {
+	m := mode{workers: s.Workers, cluster: s.Cluster, prefix: s.ClusterPrefix}
+	if f.workers > 0 {
+		m.workers = f.workers
+	}
+	if len(f.cluster) > 0 {
+		m.cluster = f.cluster
+	}
+	if f.clusterPrefix != "" {
+		m.prefix = f.clusterPrefix
+	}
+	return m
+}
+
+func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
+
+// newGateway loads the configuration into a gateway with its metrics.
+func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
+	m := metrics.New("reconf")
+	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
+		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe))}, opts...)
+	g, err := gateway.New(ctx, f.config, opts...)
+	if err != nil {
+		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
+	}
+	m.Bind(g.Runtime().Status)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, g.Collector(),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return g, reg, nil
+}
+
 func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
+	if f.worker != "" {
+		return serveWorker(ctx, f, stderr, lookup)
+	}
 	// Signals are caught from the start, so a SIGTERM during start-up
 	// still shuts down cleanly.
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -71,17 +168,29 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	signal.Notify(swallowHUP, syscall.SIGHUP)
 	defer signal.Stop(swallowHUP)
 
-	m := metrics.New("reconf")
-	g, err := gateway.New(ctx, f.config, gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe)))
+	// The first load decides the mode. Its log lines are held until then:
+	// a single process keeps this load (and its lines); a supervisor or a
+	// cluster worker loads again and drops them.
+	out := &heldWriter{w: stderr, held: true}
+	g, reg, err := newGateway(ctx, f, out, lookup)
 	if err != nil {
-		return fail("the configuration cannot be loaded: %s", loadError(err))
+		out.release()
+		return err
 	}
-	m.Bind(g.Runtime().Status)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m, g.Collector(),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if m := f.mode(g.Config().Server); m.clustered() {
+		out.discard()
+		log := g.Logger() // the supervisor's, at logging.level
+		_ = g.Shutdown(context.WithoutCancel(ctx))
+		if m.workers > 1 {
+			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
+		}
+		g, reg, err = newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{Endpoints: m.cluster, Prefix: m.prefix}))
+		if err != nil {
+			return err
+		}
+		log.Info("cluster channel", "endpoints", strings.Join(m.cluster, ","), "prefix", m.prefix, "worker_id", g.WorkerID())
+	}
+	out.release()
 	log := g.Logger()
 	ln, err := g.Listen()
 	if err != nil {
@@ -91,18 +200,81 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 
-	mgmt, err := startManagement(g, f, log, lookup, reg)
+	mgmt, err := startManagement(g, f, log, lookup, reg, nil)
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
 		return fail("%v", err)
 	}
+	return serveUntil(ctx, stopCtx.Done(), stopSignals, f, g, served, mgmt, nil)
+}
 
+// serveWorker is one worker process of a supervisor: the gateway joined to
+// the cluster, listening with SO_REUSEPORT on the addresses the supervisor
+// reserved.
+func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
+	parent, err := supervisor.Attach()
+	if err != nil {
+		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
+	}
+	defer parent.Close()
+	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	swallowHUP := make(chan os.Signal, 1)
+	signal.Notify(swallowHUP, syscall.SIGHUP)
+	defer signal.Stop(swallowHUP)
+
+	g, reg, err := newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
+		Endpoints: f.cluster, Prefix: f.clusterPrefix, Worker: f.worker}))
+	if err != nil {
+		return err
+	}
+	log := g.Logger()
+	ln, err := supervisor.ListenReusePort(ctx, f.listen)
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		return fail("listen on server.address: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	mgmt, err := startManagement(g, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		return supervisor.ListenReusePort(ctx, addr)
+	})
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		<-served
+		return fail("%v", err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-parent.Gone():
+			log.Warn("the supervisor is gone; shutting down")
+		}
+		close(stop)
+	}()
+	return serveUntil(ctx, stop, stopSignals, f, g, served, mgmt, func() {
+		if err := parent.Ready(); err != nil {
+			log.Error("could not tell the supervisor this worker is ready", "error", err)
+		}
+	})
+}
+
+// serveUntil serves until stop closes or the data plane fails, then shuts down:
+// the SIGHUP trigger, the data plane (draining), management. ready is
+// called once everything serves.
+func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, g *gateway.Gateway,
+	served chan error, mgmt *managementServer, ready func()) error {
+	log := g.Logger()
 	hup := trigger.SIGHUP(g.Runtime(), log)
+	if ready != nil {
+		ready()
+	}
 
 	var serveErr error
 	select {
-	case <-stopCtx.Done():
+	case <-stop:
 		log.Info("shutting down: draining in-flight requests", "timeout", f.shutdownTimeout.String())
 	case serveErr = <-served:
 		served = nil
@@ -138,12 +310,32 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	return nil
 }
 
+// managementServer is the management API and, when serve opened its
+// listener itself, the goroutine serving it.
+type managementServer struct {
+	*admin.Server
+	served chan error // nil when admin.Server.Start owns the goroutine
+}
+
+// Shutdown stops the server and waits for its serving goroutine.
+func (m *managementServer) Shutdown(ctx context.Context) error {
+	err := m.Server.Shutdown(ctx)
+	if m.served != nil {
+		if serr := <-m.served; serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
 // startManagement opens the management API when an address is set. A
 // missing address leaves it off quietly; a non-loopback address without a
 // token or a too-short token leaves it off with a logged error while the
 // data plane serves (SPEC section 7); a listener that cannot open fails
-// the start.
-func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer) (*admin.Server, error) {
+// the start. listen, when not nil, opens the listener (a worker's
+// SO_REUSEPORT one); otherwise admin.Server.Start does.
+func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
+	listen func(string) (net.Listener, error)) (*managementServer, error) {
 	cfg := admin.ConfigFromEnv(lookup)
 	if f.managementAddr != "" {
 		cfg.Address = f.managementAddr
@@ -151,12 +343,35 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	srv, err := admin.New(g.Runtime(), admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg))
+	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg)}
+	if g.Clustered() {
+		opts = append(opts, admin.WithStatusFields(g.StatusFields))
+	}
+	srv, err := admin.New(g.Runtime(), opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)
 		return nil, nil
 	}
-	switch err := srv.Start(cfg.Address); {
+	m := &managementServer{Server: srv}
+	var bound string
+	err = cfg.Check()
+	if err == nil {
+		if listen == nil {
+			if err = srv.Start(cfg.Address); err == nil {
+				bound = srv.Addr().String()
+			}
+		} else {
+			var ln net.Listener
+			if ln, err = listen(cfg.Address); err != nil {
+				err = fmt.Errorf("admin: listen on management address: %w", err)
+			} else {
+				bound = ln.Addr().String()
+				m.served = make(chan error, 1)
+				go func() { m.served <- srv.Serve(ln) }()
+			}
+		}
+	}
+	switch {
 	case errors.Is(err, admin.ErrNotConfigured):
 		return nil, nil
 	case errors.Is(err, admin.ErrManagementDisabled), errors.Is(err, admin.ErrTokenTooShort):
@@ -165,8 +380,42 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	case err != nil:
 		return nil, fmt.Errorf("management API: %w", err)
 	}
-	log.Info("management listening", "address", srv.Addr().String(), "token_set", !cfg.Token.IsZero())
-	return srv, nil
+	log.Info("management listening", "address", bound, "token_set", !cfg.Token.IsZero())
+	return m, nil
+}
+
+// heldWriter holds what is written to it until release (write it out,
+// then pass everything through) or discard (drop it, then pass through).
+type heldWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	buf  []byte
+	held bool
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		h.buf = append(h.buf, p...)
+		return len(p), nil
+	}
+	return h.w.Write(p)
+}
+
+func (h *heldWriter) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held && len(h.buf) > 0 {
+		_, _ = h.w.Write(h.buf)
+	}
+	h.held, h.buf = false, nil
+}
+
+func (h *heldWriter) discard() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held, h.buf = false, nil
 }
 
 // loadError renders a start-up load failure for the operator.

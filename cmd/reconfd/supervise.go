@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/supervisor"
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// workerStopGrace is how long the supervisor waits for its workers beyond
+// their own --shutdown-timeout before it kills them.
+const workerStopGrace = 15 * time.Second
+
+// supervise runs serve as a supervisor of m.workers worker processes. It
+// checks the configuration as a worker would load it, reserves the data
+// plane's and management's addresses (so port 0 becomes one concrete port
+// that every worker listens on with SO_REUSEPORT), starts the embedded
+// etcd unless m names a cluster, starts the workers and waits for each to
+// be ready, then prints the bound addresses. SIGHUP goes to one worker in
+// turn; SIGTERM or SIGINT stops every worker (each drains), then etcd.
+func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Logger, stderr io.Writer, lookup env) error {
+	// The workers refuse what a cluster cannot carry (a literal secret);
+	// say so now rather than from N failing workers.
+	chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
+	if err != nil {
+		return fail("the configuration cannot be loaded as a cluster worker: %s", loadError(err))
+	}
+	server := chk.Config().Server
+	_ = chk.Shutdown(context.WithoutCancel(ctx))
+	config, err := filepath.Abs(f.config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail("cannot find reconfd's own executable to start workers: %v", err)
+	}
+
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+	data, err := supervisor.Reserve(server.Address)
+	if err != nil {
+		return fail("listen on server.address: %v", err)
+	}
+	cleanup = append(cleanup, func() { data.Close() })
+	mcfg := admin.ConfigFromEnv(lookup)
+	if f.managementAddr != "" {
+		mcfg.Address = f.managementAddr
+	}
+	var mgmtAddr string
+	switch err := mcfg.Check(); {
+	case errors.Is(err, admin.ErrNotConfigured):
+	case errors.Is(err, admin.ErrManagementDisabled), errors.Is(err, admin.ErrTokenTooShort):
+		log.Warn("management API is off; the data plane still serves", "error", err)
+	case err != nil:
+		return fail("management API: %v", err)
+	default:
+		r, err := supervisor.Reserve(mcfg.Address)
+		if err != nil {
+			return fail("management API: listen on management address: %v", err)
+		}
+		cleanup = append(cleanup, func() { r.Close() })
+		mgmtAddr = r.Addr()
+	}
+
+	endpoints := m.cluster
+	if len(endpoints) == 0 {
+		ecfg := embedded.Config{Logger: log}
+		if f.dataDir != "" {
+			dir, err := os.MkdirTemp(f.dataDir, "reconfd-etcd-")
+			if err != nil {
+				return fail("--data-dir: %v", err)
+			}
+			cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+			ecfg.Dir = dir
+		}
+		etcd, err := embedded.Start(stopCtx, ecfg)
+		if err != nil {
+			if stopCtx.Err() != nil {
+				log.Info("stopped during start-up")
+				return nil
+			}
+			return fail("start the embedded etcd: %v", err)
+		}
+		cleanup = append(cleanup, func() { etcd.Close() })
+		endpoints = etcd.Endpoints()
+	}
+	log.Info("cluster channel", "endpoints", strings.Join(endpoints, ","), "embedded", len(m.cluster) == 0, "prefix", m.prefix)
+
+	// Caught before the workers start, so none is lost; the outer
+	// handlers (stopCtx) also see them, which only cancels the start-up.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	env := workerEnv()
+	sup, err := supervisor.Start(stopCtx, supervisor.Config{
+		Workers: m.workers,
+		Logger:  log,
+		Command: func(slot int) *exec.Cmd {
+			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot), "--listen", data.Addr(),
+				"--cluster", strings.Join(endpoints, ","), "--cluster-prefix", m.prefix,
+				"--shutdown-timeout", f.shutdownTimeout.String()}
+			if mgmtAddr != "" {
+				args = append(args, "--management-address", mgmtAddr)
+			}
+			cmd := exec.Command(exe, args...)
+			cmd.Env = env
+			cmd.Stderr = stderr
+			return cmd
+		},
+	})
+	if err != nil {
+		if stopCtx.Err() != nil {
+			log.Info("stopped during start-up")
+			return nil
+		}
+		return fail("the workers could not start: %v", err)
+	}
+	log.Info("listening", "address", data.Addr(), "workers", m.workers)
+	if mgmtAddr != "" {
+		log.Info("management listening", "address", mgmtAddr, "token_set", !mcfg.Token.IsZero(), "workers", m.workers)
+	}
+
+	var stopped chan error
+	for {
+		select {
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGHUP && stopped == nil:
+				if slot := sup.SignalOne(syscall.SIGHUP); slot == 0 {
+					log.Warn("SIGHUP dropped: no worker is ready")
+				} else {
+					log.Info("SIGHUP forwarded", "worker", slot)
+				}
+			case sig == syscall.SIGHUP:
+				// Shutting down: dropped, as a single process drops it.
+			case stopped == nil:
+				log.Info("shutting down: stopping the workers, which drain in-flight requests", "timeout", f.shutdownTimeout.String())
+				stopped = make(chan error, 1)
+				go func() {
+					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout+workerStopGrace)
+					defer cancel()
+					stopped <- sup.Shutdown(sctx)
+				}()
+			default:
+				log.Info("a second signal: the workers stop at once")
+				sup.SignalAll(sig.(syscall.Signal))
+			}
+		case err := <-stopped:
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+			cleanup = nil
+			if err != nil {
+				log.Error("shutdown was not clean", "error", err)
+				return failed
+			}
+			log.Info("stopped")
+			return nil
+		}
+	}
+}
+
+// workerEnv is the supervisor's environment for its workers, without the
+// management address variable: the supervisor passes the address it
+// reserved (or none) as a flag.
+func workerEnv() []string {
+	var out []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, admin.EnvAddress+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
