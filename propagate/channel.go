@@ -156,7 +156,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	}
 	if !resp.Succeeded {
 		return 0, reconf.Errorf(reconf.ReasonSuperseded,
-			"another worker published a newer version than %d first; it will be applied here like any other version", held)
+			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	return held + 1, nil
 }
