@@ -1,0 +1,540 @@
+// Command propagation measures how long a reload takes to reach every
+// worker process of reconfd: from the trigger (POST /admin/config/reload
+// on one worker) until every worker has applied the new version.
+//
+//	cd bench && go run ./propagation                     # 2, 4 and 8 workers, embedded etcd
+//	go run ./propagation -workers 4 -reloads 500
+//	go run ./propagation -cluster                        # two hosts of 2 workers on a three-member etcd
+//
+// It builds reconfd (without the race detector), starts
+// `reconfd serve --workers N --management-address 127.0.0.1:0`, reads the
+// etcd endpoints the supervisor logs, and watches the workers' presence
+// rows with a clientv3 Watch (no polling). For each reload it writes the
+// configuration file (alternating two valid files, renamed into place),
+// sends the reload, and waits until every worker's row shows the new
+// version. It reports three figures per run, p50/p99/max:
+//
+//   - applied: until the last worker applied the version, by the worker's
+//     own stamp (the row's heartbeat, taken right after the apply, before
+//     the row is written; the same host clock as the trigger's);
+//   - observed: until this program saw the last worker's row through its
+//     watch (applied plus one row write and one watch delivery);
+//   - publish: until the reload's answer (read, compile, prepare,
+//     compare-and-set, commit on the receiving worker).
+//
+// With -cluster it starts a three-member etcd in this process
+// (propagate/embedded.StartCluster) and two supervisors ("hosts") of two
+// workers each with --cluster, in different endpoint orders, and triggers
+// every reload on the first host.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+func main() {
+	var (
+		workers  = flag.String("workers", "2,4,8", "comma-separated worker counts, one run each (embedded etcd)")
+		reloads  = flag.Int("reloads", 300, "measured reloads per run")
+		warmup   = flag.Int("warmup", 10, "reloads before measuring (a worker's first applies are cold)")
+		interval = flag.Duration("interval", 20*time.Millisecond, "pause between reloads")
+		cluster  = flag.Bool("cluster", false, "also run two hosts of two workers on a three-member etcd cluster")
+		only     = flag.Bool("cluster-only", false, "run only the three-member cluster")
+		bin      = flag.String("bin", "", "reconfd binary (default: build it from the repository)")
+	)
+	flag.Parse()
+	if err := run(*workers, *reloads, *warmup, *interval, *cluster || *only, *only, *bin); err != nil {
+		fmt.Fprintln(os.Stderr, "propagation:", err)
+		os.Exit(1)
+	}
+}
+
+const configTmpl = `
+server:
+  address: 127.0.0.1:0
+logging:
+  level: info
+routing:
+  default_route: stub
+backends:
+  - name: stub
+    kind: stub
+    model: stub-1
+    max_concurrency: 64
+    timeout: 10s
+    stub: { tokens: %d }
+model_aliases:
+  gpt-4o-mini: stub
+`
+
+func run(workerList string, reloads, warmup int, interval time.Duration, cluster, clusterOnly bool, bin string) error {
+	dir, err := os.MkdirTemp("", "reconf-propagation-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if bin == "" {
+		if bin, err = build(dir); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("propagation: %d reloads per run after %d warm-up, %v apart\n\n", reloads, warmup, interval)
+	if !clusterOnly {
+		for _, s := range strings.Split(workerList, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 2 {
+				return fmt.Errorf("bad worker count %q", s)
+			}
+			res, err := embeddedRun(bin, dir, n, reloads, warmup, interval)
+			if err != nil {
+				return fmt.Errorf("%d workers: %w", n, err)
+			}
+			res.print("embedded etcd, 1 host", n)
+		}
+	}
+	if cluster {
+		res, err := clusterRun(bin, dir, reloads, warmup, interval)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		res.print("3-member etcd, 2 hosts x 2", 4)
+	}
+	return nil
+}
+
+// build builds reconfd into dir, in the repository's own module (with its
+// go.sum), without the race detector.
+func build(dir string) (string, error) {
+	bin := filepath.Join(dir, "reconfd")
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/reconfhq/reconf").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository: %w", err)
+	}
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/reconfd")
+	cmd.Dir = strings.TrimSpace(string(root))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building reconfd: %w", err)
+	}
+	return bin, nil
+}
+
+// host is one running supervisor.
+type host struct {
+	cmd      *exec.Cmd
+	config   string
+	mgmt     string
+	channel  []string
+	logs     *tail
+	exited   chan struct{}
+	workers  int
+	variants [2][]byte
+}
+
+var (
+	reListening = regexp.MustCompile(`msg=listening address=(\S+)`)
+	reMgmt      = regexp.MustCompile(`msg="management listening" address=(\S+)`)
+	reChannel   = regexp.MustCompile(`msg="cluster channel" endpoints=(\S+)`)
+)
+
+// tail keeps a process's last lines, for error messages.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tail) add(s string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, s)
+	if len(t.lines) > 200 {
+		t.lines = t.lines[100:]
+	}
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+func startHost(bin, dir, name string, workers int, extra ...string) (*host, error) {
+	h := &host{config: filepath.Join(dir, name+".yaml"), logs: &tail{}, exited: make(chan struct{}), workers: workers}
+	h.variants = [2][]byte{[]byte(fmt.Sprintf(configTmpl, 4)), []byte(fmt.Sprintf(configTmpl, 5))}
+	if err := writeAtomic(h.config, h.variants[0]); err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--config", h.config, "--workers", strconv.Itoa(workers), "--management-address", "127.0.0.1:0"}, extra...)
+	h.cmd = exec.Command(bin, args...)
+	stderr, err := h.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := h.cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			h.logs.add(sc.Text())
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+	}()
+	go func() { _ = h.cmd.Wait(); close(h.exited) }()
+	deadline := time.After(60 * time.Second)
+	listening := false
+	for !listening || h.mgmt == "" || h.channel == nil {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return nil, fmt.Errorf("reconfd exited before listening:\n%s", h.logs)
+			}
+			if m := reChannel.FindStringSubmatch(l); m != nil {
+				h.channel = strings.Split(m[1], ",")
+			}
+			if reListening.MatchString(l) {
+				listening = true
+			}
+			if m := reMgmt.FindStringSubmatch(l); m != nil {
+				h.mgmt = m[1]
+			}
+		case <-deadline:
+			h.stop()
+			return nil, fmt.Errorf("reconfd did not start in 60s:\n%s", h.logs)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	return h, nil
+}
+
+func (h *host) stop() {
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(30 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-h.exited
+	}
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// row is the part of a worker's presence row this program reads.
+type row struct {
+	ID             string    `json:"id"`
+	AppliedVersion uint64    `json:"applied_version"`
+	Heartbeat      time.Time `json:"heartbeat"`
+}
+
+// rowEvent is a row write (or, with config set, a record) as the watch
+// delivered it.
+type rowEvent struct {
+	row    row
+	config bool
+	by     string    // the record's publisher, for a record
+	pubAt  time.Time // the record's published_at (the publisher's clock before its compare-and-set)
+	at     time.Time
+}
+
+// fleet watches every worker row under a prefix.
+type fleet struct {
+	cli    *clientv3.Client
+	events chan rowEvent
+	cancel context.CancelFunc
+	ids    []string
+}
+
+func watchFleet(endpoints []string, prefix string, want int) (*fleet, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	fl := &fleet{cli: cli, events: make(chan rowEvent, 4096)}
+	// Wait for every worker's row, then watch from the next revision.
+	deadline := time.Now().Add(60 * time.Second)
+	var rev int64
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+		cancel()
+		if err == nil && len(resp.Kvs) == want {
+			for _, kv := range resp.Kvs {
+				var r row
+				if json.Unmarshal(kv.Value, &r) == nil {
+					fl.ids = append(fl.ids, r.ID)
+				}
+			}
+			rev = resp.Header.Revision
+			break
+		}
+		if time.Now().After(deadline) {
+			cli.Close()
+			return nil, fmt.Errorf("%d worker rows did not appear under %s", want, prefix)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fl.cancel = cancel
+	wch := cli.Watch(ctx, channelPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	go func() {
+		for wr := range wch {
+			at := time.Now()
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				if string(ev.Kv.Key) == configKey {
+					var rec struct {
+						Version     uint64    `json:"version"`
+						PublishedBy string    `json:"published_by"`
+						PublishedAt time.Time `json:"published_at"`
+					}
+					if json.Unmarshal(ev.Kv.Value, &rec) == nil {
+						fl.events <- rowEvent{row: row{AppliedVersion: rec.Version}, config: true, by: rec.PublishedBy, pubAt: rec.PublishedAt, at: at}
+					}
+					continue
+				}
+				var r row
+				if json.Unmarshal(ev.Kv.Value, &r) == nil {
+					fl.events <- rowEvent{row: r, at: at}
+				}
+			}
+		}
+		close(fl.events)
+	}()
+	return fl, nil
+}
+
+func (fl *fleet) close() {
+	fl.cancel()
+	fl.cli.Close()
+}
+
+// arrival is when one worker's row first showed a version.
+type arrival struct {
+	stamp, seen time.Time
+}
+
+// await waits until every worker's row shows version (or newer) and
+// returns, per worker, its stamp and when the watch delivered the row, and
+// the publisher's ID.
+func (fl *fleet) await(version uint64, timeout time.Duration) (rows map[string]arrival, publisher string, publishedAt time.Time, err error) {
+	pending := map[string]bool{}
+	for _, id := range fl.ids {
+		pending[id] = true
+	}
+	rows = map[string]arrival{}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for len(pending) > 0 || publisher == "" {
+		select {
+		case ev, ok := <-fl.events:
+			if !ok {
+				return nil, "", time.Time{}, errors.New("the watch ended")
+			}
+			if ev.config {
+				if ev.row.AppliedVersion == version {
+					publisher, publishedAt = ev.by, ev.pubAt
+				}
+				continue
+			}
+			if !pending[ev.row.ID] || ev.row.AppliedVersion < version {
+				continue
+			}
+			delete(pending, ev.row.ID)
+			rows[ev.row.ID] = arrival{ev.row.Heartbeat, ev.at}
+		case <-t.C:
+			return nil, "", time.Time{}, fmt.Errorf("workers %v did not show version %d within %v", keys(pending), version, timeout)
+		}
+	}
+	return rows, publisher, publishedAt, nil
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// result holds one run's samples, each from the reload request unless
+// said otherwise.
+type result struct {
+	// applied: until every worker applied the version (the publisher when
+	// it answered, the others by their own stamps).
+	applied []time.Duration
+	// fromPublish: from the record's published_at (the publisher's clock
+	// just before its compare-and-set) until every other worker applied.
+	fromPublish []time.Duration
+	// answer: until the reload's answer.
+	answer []time.Duration
+	// observed: until this program's watch delivered the last row.
+	observed []time.Duration
+	// pubRow: until the watch delivered the publisher's own row.
+	pubRow []time.Duration
+}
+
+func (r *result) print(setup string, workers int) {
+	fmt.Printf("%s, %d worker processes, %d reloads\n", setup, workers, len(r.applied))
+	line := func(name string, d []time.Duration) {
+		fmt.Printf("  %-40s %s\n", name, triple(d))
+	}
+	line("trigger -> applied on every worker", r.applied)
+	line("publish -> applied on every worker", r.fromPublish)
+	line("trigger -> reload answered", r.answer)
+	line("trigger -> every row seen by a watcher", r.observed)
+	line("trigger -> publisher's own row seen", r.pubRow)
+	fmt.Println()
+}
+
+func triple(d []time.Duration) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) }
+	return fmt.Sprintf("p50 %6s   p99 %6s   max %6s ms", ms(q(0.50)), ms(q(0.99)), ms(s[len(s)-1]))
+}
+
+// measure triggers reloads on h and waits for every row each time.
+func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration) (*result, error) {
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	res := &result{}
+	for i := range warmup + reloads {
+		if err := writeAtomic(h.config, h.variants[(i+1)%2]); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		resp, err := client.Post("http://"+h.mgmt+"/admin/config/reload", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return nil, err
+		}
+		var body struct {
+			Outcome    string `json:"outcome"`
+			Reason     string `json:"reason"`
+			Generation uint64 `json:"generation"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		t1 := time.Now()
+		if err != nil || body.Outcome != "published" {
+			return nil, fmt.Errorf("reload %d: %s/%s (%v)", i, body.Outcome, body.Reason, err)
+		}
+		rows, publisher, publishedAt, err := fl.await(body.Generation, 10*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("reload %d: %w\n%s", i, err, h.logs)
+		}
+		if i >= warmup {
+			// The publisher holds the version when it answers (it commits
+			// before); every other worker by its own stamp.
+			applied, observed, others := t1, t1, publishedAt
+			for id, a := range rows {
+				if id == publisher {
+					res.pubRow = append(res.pubRow, a.seen.Sub(t0))
+					continue
+				}
+				applied, observed, others = later(applied, a.stamp), later(observed, a.seen), later(others, a.stamp)
+			}
+			res.answer = append(res.answer, t1.Sub(t0))
+			res.applied = append(res.applied, applied.Sub(t0))
+			res.fromPublish = append(res.fromPublish, others.Sub(publishedAt))
+			res.observed = append(res.observed, observed.Sub(t0))
+		}
+		time.Sleep(interval)
+	}
+	return res, nil
+}
+
+const (
+	channelPrefix = "/reconf/reconfd/"
+	configKey     = channelPrefix + "config"
+	prefix        = channelPrefix + "workers/"
+)
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func embeddedRun(bin, dir string, n, reloads, warmup int, interval time.Duration) (*result, error) {
+	h, err := startHost(bin, dir, fmt.Sprintf("embedded-%d", n), n)
+	if err != nil {
+		return nil, err
+	}
+	defer h.stop()
+	fl, err := watchFleet(h.channel, prefix, n)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.close()
+	return measure(h, fl, reloads, warmup, interval)
+}
+
+func clusterRun(bin, dir string, reloads, warmup int, interval time.Duration) (*result, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	c, err := embedded.StartCluster(context.Background(), 3, embedded.Config{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	eps := c.Endpoints()
+	rev := slices.Clone(eps)
+	slices.Reverse(rev)
+	a, err := startHost(bin, dir, "host-a", 2, "--cluster", strings.Join(eps, ","))
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	b, err := startHost(bin, dir, "host-b", 2, "--cluster", strings.Join(rev, ","))
+	if err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	fl, err := watchFleet(eps, prefix, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.close()
+	return measure(a, fl, reloads, warmup, interval)
+}

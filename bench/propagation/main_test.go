@@ -1,0 +1,31 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPropagationSmoke builds reconfd, runs two workers and measures five
+// reloads: every one must reach both workers.
+func TestPropagationSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs reconfd; run without -short")
+	}
+	dir := t.TempDir()
+	bin, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := embeddedRun(bin, dir, 2, 5, 2, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.applied) != 5 || len(res.fromPublish) != 5 || len(res.pubRow) != 5 {
+		t.Fatalf("got %d, %d, %d samples, want 5 each", len(res.applied), len(res.fromPublish), len(res.pubRow))
+	}
+	for i, d := range res.applied {
+		if d <= 0 || d > 10*time.Second || res.answer[i] > d {
+			t.Errorf("sample %d: applied %v, answered %v", i, d, res.answer[i])
+		}
+	}
+}
