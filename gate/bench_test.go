@@ -237,21 +237,19 @@ func BenchmarkGateRebalance(b *testing.B) {
 	}
 }
 
-// BenchmarkThroughput sends b.N requests of a fixed duration (10ms)
-// through N workers sharing a limit of 8 and reports the achieved
-// concurrency against the limit (util = req/s * 10ms / 8) and the peak in
-// flight. "steady": 32 clients, each on one worker, so every worker stays
-// hungry and the claims settle. "moving": 8 clients (as many as the
-// limit), each picking a random worker for every request, so demand
-// moves between workers all the time and the claims must follow. "local"
-// is a single local limiter, the ceiling (sleep overshoot included).
+// BenchmarkThroughput sends b.N requests of a fixed duration through N
+// workers sharing a limit of 8 and reports the achieved concurrency
+// against the limit (util = req/s * duration / 8), the peak in flight and
+// etcd writes per request. "steady": 32 clients, each on one worker, so
+// every worker stays hungry and the claims settle. "moving": 8 clients (as
+// many as the limit), each picking a random worker for every request, so
+// demand moves between workers all the time and the claims must follow:
+// the worst case, where every move costs etcd round trips. "local" is a
+// single local limiter, the ceiling (sleep overshoot included).
 func BenchmarkThroughput(b *testing.B) {
-	const (
-		limit = 8
-		hold  = 10 * time.Millisecond
-	)
+	const limit = 8
 	// rev returns etcd's revision (every claim write adds one), or 0.
-	run := func(b *testing.B, lims []*Limiter, clients int, moving bool, rev func() int64) {
+	run := func(b *testing.B, lims []*Limiter, clients int, moving bool, hold time.Duration, rev func() int64) {
 		var p peak
 		rev0 := rev()
 		var next atomic.Int64
@@ -290,22 +288,34 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Errorf("peak %d > limit %d", p.max.Load(), limit)
 		}
 	}
-	for _, mode := range []string{"steady", "moving"} {
+	cases := []struct {
+		mode    string
+		hold    time.Duration
+		workers []int
+	}{
+		{"steady", 10 * time.Millisecond, []int{1, 2, 4}},
+		{"moving", 10 * time.Millisecond, []int{1, 2, 4}},
+		{"moving", 100 * time.Millisecond, []int{4}},
+	}
+	for _, tc := range cases {
 		clients := 32
-		if mode == "moving" {
+		if tc.mode == "moving" {
 			clients = limit
 		}
-		b.Run("local/"+mode, func(b *testing.B) { run(b, []*Limiter{NewLimiter(limit)}, clients, false, func() int64 { return 0 }) })
+		name := fmt.Sprintf("%s-%v", tc.mode, tc.hold)
+		b.Run("local/"+name, func(b *testing.B) {
+			run(b, []*Limiter{NewLimiter(limit)}, clients, false, tc.hold, func() int64 { return 0 })
+		})
 		if testing.Short() {
 			continue
 		}
-		for _, n := range []int{1, 2, 4} {
-			b.Run(fmt.Sprintf("workers=%d/%s", n, mode), func(b *testing.B) {
+		for _, n := range tc.workers {
+			b.Run(fmt.Sprintf("workers=%d/%s", n, name), func(b *testing.B) {
 				c := startEtcd(b)
 				ws := startWorkers(b, c.Endpoints(), n)
 				ls := limiters(ws, "b")
 				publish(ls, limit)
-				run(b, ls, clients, mode == "moving", func() int64 {
+				run(b, ls, clients, tc.mode == "moving", tc.hold, func() int64 {
 					resp, err := ws[0].cli.Get(context.Background(), "rev")
 					if err != nil {
 						b.Fatal(err)
