@@ -47,7 +47,7 @@ type backend struct {
 	lim   *Limiter
 	kickc chan struct{}
 
-	mu         sync.Mutex    // guards the fields below (written by run, read by SetLimit, the watchdog, Stats)
+	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
 	n          int           // workers in the last view, this one included; 0 before any view
 	sumOthers  int           // the other workers' claims in the last view
@@ -79,6 +79,8 @@ func newBackend(g *Gate, name string) *backend {
 		kickc: make(chan struct{}, 1),
 		view:  make(map[string]entry),
 	}
+	b.rejoinSeen = g.rejoins.Load() // a rejoin before this backend existed is not its own
+	b.rejoinDone = b.rejoinSeen
 	b.key = b.pfx + b.id
 	b.lim = newClusterLimiter(b)
 	return b
