@@ -462,9 +462,14 @@ func TestClusterStaggeredRejoin(t *testing.T) {
 	if m := p.max.Load(); m > 4 {
 		t.Fatalf("peak %d > 4 while worker 0 is still cut off; stats %+v", m, statsOf(ls))
 	}
+	lease := ws[0].g.lease.Load()
 	px.restore(t)
 	if !eventually(10*time.Second, func() bool { return !ls[0].Stats().Degraded }) {
 		t.Fatalf("worker 0 never rejoined: %+v", ls[0].Stats())
+	}
+	if ws[0].g.lease.Load() != lease {
+		// Then worker 0 was cut off alone for a while: the bound is L + share.
+		t.Fatal("worker 0's lease expired before it came back; this test needs it back within the TTL")
 	}
 	time.Sleep(time.Second)
 	if m := p.max.Load(); m > 4 {

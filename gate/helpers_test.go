@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -54,6 +56,13 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 		DialKeepAliveTime:    time.Second,
 		DialKeepAliveTimeout: time.Second,
 		Logger:               zap.NewNop(),
+		// Reconnect within 300ms of etcd coming back, not after gRPC's
+		// default backoff (up to two minutes): the rejoin tests need every
+		// worker back before its lease runs out.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 300 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})},
 	})
 	if err != nil {
 		t.Fatal(err)
