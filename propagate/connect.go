@@ -5,6 +5,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
 )
@@ -13,6 +15,9 @@ import (
 // member's, or an external cluster's "http://h1:2379,..."). Its logs go to
 // logger (nil means slog.Default()) at error level; its gRPC keep-alives
 // notice a dead endpoint within seconds so the client moves to another.
+// Reconnection backs off to at most one second (gRPC's default is two
+// minutes), so after an etcd outage a worker is back well within a lease
+// time: the concurrency gate's bound depends on that.
 // It does not wait for a connection. The caller closes the client after
 // every Follower using it.
 func Connect(endpoints []string, logger *slog.Logger) (*clientv3.Client, error) {
@@ -27,5 +32,9 @@ func Connect(endpoints []string, logger *slog.Logger) (*clientv3.Client, error) 
 		MaxCallSendMsgSize:   8 << 20,
 		MaxCallRecvMsgSize:   8 << 20,
 		Logger:               zlog.New(logger, "etcd-client", slog.LevelError),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
 	})
 }
