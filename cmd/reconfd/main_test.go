@@ -43,6 +43,7 @@ func writeFile(t *testing.T, data string) string {
 func TestExitCodes(t *testing.T) {
 	good := writeFile(t, valid)
 	bad := writeFile(t, strings.Replace(valid, "default_route: s", "default_route: x", 1))
+	literal := writeFile(t, valid+"auth: {mode: api_keys, api_keys: [a-literal-key]}\n")
 	cases := []struct {
 		args []string
 		code int
@@ -59,6 +60,16 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check-config", "--bogus"}, 2},
 		{[]string{"serve"}, 2},
 		{[]string{"serve", "--config", bad}, 1},
+		{[]string{"serve", "--config", good, "--workers", "-1"}, 2},
+		{[]string{"serve", "--config", good, "--workers", "300"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster-prefix", "reconf"}, 2},
+		{[]string{"serve", "--config", good, "--worker", "1"}, 2},
+		{[]string{"serve", "--config", good, "--worker", "1", "--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1"}, 2},
+		{[]string{"serve", "--config", literal, "--workers", "2"}, 1},
+		{[]string{"check-config", "--config", literal}, 0},
+		{[]string{"check-config", "--config", literal, "--workers", "2"}, 1},
+		{[]string{"check-config", "--config", literal, "--cluster", "http://127.0.0.1:2379"}, 1},
 		{[]string{"reload"}, 2},
 		{[]string{"status", "--output", "xml", "--address", "127.0.0.1:1"}, 2},
 		{[]string{"nonsense"}, 2},
@@ -133,6 +144,17 @@ func TestReloadClient(t *testing.T) {
 		{"pending", `{"error":{"reason":"attempt_pending","message":"still running"}}`, 202, []string{"reload"}, 1, ""},
 		{"status", `{"active_generation":3,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0, "active generation:    3"},
 		{"status refused", `{"error":{"reason":"unauthorized","message":"no"}}`, 401, []string{"status"}, 1, ""},
+		{"status of a fleet", `{"active_generation":7,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml",` +
+			`"cluster_version":7,"converged":false,"bootstrap_drift":false,"cluster_reachable":true,` +
+			`"worker":{"id":"h-w1-10","pid":10,"host":"h","applied_version":7,"state":"ok","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"},` +
+			`"workers":[{"id":"h-w1-10","pid":10,"host":"h","applied_version":7,"state":"ok","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"},` +
+			`{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
+			200, []string{"status"}, 0, "answered by worker:   h-w1-10 (the lines above are its own view)\ncluster version:      7 (not converged)\nworkers:              2\n"},
+		{"status of a fleet, rows", `{"active_generation":7,"cluster_version":7,"converged":true,"cluster_reachable":true,` +
+			`"workers":[{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
+			200, []string{"status"}, 0, "  h-w2-11  11   h     6        failing  secret_unresolved  false"},
+		{"status of an unreachable fleet", `{"active_generation":7,"cluster_version":null,"converged":false,"cluster_reachable":false,"workers":[]}`,
+			200, []string{"status"}, 0, "cluster:              unreachable from the answering worker"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
