@@ -48,6 +48,12 @@ func Reserve(addr string) (*Reservation, error) {
 		family = unix.AF_INET6
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil && host == "" {
+		// No IPv6 here: every interface means every IPv4 one, as for
+		// net.Listen.
+		family, ip = unix.AF_INET, netip.IPv4Unspecified()
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: reserve %q: %w", addr, err)
 	}

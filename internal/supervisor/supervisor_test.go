@@ -300,4 +300,20 @@ func TestReserveAndListenReusePort(t *testing.T) {
 	if _, err := Reserve("127.0.0.1:x"); err == nil {
 		t.Error("a bad port was reserved")
 	}
+	// Every interface: a listener on the same wildcard address shares it.
+	all, err := Reserve(":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	ln, err := ListenReusePort(context.Background(), all.Addr())
+	if err != nil {
+		t.Fatalf("listen on %s: %v", all.Addr(), err)
+	}
+	defer ln.Close()
+	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(all.Port()))); err != nil {
+		t.Errorf("dial IPv4 loopback on the wildcard reservation %s: %v", all.Addr(), err)
+	} else {
+		c.Close()
+	}
 }
