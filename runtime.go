@@ -215,7 +215,9 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 		id := r.cur.Load().id
 		res := Result{Outcome: Busy, Reason: ReasonInFlight, Message: "another attempt is in flight; try again when it ends", Trigger: trigger, DryRun: dry,
 			PreviousGeneration: id, Generation: id, Started: r.o.now()}
-		r.logAttempt(res)
+		if trigger != TriggerCluster { // a follower retries busy applies itself
+			r.logAttempt(res)
+		}
 		r.observe(res)
 		return res, nil
 	}

@@ -108,8 +108,8 @@ func (s Secret) Equal(o Secret) bool { return s.fingerprint() == o.fingerprint()
 
 // fingerprint is a private digest used for diffs; it is never shown.
 func (s Secret) fingerprint() [32]byte {
-	if s.b == nil {
-		return [32]byte{}
+	if s.IsZero() {
+		return [32]byte{} // absent and empty are the same configuration
 	}
 	return sha256.Sum256([]byte(s.b.ref + "\x00" + s.b.value))
 }

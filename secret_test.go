@@ -177,3 +177,19 @@ func TestSecretCanary(t *testing.T) {
 		}
 	}
 }
+
+func TestEmptySecretEqualsAbsent(t *testing.T) {
+	empty, err := parseSecret("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testConfig{Backends: []testBackend{{Name: "stub"}}}
+	b := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: Secret{empty}}}}
+	if got := Diff(a, b); len(got) != 0 {
+		t.Fatalf("an absent and an empty secret differ: %v", got)
+	}
+	c := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: NewSecret("x")}}}
+	if got := Diff(a, c); len(got) != 1 || got[0].Path != "backends[stub].api_key" {
+		t.Fatalf("a set secret: %v", got)
+	}
+}

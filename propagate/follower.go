@@ -200,6 +200,7 @@ func (f *Follower) run() {
 		wch     clientv3.WatchChan
 		wcancel = func() {}
 		backoff = f.o.minBackoff
+		busy    = busyRetry
 		retry   = time.NewTimer(time.Hour)
 		waiting bool // a retry is scheduled; hold off until it fires or a newer version arrives
 	)
@@ -253,11 +254,19 @@ func (f *Follower) run() {
 			return
 		}
 		if !waiting {
-			if f.step() {
+			switch f.step() {
+			case retryBusy:
+				// An attempt is running here, most often this worker's own
+				// publish of the very version just seen: look again soon,
+				// then less often if it is a long attempt. The failure
+				// backoff is left as it was.
+				retry.Reset(busy)
+				waiting, busy = true, min(2*busy, f.o.maxBackoff)
+			case retryBackoff:
 				retry.Reset(backoff)
-				waiting, backoff = true, min(2*backoff, f.o.maxBackoff)
-			} else {
-				backoff = f.o.minBackoff
+				waiting, backoff, busy = true, min(2*backoff, f.o.maxBackoff), busyRetry
+			default:
+				backoff, busy = f.o.minBackoff, busyRetry
 			}
 		}
 		select {
@@ -298,35 +307,49 @@ func (f *Follower) offer(u Update) bool {
 	return true
 }
 
+// stepResult says whether and how soon step wants another go.
+type stepResult int
+
+const (
+	settled      stepResult = iota // nothing to retry
+	retryBusy                      // the runtime was busy: retry after busyRetry
+	retryBackoff                   // the apply failed: retry after the backoff
+)
+
+// busyRetry is how soon a follower first looks again after the runtime
+// answered busy: an attempt in flight typically ends within milliseconds.
+// Further busy answers double it up to the maximum backoff.
+const busyRetry = 2 * time.Millisecond
+
 // step applies the newest version seen if it is newer than the one the
-// runtime holds. It reports whether to retry after a backoff.
-func (f *Follower) step() (retry bool) {
+// runtime holds, and says when to try again.
+func (f *Follower) step() stepResult {
 	f.mu.Lock()
 	u := f.latest
 	f.mu.Unlock()
 	held := f.rt.Status().ActiveGeneration
 	if u.Version <= held {
 		f.settle(held)
-		return false
+		return settled
 	}
 	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
 	switch {
 	case f.ctx.Err() != nil:
-		return false
+		return settled
 	case errors.Is(err, reconf.ErrClosed):
 		f.failed(u.Version, reconf.ReasonShutdown, "the runtime is closed")
-		return false
+		return settled
 	case err != nil:
 		f.failed(u.Version, reconf.ReasonInternal, err.Error())
-		return true
+		return retryBackoff
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
 		f.settle(res.Generation)
-		return false
+		return settled
 	case res.Outcome == reconf.Busy:
-		return true // another attempt is running here; not a failure
+		return retryBusy // another attempt is running here; not a failure
 	default:
 		f.failed(u.Version, res.Reason, res.Message)
-		return true
+		return retryBackoff
 	}
 }
 
