@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -35,6 +38,11 @@ type ClusterOptions struct {
 	// attribute, slot "1". The slot is answered in /healthz and in the
 	// Reconf-Worker header.
 	Worker string
+	// GateTTL is the lease time of the worker's concurrency claims
+	// (default gate.DefaultTTL): the slots of a worker that dies come back
+	// to the fleet within it, and a worker cut off from etcd falls back
+	// to its local share after a quarter of it.
+	GateTTL time.Duration
 }
 
 // WithCluster makes the gateway one worker of a cluster: New connects to
@@ -45,6 +53,14 @@ type ClusterOptions struct {
 // (secret_not_propagatable). Shutdown leaves the cluster (the worker's
 // row is removed) before it drains. The data plane does no IPC: requests
 // read the active generation exactly as without a cluster.
+//
+// Each backend's max_concurrency is then the fleet's: New joins a
+// gate.Gate under Prefix + "/gate/" with the worker's ID, and every
+// backend's limiter is the Gate's, so the requests in flight on a backend
+// across all workers stay within its published limit. Admission is local
+// below this worker's claim; etcd is involved only to move slots between
+// workers. Shutdown closes the Gate (releasing the worker's claims at
+// once) after the data plane has drained.
 func WithCluster(c ClusterOptions) Option { return func(o *options) { o.cluster = &c } }
 
 // WithClusterCheck compiles the configuration as a cluster worker would
@@ -59,10 +75,13 @@ type clusterState struct {
 	cli      *clientv3.Client
 	ch       *propagate.Channel
 	follower *propagate.Follower
+	gate     *gate.Gate
 }
 
-// joinCluster connects to etcd and makes the channel; it makes no request.
-func joinCluster(c ClusterOptions, log *slog.Logger) (*clusterState, error) {
+// joinCluster connects to etcd, makes the channel and joins the
+// concurrency gate, which takes a lease: it fails if etcd does not grant
+// one within propagate.DefaultRequestTimeout.
+func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clusterState, error) {
 	if len(c.Endpoints) == 0 {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
 	}
@@ -76,12 +95,46 @@ func joinCluster(c ClusterOptions, log *slog.Logger) (*clusterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
 	}
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(workerID(c.Worker)))
+	id := workerID(c.Worker)
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id))
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
-	return &clusterState{slot: c.Worker, cli: cli, ch: ch}, nil
+	opts := []gate.Option{gate.WithWorkerID(id), gate.WithPrefix(gatePrefix(c.Prefix)), gate.WithLogger(log)}
+	if c.GateTTL > 0 {
+		opts = append(opts, gate.WithTTL(c.GateTTL))
+	}
+	gctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
+	defer cancel()
+	gt, err := gate.New(gctx, cli, opts...)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("gateway: join the concurrency gate: %w", err)
+	}
+	return &clusterState{slot: c.Worker, cli: cli, ch: ch, gate: gt}, nil
+}
+
+// abandon undoes joinCluster after a failed start: it releases the
+// claims (there are no requests) and closes the client.
+func (c *clusterState) abandon(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), propagate.DefaultRequestTimeout)
+	defer cancel()
+	_ = c.gate.Close(ctx)
+	c.cli.Close()
+}
+
+// gatePrefix is the etcd prefix of the concurrency claims under a
+// service's cluster prefix.
+func gatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
+
+// closeGate releases the worker's concurrency claims; the data plane must
+// have drained (see gate.Gate.Close).
+func (c *clusterState) closeGate(ctx context.Context) error {
+	if err := c.gate.Close(ctx); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
 }
 
 // workerID names a worker's row: host, slot and pid, so that a restarted
@@ -137,14 +190,39 @@ func (g *Gateway) WorkerID() string {
 	return g.cluster.ch.ID()
 }
 
-// StatusFields returns the fleet's part of the management status
+// StatusFields returns the gateway's part of the management status, for
+// admin.WithStatusFields. It always holds concurrency: each backend of the
+// active generation with its limiter's gate.Stats (limit, capacity,
+// in_flight, waiting, workers, degraded), as this process sees them. A
+// worker of a cluster adds gate_degraded (true while it cannot reach etcd
+// and runs every limit on a conservative local share) and the fleet's part
 // (cluster_version, workers, converged, bootstrap_drift,
 // cluster_reachable, and this worker's own row), read from etcd on each
-// call; nil when the gateway is not clustered. It is made for
-// admin.WithStatusFields.
+// call. It is safe for concurrent use.
 func (g *Gateway) StatusFields() map[string]any {
-	if g.cluster == nil || g.cluster.follower == nil {
-		return nil
+	m := map[string]any{"concurrency": g.concurrency()}
+	if g.cluster == nil {
+		return m
 	}
-	return g.cluster.follower.StatusFields()
+	m["gate_degraded"] = g.cluster.gate.Degraded()
+	if g.cluster.follower != nil {
+		maps.Copy(m, g.cluster.follower.StatusFields())
+	}
+	return m
+}
+
+// concurrency returns the limiter stats of the active generation's
+// backends by name.
+func (g *Gateway) concurrency() map[string]gate.Stats {
+	pin := g.rt.Acquire()
+	defer pin.Release()
+	out := map[string]gate.Stats{}
+	st, ok := pin.Value(ConsumerName).(*routes)
+	if !ok || st.closed.Load() {
+		return out
+	}
+	for _, r := range st.order {
+		out[r.name] = r.lim.Stats()
+	}
+	return out
 }

@@ -4,16 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -106,6 +111,218 @@ func TestClusterRefusesLiteralSecrets(t *testing.T) {
 	rep, err = Check(context.Background(), path, "")
 	if err != nil || rep.Valid || rep.Reason != reconf.ReasonSecretNotPropagate || !rep.Cluster {
 		t.Errorf("check of workers: 3: %v %+v", err, rep)
+	}
+}
+
+// countingUpstream is an OpenAI-compatible upstream whose every answer
+// takes delay; it counts the requests in flight and records their peak.
+type countingUpstream struct {
+	srv   *httptest.Server
+	delay time.Duration
+
+	mu             sync.Mutex
+	inFlight, peak int
+}
+
+func newCountingUpstream(t testing.TB, delay time.Duration) *countingUpstream {
+	u := &countingUpstream{delay: delay}
+	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *countingUpstream) host() string { return u.srv.URL + "/v1" }
+
+func (u *countingUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.inFlight++
+	u.peak = max(u.peak, u.inFlight)
+	u.mu.Unlock()
+	select {
+	case <-time.After(u.delay):
+	case <-r.Context().Done():
+	}
+	// Counted out before the answer goes: the gateway releases its slot
+	// only after reading it.
+	u.mu.Lock()
+	u.inFlight--
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"id":"up-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"counted"},"finish_reason":"stop"}]}`)
+}
+
+// resetPeak returns the peak since the last reset and starts a new one
+// from the requests in flight now.
+func (u *countingUpstream) resetPeak() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.peak
+	u.peak = u.inFlight
+	return p
+}
+
+func countedConfig(host string, limit int) string {
+	return fmt.Sprintf(`
+routing: {default_route: up}
+backends:
+  - {name: up, kind: openai, model: m, host: %q, max_concurrency: %d, timeout: 20s}
+`, host, limit)
+}
+
+// load sends n concurrent requests to each gateway and fails the test on
+// any answer but 200.
+func load(t *testing.T, n int, gs ...*testGateway) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		for range n {
+			wg.Go(func() {
+				if r := g.chat("m"); r.status != 200 {
+					t.Errorf("got %d %s", r.status, r.body)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+func gateKeys(t *testing.T, etcd *embedded.Server, prefix string) []string {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, gatePrefix(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	return keys
+}
+
+// TestClusterConcurrencyIsGlobal runs two workers in front of one counting
+// upstream: max_concurrency bounds the requests in flight across both, a
+// reload on one moves the limit on both, status shows each worker's part,
+// Shutdown hands a worker's slots back at once, and a closed gate answers
+// 503.
+func TestClusterConcurrencyIsGlobal(t *testing.T) {
+	etcd := startEtcd(t)
+	up := newCountingUpstream(t, 100*time.Millisecond)
+	prefix := "/test/" + t.Name()
+	opts := func(w string) Option {
+		return WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: prefix, Worker: w})
+	}
+	g1 := startGateway(t, countedConfig(up.host(), 2), opts("1"))
+	g2 := startGateway(t, countedConfig(up.host(), 2), opts("2"))
+
+	load(t, 6, g1, g2)
+	if p := up.resetPeak(); p != 2 {
+		t.Errorf("limit 2, 12 requests on 2 workers: peak %d at the upstream, want 2", p)
+	}
+	st := g1.StatusFields()
+	if st["gate_degraded"] != false {
+		t.Errorf("gate_degraded = %v, want false", st["gate_degraded"])
+	}
+	if c := st["concurrency"].(map[string]gate.Stats)["up"]; c.Limit != 2 || c.Workers != 2 || c.Capacity > 2 {
+		t.Errorf("worker 1's concurrency: %+v", c)
+	}
+
+	if res := g1.reload(countedConfig(up.host(), 4)); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %+v", res)
+	}
+	waitFor(t, "worker 2 on limit 4", func() bool { return g2.limiters.Limiter("up").Stats().Limit == 4 })
+	load(t, 8, g1, g2)
+	if p := up.resetPeak(); p != 4 {
+		t.Errorf("limit 4, 16 requests on 2 workers: peak %d, want 4", p)
+	}
+	if keys := gateKeys(t, etcd, prefix); len(keys) != 2 {
+		t.Errorf("claims in etcd: %q, want one per worker", keys)
+	}
+
+	// A worker that shuts down releases its claims at once, without
+	// waiting for its lease: the other takes the whole limit.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g2.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys := gateKeys(t, etcd, prefix); len(keys) != 1 || !strings.HasSuffix(keys[0], g1.WorkerID()) {
+		t.Errorf("claims after worker 2 left: %q", keys)
+	}
+	start := time.Now()
+	load(t, 8, g1)
+	if p := up.resetPeak(); p != 4 || time.Since(start) > time.Second {
+		t.Errorf("worker 1 alone: peak %d in %v, want 4 (8 requests of 100ms at once: 200ms)", p, time.Since(start))
+	}
+
+	// A request that finds the gate closed (a drain that outlasted its
+	// timeout) is answered 503.
+	if err := g1.cluster.gate.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := g1.chat("m"); r.status != http.StatusServiceUnavailable || code(r.apiError(t)) != codeShuttingDown {
+		t.Errorf("with the gate closed: %d %s, want 503 shutting_down", r.status, r.body)
+	}
+}
+
+// TestClusterGateDegraded stops etcd under a worker: its status says that
+// its gate is degraded and it keeps serving on its local share; etcd back,
+// it rejoins.
+func TestClusterGateDegraded(t *testing.T) {
+	c, err := embedded.StartCluster(context.Background(), 1, embedded.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cfg := `
+routing: {default_route: stub}
+backends:
+  - {name: stub, kind: stub, model: m, max_concurrency: 4, timeout: 5s, stub: {tokens: 1}}
+`
+	g := startGateway(t, cfg, WithCluster(ClusterOptions{Endpoints: c.Endpoints(), Prefix: "/test/degraded", GateTTL: 2 * time.Second}))
+	if r := g.chat("m"); r.status != 200 {
+		t.Fatalf("got %d", r.status)
+	}
+	stats := func() (bool, gate.Stats) {
+		st := g.StatusFields()
+		return st["gate_degraded"].(bool), st["concurrency"].(map[string]gate.Stats)["stub"]
+	}
+	if d, s := stats(); d || s.Degraded || s.Limit != 4 {
+		t.Fatalf("connected: degraded %t, %+v", d, s)
+	}
+
+	stopped := time.Now()
+	c.Stop(0)
+	waitFor(t, "the gate to degrade", g.cluster.gate.Degraded)
+	t.Logf("degraded %v after etcd stopped (TTL 2s)", time.Since(stopped).Round(10*time.Millisecond))
+	if d, s := stats(); !d || !s.Degraded {
+		t.Errorf("status while degraded: gate_degraded %t, %+v", d, s)
+	}
+	if r := g.chat("m"); r.status != 200 {
+		t.Errorf("degraded: got %d %s, want 200 on the local share", r.status, r.body)
+	}
+	if _, s := stats(); s.Capacity != 4 {
+		t.Errorf("degraded, alone: capacity %d, want the share floor(4/1)", s.Capacity)
+	}
+
+	if err := c.Restart(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for d, _ := stats(); d; d, _ = stats() {
+		if time.Now().After(deadline) {
+			t.Fatal("still degraded 10s after etcd came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := g.chat("m"); r.status != 200 {
+		t.Errorf("rejoined: got %d", r.status)
 	}
 }
 

@@ -7,16 +7,19 @@ import (
 )
 
 // collector exports the data plane's own metrics: requests by backend and
-// status, their latency, and each backend's concurrency (limit, in flight,
-// waiting) as the active generation sees it. Labels are backend names and
-// status codes, never request content.
+// status, their latency, and the concurrency of each backend of the active
+// generation (limit, this process's capacity, in flight, waiting, and
+// whether a cluster worker runs on its local share). Labels are backend
+// names and status codes, never request content.
 type collector struct {
 	g        *Gateway
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	limit    *prometheus.Desc
+	capacity *prometheus.Desc
 	inFlight *prometheus.Desc
 	waiting  *prometheus.Desc
+	degraded *prometheus.Desc
 }
 
 func newCollector(g *Gateway) *collector {
@@ -31,9 +34,14 @@ func newCollector(g *Gateway) *collector {
 			Help:    "Time from admission to the last byte of the response, by backend.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"backend"}),
-		limit:    prometheus.NewDesc("reconfd_backend_max_concurrency", "The backend's concurrency limit in the active generation (0 is unlimited).", []string{"backend"}, nil),
-		inFlight: prometheus.NewDesc("reconfd_backend_in_flight", "Requests holding one of the backend's concurrency slots.", []string{"backend"}, nil),
-		waiting:  prometheus.NewDesc("reconfd_backend_waiting", "Requests waiting for one of the backend's concurrency slots.", []string{"backend"}, nil),
+		limit: prometheus.NewDesc("reconfd_backend_max_concurrency",
+			"The backend's concurrency limit (0 is unlimited); for a worker of a cluster, the fleet's limit.", []string{"backend"}, nil),
+		capacity: prometheus.NewDesc("reconfd_backend_capacity",
+			"Requests this process may have in flight on the backend now: the limit for a single process, this worker's part of it in a cluster (meaningless while unlimited).", []string{"backend"}, nil),
+		inFlight: prometheus.NewDesc("reconfd_backend_in_flight", "Requests of this process holding one of the backend's concurrency slots.", []string{"backend"}, nil),
+		waiting:  prometheus.NewDesc("reconfd_backend_waiting", "Requests of this process waiting for one of the backend's concurrency slots.", []string{"backend"}, nil),
+		degraded: prometheus.NewDesc("reconfd_backend_gate_degraded",
+			"1 while this worker cannot reach etcd and runs the backend's limit on a conservative local share.", []string{"backend"}, nil),
 	}
 }
 
@@ -50,8 +58,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.requests.Describe(ch)
 	c.latency.Describe(ch)
 	ch <- c.limit
+	ch <- c.capacity
 	ch <- c.inFlight
 	ch <- c.waiting
+	ch <- c.degraded
 }
 
 // Collect implements prometheus.Collector.
@@ -65,10 +75,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, r := range st.order {
-		limit, inUse, waiting := r.lim.stats()
-		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), r.name)
-		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inUse), r.name)
-		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(waiting), r.name)
+		s := r.lim.Stats()
+		degraded := 0.0
+		if s.Degraded {
+			degraded = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(s.Limit), r.name)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(s.Capacity), r.name)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight), r.name)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting), r.name)
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, degraded, r.name)
 	}
 }
 

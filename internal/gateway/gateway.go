@@ -28,6 +28,7 @@ type Gateway struct {
 	srv      *http.Server
 	draining atomic.Bool
 	metrics  *collector
+	limiters limiterSource // one long-lived limiter per backend name
 
 	// cluster is set for a worker of a cluster (WithCluster); worker and
 	// workerHdr name it on /healthz and in the Reconf-Worker header.
@@ -100,11 +101,15 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			// Several workers share one stderr (the supervisor's).
 			log = log.With(slog.String("worker", o.cluster.Worker))
 		}
-		if cl, err = joinCluster(*o.cluster, log); err != nil {
+		if cl, err = joinCluster(ctx, *o.cluster, log); err != nil {
 			return nil, err
 		}
 	}
-	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport}
+	var limiters limiterSource = &localLimiters{}
+	if cl != nil {
+		limiters = cl.gate
+	}
+	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters}
 	ropts := []reconf.Option[Config]{
 		reconf.WithLogger[Config](log),
 		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
@@ -123,20 +128,20 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	rt, err := reconf.New[Config](ctx, src, ropts...)
 	if err != nil {
 		if cl != nil {
-			cl.cli.Close()
+			cl.abandon(ctx)
 		}
 		return nil, err
 	}
 	if cl != nil {
 		if err := cl.follow(ctx, rt, log); err != nil {
 			_ = rt.Close(context.WithoutCancel(ctx))
-			cl.cli.Close()
+			cl.abandon(ctx)
 			return nil, err
 		}
 	}
 	cfg := rt.Current().Config()
 	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
-	g := &Gateway{rt: rt, log: log, cluster: cl}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters}
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []string{cl.slot}
 	}
@@ -190,6 +195,12 @@ func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Re
 // last generations and closes their upstream clients. If ctx ends first,
 // the remaining connections are closed and the runtime gets a short grace
 // to see their requests end. It is idempotent.
+//
+// A worker of a cluster first leaves the fleet (its row goes, and it
+// applies no new version), then drains, then closes its concurrency gate,
+// which hands its slots back to the other workers at once, and closes its
+// etcd client last. A request still waiting for a slot when the gate
+// closes (only after a drain that outlasted ctx) is answered 503.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
 		g.draining.Store(true)
@@ -210,6 +221,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			var cancel context.CancelFunc
 			closeCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
+		}
+		if g.cluster != nil {
+			// After the drain: once the claims are released, this worker's
+			// requests no longer count against the fleet's limits.
+			if err := g.cluster.closeGate(closeCtx); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if err := g.rt.Close(closeCtx); err != nil {
 			errs = append(errs, err)

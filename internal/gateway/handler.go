@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/gate"
 )
 
 // GenerationHeader names the configuration generation that served a
@@ -140,20 +141,28 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(BackendHeader, rt.name)
 
 	// The timeout bounds the wait for a slot, then separately the time
-	// from admission to the last byte.
+	// from admission to the last byte. The slot is held until the handler
+	// returns, after the answer's last byte (a stream's included).
 	wait, cancelWait := context.WithTimeout(r.Context(), rt.timeout)
-	err = rt.lim.acquire(wait)
+	slot, err := rt.lim.Acquire(wait)
 	cancelWait()
-	if err != nil {
-		if r.Context().Err() != nil {
-			return
-		}
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		return // the client went away
+	case errors.Is(err, gate.ErrClosed):
+		// The worker's gate closed (a shutdown that outlasted its
+		// timeout): its slots are no longer counted by the fleet.
+		writeError(w, http.StatusServiceUnavailable, typeServer, codeShuttingDown,
+			"this worker is shutting down; retry on a new connection")
+		return
+	default:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeBackendBusy,
 			fmt.Sprintf("backend %s is at its concurrency limit and no slot freed within its timeout; retry later", rt.name))
 		return
 	}
-	defer rt.lim.release()
+	defer slot.Release()
 	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
 	defer cancel()
 	switch {

@@ -266,7 +266,7 @@ backends:
 	lim := routesOf(p).byName["one"].lim
 	p.Release()
 	waiting := func(n int) func() bool {
-		return func() bool { _, _, w := lim.stats(); return w == n }
+		return func() bool { return lim.Stats().Waiting == n }
 	}
 	// h holds the only slot for 300ms; w1 queues and gets it then (its
 	// wait is within the 500ms timeout) and holds it 300ms more; w2 queues
@@ -337,8 +337,8 @@ backends:
 	p := tg.rt.Acquire()
 	lim := routesOf(p).byName["one"].lim
 	p.Release()
-	if limit, inUse, _ := lim.stats(); limit != 2 || inUse != 1 {
-		t.Errorf("got limit %d in use %d, want 2 and 1", limit, inUse)
+	if st := lim.Stats(); st.Limit != 2 || st.InFlight != 1 {
+		t.Errorf("got limit %d in flight %d, want 2 and 1", st.Limit, st.InFlight)
 	}
 	start := time.Now()
 	if r := tg.chat("m"); r.status != 200 || r.gen(t) != 2 {

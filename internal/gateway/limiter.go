@@ -1,88 +1,47 @@
 package gateway
 
 import (
-	"context"
 	"sync"
+
+	"github.com/reconfhq/reconf/gate"
 )
 
-// limiter bounds the requests in flight on one backend. Waiters are served
-// in arrival order. A backend keeps its limiter across generations (it is
-// keyed by the backend's name), and a reload changes the limit in place at
-// commit: a raised limit admits waiters at once, a lowered one tightens as
-// the requests in flight finish. Its methods are safe for concurrent use.
-type limiter struct {
-	mu      sync.Mutex
-	limit   int // 0 is unlimited
-	inUse   int
-	waiters []chan struct{}
+// limiterSource hands out the long-lived limiter of a backend name: the
+// same *gate.Limiter for the same name for the life of the gateway, so
+// requests of every generation that has the name share its slots, and a
+// reload changes the limit in place. A cluster worker's source is its
+// *gate.Gate (the limit is the fleet's); a single process uses
+// localLimiters (no engine, no IPC). Implementations are safe for
+// concurrent use.
+type limiterSource interface {
+	Limiter(name string) *gate.Limiter
 }
 
-func newLimiter(limit int) *limiter { return &limiter{limit: limit} }
+var (
+	_ limiterSource = (*gate.Gate)(nil)
+	_ limiterSource = (*localLimiters)(nil)
+)
 
-// acquire takes a slot, waiting in line until one is free or ctx ends, in
-// which case it returns ctx's error and holds nothing.
-func (l *limiter) acquire(ctx context.Context) error {
-	l.mu.Lock()
-	if len(l.waiters) == 0 && l.freeLocked() {
-		l.inUse++
-		l.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{})
-	l.waiters = append(l.waiters, ch)
-	l.mu.Unlock()
-
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		l.mu.Lock()
-		for i, w := range l.waiters {
-			if w == ch {
-				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-				l.mu.Unlock()
-				return ctx.Err()
-			}
-		}
-		l.mu.Unlock()
-		// The slot was handed over as ctx ended: give it back.
-		l.release()
-		return ctx.Err()
-	}
+// localLimiters makes one local, initially unlimited gate.Limiter per
+// backend name, on first use, and keeps it: a backend removed and added
+// again gets the limiter that requests of older generations may still
+// hold. Its methods are safe for concurrent use.
+type localLimiters struct {
+	mu sync.Mutex
+	m  map[string]*gate.Limiter
 }
 
-// release returns a slot taken by acquire.
-func (l *limiter) release() {
-	l.mu.Lock()
-	l.inUse--
-	l.grantLocked()
-	l.mu.Unlock()
-}
-
-// setLimit changes the limit; 0 is unlimited.
-func (l *limiter) setLimit(n int) {
-	l.mu.Lock()
-	l.limit = n
-	l.grantLocked()
-	l.mu.Unlock()
-}
-
-// stats returns the limit, the slots in use and the number of waiters.
-func (l *limiter) stats() (limit, inUse, waiting int) {
+// Limiter returns name's limiter, creating it unlimited on first use.
+func (l *localLimiters) Limiter(name string) *gate.Limiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limit, l.inUse, len(l.waiters)
-}
-
-// freeLocked reports whether a slot is free. l.mu must be held.
-func (l *limiter) freeLocked() bool { return l.limit == 0 || l.inUse < l.limit }
-
-// grantLocked hands free slots to waiters in order. l.mu must be held.
-func (l *limiter) grantLocked() {
-	for len(l.waiters) > 0 && l.freeLocked() {
-		ch := l.waiters[0]
-		l.waiters = l.waiters[1:]
-		l.inUse++
-		close(ch)
+	if lim := l.m[name]; lim != nil {
+		return lim
 	}
+	if l.m == nil {
+		l.m = make(map[string]*gate.Limiter)
+	}
+	lim := gate.NewLimiter(0)
+	l.m[name] = lim
+	return lim
 }

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/gate"
 )
 
 // ConsumerName is the name the routing state is registered under; requests
@@ -58,7 +59,7 @@ type route struct {
 	name, kind, model string
 	timeout           time.Duration
 	maxConcurrency    int
-	lim               *limiter // shared by every generation that has this backend name
+	lim               *gate.Limiter // the name's long-lived limiter (see limiterSource)
 
 	stub *stubBackend
 	up   *openaiBackend
@@ -125,13 +126,17 @@ func (s *routes) release() {
 }
 
 // backendsConsumer builds a routes value for every generation. Prepare
-// has no visible effect: it builds new clients and limiters, takes
-// references on the ones it reuses from the committed state, and reads
-// system prompt files. Commit applies new concurrency limits to reused
-// limiters and remembers the state as the base for the next Prepare.
+// builds new clients, takes references on the ones it reuses from the
+// committed state, reads system prompt files, and takes each backend's
+// limiter from limiters. Its one effect outside the new state is the limit
+// of a backend that the committed state does not have: it is set in
+// Prepare, because the generation is published (and serves) before Commit,
+// and Abort puts the previous limit back. Commit applies the new limits to
+// every backend and remembers the state as the base for the next Prepare.
 type backendsConsumer struct {
 	dir          string // the configuration file's directory
 	newTransport func() http.RoundTripper
+	limiters     limiterSource
 
 	mu      sync.Mutex
 	current *routes // the last committed state
@@ -147,16 +152,46 @@ func (c *backendsConsumer) Prepare(ctx context.Context, _, next *Config) (reconf
 	c.mu.Lock()
 	cur := c.current
 	c.mu.Unlock()
-	st, err := c.build(ctx, cur, next)
+	p := &stagedRoutes{c: c}
+	st, err := c.build(ctx, cur, next, p)
 	if err != nil {
 		return nil, err
 	}
-	return &stagedRoutes{c: c, st: st}, nil
+	p.st = st
+	return p, nil
 }
 
 type stagedRoutes struct {
 	c  *backendsConsumer
 	st *routes
+	// restore holds the limits that Prepare set on backends new to the
+	// committed state, with the limit each had before; Abort puts them
+	// back.
+	restore []limitChange
+}
+
+// limitChange is a limit Prepare set: lim had limit prev before.
+type limitChange struct {
+	lim  *gate.Limiter
+	prev int
+}
+
+// setEarly sets a limit in Prepare and remembers the previous one.
+func (p *stagedRoutes) setEarly(lim *gate.Limiter, n int) {
+	prev := lim.Stats().Limit
+	if prev == n {
+		return
+	}
+	p.restore = append(p.restore, limitChange{lim, prev})
+	lim.SetLimit(n)
+}
+
+// undo puts back the limits setEarly changed, newest first.
+func (p *stagedRoutes) undo() {
+	for i := len(p.restore) - 1; i >= 0; i-- {
+		p.restore[i].lim.SetLimit(p.restore[i].prev)
+	}
+	p.restore = nil
 }
 
 var _ reconf.Valuer = (*stagedRoutes)(nil)
@@ -165,20 +200,26 @@ func (p *stagedRoutes) Value() any { return p.st }
 
 func (p *stagedRoutes) Commit() {
 	for _, r := range p.st.order {
-		r.lim.setLimit(r.maxConcurrency)
+		r.lim.SetLimit(r.maxConcurrency)
 	}
 	p.c.mu.Lock()
 	p.c.current = p.st
 	p.c.mu.Unlock()
 }
 
-func (p *stagedRoutes) Abort() { p.st.Close() }
+func (p *stagedRoutes) Abort() {
+	p.undo()
+	p.st.Close()
+}
 
 // build makes the state for cfg, reusing from cur (the committed state,
-// which stays alive during an attempt because its generation is active) the
-// limiter of every backend that keeps its name and the HTTP client of every
-// openai backend that keeps its name and host.
-func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config) (st *routes, err error) {
+// which stays alive during an attempt because its generation is active)
+// the HTTP client of every openai backend that keeps its name and host.
+// Every backend gets its name's limiter; one that cur does not have gets
+// its limit now, through p, since nothing of the active generation uses
+// it (a request of an older generation may: it then follows the new limit
+// a little early, or, if the attempt fails, goes back to the old one).
+func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, p *stagedRoutes) (st *routes, err error) {
 	st = &routes{
 		byName:      make(map[string]*route, len(cfg.Backends)),
 		aliases:     make(map[string]*route, len(cfg.ModelAliases)),
@@ -190,6 +231,7 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config) 
 		if err != nil {
 			st.release()
 			st = nil
+			p.undo()
 		}
 	}()
 	for i := range cfg.Backends {
@@ -202,10 +244,9 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config) 
 		if cur != nil {
 			old = cur.byName[b.Name]
 		}
-		if old != nil {
-			r.lim = old.lim
-		} else {
-			r.lim = newLimiter(b.MaxConcurrency)
+		r.lim = c.limiters.Limiter(b.Name)
+		if old == nil {
+			p.setEarly(r.lim, b.MaxConcurrency)
 		}
 		switch b.Kind {
 		case KindStub:
