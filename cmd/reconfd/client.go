@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -198,7 +202,43 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.FixedSourcePath)
+	printConcurrency(w, st.Extra)
 	printFleet(w, st.Extra)
+}
+
+// printConcurrency prints each backend's limiter as the answering process
+// sees it, and whether a cluster worker's gate runs on local shares;
+// nothing when the status has no concurrency field.
+func printConcurrency(w io.Writer, extra map[string]any) {
+	raw, _ := extra["concurrency"].(json.RawMessage)
+	var backends map[string]gate.Stats
+	if raw == nil || json.Unmarshal(raw, &backends) != nil {
+		return
+	}
+	if b, _ := extra["gate_degraded"].(json.RawMessage); b != nil {
+		var degraded bool
+		_ = json.Unmarshal(b, &degraded)
+		state := "ok (limits are the fleet's)"
+		if degraded {
+			state = "DEGRADED: etcd unreachable; each limit runs on this worker's local share"
+		}
+		fmt.Fprintf(w, "concurrency gate:     %s\n", state)
+	}
+	fmt.Fprintf(w, "concurrency:          %d backend(s)\n", len(backends))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  BACKEND\tLIMIT\tCAPACITY\tIN FLIGHT\tWAITING")
+	for _, name := range slices.Sorted(maps.Keys(backends)) {
+		s := backends[name]
+		limit, capacity := "unlimited", "-"
+		if s.Limit > 0 {
+			limit, capacity = strconv.Itoa(s.Limit), strconv.Itoa(s.Capacity)
+			if s.Degraded {
+				capacity += " (local share)"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\n", name, limit, capacity, s.InFlight, s.Waiting)
+	}
+	_ = tw.Flush()
 }
 
 // printFleet prints the cluster fields a worker of a cluster adds to its

@@ -343,10 +343,8 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg)}
-	if g.Clustered() {
-		opts = append(opts, admin.WithStatusFields(g.StatusFields))
-	}
+	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
+		admin.WithStatusFields(g.StatusFields)}
 	srv, err := admin.New(g.Runtime(), opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)
