@@ -1,0 +1,354 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf/gate"
+)
+
+// upstreamDelay is how long the counting upstream takes per answer.
+const upstreamDelay = 250 * time.Millisecond
+
+// countingUpstream is a real OpenAI-compatible upstream, served by the
+// test, whose every answer takes upstreamDelay; it counts the requests in
+// flight and records their peak, since the last reset and overall.
+type countingUpstream struct {
+	srv *httptest.Server
+
+	mu                   sync.Mutex
+	inFlight, peak, high int
+	served               int
+}
+
+func newCountingUpstream(t *testing.T) *countingUpstream {
+	u := &countingUpstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *countingUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/chat/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	u.mu.Lock()
+	u.inFlight++
+	u.peak = max(u.peak, u.inFlight)
+	u.high = max(u.high, u.inFlight)
+	u.mu.Unlock()
+	select {
+	case <-time.After(upstreamDelay):
+	case <-r.Context().Done(): // the worker went away (killed)
+	}
+	// Counted out before the answer goes: the gateway releases its slot
+	// only once it has read it.
+	u.mu.Lock()
+	u.inFlight--
+	u.served++
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"id":"up-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"counted"},"finish_reason":"stop"}]}`)
+}
+
+func (u *countingUpstream) now() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.inFlight
+}
+
+// resetPeak returns the peak since the last reset and starts the next one
+// from the requests in flight now.
+func (u *countingUpstream) resetPeak() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.peak
+	u.peak = u.inFlight
+	return p
+}
+
+func (u *countingUpstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.served
+}
+
+func (u *countingUpstream) overall() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.high
+}
+
+// waitInFlight polls until cond holds for the requests in flight at the
+// upstream, and returns how long that took.
+func (u *countingUpstream) waitInFlight(t *testing.T, what string, within time.Duration, cond func(int) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond(u.now()) {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v (in flight %d)", what, within, u.now())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func gateConfig(host string, limit int) string {
+	// A timeout long enough that requests queue instead of getting 429.
+	return fmt.Sprintf(`
+server:
+  address: 127.0.0.1:0
+logging:
+  level: info
+routing:
+  default_route: up
+backends:
+  - name: up
+    kind: openai
+    model: m
+    host: %s/v1
+    max_concurrency: %d
+    timeout: 60s
+`, host, limit)
+}
+
+// clients is a load of n concurrent clients, each sending one slow
+// completion after another, each on a new connection so that
+// SO_REUSEPORT spreads them across the workers.
+type clients struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	tr     *http.Transport
+
+	mu     sync.Mutex
+	codes  map[int]int
+	errors int
+}
+
+func startClients(s *server, n int) *clients {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &clients{cancel: cancel, codes: map[int]int{}, tr: &http.Transport{DisableKeepAlives: true}}
+	body := chatBody("m", false)
+	for range n {
+		c.wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/v1/chat/completions", strings.NewReader(body))
+				resp, err := c.tr.RoundTrip(req)
+				c.mu.Lock()
+				if err != nil {
+					if ctx.Err() == nil {
+						c.errors++ // a connection of a killed worker
+					}
+				} else {
+					c.codes[resp.StatusCode]++
+				}
+				c.mu.Unlock()
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	return c
+}
+
+// stop ends the load and returns the answers by status and the requests
+// that failed without one.
+func (c *clients) stop() (map[int]int, int) {
+	c.cancel()
+	c.wg.Wait()
+	c.tr.CloseIdleConnections()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.codes, c.errors
+}
+
+// publish rewrites the configuration and reloads it through the
+// management API, then waits for the four workers to hold the version.
+func publish(t *testing.T, s *server, cfg string, version uint64) {
+	t.Helper()
+	writeAtomic(t, s.config, cfg)
+	code, out, errOut := reconfd(t, []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt}, "reload")
+	if code != 0 || !strings.Contains(out, "published") {
+		t.Fatalf("reload: exit %d\n%s%s", code, out, errOut)
+	}
+	s.waitConverged(version, 4, 10*time.Second)
+}
+
+// TestGateFollowsPublishedLimit runs serve --workers 4 in front of one
+// counting upstream with 64 clients sending slow requests: max_concurrency
+// bounds the requests in flight across the four worker processes, and a
+// published limit moves that bound up and down.
+func TestGateFollowsPublishedLimit(t *testing.T) {
+	requireBinary(t)
+	up := newCountingUpstream(t)
+	s := startServer(t, gateConfig(up.srv.URL, 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	s.waitConverged(1, 4, 20*time.Second)
+
+	load := startClients(s, 64)
+	defer load.stop()
+	took := up.waitInFlight(t, "limit 4 reached", 15*time.Second, func(n int) bool { return n >= 4 })
+	time.Sleep(time.Second)
+	if p := up.resetPeak(); p != 4 {
+		t.Errorf("limit 4: peak %d at the upstream, want 4", p)
+	}
+	t.Logf("limit 4: reached in %v", took.Round(time.Millisecond))
+
+	start := time.Now()
+	publish(t, s, gateConfig(up.srv.URL, 8), 2)
+	up.waitInFlight(t, "limit 8 reached", 10*time.Second, func(n int) bool { return n >= 8 })
+	reached := time.Since(start)
+	time.Sleep(time.Second)
+	if p := up.resetPeak(); p != 8 {
+		t.Errorf("limit 8: peak %d, want 8", p)
+	}
+	t.Logf("limit 8: reached %v after the reload began", reached.Round(time.Millisecond))
+	// The answering worker's status: its part of the fleet's limit.
+	var st struct {
+		Degraded    *bool                 `json:"gate_degraded"`
+		Concurrency map[string]gate.Stats `json:"concurrency"`
+	}
+	r := s.do("GET", "http://"+s.mgmt+"/admin/config/status", "")
+	if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.Degraded == nil || *st.Degraded {
+		t.Errorf("status: %v %s", err, r.body)
+	}
+	if c := st.Concurrency["up"]; c.Limit != 8 || c.Workers != 4 || c.Capacity > 8 || c.Degraded {
+		t.Errorf("status of backend up: %+v, want limit 8 shared by 4 workers", c)
+	}
+
+	start = time.Now()
+	publish(t, s, gateConfig(up.srv.URL, 2), 3)
+	up.waitInFlight(t, "drained under 2", 10*time.Second, func(n int) bool { return n <= 2 })
+	drained := time.Since(start)
+	// Whatever was admitted under 8 has ended one request time later.
+	time.Sleep(upstreamDelay)
+	up.resetPeak()
+	time.Sleep(3 * time.Second)
+	p2 := up.resetPeak()
+	if p2 > 2 {
+		t.Errorf("limit 2, once drained: peak %d, want at most 2", p2)
+	}
+	t.Logf("limit 2: converged and drained %v after the reload began; then peak %d over 3s", drained.Round(time.Millisecond), p2)
+
+	high := up.overall()
+	codes, errs := load.stop()
+	if high > 8 {
+		t.Errorf("peak over the whole test %d, above the largest limit published (8)", high)
+	}
+	t.Logf("answers %v (429: %d), failed requests %d, upstream served %d", codes, codes[http.StatusTooManyRequests], errs, up.count())
+	for code, n := range codes {
+		if code != 200 && code != http.StatusTooManyRequests {
+			t.Errorf("%d answers with status %d", n, code)
+		}
+	}
+	if errs > 0 {
+		t.Errorf("%d requests failed without an answer", errs)
+	}
+}
+
+var reWorkerPID = regexp.MustCompile(`-w\d+-(\d+)$`)
+
+// TestGateDeadWorkerSlotsComeBack kills a worker holding slots with
+// SIGKILL: its claim stays in etcd until its lease expires
+// (gate.DefaultTTL), the fleet never exceeds the limit meanwhile, and the
+// remaining workers reach the limit again once the lease is gone.
+func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
+	requireBinary(t)
+	up := newCountingUpstream(t)
+	s := startServer(t, gateConfig(up.srv.URL, 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	s.waitConverged(1, 4, 20*time.Second)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints(), DialTimeout: 5 * time.Second, Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	claims := func() map[string]int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "/reconf/reconfd/gate/up/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, kv := range resp.Kvs {
+			var rec struct {
+				Claim int `json:"claim"`
+			}
+			id, _ := url.PathUnescape(strings.TrimPrefix(string(kv.Key), "/reconf/reconfd/gate/up/"))
+			if json.Unmarshal(kv.Value, &rec) != nil {
+				t.Fatalf("claim %s: %q", kv.Key, kv.Value)
+			}
+			out[id] = rec.Claim
+		}
+		return out
+	}
+
+	load := startClients(s, 64)
+	defer load.stop()
+	up.waitInFlight(t, "limit 4 reached", 15*time.Second, func(n int) bool { return n >= 4 })
+	var victim string
+	var pid, held int
+	for id, c := range claims() {
+		if m := reWorkerPID.FindStringSubmatch(id); m != nil && c > 0 {
+			victim, held = id, c
+			pid, _ = strconv.Atoi(m[1])
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no worker holds a slot: %v", claims())
+	}
+	up.resetPeak()
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its claim goes with its lease; until then the others stay within
+	// what is left.
+	var expired time.Duration
+	for expired == 0 {
+		if _, ok := claims()[victim]; !ok {
+			expired = time.Since(killed)
+		} else if time.Since(killed) > gate.DefaultTTL+3*time.Second {
+			t.Fatalf("the dead worker's claim is still in etcd %v after the kill", time.Since(killed))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	back := time.Since(killed)
+	if up.now() < 4 {
+		back += up.waitInFlight(t, "limit 4 reached again", 5*time.Second, func(n int) bool { return n >= 4 })
+	}
+	time.Sleep(time.Second)
+	if p := up.resetPeak(); p > 4 {
+		t.Errorf("after the kill: peak %d, want at most 4", p)
+	}
+	if back > gate.DefaultTTL+2*time.Second {
+		t.Errorf("the fleet got the dead worker's slot back %v after the kill, want within the lease time %v + 2s", back, gate.DefaultTTL)
+	}
+	t.Logf("killed worker %s holding %d slot(s): its claim expired %v after the kill, the fleet at 4 again %v after it (lease time %v)",
+		victim, held, expired.Round(time.Millisecond), back.Round(time.Millisecond), gate.DefaultTTL)
+
+	high := up.overall()
+	codes, errs := load.stop()
+	if high > 4 {
+		t.Errorf("peak over the whole test %d, want at most 4", high)
+	}
+	t.Logf("peak with every client gone at once: %d", up.overall())
+	t.Logf("answers %v (429: %d), requests cut by the kill %d", codes, codes[http.StatusTooManyRequests], errs)
+}
