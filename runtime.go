@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -99,6 +100,9 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	}
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
+	}
+	if r.o.mutation == nil {
+		r.o.mutation = mutationFromEnv(r.o.logger)
 	}
 	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir}
 	start := r.o.now()
@@ -666,16 +670,12 @@ func (r *Runtime[T]) observe(res Result) {
 	}
 }
 
-// retired is every generation's last step: runtime hooks, the mutation
-// check, and the retained set.
+// retired is every generation's last step: runtime hooks, the retained
+// set, then the mutation check (last, so a report that panics leaves the
+// bookkeeping done).
 func (r *Runtime[T]) retired(g *Generation[T]) {
 	for _, h := range r.o.retireHooks {
 		runHook(func() { h(g) })
-	}
-	if r.o.mutation != nil {
-		if path, changed := firstDifference(g.flat, encode(g.cfg, g.files)); changed {
-			r.o.mutation(g.id, path)
-		}
 	}
 	r.mu.Lock()
 	delete(r.retained, g)
@@ -683,6 +683,11 @@ func (r *Runtime[T]) retired(g *Generation[T]) {
 	select {
 	case r.retiredCh <- struct{}{}:
 	default:
+	}
+	if r.o.mutation != nil {
+		if path, changed := firstDifference(g.flat, encode(g.cfg, g.files)); changed {
+			r.o.mutation(g.id, path)
+		}
 	}
 }
 
@@ -776,6 +781,26 @@ func (r *Runtime[T]) Close(ctx context.Context) error {
 	if !r.closed {
 		r.closed = true
 		r.releaseClaimsLocked()
+	}
+	return nil
+}
+
+// MutationCheckEnv names the environment variable that turns the mutation
+// detector on for every runtime of a process without code changes (tests,
+// staging): "log" reports at error level, "panic" panics with the path.
+// WithMutationCheck takes precedence.
+const MutationCheckEnv = "RECONF_MUTATION_CHECK"
+
+func mutationFromEnv(l *slog.Logger) func(uint64, string) {
+	switch os.Getenv(MutationCheckEnv) {
+	case "log", "1", "true":
+		return func(gen uint64, path string) {
+			l.Error("reconf: a published configuration was modified", "generation", gen, "path", path)
+		}
+	case "panic":
+		return func(gen uint64, path string) {
+			panic(fmt.Sprintf("reconf: generation %d was modified after publication at %s", gen, path))
+		}
 	}
 	return nil
 }

@@ -616,3 +616,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestMutationCheckFromEnv(t *testing.T) {
+	t.Setenv(MutationCheckEnv, "panic")
+	src := newMem(baseYAML(1))
+	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rt.Acquire()
+	p.Config().Routing.MaxAttempts = 7 // the bug
+	src.set(baseYAML(2))
+	if res, _ := rt.Reload(context.Background(), TriggerSDK); res.Outcome != Published {
+		t.Fatalf("outcome %s", res.Outcome)
+	}
+	got := panicText(p.Release) // the last pin retires generation 1
+	if !strings.Contains(got, "routing.max_attempts") {
+		t.Fatalf("panic = %q, want the changed path", got)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
