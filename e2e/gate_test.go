@@ -87,6 +87,16 @@ func (u *countingUpstream) count() int {
 	return u.served
 }
 
+// utilization waits d and returns the achieved concurrency over it as a
+// fraction of limit: answers × upstreamDelay / (d × limit). Requests cut
+// short count in full, so it is an upper estimate when any are.
+func (u *countingUpstream) utilization(d time.Duration, limit int) float64 {
+	before := u.count()
+	time.Sleep(d)
+	n := u.count() - before
+	return float64(n) * upstreamDelay.Seconds() / (d.Seconds() * float64(limit))
+}
+
 func (u *countingUpstream) overall() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -202,21 +212,22 @@ func TestGateFollowsPublishedLimit(t *testing.T) {
 	load := startClients(s, 64)
 	defer load.stop()
 	took := up.waitInFlight(t, "limit 4 reached", 15*time.Second, func(n int) bool { return n >= 4 })
-	time.Sleep(time.Second)
+	time.Sleep(500 * time.Millisecond)
+	u := up.utilization(2*time.Second, 4)
 	if p := up.resetPeak(); p != 4 {
 		t.Errorf("limit 4: peak %d at the upstream, want 4", p)
 	}
-	t.Logf("limit 4: reached in %v", took.Round(time.Millisecond))
+	t.Logf("limit 4: reached in %v; achieved concurrency %.2f of the limit over the next 0.5s to 2.5s", took.Round(time.Millisecond), u)
 
 	start := time.Now()
 	publish(t, s, gateConfig(up.srv.URL, 8), 2)
 	up.waitInFlight(t, "limit 8 reached", 10*time.Second, func(n int) bool { return n >= 8 })
 	reached := time.Since(start)
-	time.Sleep(time.Second)
+	u = up.utilization(2*time.Second, 8)
 	if p := up.resetPeak(); p != 8 {
 		t.Errorf("limit 8: peak %d, want 8", p)
 	}
-	t.Logf("limit 8: reached %v after the reload began", reached.Round(time.Millisecond))
+	t.Logf("limit 8: reached %v after the reload began; achieved concurrency %.2f of the limit over 2s", reached.Round(time.Millisecond), u)
 	// The answering worker's status: its part of the fleet's limit.
 	var st struct {
 		Degraded    *bool                 `json:"gate_degraded"`
@@ -237,12 +248,13 @@ func TestGateFollowsPublishedLimit(t *testing.T) {
 	// Whatever was admitted under 8 has ended one request time later.
 	time.Sleep(upstreamDelay)
 	up.resetPeak()
-	time.Sleep(3 * time.Second)
+	u = up.utilization(3*time.Second, 2)
 	p2 := up.resetPeak()
 	if p2 > 2 {
 		t.Errorf("limit 2, once drained: peak %d, want at most 2", p2)
 	}
-	t.Logf("limit 2: converged and drained %v after the reload began; then peak %d over 3s", drained.Round(time.Millisecond), p2)
+	t.Logf("limit 2: converged and drained %v after the reload began; then peak %d, achieved concurrency %.2f of the limit over 3s",
+		drained.Round(time.Millisecond), p2, u)
 
 	high := up.overall()
 	codes, errs := load.stop()
