@@ -66,7 +66,9 @@ worker processes that share server.address and the management address
 one generation number. The supervisor restarts a worker that dies, sends
 SIGHUP to one worker in turn, and on SIGTERM or SIGINT stops every worker
 (each drains) before it stops etcd. With --cluster (or server.cluster) and
-one worker, this process is one worker of that cluster.`,
+one worker, this process is one worker of that cluster. With several
+workers or a cluster, each backend's max_concurrency bounds the requests
+in flight across all of them together.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.config == "" {
