@@ -207,14 +207,23 @@ func (w *worker) published() []uint64 {
 }
 
 // reload sets the worker's file and reloads it.
+// reload sets w's source and reloads, trying again while the runtime is
+// busy with a local attempt (its follower applying or re-reading a
+// version), as the contract tells an operator to: busy is not queued.
 func (w *worker) reload(t testing.TB, data string) reconf.Result {
 	t.Helper()
 	w.src.Set(data)
-	res, err := w.rt.Reload(context.Background(), reconf.TriggerSDK)
-	if err != nil {
-		t.Fatalf("worker %s: Reload: %v", w.id, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := w.rt.Reload(context.Background(), reconf.TriggerSDK)
+		if err != nil {
+			t.Fatalf("worker %s: Reload: %v", w.id, err)
+		}
+		if res.Outcome != reconf.Busy || res.Reason != reconf.ReasonInFlight || time.Now().After(deadline) {
+			return res
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return res
 }
 
 // waitFor polls cond until it holds or d passes.
