@@ -54,7 +54,11 @@ func runMain(m *testing.M) int {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// The three-member cluster of TestTwoHostsOnThreeMemberCluster
+		// runs in this process, and etcd leaks one goroutine when a member
+		// is stopped abruptly while a peer asks its /version; see
+		// etcdPeerVersionLeak in propagate/main_test.go.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			return 1
 		}
