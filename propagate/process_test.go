@@ -173,41 +173,9 @@ func benchProcesses(b *testing.B, eps, otherEps []string, n int) {
 		}
 		kids = append(kids, startChild(b, e, p, fmt.Sprintf("w%d", i)))
 	}
-	var e2e, publish []time.Duration
-	// Warm up: a worker's first apply is cold (first decode, lazy
-	// initialisation) and is not the steady state being measured.
-	for i := range b.N + 5 {
-		if i == 5 {
-			e2e, publish = e2e[:0], publish[:0]
-			b.ResetTimer()
-		}
-		t0 := time.Now()
-		res := pub.reload(b, configYAML("gw", 2+i%2, "KEY1"))
-		t1 := time.Now()
-		if res.Outcome != reconf.Published {
-			b.Fatalf("publish: %s/%s %s", res.Outcome, res.Reason, res.Message)
-		}
-		last := t1
-		for _, k := range kids {
-			for {
-				select {
-				case s := <-k.seen:
-					if s.gen < res.Generation {
-						continue
-					}
-					if s.at.After(last) {
-						last = s.at
-					}
-				case <-time.After(10 * time.Second):
-					b.Fatalf("%s did not apply %d within 10s", k.id, res.Generation)
-				}
-				break
-			}
-		}
-		e2e = append(e2e, last.Sub(t0))
-		publish = append(publish, t1.Sub(t0))
+	followers := make([]applied, len(kids))
+	for i, k := range kids {
+		followers[i] = applied{k.id, k.seen}
 	}
-	b.StopTimer()
-	report(b, "", e2e)
-	report(b, "publish-", publish)
+	measurePublishes(b, pub, followers)
 }
