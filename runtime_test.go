@@ -391,7 +391,9 @@ func TestAttemptOutlivesCallerContext(t *testing.T) {
 		t.Fatalf("Reload err = %v, want context.Canceled", err)
 	}
 	close(block)
-	waitFor(t, func() bool { return rt.Current().ID() == 2 })
+	// The generation is visible at the swap; the attempt is recorded just
+	// after, before the runtime stops being busy.
+	waitFor(t, func() bool { st := rt.Status(); return st.ActiveGeneration == 2 && !st.Busy })
 	if st := rt.Status(); st.LastSuccess.Trigger != TriggerAPI {
 		t.Fatalf("status = %+v", st)
 	}
