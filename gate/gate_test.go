@@ -26,6 +26,22 @@ func publish(ls []*Limiter, n int) {
 	}
 }
 
+// waitEvenShares lets a fleet of four settle under a limit of four: every
+// worker knows the others and holds one slot.
+func waitEvenShares(t *testing.T, ls []*Limiter) {
+	t.Helper()
+	if !eventually(10*time.Second, func() bool {
+		for _, st := range statsOf(ls) {
+			if st.Workers != 4 || st.Capacity != 1 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("never settled: %+v", statsOf(ls))
+	}
+}
+
 func statsOf(ls []*Limiter) []Stats {
 	var out []Stats
 	for _, l := range ls {
@@ -156,17 +172,7 @@ func TestClusterEtcdStopped(t *testing.T) {
 	publish(ls, 4)
 	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
 	defer ld.stop()
-	// Let the fleet settle: every worker knows the others and holds 1.
-	if !eventually(10*time.Second, func() bool {
-		for _, st := range statsOf(ls) {
-			if st.Workers != 4 || st.Capacity != 1 {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("never settled: %+v", statsOf(ls))
-	}
+	waitEvenShares(t, ls)
 	if m := p.max.Load(); m > 4 {
 		t.Fatalf("peak %d > 4 before the cut", m)
 	}
@@ -341,16 +347,7 @@ func TestClusterPartitionedWorker(t *testing.T) {
 	publish(ls, 4)
 	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
 	defer ld.stop()
-	if !eventually(10*time.Second, func() bool {
-		for _, st := range statsOf(ls) {
-			if st.Workers != 4 || st.Capacity != 1 {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("never settled: %+v", statsOf(ls))
-	}
+	waitEvenShares(t, ls)
 	if m := p.max.Load(); m > 4 {
 		t.Fatalf("peak %d > 4 before the partition", m)
 	}
