@@ -1,10 +1,10 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +19,9 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 )
+
+// syncBuffer collects output that several goroutines write.
+type syncBuffer = testkit.Buffer
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -118,24 +121,6 @@ func (g *gate) block() (entered <-chan struct{}, release func()) {
 			close(r)
 		})
 	}
-}
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // env is one runtime with a management server on 127.0.0.1:0.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -17,13 +18,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 )
+
+// syncBuffer collects output that several goroutines write.
+type syncBuffer = testkit.Buffer
 
 // binary is the reconfd built for this run.
 var binary string
@@ -89,35 +92,6 @@ model_aliases:
 
 func config(tokens int, delay string) string {
 	return fmt.Sprintf(stubConfig, "127.0.0.1:0", tokens, delay)
-}
-
-func writeAtomic(t testing.TB, path, data string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// syncBuffer collects a process's output for searching.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // server is a running `reconfd serve`.
@@ -412,3 +386,6 @@ func chunkGen(t testing.TB, data string) int {
 	}
 	return c.Gen
 }
+
+// writeAtomic replaces a file with a rename, as an operator should.
+var writeAtomic = testkit.WriteAtomic

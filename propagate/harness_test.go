@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"log/slog"
 	"os"
 	"sync"
@@ -15,6 +16,9 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
+
+// logBuf collects output that several goroutines write.
+type logBuf = testkit.Buffer
 
 // testConfig has restart, live and secret fields.
 type testConfig struct {
@@ -83,24 +87,6 @@ func (e *envMap) Lookup(k string) (string, bool) {
 	defer e.mu.Unlock()
 	v, ok := e.m[k]
 	return v, ok
-}
-
-// logBuf collects every log line of a test, to search it for the canary.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var testLogs = &logBuf{}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,19 +78,6 @@ func wantReason(t *testing.T, err error, want reconf.Reason) {
 	}
 	if rerr.Message == "" {
 		t.Errorf("reason %s has an empty message", want)
-	}
-}
-
-// writeAtomic replaces path by writing a temporary file in the same
-// directory and renaming it over path.
-func writeAtomic(t *testing.T, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -576,3 +564,6 @@ func BenchmarkFileRead(b *testing.B) {
 		}
 	}
 }
+
+// writeAtomic replaces a file with a rename, as an operator should.
+var writeAtomic = testkit.WriteAtomic

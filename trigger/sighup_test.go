@@ -5,6 +5,7 @@ package trigger_test
 import (
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"log/slog"
 	"os"
 	"strings"
@@ -18,6 +19,9 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/trigger"
 )
+
+// syncBuffer collects output that several goroutines write.
+type syncBuffer = testkit.Buffer
 
 // Every test here sends SIGHUP to the test process itself. Without an open
 // Listener that would terminate it, so a missing handler fails loudly.
@@ -144,23 +148,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestSIGHUPStartsAnAttempt(t *testing.T) {

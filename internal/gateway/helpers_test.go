@@ -2,18 +2,16 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,9 @@ import (
 
 	"github.com/reconfhq/reconf"
 )
+
+// logBuffer collects output that several goroutines write.
+type logBuffer = testkit.Buffer
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -49,36 +50,6 @@ model_aliases:
   gpt-4o-mini: stub
   cheap: other
 `
-
-// writeAtomic replaces path's content with a rename, as an operator should.
-func writeAtomic(t testing.TB, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// logBuffer is a goroutine-safe log sink that tests search.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // testGateway is a gateway serving on a loopback port.
 type testGateway struct {
@@ -307,3 +278,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// writeAtomic replaces a file with a rename, as an operator should.
+var writeAtomic = testkit.WriteAtomic

@@ -1,9 +1,9 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +19,9 @@ import (
 
 	"go.uber.org/goleak"
 )
+
+// logBuf collects output that several goroutines write.
+type logBuf = testkit.Buffer
 
 // workerEnv turns the test binary into a fake worker: "ok" (ready, records
 // SIGHUPs in RECONF_TEST_DIR/<slot>, exits 0 on SIGTERM), "fail-N" (slot N
@@ -69,23 +72,6 @@ func fakeWorker(mode string) int {
 			}
 		}
 	}
-}
-
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, error) {
