@@ -20,19 +20,6 @@ type rtConfig struct {
 	Limit  int    `yaml:"limit" reconf:"live"`
 }
 
-// replace writes data next to path and renames it over path: the atomic
-// replacement an operator is told to use.
-func replace(t *testing.T, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestRuntimeKeepsGenerationOnEveryIntegrityFailure drives a real runtime
 // over a real file through every failure reason, each provoked on disk,
 // and checks after each that the active generation and its configuration
@@ -40,7 +27,7 @@ func replace(t *testing.T, path, data string) {
 func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
-	replace(t, path, "listen: :8080\nlimit: 1\n")
+	writeAtomic(t, path, "listen: :8080\nlimit: 1\n")
 	src, err := File(path)
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +69,10 @@ func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
 		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceNotRegular},
 		{"oversize", func(t *testing.T) {
 			_ = os.Remove(path)
-			replace(t, path, "listen: :8080\nlimit: 3\n#"+strings.Repeat("x", 2000)+"\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: 3\n#"+strings.Repeat("x", 2000)+"\n")
 		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceOversize},
 		{"unstable", func(t *testing.T) {
-			replace(t, path, "listen: :8080\nlimit: 4\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: 4\n")
 			afterReadHook = func() { // runs on the attempt's goroutine: no t.Fatal
 				_ = os.WriteFile(path+".race", []byte("listen: :8080\nlimit: 5\n"), 0o644)
 				_ = os.Rename(path+".race", path)
@@ -93,16 +80,16 @@ func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
 		}, reconf.SourceIntegrityFailed, reconf.ReasonSourceUnstable},
 		{"multi-document", func(t *testing.T) {
 			afterReadHook = nil
-			replace(t, path, "listen: :8080\nlimit: 6\n---\nlimit: 7\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: 6\n---\nlimit: 7\n")
 		}, reconf.Invalid, reconf.ReasonMultiDocument},
 		{"trailing content", func(t *testing.T) {
-			replace(t, path, "listen: :8080\nlimit: 6\n...\n]\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: 6\n...\n]\n")
 		}, reconf.Invalid, reconf.ReasonTrailingContent},
 		{"malformed", func(t *testing.T) {
-			replace(t, path, "listen: :8080\nlimit: [6\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: [6\n")
 		}, reconf.Invalid, reconf.ReasonMalformed},
 		{"unknown field", func(t *testing.T) {
-			replace(t, path, "listen: :8080\nlimit: 6\nlimt: 7\n")
+			writeAtomic(t, path, "listen: :8080\nlimit: 6\nlimt: 7\n")
 		}, reconf.Invalid, reconf.ReasonUnknownField},
 	}
 	t.Cleanup(func() { afterReadHook = nil })
@@ -121,7 +108,7 @@ func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
 	}
 
 	// The operator's fix: a temporary file renamed over the path.
-	replace(t, path, "listen: :8080\nlimit: 8\n")
+	writeAtomic(t, path, "listen: :8080\nlimit: 8\n")
 	res, _ := rt.Reload(context.Background(), reconf.TriggerSDK)
 	if res.Outcome != reconf.Published || rt.Current().Config().Limit != 8 {
 		t.Fatalf("atomic replacement: %s %s", res.Outcome, res.Message)
