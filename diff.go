@@ -362,16 +362,17 @@ func diffEntries(a, b []entry) []Change {
 // classified splits changes into those that require a restart (sorted) and
 // the count of live changes. Derived changes follow from others and decide
 // nothing.
-func classified(changes []Change) (restart []string, live int) {
+func classified(changes []Change) (restart, live []string) {
 	for _, c := range changes {
 		switch {
 		case c.Class.requiresRestart():
 			restart = append(restart, c.Path)
 		case c.Class == Live:
-			live++
+			live = append(live, c.Path)
 		}
 	}
 	slices.Sort(restart)
+	slices.Sort(live)
 	return restart, live
 }
 

@@ -27,6 +27,9 @@ type Result struct {
 	Reason  Reason  `json:"reason"`
 	Message string  `json:"message"`
 	Trigger Trigger `json:"trigger"`
+	// Actor names who started the attempt: the one set on the trigger's
+	// context with WithActor, else the trigger's default (see WithActor).
+	Actor string `json:"actor,omitempty"`
 	// DryRun is true for Check: nothing was published whatever the outcome.
 	DryRun bool `json:"dry_run,omitempty"`
 
@@ -39,8 +42,11 @@ type Result struct {
 	// RestartRequiredCount is the full number.
 	RestartRequiredFields []string `json:"restart_required_fields"`
 	RestartRequiredCount  int      `json:"restart_required_field_count"`
-	// Changed counts the live paths that changed (published or would be).
-	Changed int `json:"changed_field_count"`
+	// Changed counts the live paths that changed (published or would be);
+	// ChangedFields lists at most MaxListedPaths of them, sorted. Paths
+	// only: a value is never in a Result.
+	Changed       int      `json:"changed_field_count"`
+	ChangedFields []string `json:"changed_fields,omitempty"`
 
 	Problems []Problem `json:"problems,omitempty"`
 

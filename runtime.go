@@ -143,7 +143,8 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	}
 	r.activeVersion, r.activeData = snap.Version, snap.Data
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Generation: id, Started: start, Duration: r.o.now().Sub(start)}
+	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Actor: actorOf(ctx, TriggerStartup),
+		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
 	res.Message = fmt.Sprintf("generation %d loaded", id)
 	r.record(res)
 	return r, nil
@@ -218,7 +219,7 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 		r.mu.Unlock()
 		id := r.cur.Load().id
 		res := Result{Outcome: Busy, Reason: ReasonInFlight, Message: "another attempt is in flight; try again when it ends", Trigger: trigger, DryRun: dry,
-			PreviousGeneration: id, Generation: id, Started: r.o.now()}
+			Actor: actorOf(ctx, trigger), PreviousGeneration: id, Generation: id, Started: r.o.now()}
 		if trigger != TriggerCluster { // a follower retries busy applies itself
 			r.logAttempt(res)
 		}
@@ -228,10 +229,12 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 	ctxA, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
 	r.mu.Unlock()
 
+	actor := actorOf(ctx, trigger)
 	done := make(chan Result, 1)
 	go func() {
 		defer cancel()
 		res := run(ctxA)
+		res.Actor = actor
 		r.record(res)
 		<-r.slot
 		done <- res
@@ -411,9 +414,11 @@ func lap(d *time.Duration) func() {
 func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
 	stop := lap(&res.Timings.Diff)
 	changes := diffValues(reflect.ValueOf(prev.cfg).Elem(), reflect.ValueOf(cand.cfg).Elem(), prev.files, cand.files, mergeClasses(prev.fileClass, cand.fileClass))
-	restart, live := classified(changes)
+	restart, changed := classified(changes)
 	stop()
+	live := len(changed)
 	res.Changed = live
+	res.ChangedFields = changed[:min(live, MaxListedPaths)]
 	if len(restart) > 0 {
 		res.Outcome, res.Reason = RestartRequired, ReasonRestart
 		for _, c := range changes {

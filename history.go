@@ -1,0 +1,147 @@
+package reconf
+
+import (
+	"sync"
+	"time"
+)
+
+// DefaultHistoryLimit is how many entries a History keeps by default.
+const DefaultHistoryLimit = 256
+
+// HistoryEntry is one attempt as an operator reads it afterwards: when,
+// what started it, who, how it ended, which paths changed and which
+// generation was active before and after. Like a Result it never holds a
+// value, a digest or a secret: paths only.
+type HistoryEntry struct {
+	// Time is when the attempt started.
+	Time time.Time `json:"time"`
+	// Trigger is what started it (sighup, api, sdk, startup, cluster, or a
+	// service's own label such as restart).
+	Trigger Trigger `json:"trigger"`
+	// Actor names who started it (see WithActor); in a fleet, an apply of
+	// another worker's version names that publishing worker.
+	Actor string `json:"actor"`
+	// Outcome is an Outcome's name ("published", "invalid", ...) or, for
+	// an entry a service records itself (a restart), its own result name.
+	Outcome string `json:"outcome"`
+	Reason  Reason `json:"reason"`
+	// Message is the attempt's safe human message.
+	Message string `json:"message,omitempty"`
+	// ChangedFields lists at most MaxListedPaths changed live paths;
+	// ChangedFieldCount is their full number.
+	ChangedFields     []string `json:"changed_fields,omitempty"`
+	ChangedFieldCount int      `json:"changed_field_count"`
+	// RestartRequiredFields lists at most MaxListedPaths changed paths
+	// that need a restart; RestartRequiredFieldCount is their full number.
+	RestartRequiredFields     []string `json:"restart_required_fields,omitempty"`
+	RestartRequiredFieldCount int      `json:"restart_required_field_count"`
+	PreviousGeneration        uint64   `json:"previous_generation"`
+	Generation                uint64   `json:"generation"`
+	DurationMS                float64  `json:"duration_ms"`
+	// Worker is the worker that ran the attempt, in a fleet; empty for a
+	// single process.
+	Worker string `json:"worker,omitempty"`
+	// Applies is, in a fleet, each worker's apply of the version this
+	// entry published, sorted by worker (the publisher included).
+	Applies []ApplyEntry `json:"applies,omitempty"`
+}
+
+// ApplyEntry is one worker's apply of a published version, folded into
+// the version's HistoryEntry.
+type ApplyEntry struct {
+	Worker  string    `json:"worker"`
+	Time    time.Time `json:"time"`
+	Outcome string    `json:"outcome"`
+	Reason  Reason    `json:"reason,omitempty"`
+	// Attempts counts the worker's tries of this version (a failed apply
+	// is retried with backoff); the entry holds the last one.
+	Attempts   int     `json:"attempts"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// HistoryEntryOf returns the history entry of an attempt's result.
+func HistoryEntryOf(res Result) HistoryEntry {
+	return HistoryEntry{
+		Time:                      res.Started.UTC(),
+		Trigger:                   res.Trigger,
+		Actor:                     res.Actor,
+		Outcome:                   res.Outcome.String(),
+		Reason:                    res.Reason,
+		Message:                   res.Message,
+		ChangedFields:             res.ChangedFields,
+		ChangedFieldCount:         res.Changed,
+		RestartRequiredFields:     res.RestartRequiredFields,
+		RestartRequiredFieldCount: res.RestartRequiredCount,
+		PreviousGeneration:        res.PreviousGeneration,
+		Generation:                res.Generation,
+		DurationMS:                Milliseconds(res.Duration),
+	}
+}
+
+// Milliseconds renders d as fractional milliseconds, to the microsecond.
+func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// History is a bounded, in-memory log of one process's attempts, newest
+// last in memory and newest first when read. Wire it as an observer:
+//
+//	h := reconf.NewHistory(0)
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver[Config](h.Observe))
+//
+// A fleet keeps its history in the cluster channel instead (see package
+// propagate). A History is safe for concurrent use.
+type History struct {
+	mu    sync.Mutex
+	limit int
+	buf   []HistoryEntry // ring of at most limit entries
+	next  int            // where the next entry goes once buf is full
+}
+
+// NewHistory returns a history that keeps the newest limit entries
+// (DefaultHistoryLimit when limit <= 0).
+func NewHistory(limit int) *History {
+	if limit <= 0 {
+		limit = DefaultHistoryLimit
+	}
+	return &History{limit: limit}
+}
+
+// Observe records res, for WithObserver. Dry runs (Check) are not
+// attempts on the running configuration and are skipped.
+func (h *History) Observe(res Result) {
+	if res.DryRun {
+		return
+	}
+	h.Add(HistoryEntryOf(res))
+}
+
+// Add records e, dropping the oldest entry when the history is full. A
+// service records what the runtime does not see itself (a restart), or
+// carries a predecessor's entries into a new process by adding them
+// oldest first.
+func (h *History) Add(e HistoryEntry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.buf) < h.limit {
+		h.buf = append(h.buf, e)
+		return
+	}
+	h.buf[h.next] = e
+	h.next = (h.next + 1) % h.limit
+}
+
+// Entries returns at most n entries (all when n <= 0), newest first. The
+// slices inside entries are shared and must not be modified.
+func (h *History) Entries(n int) []HistoryEntry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n <= 0 || n > len(h.buf) {
+		n = len(h.buf)
+	}
+	out := make([]HistoryEntry, 0, n)
+	for i := 0; i < n; i++ {
+		// The newest is just before next (or the last when not full).
+		j := (h.next - 1 - i + 2*len(h.buf)) % len(h.buf)
+		out = append(out, h.buf[j])
+	}
+	return out
+}
