@@ -1,0 +1,410 @@
+// Command dataplane compares reconfd's data plane with nginx and with bare
+// Go proxies on one fast OpenAI-compatible upstream, side by side in one
+// run, in interleaved rounds:
+//
+//	straight    the upstream itself
+//	nginx       nginx, worker_processes 2, upstream keepalive 64
+//	reconfd     reconfd serve --workers 2 with auth.mode api_keys, a
+//	            max_concurrency on the route, a model alias and the
+//	            Reconf-Generation header (every part of the contract on)
+//	nethttp     a bare httputil.ReverseProxy (one process)
+//	fasthttp    a bare fasthttp HostClient proxy (one process)
+//	hybrid      a bare fasthttp server calling upstream through a
+//	            net/http Transport (one process)
+//
+// Each round drives every target in turn (the order rotates each round)
+// with -concurrency keep-alive clients posting chat completions for
+// -duration, after a short warm-up; the table gives the medians over the
+// rounds of req/s, p50 and p99, and the ratios to nginx and to the bare
+// proxy on reconfd's HTTP stack.
+//
+//	cd bench && go run ./dataplane                      # 5 rounds of 8 s
+//	go run ./dataplane -rounds 7 -duration 10s
+//	go run ./dataplane -reconfd old=/tmp/reconfd-main   # add a second reconfd
+//	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
+//
+// -latency N sends N requests from one client to straight, nginx and
+// reconfd (interleaved in rounds) and reports p50 through each minus p50
+// straight. -stream N sends N streamed requests from one client and
+// reports the time to the first event and to the end, and whether every
+// chunk arrived byte for byte as the upstream sent it.
+//
+// nginx must be on PATH (apt-get install nginx-light); without it the
+// nginx row is missing and ratios are to the bare proxy only.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type flags struct {
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	concurrency int
+	workers     int
+	reconfds    []string // name=path; empty: build one from the repository
+	only        string
+	latency     int
+	stream      int
+	stack       string
+}
+
+func main() {
+	if runRole() {
+		return
+	}
+	var f flags
+	flag.IntVar(&f.rounds, "rounds", 5, "interleaved rounds")
+	flag.DurationVar(&f.duration, "duration", 8*time.Second, "measured time per target per round")
+	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured load before each measurement")
+	flag.IntVar(&f.concurrency, "concurrency", 32, "keep-alive clients")
+	flag.IntVar(&f.workers, "workers", 2, "nginx worker_processes and reconfd --workers")
+	flag.Func("reconfd", "name=path of a reconfd binary to compare (repeatable; default: build one from the repository)", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return errors.New("want name=path")
+		}
+		f.reconfds = append(f.reconfds, s)
+		return nil
+	})
+	flag.StringVar(&f.only, "only", "", "comma-separated targets to run (default all)")
+	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
+	flag.IntVar(&f.stream, "stream", 0, "streamed requests from one client for the time-to-first-byte table (0: skip)")
+	flag.StringVar(&f.stack, "stack", "fasthttp", "reconfd's HTTP stack, for the ratio to the bare proxy on the same stack (nethttp or fasthttp)")
+	flag.Parse()
+	if err := run(f, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "dataplane:", err)
+		os.Exit(1)
+	}
+}
+
+// target is one server under test.
+type target struct {
+	name  string
+	addr  string // host:port
+	path  string // the chat completions path
+	model string
+	key   string // bearer token, or empty
+	stop  func()
+}
+
+func run(f flags, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "dataplane-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var targets []*target
+	defer func() {
+		for _, t := range slices.Backward(targets) {
+			t.stop()
+		}
+	}()
+	want := func(name string) bool {
+		if f.only == "" || name == "straight" {
+			return true
+		}
+		return slices.Contains(strings.Split(f.only, ","), name) || (strings.HasPrefix(name, "reconfd") && slices.Contains(strings.Split(f.only, ","), "reconfd"))
+	}
+
+	up, err := startChild(self, "upstream", "straight", nil)
+	if err != nil {
+		return err
+	}
+	targets = append(targets, up)
+	upURL := "http://" + up.addr
+
+	if want("nginx") {
+		if _, err := exec.LookPath("nginx"); err != nil {
+			fmt.Fprintln(w, "nginx is not on PATH; its row is skipped")
+		} else {
+			t, err := startNginx(dir, up.addr, f.workers)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+		}
+	}
+	bins := f.reconfds
+	if len(bins) == 0 && want("reconfd") {
+		bin := filepath.Join(dir, "reconfd")
+		if err := buildReconfd(bin); err != nil {
+			return err
+		}
+		bins = []string{"reconfd=" + bin}
+	}
+	for _, nb := range bins {
+		name, bin, _ := strings.Cut(nb, "=")
+		t, err := startReconfd(dir, name, bin, upURL, f.workers)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+	for _, role := range []string{"nethttp", "fasthttp", "hybrid"} {
+		if !want(role) {
+			continue
+		}
+		t, err := startChild(self, "proxy-"+role, role, []string{"DATAPLANE_UPSTREAM=" + upURL})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+	if want("fasthttp-2p") {
+		// Two single-threaded processes on one port, as nginx runs.
+		t, err := startChild(self, "proxy-fasthttp", "fasthttp-2p", []string{"DATAPLANE_UPSTREAM=" + upURL, "DATAPLANE_REUSEPORT=1", "GOMAXPROCS=1"})
+		if err != nil {
+			return err
+		}
+		t2, err := startChildAt(self, "proxy-fasthttp", t.addr, []string{"DATAPLANE_UPSTREAM=" + upURL, "DATAPLANE_REUSEPORT=1", "GOMAXPROCS=1"})
+		if err != nil {
+			t.stop()
+			return err
+		}
+		stop1 := t.stop
+		t.stop = func() { t2(); stop1() }
+		targets = append(targets, t)
+	}
+	for _, t := range targets {
+		if err := check(t); err != nil {
+			return fmt.Errorf("%s does not answer a chat completion: %w", t.name, err)
+		}
+	}
+
+	fmt.Fprintf(w, "dataplane: %d rounds, %d keep-alive clients, %v per target after %v warm-up; %d workers for nginx and reconfd\n",
+		f.rounds, f.concurrency, f.duration, f.warmup, f.workers)
+	res := map[string][]result{}
+	for r := range f.rounds {
+		order := rotate(targets, r)
+		for _, t := range order {
+			drive(t, f.concurrency, f.warmup)
+			res[t.name] = append(res[t.name], drive(t, f.concurrency, f.duration))
+		}
+		fmt.Fprintf(w, "round %d:", r+1)
+		for _, t := range targets {
+			x := res[t.name][r]
+			fmt.Fprintf(w, " %s %.0f/s p99 %s;", t.name, x.rps, fmtD(x.p99))
+		}
+		fmt.Fprintln(w)
+	}
+	printTable(w, targets, res, f)
+
+	if f.latency > 0 {
+		addedLatency(w, targets, f)
+	}
+	if f.stream > 0 {
+		streams(w, targets, f)
+	}
+	return nil
+}
+
+// rotate returns targets starting at round mod len.
+func rotate(ts []*target, round int) []*target {
+	k := round % len(ts)
+	return append(slices.Clone(ts[k:]), ts[:k]...)
+}
+
+// startChild starts this executable in a child role on a free port.
+func startChild(self, role, name string, env []string) (*target, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), append(env, roleEnv+"="+role, "DATAPLANE_LISTEN="+addr)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "bench-1", stop: stopper(cmd)}
+	if err := waitPort(addr, 10*time.Second); err != nil {
+		t.stop()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil
+}
+
+// startChildAt starts a second child on addr.
+func startChildAt(self, role, addr string, env []string) (func(), error) {
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), append(env, roleEnv+"="+role, "DATAPLANE_LISTEN="+addr)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return stopper(cmd), nil
+}
+
+// stopper ends a child with SIGTERM (SIGKILL after 20 s) and waits for it.
+func stopper(cmd *exec.Cmd) func() {
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitPort(addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listens on %s after %v", addr, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const nginxConf = `worker_processes %d;
+daemon off;
+pid %s/nginx.pid;
+error_log %s/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %s/body;
+  proxy_temp_path %s/proxy;
+  upstream up {
+    server %s;
+    keepalive 64;
+  }
+  server {
+    listen %s;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`
+
+func startNginx(dir, upstream string, workers int) (*target, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	nd := filepath.Join(dir, "nginx")
+	if err := os.MkdirAll(nd, 0o755); err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(nd, "nginx.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, workers, nd, nd, nd, nd, upstream, addr), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("nginx", "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log"))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t := &target{name: "nginx", addr: addr, path: "/v1/chat/completions", model: "bench-1", stop: func() {
+		// nginx's graceful stop is SIGQUIT; SIGTERM is a fast stop.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}}
+	if err := waitPort(addr, 10*time.Second); err != nil {
+		t.stop()
+		return nil, fmt.Errorf("nginx: %w", err)
+	}
+	return t, nil
+}
+
+// clientKey is the data-plane key the harness sends to reconfd.
+const clientKey = "bench-client-key-0123456789abcdef"
+
+const reconfdConf = `server:
+  address: %s
+  workers: %d
+logging:
+  level: warn
+auth:
+  mode: api_keys
+  api_keys:
+    - ${env:BENCH_CLIENT_KEY}
+limits:
+  max_request_body_bytes: 1048576
+routing:
+  default_route: up
+  max_attempts: 2
+backends:
+  - name: up
+    kind: openai
+    host: %s/v1
+    model: bench-1
+    max_concurrency: 256
+    timeout: 30s
+model_aliases:
+  fast: up
+`
+
+func buildReconfd(bin string) error {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/reconfhq/reconf").Output()
+	if err != nil {
+		return fmt.Errorf("locating the reconf module: %w", err)
+	}
+	build := exec.Command("go", "build", "-o", bin, "./cmd/reconfd")
+	build.Dir = strings.TrimSpace(string(out))
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building reconfd: %w", err)
+	}
+	return nil
+}
+
+func startReconfd(dir, name, bin, upstream string, workers int) (*target, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, reconfdConf, addr, workers, upstream), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)
+	cmd.Env = append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, stop: stopper(cmd)}
+	if err := waitPort(addr, 30*time.Second); err != nil {
+		t.stop()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil
+}
