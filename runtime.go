@@ -98,6 +98,9 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	for _, opt := range opts {
 		opt(&r.o)
 	}
+	if err := checkRegistrations(r.o.consumers, r.o.resources); err != nil {
+		return nil, err
+	}
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
 	}
