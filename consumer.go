@@ -10,6 +10,11 @@ type Consumer[T any] interface {
 	// pointers, no closed connections. The result is either committed or
 	// aborted, never both. Prepare must honour ctx; its error is shown to
 	// the operator, so it must not quote secrets or file content.
+	//
+	// Returning (nil, nil) means "nothing to rebuild": there is nothing to
+	// commit or abort, and the consumer's value (see Valuer) carries over
+	// to the new generation unchanged and stays open while any generation
+	// holds it.
 	Prepare(ctx context.Context, prev, next *T) (Prepared, error)
 }
 
@@ -24,9 +29,10 @@ type Prepared interface {
 
 // Valuer is implemented by a Prepared that attaches a value to the new
 // generation, so work pinned to a generation uses that generation's state
-// (Pin.Value). A consumer not asked on a later attempt carries its value
-// forward. When the last generation holding a value retires, the value is
-// closed if it implements io.Closer.
+// (Pin.Value). A consumer not asked on a later attempt, or whose Prepare
+// returned a nil Prepared or a nil Value, carries its value forward. When
+// the last generation holding a value retires, the value is closed if it
+// implements io.Closer.
 type Valuer interface {
 	Value() any
 }
@@ -40,7 +46,8 @@ func (f ConsumerFunc[T]) Prepare(ctx context.Context, prev, next *T) (Prepared, 
 }
 
 // Staged is a ready-made Prepared: Commit and Abort call the functions
-// given (either may be nil) and Value returns V.
+// given (either may be nil) and Value returns V. A nil V attaches nothing:
+// the consumer's previous value carries over.
 type Staged struct {
 	OnCommit func()
 	OnAbort  func()
@@ -63,6 +70,13 @@ func (s *Staged) Abort() {
 
 // Value returns V.
 func (s *Staged) Value() any { return s.V }
+
+// keepValue is what a nil Prepared stands for: nothing to commit or abort,
+// and no new value (it is not a Valuer), so the previous one carries over.
+type keepValue struct{}
+
+func (keepValue) Commit() {}
+func (keepValue) Abort()  {}
 
 type consumerReg[T any] struct {
 	name  string

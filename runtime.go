@@ -286,7 +286,7 @@ func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Chang
 			return out, &ConsumerError{Consumer: c.name, Err: err}
 		}
 		if p == nil {
-			p = &Staged{}
+			p = keepValue{} // nothing to rebuild: the previous value stays
 		}
 		out = append(out, staged{i, p})
 	}
@@ -331,10 +331,14 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 		if !ok {
 			continue
 		}
+		val := v.Value()
+		if val == nil {
+			continue // no new value: the carried one stays
+		}
 		if old := g.values[s.idx]; old != nil {
 			old.drop()
 		}
-		a := &attachment{name: r.o.consumers[s.idx].name, v: v.Value()}
+		a := &attachment{name: r.o.consumers[s.idx].name, v: val}
 		a.refs.Store(1)
 		g.values[s.idx] = a
 	}
