@@ -33,11 +33,13 @@ type Runtime[T any] struct {
 	ctx    context.Context // ends when Close begins; parent of every attempt
 	cancel context.CancelFunc
 
-	// activeVersion is the Snapshot.Version behind the active generation,
-	// and activeData its bytes (the base a cluster record is applied on).
-	// Only the attempt holding slot touches them.
-	activeVersion any
-	activeData    []byte
+	// lastRead is the Snapshot.Version of the last read the source
+	// accepted, published or not (the baseline of its in-place rewrite
+	// check), and activeData the bytes behind the active generation (the
+	// base a cluster record is applied on). Only the attempt holding slot
+	// touches them.
+	lastRead   any
+	activeData []byte
 
 	mu          sync.Mutex // guards the fields below; never held while calling out
 	closing     bool
@@ -144,7 +146,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	for _, s := range staged {
 		s.p.Commit()
 	}
-	r.activeVersion, r.activeData = snap.Version, snap.Data
+	r.lastRead, r.activeData = snap.Version, snap.Data
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Actor: actorOf(ctx, TriggerStartup),
 		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
@@ -350,9 +352,13 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		stop := lap(&res.Timings.Read)
-		snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Active: r.activeVersion})
+		snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Last: r.lastRead})
 		stop()
 		if err == nil {
+			// The baseline moves with every accepted read, whatever the
+			// candidate's fate: a file that fails validation and is then
+			// rewritten in place must be refused as non-atomic.
+			r.lastRead = snap.Version
 			err = ctx.Err()
 		}
 		if err != nil {
@@ -366,7 +372,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 		}
 		out := r.stage(ctx, res, prev, cand, 0)
 		if !dry && out.Outcome.OK() {
-			r.activeVersion, r.activeData = snap.Version, snap.Data
+			r.activeData = snap.Data
 		}
 		return out
 	})

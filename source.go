@@ -24,18 +24,21 @@ type Source interface {
 type ReadRequest struct {
 	// MaxBytes is the size bound; a larger source is source_oversize.
 	MaxBytes int64
-	// Active is the Snapshot.Version that produced the active generation,
-	// nil at construction. A source uses it to tell an atomic replacement
-	// from an in-place rewrite.
-	Active any
+	// Last is the Snapshot.Version of the last read this runtime accepted
+	// (nil at construction), whether or not the candidate it held was then
+	// published: a file that failed validation and is then rewritten in
+	// place is still a rewrite in place. A source uses it to tell an atomic
+	// replacement from an in-place rewrite. A read the source refused does
+	// not move it, so an unchanged file that failed fails again the same
+	// way.
+	Last any
 }
 
 // Snapshot is one read of a Source.
 type Snapshot struct {
 	Data []byte
 	// Version identifies what was read. It is opaque to the runtime, which
-	// keeps the one that produced the active generation and hands it back in
-	// the next ReadRequest. It must never be exposed: it may hold a digest.
+	// keeps the last one and hands it back in the next ReadRequest. It must never be exposed: it may hold a digest.
 	Version any
 }
 

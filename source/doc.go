@@ -20,11 +20,14 @@
 // kept in memory only: the digest is never exposed through any exported API,
 // printed form or error.
 //
-// The runtime hands back the Version of the read that produced the active
-// generation in reconf.ReadRequest.Active. Compared with it, a new read is:
+// The runtime hands back the Version of the last read this source accepted
+// in reconf.ReadRequest.Last, whether or not the candidate it held was
+// published (a file that failed validation and is then rewritten in place
+// is still rewritten in place). Compared with it, a new read is:
 //
-//   - the same file with the same digest: accepted; the runtime finds
-//     nothing changed and reports a no-op;
+//   - the same file with the same digest: accepted; the runtime compiles
+//     it again, so a file that failed fails again with the same answer and
+//     one that was published is a no-op;
 //   - the same file with a different digest: refused with
 //     source_non_atomic_update, because the file was rewritten in place and
 //     a reader could have seen half of the old and half of the new bytes;

@@ -61,7 +61,7 @@ func (f *FileSource) Describe() string { return f.path }
 // ctx's error if ctx is done before the read, and an *reconf.Error with a
 // source_* reason when the file is missing, not a regular file, larger than
 // req.MaxBytes (reconf.DefaultMaxSourceBytes when not positive), changing
-// while it is read, rewritten in place since req.Active was read, or
+// while it is read, rewritten in place since req.Last was read, or
 // unreadable. No error carries the file's content.
 func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
@@ -129,7 +129,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	id := identity{size: opened.Size(), digest: sha256.Sum256(data)}
 	id.dev, id.ino, id.known = fileID(opened)
 	id.btime = birthTime(fh)
-	if active, ok := req.Active.(identity); ok && id.rewrittenInPlace(active) {
+	if last, ok := req.Last.(identity); ok && id.rewrittenInPlace(last) {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
 	return reconf.Snapshot{Data: data, Version: id}, nil

@@ -47,7 +47,7 @@ func mustFile(t *testing.T, path string) *FileSource {
 // read reads src with the default bound and the given active version.
 func read(t *testing.T, src *FileSource, active any) (reconf.Snapshot, error) {
 	t.Helper()
-	return src.Read(t.Context(), reconf.ReadRequest{Active: active})
+	return src.Read(t.Context(), reconf.ReadRequest{Last: active})
 }
 
 // mustRead reads src and fails the test unless it returns want.
@@ -555,7 +555,7 @@ func BenchmarkFileRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := reconf.ReadRequest{Active: first.Version}
+	req := reconf.ReadRequest{Last: first.Version}
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {

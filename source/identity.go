@@ -18,14 +18,14 @@ type identity struct {
 	digest   [sha256.Size]byte
 }
 
-// rewrittenInPlace reports whether id is the same file as active with
+// rewrittenInPlace reports whether id is the same file as last with
 // different bytes: the signature of a non-atomic update. A file is the same
 // when its device, inode number and birth time are; the birth time guards
 // against an inode number reused by a later file.
-func (id identity) rewrittenInPlace(active identity) bool {
-	return id.known && active.known &&
-		id.dev == active.dev && id.ino == active.ino && id.btime == active.btime &&
-		id.digest != active.digest
+func (id identity) rewrittenInPlace(last identity) bool {
+	return id.known && last.known &&
+		id.dev == last.dev && id.ino == last.ino && id.btime == last.btime &&
+		id.digest != last.digest
 }
 
 func (id identity) String() string {

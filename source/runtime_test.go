@@ -158,3 +158,52 @@ func TestRuntimeConfigMapSwap(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeRefusesInPlaceRewriteAfterFailedAttempt is the scenario that
+// used to publish: a bad file renamed in (invalid), then rewritten in place
+// with good content. The rewrite is compared with the file last read, not
+// with the one last published, so it is refused; read again unchanged it
+// fails the same way, never a no-op while the active configuration differs
+// from the file.
+func TestRuntimeRefusesInPlaceRewriteAfterFailedAttempt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	writeAtomic(t, path, "listen: :8080\nlimit: 1\n")
+	src, err := File(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := reconf.New[rtConfig](context.Background(), src,
+		reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	reload := func(step string, outcome reconf.Outcome, reason reconf.Reason) {
+		t.Helper()
+		res, err := rt.Reload(context.Background(), reconf.TriggerSDK)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if res.Outcome != outcome || res.Reason != reason {
+			t.Fatalf("%s: got %s/%s (%s), want %s/%s", step, res.Outcome, res.Reason, res.Message, outcome, reason)
+		}
+	}
+
+	writeAtomic(t, path, "listen: :8080\nlimit: [2\n")
+	reload("bad file renamed in", reconf.Invalid, reconf.ReasonMalformed)
+	reload("bad file unchanged", reconf.Invalid, reconf.ReasonMalformed)
+
+	if err := os.WriteFile(path, []byte("listen: :8080\nlimit: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload("rewritten in place", reconf.SourceIntegrityFailed, reconf.ReasonSourceNonAtomic)
+	reload("rewritten file unchanged", reconf.SourceIntegrityFailed, reconf.ReasonSourceNonAtomic)
+	if lim := rt.Current().Config().Limit; lim != 1 {
+		t.Fatalf("active limit = %d, want 1", lim)
+	}
+
+	writeAtomic(t, path, "listen: :8080\nlimit: 3\n")
+	reload("atomic replacement", reconf.Published, reconf.ReasonPublished)
+	reload("unchanged", reconf.NoOp, reconf.ReasonUnchanged)
+}
