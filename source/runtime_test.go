@@ -20,25 +20,31 @@ type rtConfig struct {
 	Limit  int    `yaml:"limit" reconf:"live"`
 }
 
-// TestRuntimeKeepsGenerationOnEveryIntegrityFailure drives a real runtime
-// over a real file through every failure reason, each provoked on disk,
-// and checks after each that the active generation and its configuration
-// are exactly as before; then a proper atomic replacement publishes.
-func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.yaml")
+// newFileRuntime starts a runtime over a real file holding limit 1, closed
+// when the test ends, and returns the file's path.
+func newFileRuntime(t *testing.T, opts ...reconf.Option[rtConfig]) (string, *reconf.Runtime[rtConfig]) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeAtomic(t, path, "listen: :8080\nlimit: 1\n")
 	src, err := File(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := reconf.New[rtConfig](context.Background(), src,
-		reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))),
-		reconf.WithMaxSourceBytes[rtConfig](1024))
+	opts = append([]reconf.Option[rtConfig]{reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	rt, err := reconf.New[rtConfig](context.Background(), src, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(context.Background())
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return path, rt
+}
+
+// TestRuntimeKeepsGenerationOnEveryIntegrityFailure drives a real runtime
+// over a real file through every failure reason, each provoked on disk,
+// and checks after each that the active generation and its configuration
+// are exactly as before; then a proper atomic replacement publishes.
+func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
+	path, rt := newFileRuntime(t, reconf.WithMaxSourceBytes[rtConfig](1024))
 
 	steps := []struct {
 		name    string
@@ -166,19 +172,7 @@ func TestRuntimeConfigMapSwap(t *testing.T) {
 // fails the same way, never a no-op while the active configuration differs
 // from the file.
 func TestRuntimeRefusesInPlaceRewriteAfterFailedAttempt(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.yaml")
-	writeAtomic(t, path, "listen: :8080\nlimit: 1\n")
-	src, err := File(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := reconf.New[rtConfig](context.Background(), src,
-		reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
+	path, rt := newFileRuntime(t)
 	reload := func(step string, outcome reconf.Outcome, reason reconf.Reason) {
 		t.Helper()
 		res, err := rt.Reload(context.Background(), reconf.TriggerSDK)
