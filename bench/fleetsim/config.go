@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// exampleConfig reads the repository's examples/local-stub.yaml, the
+// configuration every follower runs.
+func exampleConfig() ([]byte, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/reconfhq/reconf").Output()
+	if err != nil {
+		return nil, fmt.Errorf("finding the repository: %w", err)
+	}
+	return os.ReadFile(filepath.Join(strings.TrimSpace(string(root)), "examples", "local-stub.yaml"))
+}
+
+// variants returns the two documents the reloads alternate: the example
+// grown to at least size bytes, once with routing.max_attempts 2 and once
+// with 3, so that every reload publishes a new version.
+//
+// A configuration grows by backends (stub backends with no concurrency
+// limit, so no fleet-wide gate is involved) and one model alias for each,
+// about 110 bytes per backend: a 1 MB file holds some 9,000 backends and
+// as many aliases, the shape of a large gateway.
+//
+// Without gate, every backend's max_concurrency is set to 0 (unlimited), so
+// that the fleet-wide concurrency gate holds its lease but moves no slots:
+// with limits, every worker watches every other worker's claims on each
+// limited backend, which is the gate's cost, not propagation's.
+func variants(example []byte, size int, gate bool) ([2][]byte, error) {
+	const from, to = "max_attempts: 2", "max_attempts: 3"
+	if !bytes.Contains(example, []byte(from)) || !bytes.Contains(example, []byte("\nmodel_aliases:")) {
+		return [2][]byte{}, errors.New("examples/local-stub.yaml no longer has routing.max_attempts: 2 and a final model_aliases section")
+	}
+	if !gate {
+		example = limitRe.ReplaceAll(example, []byte("${1}0"))
+	}
+	a := grow(example, size)
+	return [2][]byte{a, bytes.Replace(a, []byte(from), []byte(to), 1)}, nil
+}
+
+var limitRe = regexp.MustCompile(`(?m)^(\s*max_concurrency:\s*)\d+`)
+
+func grow(example []byte, size int) []byte {
+	if len(example) >= size {
+		return example
+	}
+	head, tail, _ := bytes.Cut(example, []byte("\nmodel_aliases:"))
+	var backends, aliases bytes.Buffer
+	for i := 0; len(example)+backends.Len()+aliases.Len() < size; i++ {
+		fmt.Fprintf(&backends, "  - name: fleet-%06d\n    kind: stub\n    model: fleet-model-%06d\n    timeout: 30s\n", i, i)
+		fmt.Fprintf(&aliases, "  fleet-alias-%06d: fleet-%06d\n", i, i)
+	}
+	var out bytes.Buffer
+	out.Write(head)
+	out.WriteString("\n")
+	out.Write(backends.Bytes())
+	out.WriteString("model_aliases:")
+	out.Write(tail)
+	if !bytes.HasSuffix(tail, []byte("\n")) {
+		out.WriteString("\n")
+	}
+	out.Write(aliases.Bytes())
+	return out.Bytes()
+}
+
+// writeAtomic replaces path with data by a rename, as an operator must
+// (an in-place rewrite is refused as source_non_atomic_update).
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,389 @@
+// Command fleetsim simulates a fleet of reconf workers following one etcd
+// channel, to see how propagation scales with the number of workers and
+// the size of the configuration.
+//
+//	cd bench && go run ./fleetsim -followers 10
+//	go run ./fleetsim -followers 10,100,1000 -runs 3
+//	go run ./fleetsim -followers 10 -sizes 0,10k,100k,1m     # the curve over configuration size
+//	go run ./fleetsim -followers 1000 -mode runtime -clients 50
+//
+// It starts one etcd member in a child process (the member a reconfd
+// supervisor embeds: loopback, no fsync), then in this process a publisher
+// and N followers. By default each is a whole reconfd worker
+// (gateway.New with a cluster: its own etcd client, the runtime, the
+// follower with its presence row and lease, the concurrency gate, the
+// backends consumer), lacking only its listener. Each reads
+// examples/local-stub.yaml, grown to -size bytes with stub backends and
+// aliases. The publisher then reloads -reloads times, alternating
+// routing.max_attempts between 2 and 3, and after each reload waits until
+// every follower has applied the version.
+//
+// Each run prints one JSON line:
+//
+//   - p50_ms, p99_ms, max_ms: trigger (the publisher's Reload) to applied
+//     on every follower, by each follower's observer;
+//   - publish_p50_ms, apply_p50_ms, apply_p99_ms: the publisher's whole
+//     attempt, and one follower's apply (Result.Duration);
+//   - cpu_per_apply_ms: this process's CPU over the reloads, less the
+//     idle rate measured before them, per follower apply (the publisher's
+//     attempts, the applies, the row writes and the etcd client work);
+//     etcd_cpu_per_reload_ms: the member's, per reload, less its idle rate;
+//   - wire_bytes_per_reload: gRPC message bytes between etcd and every
+//     client per reload (etcd's own counters), less the idle rate;
+//   - idle_*: the steady state of the fleet doing nothing (heartbeats,
+//     lease keep-alives, resync reads): CPU percent of one core, etcd
+//     writes and wire bytes per second;
+//   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// config is one run's parameters.
+type config struct {
+	followers int
+	mode      string
+	clients   int // runtime mode: etcd clients shared by the fleet (0: one each)
+	size      int
+	gate      bool // keep the example's concurrency limits
+	reloads   int
+	warmup    int
+	interval  time.Duration
+	idle      time.Duration
+	settle    time.Duration // after start-up, before the idle window
+	timeout   time.Duration // per reload
+}
+
+// result is one run's JSON line.
+type result struct {
+	Followers          int     `json:"followers"`
+	Mode               string  `json:"mode"`
+	Clients            int     `json:"clients"`
+	Gate               bool    `json:"gate"`
+	ConfigBytes        int     `json:"config_bytes"`
+	RecordBytes        int     `json:"record_bytes"`
+	Reloads            int     `json:"reloads"`
+	Unconverged        int     `json:"unconverged"`
+	FailedApplies      int     `json:"failed_applies"`
+	P50                float64 `json:"p50_ms"`
+	P99                float64 `json:"p99_ms"`
+	Max                float64 `json:"max_ms"`
+	PublishP50         float64 `json:"publish_p50_ms"`
+	ApplyP50           float64 `json:"apply_p50_ms"`
+	ApplyP99           float64 `json:"apply_p99_ms"`
+	CPUPerApply        float64 `json:"cpu_per_apply_ms"`
+	EtcdCPUPerReload   float64 `json:"etcd_cpu_per_reload_ms"`
+	WirePerReload      float64 `json:"wire_bytes_per_reload"`
+	IdleProcessCPU     float64 `json:"idle_process_cpu_pct"`
+	IdleEtcdCPU        float64 `json:"idle_etcd_cpu_pct"`
+	IdleWritesPerS     float64 `json:"idle_etcd_writes_per_s"`
+	IdleWirePerS       float64 `json:"idle_wire_bytes_per_s"`
+	ProcessRSS         float64 `json:"process_rss_mb"`
+	ProcessPeak        float64 `json:"process_peak_rss_mb"`
+	EtcdRSS            float64 `json:"etcd_rss_mb"`
+	EtcdPeak           float64 `json:"etcd_peak_rss_mb"`
+	StartupS           float64 `json:"startup_s"`
+	FirstFailureReason string  `json:"first_failure_reason,omitempty"`
+}
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		if err := etcdChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetsim etcd:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var (
+		followers = flag.String("followers", "10", "comma-separated follower counts, one run each")
+		sizes     = flag.String("sizes", "0", "comma-separated configuration sizes (bytes, or with k/m suffix); 0 is the example as is")
+		runs      = flag.Int("runs", 1, "runs of each follower count and size")
+		c         config
+	)
+	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
+	flag.IntVar(&c.clients, "clients", 0, "runtime mode: etcd clients the fleet shares (0: one per follower)")
+	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
+	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
+	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
+	flag.DurationVar(&c.interval, "interval", 20*time.Millisecond, "pause after the fleet converged, before the next reload")
+	flag.DurationVar(&c.idle, "idle", 3*time.Second, "steady-state window measured before the reloads")
+	flag.DurationVar(&c.settle, "settle", time.Second, "pause after start-up, before the idle window")
+	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
+	flag.Parse()
+	if c.mode != modeGateway && c.mode != modeRuntime {
+		fail(fmt.Errorf("-mode %q: want gateway or runtime", c.mode))
+	}
+	ns, err := intList(*followers)
+	if err != nil {
+		fail(fmt.Errorf("-followers: %w", err))
+	}
+	ss, err := intList(*sizes)
+	if err != nil {
+		fail(fmt.Errorf("-sizes: %w", err))
+	}
+	example, err := exampleConfig()
+	if err != nil {
+		fail(err)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, n := range ns {
+		for _, s := range ss {
+			for range *runs {
+				c.followers, c.size = n, s
+				res, err := run(context.Background(), c, example)
+				if err != nil {
+					fail(fmt.Errorf("%d followers, %d bytes: %w", n, s, err))
+				}
+				_ = enc.Encode(res)
+			}
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "fleetsim:", err)
+	os.Exit(1)
+}
+
+// intList parses "10,100,1k,1m".
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "k"):
+			mult, f = 1000, strings.TrimSuffix(f, "k")
+		case strings.HasSuffix(f, "m"):
+			mult, f = 1000*1000, strings.TrimSuffix(f, "m")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+// run starts etcd and the fleet, measures one series of reloads and stops
+// everything.
+func run(ctx context.Context, c config, example []byte) (res result, err error) {
+	if c.followers < 1 || c.reloads < 1 {
+		return res, errors.New("at least one follower and one reload")
+	}
+	docs, err := variants(example, c.size, c.gate)
+	if err != nil {
+		return res, err
+	}
+	dir, err := os.MkdirTemp("", "fleetsim-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	pub, fol := filepath.Join(dir, "publisher.yaml"), filepath.Join(dir, "follower.yaml")
+	for _, p := range []string{pub, fol} {
+		if err := writeAtomic(p, docs[0]); err != nil {
+			return res, err
+		}
+	}
+
+	etcd, err := startEtcd()
+	if err != nil {
+		return res, err
+	}
+	defer etcd.stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, ConfigBytes: len(docs[0]), Reloads: c.reloads}
+	if c.mode == modeGateway || c.clients == 0 || c.clients > c.followers+1 {
+		res.Clients = c.followers + 1
+	}
+	t0 := time.Now()
+	fl, err := startFleet(ctx, c.mode, etcd.endpoints, c.followers, c.clients, pub, fol, log)
+	if err != nil {
+		return res, fmt.Errorf("starting the fleet: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		err = errors.Join(err, fl.stop(sctx))
+	}()
+	res.StartupS = time.Since(t0).Seconds()
+
+	m := &meter{etcdPID: etcd.pid(), endpoint: etcd.endpoints[0]}
+	time.Sleep(c.settle) // let the start-up writes settle
+	idle, err := m.sample(ctx)
+	if err != nil {
+		return res, err
+	}
+	time.Sleep(c.idle)
+	busy, err := m.sample(ctx)
+	if err != nil {
+		return res, err
+	}
+	rate := busy.sub(idle)
+	res.IdleProcessCPU = pct(rate.cpu, rate.wall)
+	res.IdleEtcdCPU = pct(rate.etcdCPU, rate.wall)
+	res.IdleWritesPerS = rate.writes / rate.wall.Seconds()
+	res.IdleWirePerS = rate.wire / rate.wall.Seconds()
+
+	version := uint64(1)
+	reload := func(i int) (time.Duration, time.Duration, error) {
+		if err := writeAtomic(pub, docs[(i+1)%2]); err != nil {
+			return 0, 0, err
+		}
+		version++
+		done := fl.track.expect(version)
+		start := time.Now()
+		r, err := fl.members[0].reload(ctx)
+		answered := time.Since(start)
+		if err != nil {
+			return 0, 0, err
+		}
+		if r.Generation != version {
+			return 0, 0, fmt.Errorf("reload %d: %s (%s), generation %d, want %d", i, r.Outcome, r.Reason, r.Generation, version)
+		}
+		select {
+		case <-done:
+		case <-time.After(c.timeout):
+			_, left := fl.track.result()
+			res.Unconverged++
+			log.Warn("fleetsim: a reload did not reach every follower in time", "version", version, "missing", left)
+			return c.timeout, answered, nil
+		}
+		last, _ := fl.track.result()
+		return max(last.Sub(start), answered), answered, nil
+	}
+	for i := range c.warmup {
+		if _, _, err := reload(i); err != nil {
+			return res, err
+		}
+		time.Sleep(c.interval)
+	}
+	fl.track.takeApplies()
+
+	before, err := m.sample(ctx)
+	if err != nil {
+		return res, err
+	}
+	conv := make([]time.Duration, 0, c.reloads)
+	answers := make([]time.Duration, 0, c.reloads)
+	for i := range c.reloads {
+		d, a, err := reload(c.warmup + i)
+		if err != nil {
+			return res, err
+		}
+		conv, answers = append(conv, d), append(answers, a)
+		time.Sleep(c.interval)
+	}
+	after, err := m.sample(ctx)
+	if err != nil {
+		return res, err
+	}
+	applies, failed := fl.track.takeApplies()
+	res.FailedApplies = len(failed)
+	if len(failed) > 0 {
+		res.FirstFailureReason = failed[0]
+	}
+
+	used := after.sub(before).less(rate)
+	res.P50, res.P99, res.Max = ms(quantile(conv, 0.5)), ms(quantile(conv, 0.99)), ms(quantile(conv, 1))
+	res.PublishP50 = ms(quantile(answers, 0.5))
+	res.ApplyP50, res.ApplyP99 = ms(quantile(applies, 0.5)), ms(quantile(applies, 0.99))
+	if len(applies) > 0 {
+		res.CPUPerApply = ms(used.cpu) / float64(len(applies))
+	}
+	res.EtcdCPUPerReload = ms(used.etcdCPU) / float64(c.reloads)
+	res.WirePerReload = used.wire / float64(c.reloads)
+	res.ProcessRSS, res.ProcessPeak, _ = memory(os.Getpid())
+	res.EtcdRSS, res.EtcdPeak, _ = memory(etcd.pid())
+	res.RecordBytes, err = recordSize(ctx, etcd.endpoints)
+	return res, err
+}
+
+// recordSize reads the size of the record the channel holds.
+func recordSize(ctx context.Context, endpoints []string) (int, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, MaxCallRecvMsgSize: 64 << 20})
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/reconf/fleetsim/config")
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("reading the record: %v", err)
+	}
+	return len(resp.Kvs[0].Value), nil
+}
+
+// meter samples this process's and the etcd member's counters.
+type meter struct {
+	etcdPID  int
+	endpoint string
+}
+
+type sample struct {
+	wall, cpu, etcdCPU time.Duration
+	wire, writes       float64
+}
+
+func (m *meter) sample(ctx context.Context) (sample, error) {
+	cpu, err := cpuTime(os.Getpid())
+	if err != nil {
+		return sample{}, err
+	}
+	ecpu, err := cpuTime(m.etcdPID)
+	if err != nil {
+		return sample{}, err
+	}
+	c, err := scrape(ctx, m.endpoint)
+	if err != nil {
+		return sample{}, err
+	}
+	return sample{wall: time.Duration(time.Now().UnixNano()), cpu: cpu, etcdCPU: ecpu, wire: c.grpcSent + c.grpcRecv, writes: c.proposals}, nil
+}
+
+func (s sample) sub(o sample) sample {
+	return sample{wall: s.wall - o.wall, cpu: s.cpu - o.cpu, etcdCPU: s.etcdCPU - o.etcdCPU, wire: s.wire - o.wire, writes: s.writes - o.writes}
+}
+
+// less removes what the idle rate would have used over s's wall time.
+func (s sample) less(rate sample) sample {
+	f := float64(s.wall) / float64(rate.wall)
+	s.cpu -= time.Duration(float64(rate.cpu) * f)
+	s.etcdCPU -= time.Duration(float64(rate.etcdCPU) * f)
+	s.wire -= rate.wire * f
+	s.writes -= rate.writes * f
+	return s
+}
+
+func pct(d, wall time.Duration) float64 { return 100 * float64(d) / float64(wall) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// quantile returns the q-quantile (nearest rank) of ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

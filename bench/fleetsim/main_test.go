@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" { // this test binary re-executed as the etcd member
+		if err := etcdChild(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestFleetSmoke runs ten whole reconfd workers behind a publisher on one
+// etcd member in a child process: every reload must reach every follower,
+// and each figure of the JSON line must have been measured. It costs about
+// 5 s (10 s with -race); CI runs it in -short mode.
+func TestFleetSmoke(t *testing.T) {
+	example, err := exampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{modeGateway, modeRuntime} {
+		t.Run(mode, func(t *testing.T) {
+			c := config{followers: 10, mode: mode, clients: 3, reloads: 5, warmup: 1, interval: 5 * time.Millisecond, idle: 200 * time.Millisecond, settle: 100 * time.Millisecond, timeout: 20 * time.Second}
+			res, err := run(context.Background(), c, example)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Unconverged != 0 || res.FailedApplies != 0 {
+				t.Fatalf("got %d unconverged reloads and %d failed applies (%s), want none", res.Unconverged, res.FailedApplies, res.FirstFailureReason)
+			}
+			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 {
+				t.Errorf("a figure was not measured: %+v", res)
+			}
+		})
+	}
+}
+
+// TestVariantsGrow checks that a configuration grows to the size asked and
+// that the two variants differ in one live field only.
+func TestVariantsGrow(t *testing.T) {
+	example, err := exampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{0, 10_000, 200_000} {
+		docs, err := variants(example, size, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(docs[0]) < size || len(docs[0]) > size+200 && size > 0 {
+			t.Errorf("size %d: got %d bytes", size, len(docs[0]))
+		}
+		if string(docs[0]) == string(docs[1]) || len(docs[0]) != len(docs[1]) {
+			t.Errorf("size %d: the variants must differ in max_attempts alone", size)
+		}
+	}
+}
