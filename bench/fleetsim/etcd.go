@@ -109,7 +109,8 @@ type etcdCounters struct {
 
 // scrape reads the member's metrics endpoint.
 func scrape(ctx context.Context, endpoint string) (etcdCounters, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Generous: a race-built member on a loaded machine answers slowly.
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/metrics", nil)
 	if err != nil {
