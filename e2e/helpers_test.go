@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -169,17 +170,9 @@ func startServerAt(t testing.TB, path string, args []string, env ...string) *ser
 			t.Logf("reconfd output:\n%s", s.logs.String())
 		}
 	})
-	wantMgmt := false
-	for _, a := range args {
-		if a == "--management-address" {
-			wantMgmt = true
-		}
-	}
-	for _, e := range env {
-		if strings.HasPrefix(e, "RECONF_MANAGEMENT_ADDRESS=") {
-			wantMgmt = true
-		}
-	}
+	// Management is on unless turned off: by default on a loopback port
+	// with a generated token (the quickstart).
+	wantMgmt := !slices.Contains(args, "off") && !slices.Contains(env, "RECONF_MANAGEMENT_ADDRESS=off")
 	deadline := time.After(20 * time.Second)
 	for s.url == "" || (wantMgmt && s.mgmt == "") {
 		select {

@@ -143,9 +143,9 @@ func TestManagementReloadAndStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "401") {
 		t.Errorf("no token: exit %d %s", code, errOut)
 	}
-	// No address at all: usage.
-	if code, _, _ := reconfd(t, nil, "reload"); code != 2 {
-		t.Errorf("no address: exit %d, want 2", code)
+	// No address at all, and no running reconfd of this user: usage.
+	if code, _, errOut := reconfd(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "reload"); code != 2 || !strings.Contains(errOut, "no running reconfd") {
+		t.Errorf("no address: exit %d, want 2 (%s)", code, errOut)
 	}
 	// Nothing listening: exit 1.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")

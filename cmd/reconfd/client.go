@@ -28,8 +28,8 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.address, "address", "", "management API address host:port or URL (default $"+admin.EnvAddress+")")
-	cmd.Flags().StringVar(&f.token, "token", "", "management bearer token (default $"+admin.EnvToken+")")
+	cmd.Flags().StringVar(&f.address, "address", "", "management API address host:port or URL (default $"+admin.EnvAddress+", else the one reconfd serve of this user)")
+	cmd.Flags().StringVar(&f.token, "token", "", "management bearer token (default $"+admin.EnvToken+", else the one reconfd serve generated)")
 	cmd.Flags().StringVar(&f.output, "output", "text", "output format: text or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 90*time.Second, "how long to wait for the answer")
 }
@@ -45,9 +45,11 @@ func (f *clientFlags) resolve(lookup env) (string, error) {
 	if f.token == "" {
 		f.token = lookup.get(admin.EnvToken)
 	}
-	if f.address == "" {
-		return "", usage("no management address: pass --address or set %s", admin.EnvAddress)
+	addr, token, err := discover(lookup, f.address, f.token)
+	if err != nil {
+		return "", err
 	}
+	f.address, f.token = addr, token
 	base := f.address
 	if !strings.Contains(base, "://") {
 		base = "http://" + base

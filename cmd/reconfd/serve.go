@@ -50,10 +50,15 @@ func newServeCmd(stderr io.Writer, lookup env) *cobra.Command {
 		Long: `Serve the OpenAI-compatible data plane on server.address.
 
 The configuration file's path is fixed at start. A reload re-reads it: send
-SIGHUP, or POST /admin/config/reload on the management listener, which is
-opened when a management address is given (--management-address or
-` + admin.EnvAddress + `) with the bearer token in ` + admin.EnvToken + `.
-Replace the file atomically (write a copy, then rename it over the path).
+SIGHUP, or run reconfd reload (POST /admin/config/reload on the
+management listener). With no management address, management listens on
+a free loopback port with a token generated at start, and both are written
+to a file only this user can read ($XDG_RUNTIME_DIR/reconfd/PID.json, else
+$TMPDIR/reconfd-UID/PID.json), where reconfd reload, status and history
+find them. An address given with --management-address or ` + admin.EnvAddress + `
+takes its bearer token from ` + admin.EnvToken + ` (optional on loopback);
+--management-address off turns management off. Replace the file
+atomically (write a copy, then rename it over the path).
 
 SIGTERM or SIGINT stops accepting connections, lets in-flight requests and
 streams finish (up to --shutdown-timeout), then exits; a second signal
@@ -82,7 +87,7 @@ in flight across all of them together.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "configuration file (required)")
-	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port (default $"+admin.EnvAddress+"; off when empty)")
+	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port, or off (default $"+admin.EnvAddress+", else a loopback port with a generated token)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
@@ -317,10 +322,16 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 type managementServer struct {
 	*admin.Server
 	served chan error // nil when admin.Server.Start owns the goroutine
+	// discovery is the discovery file written for the CLI, removed first
+	// on shutdown; empty when none was written.
+	discovery string
 }
 
 // Shutdown stops the server and waits for its serving goroutine.
 func (m *managementServer) Shutdown(ctx context.Context) error {
+	if m.discovery != "" {
+		_ = os.Remove(m.discovery)
+	}
 	err := m.Server.Shutdown(ctx)
 	if m.served != nil {
 		if serr := <-m.served; serr != nil && err == nil {
@@ -338,9 +349,9 @@ func (m *managementServer) Shutdown(ctx context.Context) error {
 // SO_REUSEPORT one); otherwise admin.Server.Start does.
 func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
 	listen func(string) (net.Listener, error)) (*managementServer, error) {
-	cfg := admin.ConfigFromEnv(lookup)
-	if f.managementAddr != "" {
-		cfg.Address = f.managementAddr
+	cfg, generated, err := managementSettings(f, lookup)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Address == "" {
 		return nil, nil
@@ -380,7 +391,12 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	case err != nil:
 		return nil, fmt.Errorf("management API: %w", err)
 	}
-	log.Info("management listening", "address", bound, "token_set", !cfg.Token.IsZero())
+	attrs := []any{"address", bound, "token_set", !cfg.Token.IsZero()}
+	if f.worker == "" { // a supervisor's workers: the supervisor writes it
+		m.discovery = announce(f, lookup, log, bound, cfg, generated)
+		attrs = append(attrs, "discovery_file", m.discovery)
+	}
+	log.Info("management listening", attrs...)
 	return m, nil
 }
 

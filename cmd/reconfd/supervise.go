@@ -60,9 +60,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("listen on server.address: %v", err)
 	}
 	cleanup = append(cleanup, func() { data.Close() })
-	mcfg := admin.ConfigFromEnv(lookup)
-	if f.managementAddr != "" {
-		mcfg.Address = f.managementAddr
+	mcfg, generated, err := managementSettings(f, lookup)
+	if err != nil {
+		return fail("management API: %v", err)
 	}
 	var mgmtAddr string
 	switch err := mcfg.Check(); {
@@ -111,6 +111,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	defer signal.Stop(sigs)
 
 	env := workerEnv()
+	if generated {
+		// The environment, unlike the command line, is readable by this
+		// user only.
+		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
+	}
 	sup, err := supervisor.Start(stopCtx, supervisor.Config{
 		Workers: m.workers,
 		Logger:  log,
@@ -136,7 +141,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	}
 	log.Info("listening", "address", data.Addr(), "workers", m.workers)
 	if mgmtAddr != "" {
-		log.Info("management listening", "address", mgmtAddr, "token_set", !mcfg.Token.IsZero(), "workers", m.workers)
+		file := announce(f, lookup, log, mgmtAddr, mcfg, generated)
+		if file != "" {
+			cleanup = append(cleanup, func() { os.Remove(file) })
+		}
+		log.Info("management listening", "address", mgmtAddr, "token_set", !mcfg.Token.IsZero(), "workers", m.workers, "discovery_file", file)
 	}
 
 	var stopped chan error

@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestQuickstartLoop follows the README: serve with no management
+// settings, then status and reload with no flags and no environment but
+// the per-user runtime directory. The discovery file is private, holds
+// the generated token, and goes away with the server; the API refuses a
+// request without the token.
+func TestQuickstartLoop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one process", nil},
+		{"two workers", []string{"--workers", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
+			s := startServer(t, config(4, "0s"), tc.args, env...)
+
+			code, out, errOut := reconfd(t, env, "status")
+			if code != 0 || !strings.Contains(out, "active generation:    1") {
+				t.Fatalf("status with no flags: exit %d\n%s%s", code, out, errOut)
+			}
+			writeAtomic(t, s.config, config(5, "0s"))
+			code, out, errOut = reconfd(t, env, "reload")
+			if code != 0 || !strings.Contains(out, "generation 1 -> 2") {
+				t.Fatalf("reload with no flags: exit %d\n%s%s", code, out, errOut)
+			}
+			if code, out, _ := reconfd(t, env, "status"); code != 0 || !strings.Contains(out, "active generation:    2") {
+				t.Errorf("status after the reload: exit %d\n%s", code, out)
+			}
+			if r := s.chat("stub-1"); r.gen() != 2 {
+				t.Errorf("Reconf-Generation %d after the reload, want 2", r.gen())
+			}
+
+			files, _ := filepath.Glob(filepath.Join(strings.TrimPrefix(env[0], "XDG_RUNTIME_DIR="), "reconfd", "*.json"))
+			if len(files) != 1 {
+				t.Fatalf("discovery files %v, want one", files)
+			}
+			fi, err := os.Stat(files[0])
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("discovery file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+			}
+			b, _ := os.ReadFile(files[0])
+			var d struct{ Address, Token string }
+			if json.Unmarshal(b, &d) != nil || len(d.Token) < 32 || d.Address != s.mgmt {
+				t.Errorf("discovery file %s does not name %s with a token", b, s.mgmt)
+			}
+			if strings.Contains(s.logs.String(), d.Token) {
+				t.Errorf("the generated token is in the log")
+			}
+			if r := s.do("GET", "http://"+s.mgmt+"/admin/config/status", ""); r.status != http.StatusUnauthorized {
+				t.Errorf("status without the token: %d, want 401", r.status)
+			}
+			s.stop()
+			if _, err := os.Stat(files[0]); !os.IsNotExist(err) {
+				t.Errorf("the discovery file outlived its server: %v", err)
+			}
+		})
+	}
+}
