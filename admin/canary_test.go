@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,10 +23,12 @@ func TestSecretCanary(t *testing.T) {
 	m := metrics.New("reconf")
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
+	h := reconf.NewHistory(0)
 	e := start(t, setup{
 		token:   testToken,
-		runtime: []reconf.Option[testConfig]{reconf.WithObserver[testConfig](m.Observe)},
-		admin:   []admin.Option{admin.WithMetrics(reg), admin.WithAllowedOrigins("https://ops.example.com")},
+		runtime: []reconf.Option[testConfig]{reconf.WithObserver[testConfig](m.Observe), reconf.WithObserver[testConfig](h.Observe)},
+		admin: []admin.Option{admin.WithMetrics(reg), admin.WithAllowedOrigins("https://ops.example.com"),
+			admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil })},
 	})
 	m.Bind(e.rt.Status)
 
@@ -65,6 +68,9 @@ func TestSecretCanary(t *testing.T) {
 		}
 	}
 	e.do(http.MethodGet, admin.StatusPath, "")
+	if a := e.do(http.MethodGet, admin.HistoryPath, ""); !strings.Contains(string(a.body), "restart-required") {
+		t.Errorf("the history lacks the attempts: %s", a.body)
+	}
 	if a := e.do(http.MethodGet, admin.MetricsPath, ""); !strings.Contains(string(a.body), "reconf_attempts_total") {
 		t.Errorf("/metrics lacks reconf metrics: %s", a.body)
 	}

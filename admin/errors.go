@@ -62,6 +62,12 @@ const (
 	// ReasonAttemptPending (202): the attempt was accepted but did not end
 	// within the reload wait; it carries on and its result shows in status.
 	ReasonAttemptPending = "attempt_pending"
+	// ReasonBadLimit (400): the history's limit parameter is not a
+	// positive number.
+	ReasonBadLimit = "bad_limit"
+	// ReasonHistoryUnavailable (503): the history could not be read (in a
+	// fleet: etcd did not answer).
+	ReasonHistoryUnavailable = "history_unavailable"
 	// ReasonInternal (500): a bug in the management API; see the service log.
 	ReasonInternal = "internal_error"
 )
@@ -69,15 +75,17 @@ const (
 // Request errors. They never leave the package: answer maps each to its
 // status, reason and a fixed message that never repeats the request.
 var (
-	errUnauthorized   = errors.New("admin: missing or wrong bearer token")
-	errHostNotAllowed = errors.New("admin: host not allowed")
-	errOriginRefused  = errors.New("admin: origin not allowed")
-	errCrossSite      = errors.New("admin: cross-site request")
-	errMethod         = errors.New("admin: method not allowed")
-	errNotFound       = errors.New("admin: not found")
-	errBodyRejected   = errors.New("admin: request body must be empty or {}")
-	errBodyMalformed  = errors.New("admin: request body is not a JSON object")
-	errBodyTooLarge   = errors.New("admin: request body too large")
-	errBodyUnreadable = errors.New("admin: request body unreadable")
-	errPending        = errors.New("admin: attempt still running")
+	errUnauthorized       = errors.New("admin: missing or wrong bearer token")
+	errHostNotAllowed     = errors.New("admin: host not allowed")
+	errOriginRefused      = errors.New("admin: origin not allowed")
+	errCrossSite          = errors.New("admin: cross-site request")
+	errMethod             = errors.New("admin: method not allowed")
+	errNotFound           = errors.New("admin: not found")
+	errBodyRejected       = errors.New("admin: request body must be empty or {}")
+	errBodyMalformed      = errors.New("admin: request body is not a JSON object")
+	errBodyTooLarge       = errors.New("admin: request body too large")
+	errBodyUnreadable     = errors.New("admin: request body unreadable")
+	errPending            = errors.New("admin: attempt still running")
+	errBadLimit           = errors.New("admin: bad history limit")
+	errHistoryUnavailable = errors.New("admin: history unavailable")
 )

@@ -33,6 +33,9 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(ReloadPath, s.handle(s.reload, http.MethodPost))
 	mux.Handle(StatusPath, s.handle(s.status, http.MethodGet, http.MethodHead))
+	if s.o.history != nil {
+		mux.Handle(HistoryPath, s.handle(s.historyAnswer, http.MethodGet, http.MethodHead))
+	}
 	if s.o.gatherer != nil {
 		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 		mux.Handle(MetricsPath, s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -145,6 +148,8 @@ var answers = []struct {
 	{errBodyMalformed, apiError{http.StatusBadRequest, ReasonBodyMalformed, "the reload body must be empty or the JSON object {}"}},
 	{errBodyTooLarge, apiError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the reload body must be at most %d bytes", MaxRequestBytes)}},
 	{errBodyUnreadable, apiError{http.StatusBadRequest, ReasonBodyUnreadable, "the request body could not be read"}},
+	{errBadLimit, apiError{http.StatusBadRequest, ReasonBadLimit, "limit must be a positive number"}},
+	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
 }
 
@@ -224,7 +229,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 	// cancellation, bounded by the reload wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.o.timeouts.Reload)
 	defer cancel()
-	res, err := s.rt.Reload(ctx, reconf.TriggerAPI)
+	res, err := s.rt.Reload(reconf.WithActor(ctx, actor(r)), reconf.TriggerAPI)
 	switch {
 	case err == nil, errors.Is(err, reconf.ErrClosed):
 		// ErrClosed comes with a canceled/shutdown result: answer it.

@@ -67,6 +67,7 @@ type options struct {
 	origins      []string
 	statusFields func() map[string]any
 	gatherer     prometheus.Gatherer
+	history      HistoryFunc
 	logger       *slog.Logger
 	timeouts     Timeouts
 }

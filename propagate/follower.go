@@ -49,6 +49,7 @@ type options struct {
 	ttl        time.Duration
 	logger     *slog.Logger
 	noWatch    bool // tests: rely on the resync alone
+	history    *History
 }
 
 // WithResyncInterval sets how often the follower reads the key as a safety
@@ -84,6 +85,10 @@ func WithLeaseTTL(d time.Duration) Option {
 		}
 	}
 }
+
+// WithHistory folds each of this worker's applies of a version (not the
+// busy ones) into the version's entry of the fleet's history.
+func WithHistory(h *History) Option { return func(o *options) { o.history = h } }
 
 // withoutWatch makes the follower rely on its resync reads alone (tests of
 // the safety net).
@@ -333,6 +338,9 @@ func (f *Follower) step() stepResult {
 		return settled
 	}
 	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
+	if h := f.o.history; h != nil && err == nil && res.Outcome != reconf.Busy {
+		h.Applied(u.Version, res)
+	}
 	switch {
 	case f.ctx.Err() != nil:
 		return settled

@@ -105,6 +105,7 @@ type worker struct {
 	cli *clientv3.Client
 	ch  *Channel
 	f   *Follower
+	h   *History // with workerOpts.history
 
 	mu   sync.Mutex
 	gens []uint64 // every published generation, in order
@@ -124,6 +125,9 @@ type workerOpts struct {
 	cli    *clientv3.Client // shared client; nil means the worker's own
 	rtOpts []reconf.Option[testConfig]
 	chOpts []ChannelOption
+	// history, when set, gives the worker a fleet History with these
+	// options, fed by its runtime and its follower.
+	history []HistoryOption
 }
 
 func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerOpts) *worker {
@@ -153,6 +157,12 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 		t.Fatal(err)
 	}
 	w.ch = ch
+	if wo.history != nil {
+		w.h = NewHistory(ch, append([]HistoryOption{WithHistoryLogger(testLogger())}, wo.history...)...)
+		t.Cleanup(func() { _ = w.h.Close(context.Background()) })
+		wo.rtOpts = append(wo.rtOpts, reconf.WithObserver[testConfig](w.h.Observe))
+		wo.follow = append(wo.follow, WithHistory(w.h))
+	}
 	rt, err := reconf.New[testConfig](ctx, w.src, append([]reconf.Option[testConfig]{
 		reconf.WithChannel[testConfig](ch),
 		reconf.WithEnv[testConfig](w.env.Lookup),

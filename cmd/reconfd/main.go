@@ -5,6 +5,7 @@
 //	reconfd check-config --config new.yaml --against running.yaml
 //	reconfd reload --address 127.0.0.1:9090
 //	reconfd status --address 127.0.0.1:9090 --output json
+//	reconfd history --limit 20
 //	reconfd version
 //
 // See docs/reconfd.md for the commands, the configuration reference and
@@ -108,6 +109,7 @@ finishes on the generation it started with.`,
 		newCheckCmd(stdout, lookup),
 		newReloadCmd(stdout, lookup),
 		newStatusCmd(stdout, lookup),
+		newHistoryCmd(stdout, lookup),
 		newVersionCmd(stdout),
 	)
 	return root

@@ -357,7 +357,7 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 		return nil, nil
 	}
 	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
-		admin.WithStatusFields(g.StatusFields)}
+		admin.WithStatusFields(g.StatusFields), admin.WithHistory(g.History)}
 	srv, err := admin.New(g.Runtime(), opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)

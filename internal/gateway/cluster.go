@@ -76,6 +76,7 @@ type clusterState struct {
 	ch       *propagate.Channel
 	follower *propagate.Follower
 	gate     *gate.Gate
+	history  *propagate.History
 }
 
 // joinCluster connects to etcd, makes the channel and joins the
@@ -121,6 +122,9 @@ func (c *clusterState) abandon(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), propagate.DefaultRequestTimeout)
 	defer cancel()
 	_ = c.gate.Close(ctx)
+	if c.history != nil {
+		_ = c.history.Close(ctx)
+	}
 	c.cli.Close()
 }
 
@@ -150,7 +154,7 @@ func workerID(slot string) string {
 
 // follow starts the follower once the runtime has joined.
 func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], log *slog.Logger) error {
-	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log))
+	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
 	}

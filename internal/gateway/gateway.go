@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/source"
 )
 
@@ -35,6 +36,10 @@ type Gateway struct {
 	cluster   *clusterState
 	worker    string
 	workerHdr []string
+
+	// history is a single process's attempt history; a cluster worker's
+	// is the fleet's, in cluster.history.
+	history *reconf.History
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -110,8 +115,18 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		limiters = cl.gate
 	}
 	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters}
+	var history *reconf.History
+	var observe func(reconf.Result)
+	if cl != nil {
+		cl.history = propagate.NewHistory(cl.ch, propagate.WithHistoryLogger(log))
+		observe = cl.history.Observe
+	} else {
+		history = reconf.NewHistory(0)
+		observe = history.Observe
+	}
 	ropts := []reconf.Option[Config]{
 		reconf.WithLogger[Config](log),
+		reconf.WithObserver[Config](observe),
 		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
 		reconf.WithBaseDir[Config](cons.dir),
 	}
@@ -141,7 +156,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	cfg := rt.Current().Config()
 	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
-	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history}
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []string{cl.slot}
 	}
@@ -233,6 +248,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		if g.cluster != nil {
+			// The runtime's last attempts are written before the client goes.
+			if err := g.cluster.history.Close(closeCtx); err != nil {
+				errs = append(errs, err)
+			}
 			if err := g.cluster.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 				errs = append(errs, fmt.Errorf("gateway: close the cluster client: %w", err))
 			}

@@ -1,0 +1,328 @@
+package propagate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// History is a fleet's attempt history, kept in the channel's etcd so that
+// any worker answers for the whole fleet and a worker's restart loses
+// nothing. Each attempt a worker runs (a reload, a SIGHUP, a restart) is
+// one entry; each worker's apply of a published version is folded into
+// that version's entry rather than being an entry of its own. The log is
+// bounded: past the limit the oldest entries, and the applies of versions
+// no entry can still name, are deleted.
+//
+// Keys, under the channel's prefix P:
+//
+//	P/history/entries/<unix nanoseconds, 20 digits>-<worker>  one reconf.HistoryEntry
+//	P/history/applies/<version, 20 digits>/<worker>           one reconf.ApplyEntry
+//
+// Writes from Observe and Applied are queued and written by one goroutine,
+// so that an attempt never waits on etcd for its history; a full queue
+// drops the write and logs it. A History is safe for concurrent use; Close
+// drains the queue.
+type History struct {
+	cli     *clientv3.Client
+	prefix  string
+	worker  string
+	limit   int
+	timeout time.Duration
+	log     *slog.Logger
+
+	queue chan func(context.Context)
+	done  chan struct{}
+
+	mu       sync.Mutex
+	closed   bool
+	tries    map[uint64]int // applies of the newest versions seen, by version
+	dropWarn bool
+}
+
+// HistoryOption configures a History.
+type HistoryOption func(*History)
+
+// WithHistoryLimit sets how many entries the fleet keeps (default
+// reconf.DefaultHistoryLimit).
+func WithHistoryLimit(n int) HistoryOption {
+	return func(h *History) {
+		if n > 0 {
+			h.limit = n
+		}
+	}
+}
+
+// WithHistoryLogger sets where write failures are logged (default
+// slog.Default()).
+func WithHistoryLogger(l *slog.Logger) HistoryOption { return func(h *History) { h.log = l } }
+
+// historyQueue bounds the writes waiting for etcd.
+const historyQueue = 256
+
+// NewHistory returns the history of ch's fleet, written as ch's worker,
+// and starts its writer goroutine.
+func NewHistory(ch *Channel, opts ...HistoryOption) *History {
+	h := &History{
+		cli: ch.cli, prefix: ch.prefix, worker: ch.id, limit: reconf.DefaultHistoryLimit, timeout: ch.timeout,
+		log: slog.Default(), queue: make(chan func(context.Context), historyQueue), done: make(chan struct{}),
+		tries: map[uint64]int{},
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	go h.write()
+	return h
+}
+
+func (h *History) entriesPrefix() string { return h.prefix + "/history/entries/" }
+func (h *History) appliesPrefix() string { return h.prefix + "/history/applies/" }
+
+func (h *History) appliesKey(version uint64) string {
+	return fmt.Sprintf("%s%020d/", h.appliesPrefix(), version)
+}
+
+// Observe records an attempt's result, for reconf.WithObserver: every
+// attempt this worker runs except dry runs and applies of another
+// worker's version (the Follower reports those through Applied). A
+// published attempt (not a start-up) also counts as the publisher's own
+// apply.
+func (h *History) Observe(res reconf.Result) {
+	if res.DryRun || res.Trigger == reconf.TriggerCluster {
+		return
+	}
+	e := reconf.HistoryEntryOf(res)
+	h.enqueue(func(ctx context.Context) {
+		// A start-up joins at the cluster's version; only a publish is
+		// this worker's apply of its own version.
+		if res.Trigger != reconf.TriggerStartup && res.Outcome == reconf.Published && res.Generation > res.PreviousGeneration {
+			h.putApply(ctx, res.Generation, res)
+		}
+		if err := h.Record(ctx, e); err != nil {
+			h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", err)
+		}
+	})
+}
+
+// Applied folds this worker's apply of version into the version's entry.
+// The Follower calls it after every apply that is not busy; a retried
+// apply replaces the worker's earlier one and counts its attempts.
+func (h *History) Applied(version uint64, res reconf.Result) {
+	h.enqueue(func(ctx context.Context) { h.putApply(ctx, version, res) })
+}
+
+func (h *History) putApply(ctx context.Context, version uint64, res reconf.Result) {
+	h.mu.Lock()
+	h.tries[version]++
+	tries := h.tries[version]
+	for v := range h.tries {
+		if v+8 < version {
+			delete(h.tries, v)
+		}
+	}
+	h.mu.Unlock()
+	a := reconf.ApplyEntry{
+		Worker: h.worker, Time: res.Started.Add(res.Duration).UTC(), Outcome: res.Outcome.String(),
+		Reason: res.Reason, Attempts: tries, DurationMS: reconf.Milliseconds(res.Duration),
+	}
+	b, err := json.Marshal(a)
+	if err == nil {
+		rctx, cancel := context.WithTimeout(ctx, h.timeout)
+		_, err = h.cli.Put(rctx, h.appliesKey(version)+h.worker, string(b))
+		cancel()
+	}
+	if err != nil {
+		h.log.Warn("propagate: this worker's apply could not be written to the fleet's history", "version", version, "error", err)
+	}
+}
+
+func (h *History) enqueue(fn func(context.Context)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	select {
+	case h.queue <- fn:
+	default:
+		if !h.dropWarn {
+			h.dropWarn = true
+			h.log.Warn("propagate: the fleet's history is behind; entries are dropped until etcd catches up")
+		}
+	}
+}
+
+// write is the writer goroutine: it runs queued writes in order until
+// Close closes the queue.
+func (h *History) write() {
+	defer close(h.done)
+	for fn := range h.queue {
+		fn(context.Background())
+	}
+}
+
+// Close stops taking writes and waits for the queued ones, or for ctx.
+// It is idempotent.
+func (h *History) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.queue)
+	}
+	h.mu.Unlock()
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("propagate: history: %w", ctx.Err())
+	}
+}
+
+// Record writes one entry now, named for this worker, and trims the log
+// to its limit. A service records with it what the runtime does not see
+// (a restart of the fleet).
+func (h *History) Record(ctx context.Context, e reconf.HistoryEntry) error {
+	if e.Worker == "" {
+		e.Worker = h.worker
+	}
+	e.Applies = nil
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	key := fmt.Sprintf("%s%020d-%s", h.entriesPrefix(), e.Time.UnixNano(), e.Worker)
+	if _, err := h.cli.Put(rctx, key, string(b)); err != nil {
+		return unreachable("write history", err)
+	}
+	return h.trim(rctx)
+}
+
+// trim deletes the entries past the limit, oldest first, and the applies
+// of versions older than any entry can still name: entries and versions
+// grow together, so with at most limit entries none names a version more
+// than limit below the newest.
+func (h *History) trim(ctx context.Context) error {
+	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return unreachable("count history", err)
+	}
+	excess := resp.Count - int64(h.limit)
+	if excess <= 0 {
+		return nil
+	}
+	old, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
+	if err != nil {
+		return unreachable("trim history", err)
+	}
+	if len(old.Kvs) == 0 {
+		return nil
+	}
+	last := string(old.Kvs[len(old.Kvs)-1].Key)
+	if _, err := h.cli.Delete(ctx, h.entriesPrefix(), clientv3.WithRange(last+"\x00")); err != nil {
+		return unreachable("trim history", err)
+	}
+	newest, err := h.cli.Get(ctx, h.appliesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		return unreachable("trim history", err)
+	}
+	if len(newest.Kvs) == 0 {
+		return nil
+	}
+	v, ok := appliedVersion(h.appliesPrefix(), string(newest.Kvs[0].Key))
+	if !ok || v <= uint64(h.limit) {
+		return nil
+	}
+	if _, err := h.cli.Delete(ctx, h.appliesPrefix(), clientv3.WithRange(h.appliesKey(v-uint64(h.limit)))); err != nil {
+		return unreachable("trim history", err)
+	}
+	return nil
+}
+
+// appliedVersion parses the version out of an applies key.
+func appliedVersion(prefix, key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return 0, false
+	}
+	var v uint64
+	_, err := fmt.Sscanf(rest, "%020d/", &v)
+	return v, err == nil
+}
+
+// Entries returns the fleet's newest n entries (all kept when n <= 0),
+// newest first, with every worker's apply folded into the entry of the
+// version it applied. Entries that cannot be decoded are skipped. Two
+// reads, whatever n.
+func (h *History) Entries(ctx context.Context, n int) ([]reconf.HistoryEntry, error) {
+	if n <= 0 || n > h.limit {
+		n = h.limit
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
+	if err != nil {
+		return nil, unreachable("read history", err)
+	}
+	out := make([]reconf.HistoryEntry, 0, len(resp.Kvs))
+	var lo, hi uint64
+	for _, kv := range resp.Kvs {
+		var e reconf.HistoryEntry
+		if json.Unmarshal(kv.Value, &e) != nil {
+			continue
+		}
+		if published(e) {
+			if lo == 0 || e.Generation < lo {
+				lo = e.Generation
+			}
+			hi = max(hi, e.Generation)
+		}
+		out = append(out, e)
+	}
+	if hi == 0 {
+		return out, nil
+	}
+	applies, err := h.cli.Get(ctx, h.appliesKey(lo), clientv3.WithRange(h.appliesKey(hi+1)),
+		clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, unreachable("read history", err)
+		}
+		return out, nil // the entries without their applies are still worth showing
+	}
+	byVersion := map[uint64][]reconf.ApplyEntry{}
+	for _, kv := range applies.Kvs {
+		v, ok := appliedVersion(h.appliesPrefix(), string(kv.Key))
+		var a reconf.ApplyEntry
+		if ok && json.Unmarshal(kv.Value, &a) == nil {
+			byVersion[v] = append(byVersion[v], a)
+		}
+	}
+	for i := range out {
+		if published(out[i]) {
+			a := byVersion[out[i].Generation]
+			slices.SortFunc(a, func(x, y reconf.ApplyEntry) int { return strings.Compare(x.Worker, y.Worker) })
+			out[i].Applies = a
+		}
+	}
+	return out, nil
+}
+
+// published reports whether e published a new cluster version.
+func published(e reconf.HistoryEntry) bool {
+	return e.Outcome == reconf.Published.String() && e.Generation > e.PreviousGeneration
+}

@@ -1,0 +1,153 @@
+package propagate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// entries reads w's view of the fleet's history.
+func entries(t *testing.T, w *worker, n int) []reconf.HistoryEntry {
+	t.Helper()
+	es, err := w.h.Entries(context.Background(), n)
+	if err != nil {
+		t.Fatalf("Entries: %v", err)
+	}
+	return es
+}
+
+func appliers(e reconf.HistoryEntry) []string {
+	var out []string
+	for _, a := range e.Applies {
+		out = append(out, a.Worker+"="+a.Outcome)
+	}
+	return out
+}
+
+// TestFleetHistory: one entry per attempt, one per published version with
+// every worker's apply folded in; any worker answers for the fleet, and a
+// worker that leaves and a new one that joins lose nothing.
+func TestFleetHistory(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	wo := workerOpts{history: []HistoryOption{}}
+	a := startWorker(t, srv.Endpoints(), prefix, "a", wo)
+	b := startWorker(t, srv.Endpoints(), prefix, "b", wo)
+	c := startWorker(t, srv.Endpoints(), prefix, "c", wo)
+
+	if res := a.reload(t, configYAML("gw", 7, "KEY2")); res.Outcome != reconf.Published || res.Generation != 2 {
+		t.Fatalf("reload: %s %s", res.Outcome, res.Message)
+	}
+	waitFor(t, 5*time.Second, "every worker applied version 2", converged([]*worker{a, b, c}, 2))
+	if res := b.reload(t, "limits: [not, a, map]\n"); res.Outcome != reconf.Invalid {
+		t.Fatalf("bad reload: %s", res.Outcome)
+	}
+
+	var es []reconf.HistoryEntry
+	waitFor(t, 5*time.Second, "the history holds 5 entries and 3 applies", func() bool {
+		es = entries(t, c, 0)
+		return len(es) == 5 && len(es[1].Applies) == 3
+	})
+	bad, pub := es[0], es[1]
+	if bad.Worker != "b" || bad.Outcome != "invalid" || bad.Generation != 2 {
+		t.Errorf("newest entry = %+v, want b's invalid reload", bad)
+	}
+	if pub.Worker != "a" || pub.Actor != "sdk" || pub.PreviousGeneration != 1 || pub.Generation != 2 ||
+		!slices.Equal(pub.ChangedFields, []string{"backend.api_key", "limits[stub]"}) {
+		t.Errorf("published entry = %+v", pub)
+	}
+	if got, want := appliers(pub), []string{"a=published", "b=published", "c=published"}; !slices.Equal(got, want) {
+		t.Errorf("applies %v, want %v", got, want)
+	}
+	for _, e := range es[2:] {
+		if e.Trigger != reconf.TriggerStartup {
+			t.Errorf("older entry %+v, want the three start-ups", e)
+		}
+	}
+
+	// Worker c leaves; d joins and reads the same history, plus its start.
+	if err := c.f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d := startWorker(t, srv.Endpoints(), prefix, "d", wo)
+	waitFor(t, 5*time.Second, "d's start is recorded", func() bool {
+		es = entries(t, d, 0)
+		return len(es) == 6 && es[0].Worker == "d"
+	})
+	if got := appliers(es[2]); len(got) != 3 {
+		t.Errorf("after c left, version 2's applies are %v", got)
+	}
+	assertNoCanary(t, d.cli)
+}
+
+// TestFleetHistoryFailedApply: a worker that cannot apply a version shows
+// its failure, with its attempts, in the version's entry.
+func TestFleetHistoryFailedApply(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	wo := workerOpts{history: []HistoryOption{}, follow: []Option{WithBackoff(10*time.Millisecond, 20*time.Millisecond)}}
+	a := startWorker(t, srv.Endpoints(), prefix, "a", wo)
+	wo.env = newEnv("KEY1", canary) // no KEY2 here
+	b := startWorker(t, srv.Endpoints(), prefix, "b", wo)
+	if res := a.reload(t, configYAML("gw", 3, "KEY2")); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %s %s", res.Outcome, res.Message)
+	}
+	waitFor(t, 5*time.Second, "b's failed applies are folded in", func() bool {
+		es := entries(t, b, 1)
+		if len(es) != 1 || len(es[0].Applies) != 2 {
+			return false
+		}
+		f := es[0].Applies[1]
+		return f.Worker == "b" && f.Outcome == "invalid" && f.Reason == reconf.ReasonSecretUnresolved && f.Attempts >= 2
+	})
+}
+
+// TestFleetHistoryBounded keeps the newest entries only, and deletes the
+// applies of versions no kept entry can name.
+func TestFleetHistoryBounded(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	w := startWorker(t, srv.Endpoints(), prefix, "a", workerOpts{history: []HistoryOption{WithHistoryLimit(4)}})
+	for i := 2; i <= 12; i++ {
+		if res := w.reload(t, configYAML("gw", i, "KEY1")); res.Outcome != reconf.Published {
+			t.Fatalf("reload %d: %s", i, res.Outcome)
+		}
+	}
+	if err := w.h.Close(context.Background()); err != nil { // drains the writes
+		t.Fatal(err)
+	}
+	es := entries(t, w, 0)
+	var gens []uint64
+	for _, e := range es {
+		gens = append(gens, e.Generation)
+	}
+	if !slices.Equal(gens, []uint64{12, 11, 10, 9}) {
+		t.Errorf("kept generations %v, want 12 11 10 9", gens)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := w.cli.Get(ctx, prefix+"/history/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	if len(keys) > 4+5 {
+		t.Errorf("%d history keys kept, want at most 9: %s", len(keys), strings.Join(keys, " "))
+	}
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, fmt.Sprintf("%020d/a", 12)) }) {
+		t.Errorf("the newest version's apply is gone: %v", keys)
+	}
+}
