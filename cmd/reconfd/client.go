@@ -84,6 +84,22 @@ func (f *clientFlags) call(ctx context.Context, method, url string, body []byte)
 	return resp.StatusCode, b, nil
 }
 
+// get reads one JSON document (what names it in errors) into v and
+// returns its bytes; anything but 200 and JSON is an exit-1 error.
+func (f *clientFlags) get(ctx context.Context, url, what string, v any) ([]byte, error) {
+	status, body, err := f.call(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	if status != http.StatusOK {
+		return nil, refused(status, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, fail("the management API's %s is not JSON: %v", what, err)
+	}
+	return body, nil
+}
+
 // refused explains an answer that is not a result: 401, 403, 400, 202...
 func refused(status int, body []byte) error {
 	var e admin.ErrorBody
@@ -165,16 +181,10 @@ Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
 			if err != nil {
 				return err
 			}
-			status, body, err := f.call(cmd.Context(), http.MethodGet, base+admin.StatusPath, nil)
-			if err != nil {
-				return fail("%v", err)
-			}
-			if status != http.StatusOK {
-				return refused(status, body)
-			}
 			var st admin.StatusResponse
-			if err := json.Unmarshal(body, &st); err != nil {
-				return fail("the management API's status is not JSON: %v", err)
+			body, err := f.get(cmd.Context(), base+admin.StatusPath, "status", &st)
+			if err != nil {
+				return err
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -44,16 +43,10 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 			if err != nil {
 				return err
 			}
-			status, body, err := f.call(cmd.Context(), http.MethodGet, base+admin.HistoryPath+"?limit="+strconv.Itoa(limit), nil)
-			if err != nil {
-				return fail("%v", err)
-			}
-			if status != http.StatusOK {
-				return refused(status, body)
-			}
 			var doc admin.HistoryResponse
-			if err := json.Unmarshal(body, &doc); err != nil {
-				return fail("the management API's history is not JSON: %v", err)
+			body, err := f.get(cmd.Context(), base+admin.HistoryPath+"?limit="+strconv.Itoa(limit), "history", &doc)
+			if err != nil {
+				return err
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
@@ -61,11 +54,9 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 			}
 			// The convergence line is a courtesy: a status that cannot be
 			// read does not hide the history.
-			if code, sb, err := f.call(cmd.Context(), http.MethodGet, base+admin.StatusPath, nil); err == nil && code == http.StatusOK {
-				var st admin.StatusResponse
-				if json.Unmarshal(sb, &st) == nil {
-					fmt.Fprintln(stdout, convergence(st))
-				}
+			var st admin.StatusResponse
+			if _, err := f.get(cmd.Context(), base+admin.StatusPath, "status", &st); err == nil {
+				fmt.Fprintln(stdout, convergence(st))
 			}
 			printHistory(stdout, doc.Entries)
 			return nil
