@@ -2,8 +2,10 @@ package reconf
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,42 +13,567 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// decodeStrict decodes exactly one YAML document from data into out with
-// unknown fields rejected. Errors are *Error with a stable reason, line and
-// column where known, and never a quote of the input: the decoder's own
-// messages are reduced to their line number and a fixed description.
-func decodeStrict(data []byte, out any) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	err := dec.Decode(out)
+// The decoder turns YAML into a configuration along its schema. yaml.v3
+// parses the text into nodes (linear, and the only part of yaml.v3 used);
+// the decoder walks the nodes. It guarantees:
+//
+//   - exactly one document; trailing content and a second document are
+//     refused;
+//   - an unknown field, a duplicate key (found with a map, in linear time)
+//     and a value of the wrong type are refused with the path, line and
+//     column, never the content;
+//   - numbers are exact (see scalar.go): no fraction, overflow or sign is
+//     dropped on the way into a field;
+//   - `key: null` on a field that cannot be nil is a type mismatch, not the
+//     zero value;
+//   - aliases and merge keys (`<<`) work, bounded: an alias that contains
+//     itself is refused, and all expansion together visits at most
+//     2*len(data)+100000 nodes, so a billion-laughs document fails fast;
+//   - the context is checked while the text is read and every 1024 nodes,
+//     so a cancel returns within milliseconds on any size.
+//
+// A field the document does not mention keeps what it held: its default,
+// filled before decoding (see fillDefaults).
+
+// Problem details the decoder writes.
+const (
+	detailUnknown   = "unknown field"
+	detailDuplicate = "duplicate mapping key"
+	detailNull      = "null cannot go into this field; remove the key to use its default"
+)
+
+// maxProblems bounds the problems one decode reports.
+const maxProblems = 64
+
+// decodeYAML decodes data into v (of schema root) and returns the parsed
+// document (nil for an empty one), used to locate later problems.
+func decodeYAML(ctx context.Context, data []byte, root *node, v reflect.Value) (*yaml.Node, error) {
+	doc, err := parseOne(ctx, data)
+	if err != nil || doc == nil {
+		return nil, err
+	}
+	d := &decoder{ctx: ctx, budget: 2*len(data) + 100000}
+	d.defaults = defaultsWalker()
+	if err := d.run(root, v, doc); err != nil {
+		return nil, err
+	}
+	return doc, d.result()
+}
+
+// parseOne parses exactly one YAML document into nodes.
+func parseOne(ctx context.Context, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(&ctxReader{ctx: ctx, r: bytes.NewReader(data)})
+	var doc yaml.Node
+	err := dec.Decode(&doc)
 	if errors.Is(err, io.EOF) {
-		return nil // an empty document: every field takes its default
+		return nil, nil // an empty document: every field takes its default
 	}
 	if err != nil {
-		return decodeError(data, err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, syntaxError(err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case errors.Is(err, io.EOF):
-		return nil
 	case err != nil:
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		e := Errorf(ReasonTrailingContent, "content follows the configuration document; the file must hold exactly one YAML document")
 		if line := errLine(err.Error()); line > 0 {
 			e.Problems = []Problem{{Line: line, Detail: "unexpected content"}}
 		}
-		return e
+		return nil, e
 	default:
 		e := Errorf(ReasonMultiDocument, "the file holds more than one YAML document; keep exactly one")
 		e.Problems = []Problem{{Line: next.Line, Column: next.Column, Detail: "second document starts here"}}
-		return e
+		return nil, e
+	}
+	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+		return nil, nil
+	}
+	return &doc, nil
+}
+
+// ctxReader ends the parse when ctx ends; yaml.v3 reads 512 bytes at a time.
+type ctxReader struct {
+	ctx context.Context
+	r   *bytes.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// abort stops a decode at once (a cancel, runaway aliasing).
+type abort struct{ err error }
+
+type decoder struct {
+	ctx       context.Context
+	budget    int          // node visits left
+	visits    int          // node visits so far
+	expanding []*yaml.Node // aliases being expanded
+	buf       []byte       // the current path
+	defaults  *walker
+
+	unknown, mismatch, secret, derived, dup []Problem
+	count                                   int
+}
+
+func (d *decoder) run(root *node, v reflect.Value, doc *yaml.Node) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a, ok := p.(abort)
+			if !ok {
+				panic(p)
+			}
+			err = a.err
+		}
+	}()
+	d.value(root, v, doc.Content[0])
+	return nil
+}
+
+// result turns the problems found into one *Error, or nil.
+func (d *decoder) result() error {
+	var e *Error
+	switch {
+	case len(d.dup) > 0:
+		e = Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+		e.Problems = d.dup
+	case len(d.unknown) > 0:
+		e = Errorf(ReasonUnknownField, "the configuration has a field this version does not know; remove it or check its spelling and indentation")
+		e.Problems = append(d.unknown, d.mismatch...)
+	case len(d.mismatch) > 0:
+		e = Errorf(ReasonFieldType, "a value has the wrong type for its field")
+		e.Problems = d.mismatch
+	case len(d.secret) > 0:
+		e = Errorf(ReasonSecretUnresolved, "a secret is malformed; write a literal, ${env:NAME} or ${file:/abs/path}")
+		e.Problems = d.secret
+	case len(d.derived) > 0:
+		e = Errorf(ReasonDerivedSet, "a derived field is computed and must not be set in the source; remove it")
+		e.Problems = d.derived
+	default:
+		return nil
+	}
+	return e
+}
+
+func (d *decoder) problem(list *[]Problem, y *yaml.Node, path, detail string) {
+	if d.count >= maxProblems {
+		return
+	}
+	d.count++
+	*list = append(*list, Problem{Path: path, Line: y.Line, Column: y.Column, Detail: detail})
+}
+
+func (d *decoder) mismatch1(y *yaml.Node, detail string) {
+	d.problem(&d.mismatch, y, string(d.buf), detail)
+}
+
+// tick counts a node visit: the alias bound and the context check.
+func (d *decoder) tick() {
+	d.visits++
+	if d.visits > d.budget {
+		panic(abort{malformed(nil, "excessive aliasing")})
+	}
+	if d.visits&1023 == 0 {
+		if err := d.ctx.Err(); err != nil {
+			panic(abort{err})
+		}
 	}
 }
 
+func malformed(y *yaml.Node, detail string) *Error {
+	e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+	p := Problem{Detail: detail}
+	if y != nil {
+		p.Line, p.Column = y.Line, y.Column
+	}
+	e.Problems = []Problem{p}
+	return e
+}
+
+// deref follows an alias; the caller must call d.done(y) when it has
+// finished with what deref returned.
+func (d *decoder) deref(y *yaml.Node) *yaml.Node {
+	if y.Kind != yaml.AliasNode {
+		return y
+	}
+	for _, a := range d.expanding {
+		if a == y.Alias {
+			panic(abort{malformed(y, "an alias contains itself")})
+		}
+	}
+	if y.Alias == nil {
+		panic(abort{malformed(y, "unknown anchor")})
+	}
+	d.expanding = append(d.expanding, y.Alias)
+	return d.deref(y.Alias)
+}
+
+// done ends the expansions deref started for y.
+func (d *decoder) done(y *yaml.Node) {
+	for y.Kind == yaml.AliasNode {
+		d.expanding = d.expanding[:len(d.expanding)-1]
+		y = y.Alias
+	}
+}
+
+func isNull(y *yaml.Node) bool {
+	return y.Kind == yaml.ScalarNode && y.ShortTag() == "!!null"
+}
+
+func isMerge(y *yaml.Node) bool {
+	return y.Kind == yaml.ScalarNode && y.Value == "<<" && y.ShortTag() == "!!merge"
+}
+
+// value decodes y into v, which must be settable.
+func (d *decoder) value(n *node, v reflect.Value, ay *yaml.Node) {
+	d.tick()
+	y := d.deref(ay)
+	defer d.done(ay)
+	if n.custom {
+		u := v.Addr().Interface().(yaml.Unmarshaler)
+		if err := u.UnmarshalYAML(y); err != nil {
+			d.mismatch1(y, "not a valid "+safeTypeName(n.typ.String()))
+		}
+		return
+	}
+	if isNull(y) {
+		switch n.kind {
+		case kPointer, kList, kMap, kOther:
+			v.SetZero()
+		default:
+			d.mismatch1(y, detailNull)
+		}
+		return
+	}
+	switch n.kind {
+	case kScalar, kDuration, kSecret, kText:
+		d.scalar(n, v, y)
+	case kPointer:
+		p := reflect.New(n.elem.typ)
+		d.newValue(n.elem, p.Elem())
+		d.value(n.elem, p.Elem(), y)
+		v.Set(p)
+	case kList, kArray:
+		d.list(n, v, y)
+	case kMap:
+		d.mapping(n, v, y)
+	case kStruct:
+		d.structure(n, v, y)
+	default:
+		if err := y.Decode(v.Addr().Interface()); err != nil {
+			d.mismatch1(y, "value has the wrong type")
+		}
+	}
+}
+
+// newValue readies a value the decoder creates (a list element, a map
+// value, a pointer's target): its defaults, since the document may not
+// set every field.
+func (d *decoder) newValue(n *node, v reflect.Value) {
+	if n.flags&fDefault != 0 {
+		d.defaults.walk(n, v)
+	}
+}
+
+// scalar decodes a scalar node by the rules of scalar.go. YAML adds one
+// check to the text's: a number field takes an unquoted number (a quoted
+// "5" is a string), a bool field takes true or false.
+func (d *decoder) scalar(n *node, v reflect.Value, y *yaml.Node) {
+	if y.Kind != yaml.ScalarNode {
+		d.mismatch1(y, "want a single value, not a list or mapping")
+		return
+	}
+	if n.kind == kScalar {
+		tag := y.ShortTag()
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(y.Value)
+			return
+		case reflect.Bool:
+			if tag != "!!bool" {
+				d.mismatch1(y, errNotBool.Error())
+				return
+			}
+		case reflect.Float32, reflect.Float64:
+			if tag != "!!int" && tag != "!!float" {
+				d.mismatch1(y, errNotNumber.Error())
+				return
+			}
+		default:
+			if tag != "!!int" && tag != "!!float" {
+				d.mismatch1(y, errNotInteger.Error())
+				return
+			}
+		}
+	}
+	x, err := parseText(n.shape, y.Value)
+	if err != nil {
+		if n.kind == kSecret {
+			d.problem(&d.secret, y, string(d.buf), err.Error())
+		} else {
+			d.mismatch1(y, err.Error())
+		}
+		return
+	}
+	v.Set(x)
+}
+
+func (d *decoder) list(n *node, v reflect.Value, y *yaml.Node) {
+	if y.Kind != yaml.SequenceNode {
+		d.mismatch1(y, "want a list")
+		return
+	}
+	l := len(y.Content)
+	if n.kind == kArray {
+		if l > v.Len() {
+			d.mismatch1(y, "too many elements for "+safeTypeName(n.typ.String()))
+			return
+		}
+		v.SetZero()
+	} else {
+		v.Set(reflect.MakeSlice(n.typ, l, l))
+	}
+	for i, c := range y.Content {
+		mark := len(d.buf)
+		d.buf = d.appendElemSeg(d.buf, n, c, i)
+		e := v.Index(i)
+		d.newValue(n.elem, e)
+		d.value(n.elem, e, c)
+		d.buf = d.buf[:mark]
+	}
+}
+
+// appendElemSeg names list element i in a path: by its key field when the
+// elements have one and the element sets it, else by index.
+func (d *decoder) appendElemSeg(buf []byte, n *node, c *yaml.Node, i int) []byte {
+	if n.key >= 0 {
+		m := c
+		for m.Kind == yaml.AliasNode && m.Alias != nil && m != m.Alias {
+			m = m.Alias
+		}
+		if m.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				if k, val := m.Content[j], m.Content[j+1]; k.Value == n.keyName && val.Kind == yaml.ScalarNode && val.Value != "" {
+					buf = append(buf, '[')
+					buf = appendSafe(buf, val.Value)
+					return append(buf, ']')
+				}
+			}
+		}
+	}
+	buf = append(buf, '[')
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	return append(buf, ']')
+}
+
+// pairs calls fn for every key and value of mapping y in precedence
+// order: y's own keys, then each merged mapping's (`<<: *base` or
+// `<<: [*a, *b]`), earlier merges first. fn learns whether a pair came
+// from a merge: a merged key never overrides one already set, while an
+// own key set twice is a duplicate.
+func (d *decoder) pairs(y *yaml.Node, merged bool, fn func(k, v *yaml.Node, merged bool)) {
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		k := y.Content[i]
+		if isMerge(k) {
+			merges = append(merges, y.Content[i+1])
+			continue
+		}
+		fn(k, y.Content[i+1], merged)
+	}
+	for _, m := range merges {
+		d.tick()
+		mm := d.deref(m)
+		switch mm.Kind {
+		case yaml.MappingNode:
+			d.mergeOne(mm, fn)
+		case yaml.SequenceNode:
+			for _, e := range mm.Content {
+				d.tick()
+				ee := d.deref(e)
+				if ee.Kind != yaml.MappingNode {
+					panic(abort{malformed(e, "a merge (<<) takes a mapping or a list of mappings")})
+				}
+				d.mergeOne(ee, fn)
+				d.done(e)
+			}
+		default:
+			panic(abort{malformed(m, "a merge (<<) takes a mapping or a list of mappings")})
+		}
+		d.done(m)
+	}
+}
+
+// mergeOne feeds a merged mapping's pairs, after refusing a key it holds
+// twice (its own keys are otherwise only checked where it is defined).
+func (d *decoder) mergeOne(m *yaml.Node, fn func(k, v *yaml.Node, merged bool)) {
+	seen := make(map[string]struct{}, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if k.Kind != yaml.ScalarNode || isMerge(k) {
+			continue
+		}
+		if _, dup := seen[k.Value]; dup {
+			d.problem(&d.dup, k, "", detailDuplicate)
+		}
+		seen[k.Value] = struct{}{}
+	}
+	d.pairs(m, true, fn)
+}
+
+// keyText returns a mapping key's text, or false for a key that is not a
+// plain value (a list or mapping as a key).
+func (d *decoder) keyText(k *yaml.Node) (string, bool) {
+	kk := d.deref(k)
+	defer d.done(k)
+	if kk.Kind != yaml.ScalarNode {
+		d.problem(&d.mismatch, kk, string(d.buf), "a key must be a single value")
+		return "", false
+	}
+	return kk.Value, true
+}
+
+func (d *decoder) structure(n *node, v reflect.Value, y *yaml.Node) {
+	if y.Kind != yaml.MappingNode {
+		d.mismatch1(y, "want a mapping")
+		return
+	}
+	var small uint64
+	var large []bool
+	if n.slots > 64 {
+		large = make([]bool, n.slots)
+	}
+	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
+		name, ok := d.keyText(k)
+		if !ok {
+			return
+		}
+		ref, known := n.keys[name]
+		mark := len(d.buf)
+		if len(d.buf) > 0 {
+			d.buf = append(d.buf, '.')
+		}
+		if !known {
+			d.buf = appendSafe(d.buf, name)
+			d.problem(&d.unknown, k, string(d.buf), detailUnknown)
+			d.buf = d.buf[:mark]
+			return
+		}
+		d.buf = append(d.buf, name...)
+		defer func() { d.buf = d.buf[:mark] }()
+		var set bool
+		if large != nil {
+			set, large[ref.slot] = large[ref.slot], true
+		} else {
+			set = small&(1<<ref.slot) != 0
+			small |= 1 << ref.slot
+		}
+		switch {
+		case set && merged:
+			return // an own key, or an earlier merge, set it
+		case set:
+			d.problem(&d.dup, k, string(d.buf), detailDuplicate)
+			return
+		case ref.n.own == Derived:
+			d.problem(&d.derived, k, string(d.buf), "derived field is set")
+			return
+		}
+		fv := v.Field(ref.index[0])
+		if len(ref.index) > 1 {
+			fv = v.FieldByIndex(ref.index)
+		}
+		d.value(ref.n, fv, val)
+	})
+}
+
+var stringMapType = reflect.TypeFor[map[string]string]()
+
+func (d *decoder) mapping(n *node, v reflect.Value, y *yaml.Node) {
+	if y.Kind != yaml.MappingNode {
+		d.mismatch1(y, "want a mapping")
+		return
+	}
+	size := len(y.Content) / 2
+	if n.typ.ConvertibleTo(stringMapType) && n.elem.kind == kScalar && !n.elem.custom && n.typ.Key().Kind() == reflect.String {
+		d.stringMap(n, v, y, size)
+		return
+	}
+	m := reflect.MakeMapWithSize(n.typ, size)
+	keyShape := &shape{typ: n.typ.Key(), kind: kScalar}
+	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
+		text, ok := d.keyText(k)
+		if !ok {
+			return
+		}
+		mark := len(d.buf)
+		d.buf = append(d.buf, '[')
+		d.buf = appendSafe(d.buf, text)
+		d.buf = append(d.buf, ']')
+		defer func() { d.buf = d.buf[:mark] }()
+		kv, err := parseText(keyShape, text)
+		if err != nil {
+			d.problem(&d.mismatch, k, string(d.buf), "key: "+err.Error())
+			return
+		}
+		if m.MapIndex(kv).IsValid() {
+			if !merged {
+				d.problem(&d.dup, k, string(d.buf), detailDuplicate)
+			}
+			return
+		}
+		e := reflect.New(n.elem.typ).Elem()
+		d.newValue(n.elem, e)
+		d.value(n.elem, e, val)
+		m.SetMapIndex(kv, e)
+	})
+	v.Set(m)
+}
+
+// stringMap is mapping for map[string]string-like types (model aliases by
+// the ten thousand), without a reflect call per entry.
+func (d *decoder) stringMap(n *node, v reflect.Value, y *yaml.Node, size int) {
+	m := make(map[string]string, size)
+	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
+		d.tick()
+		text, ok := d.keyText(k)
+		if !ok {
+			return
+		}
+		if _, dup := m[text]; dup {
+			if !merged {
+				d.problem(&d.dup, k, string(d.buf)+"["+safeSegment(text)+"]", detailDuplicate)
+			}
+			return
+		}
+		vv := d.deref(val)
+		defer d.done(val)
+		if vv.Kind != yaml.ScalarNode || isNull(vv) {
+			mark := len(d.buf)
+			d.buf = appendMapKey(d.buf, reflect.ValueOf(text))
+			if isNull(vv) {
+				d.mismatch1(vv, detailNull)
+			} else {
+				d.mismatch1(vv, "want a single value, not a list or mapping")
+			}
+			d.buf = d.buf[:mark]
+			return
+		}
+		m[text] = vv.Value
+	})
+	v.Set(reflect.ValueOf(m).Convert(n.typ))
+}
+
 var (
-	reLine        = regexp.MustCompile(`line (\d+)`)
-	reUnknown     = regexp.MustCompile(`^line (\d+): field (.+) not found in type`)
-	reTypeMismach = regexp.MustCompile(`^line (\d+): cannot unmarshal !!(\w+) .* into (.+)$`)
-	reSecret      = regexp.MustCompile(`^line (\d+): secret: (.+)$`)
+	reLine = regexp.MustCompile(`line (\d+)`)
 )
 
 func errLine(msg string) int {
@@ -83,90 +610,25 @@ var yamlSyntaxPhrases = []string{
 	"mapping key",
 	"unknown anchor",
 	"anchor",
-	"excessive aliasing",
-	"document contains excessive aliasing",
 	"exceeded max depth",
 }
 
-func decodeError(data []byte, err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		msg := err.Error()
-		e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
-		detail := "syntax error"
-		for _, p := range yamlSyntaxPhrases {
-			if strings.Contains(msg, p) {
-				detail = p
-				break
-			}
+// syntaxError reduces a parser error to its line and a fixed description.
+func syntaxError(err error) error {
+	msg := err.Error()
+	e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+	detail := "syntax error"
+	for _, p := range yamlSyntaxPhrases {
+		if strings.Contains(msg, p) {
+			detail = p
+			break
 		}
-		if strings.Contains(msg, "already defined") {
-			detail = "duplicate mapping key"
-		}
-		e.Problems = []Problem{{Line: errLine(msg), Detail: detail}}
-		return e
 	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root) // it parsed once; used only to locate paths
-	idx := indexNodes(&root)
-	var unknown, mismatch, secret, dup []Problem
-	for _, m := range te.Errors {
-		if s := reUnknown.FindStringSubmatch(m); s != nil {
-			line, _ := strconv.Atoi(s[1])
-			p := Problem{Line: line, Detail: "unknown field"}
-			if loc, ok := idx.keyAt(line, s[2]); ok {
-				p.Path, p.Column = loc.path, loc.col
-			} else {
-				p.Path = safeSegment(s[2])
-			}
-			unknown = append(unknown, p)
-			continue
-		}
-		if s := reSecret.FindStringSubmatch(m); s != nil {
-			line, _ := strconv.Atoi(s[1])
-			p := Problem{Line: line, Detail: s[2]}
-			if loc, ok := idx.valueAt(line); ok {
-				p.Path, p.Column = loc.path, loc.col
-			}
-			secret = append(secret, p)
-			continue
-		}
-		line := errLine(m)
-		if strings.Contains(m, "already defined") {
-			dup = append(dup, Problem{Line: line, Detail: "duplicate mapping key"})
-			continue
-		}
-		p := Problem{Line: line, Detail: "value has the wrong type"}
-		if s := reTypeMismach.FindStringSubmatch(m); s != nil {
-			p.Detail = "value has the wrong type (want " + safeTypeName(s[3]) + ")"
-		}
-		if loc, ok := idx.valueAt(line); ok {
-			p.Path, p.Column = loc.path, loc.col
-		}
-		mismatch = append(mismatch, p)
-	}
-	switch {
-	case len(dup) > 0:
-		e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
-		e.Problems = dup
-		return e
-	case len(unknown) > 0:
-		e := Errorf(ReasonUnknownField, "the configuration has a field this version does not know; remove it or check its spelling and indentation")
-		e.Problems = append(unknown, mismatch...)
-		return e
-	case len(secret) > 0:
-		e := Errorf(ReasonSecretUnresolved, "a secret is malformed; write a literal, ${env:NAME} or ${file:/abs/path}")
-		e.Problems = secret
-		return e
-	default:
-		e := Errorf(ReasonFieldType, "a value has the wrong type for its field")
-		e.Problems = mismatch
-		return e
-	}
+	e.Problems = []Problem{{Line: errLine(msg), Detail: detail}}
+	return e
 }
 
-// safeTypeName keeps a Go type name from a decoder message only if it looks
-// like one; the decoder builds it from our types, never from input.
+// safeTypeName keeps a Go type name only if it looks like one.
 func safeTypeName(s string) string {
 	for _, r := range s {
 		if !(r == '.' || r == '[' || r == ']' || r == '*' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
@@ -174,124 +636,4 @@ func safeTypeName(s string) string {
 		}
 	}
 	return s
-}
-
-// nodeLoc is a YAML node's configuration path and position.
-type nodeLoc struct {
-	path      string
-	line, col int
-	key       string
-	isKey     bool
-}
-
-type nodeIndex struct{ locs []nodeLoc }
-
-// indexNodes records the path of every mapping key and value in the tree,
-// so decoder errors, which give only a line, can name a field.
-func indexNodes(root *yaml.Node) *nodeIndex {
-	idx := &nodeIndex{}
-	var walk func(n *yaml.Node, path string, depth int)
-	walk = func(n *yaml.Node, path string, depth int) {
-		if n == nil || depth > 100 {
-			return
-		}
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path, depth+1)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := joinPath(path, safeSegment(k.Value))
-				idx.locs = append(idx.locs, nodeLoc{path: p, line: k.Line, col: k.Column, key: k.Value, isKey: true})
-				idx.locs = append(idx.locs, nodeLoc{path: p, line: v.Line, col: v.Column})
-				if path != "" {
-					// The same key as a Go map entry: "model_aliases[gpt-4o-mini]".
-					mp := path + "[" + safeSegment(k.Value) + "]"
-					idx.locs = append(idx.locs, nodeLoc{path: mp, line: k.Line, col: k.Column, key: k.Value, isKey: true})
-				}
-				walk(v, p, depth+1)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				seg := "[" + strconv.Itoa(i) + "]"
-				if c.Kind == yaml.MappingNode {
-					for j := 0; j+1 < len(c.Content); j += 2 {
-						if c.Content[j].Value == "name" && c.Content[j+1].Kind == yaml.ScalarNode && c.Content[j+1].Value != "" {
-							seg = "[" + safeSegment(c.Content[j+1].Value) + "]"
-						}
-					}
-				}
-				idx.locs = append(idx.locs, nodeLoc{path: path + seg, line: c.Line, col: c.Column})
-				walk(c, path+seg, depth+1)
-			}
-		}
-	}
-	walk(root, "", 0)
-	return idx
-}
-
-func (x *nodeIndex) keyAt(line int, key string) (nodeLoc, bool) {
-	for _, l := range x.locs {
-		if l.isKey && l.line == line && l.key == key {
-			return l, true
-		}
-	}
-	return nodeLoc{}, false
-}
-
-// valueAt returns the deepest value node on line.
-func (x *nodeIndex) valueAt(line int) (nodeLoc, bool) {
-	var best nodeLoc
-	found := false
-	for _, l := range x.locs {
-		if !l.isKey && l.line == line && (!found || len(l.path) >= len(best.path)) {
-			best, found = l, true
-		}
-	}
-	return best, found
-}
-
-// locate returns the line and column of a configuration path, or zeros.
-func (x *nodeIndex) locate(path string) (int, int) {
-	for _, l := range x.locs {
-		if l.path == path {
-			return l.line, l.col
-		}
-	}
-	// A field that is absent (e.g. required but missing): point at its parent.
-	for p := path; p != ""; {
-		i := strings.LastIndexAny(p, ".[")
-		if i <= 0 {
-			break
-		}
-		p = p[:i]
-		for _, l := range x.locs {
-			if l.path == p && l.isKey {
-				return l.line, l.col
-			}
-		}
-	}
-	return 0, 0
-}
-
-// safeSegment renders a map key or list element name for a path. Keys are
-// names chosen by the operator (backend names, aliases), so they are shown,
-// but bounded and restricted to a plain character set.
-func safeSegment(s string) string {
-	const max = 64
-	var b strings.Builder
-	for i, r := range s {
-		if i >= max {
-			b.WriteString("...")
-			break
-		}
-		if r == '_' || r == '-' || r == '.' || r == '/' || r == ':' || r == '@' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('?')
-		}
-	}
-	return b.String()
 }

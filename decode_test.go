@@ -42,7 +42,7 @@ func TestPrecedenceGolden(t *testing.T) {
 			if name == "override" {
 				c.overrides = append(c.overrides, func(cfg *testConfig) { cfg.Routing.MaxAttempts = 9 })
 			}
-			cand, err := c.compile(data)
+			cand, err := c.compile(context.Background(), data)
 			if err != nil {
 				t.Fatalf("compile: %v", err)
 			}
@@ -96,7 +96,7 @@ func TestCompileFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := compiler[testConfig]{lookupEnv: noEnv}
-			_, err := c.compile([]byte(tt.src))
+			_, err := c.compile(context.Background(), []byte(tt.src))
 			var e *Error
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v, want *Error", err)
@@ -137,7 +137,7 @@ func TestSourceBound(t *testing.T) {
 
 func TestEmptyDocumentUsesDefaults(t *testing.T) {
 	c := compiler[testConfig]{lookupEnv: noEnv}
-	_, err := c.compile(nil)
+	_, err := c.compile(context.Background(), nil)
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonValidation {
 		t.Fatalf("err = %v, want validation failure for the required default_route", err)
@@ -159,7 +159,7 @@ func TestEnvOverrideErrorIsSafe(t *testing.T) {
 		}
 		return "", false
 	}}
-	_, err := c.compile([]byte(baseYAML(1)))
+	_, err := c.compile(context.Background(), []byte(baseYAML(1)))
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonFieldType {
 		t.Fatalf("err = %v, want field_type_mismatch", err)
@@ -180,7 +180,7 @@ func FuzzCompile(f *testing.F) {
 	f.Add([]byte("model_aliases: {a: &x b, c: *x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := compiler[testConfig]{lookupEnv: noEnv}
-		_, err := c.compile(data)
+		_, err := c.compile(context.Background(), data)
 		if err == nil {
 			return
 		}

@@ -1,141 +1,11 @@
 package reconf
 
 import (
-	"encoding/hex"
-	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 )
-
-// entry is one leaf of a configuration's canonical encoding: its path, its
-// effective class and an encoding of its value. Secrets are encoded as a
-// private digest. Entries never leave the package.
-type entry struct {
-	path  string
-	class Class
-	val   string
-}
-
-// flatten returns the canonical encoding of cfg, sorted by path. Two
-// configurations are equal exactly when their encodings are.
-func flatten(v reflect.Value) []entry { return flattenFiles(v, nil) }
-
-// flattenBootstrap is flatten restricted to bootstrap fields: live and
-// derived subtrees are skipped whole, so it stays cheap on configurations
-// with thousands of live entries.
-func flattenBootstrap(v reflect.Value) []entry {
-	var out []entry
-	flattenInto(&out, v, "", Unclassified, true)
-	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.path, b.path) })
-	return out
-}
-
-// encode is the canonical encoding of a candidate: its values plus the
-// content digests of the files its file fields name, so that a changed
-// file is a change of that field.
-func encode[T any](cfg *T, files map[string]string) []entry {
-	return flattenFiles(reflect.ValueOf(cfg).Elem(), files)
-}
-
-func flattenFiles(v reflect.Value, files map[string]string) []entry {
-	var out []entry
-	flattenInto(&out, v, "", Unclassified, false)
-	if len(files) > 0 {
-		classes := make(map[string]Class, len(files))
-		for _, e := range out {
-			if _, ok := files[e.path]; ok {
-				classes[e.path] = e.class
-			}
-		}
-		for p, d := range files {
-			out = append(out, entry{p + "<content>", classes[p], d})
-		}
-	}
-	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.path, b.path) })
-	return out
-}
-
-func flattenInto(out *[]entry, v reflect.Value, path string, class Class, bootstrapOnly bool) {
-	t := v.Type()
-	switch {
-	case t == secretType:
-		fp := v.Interface().(Secret).fingerprint()
-		*out = append(*out, entry{path, class, "secret:" + hex.EncodeToString(fp[:8])})
-	case isLeafType(t):
-		*out = append(*out, entry{path, class, leafString(v)})
-	case v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface:
-		if v.IsNil() {
-			*out = append(*out, entry{path, class, "nil"})
-			return
-		}
-		flattenInto(out, v.Elem(), path, class, bootstrapOnly)
-	case v.Kind() == reflect.Slice || v.Kind() == reflect.Array:
-		kf := listKey(t)
-		var order []string
-		for i := range v.Len() {
-			e := v.Index(i)
-			p := path + "[" + strconv.Itoa(i) + "]"
-			if kf >= 0 {
-				if k := keyOf(e, kf); k != "" {
-					p = path + "[" + safeSegment(k) + "]"
-					order = append(order, k)
-				}
-			}
-			flattenInto(out, e, p, class, bootstrapOnly)
-		}
-		if kf >= 0 && len(order) > 1 {
-			// The order of a keyed list can matter (first match wins), so a
-			// reordering is a change of the list itself.
-			*out = append(*out, entry{path, class, "order:" + strings.Join(order, "\x00")})
-		}
-	case v.Kind() == reflect.Map:
-		it := v.MapRange()
-		for it.Next() {
-			flattenInto(out, it.Value(), path+"["+safeSegment(mapKey(it.Key()))+"]", class, bootstrapOnly)
-		}
-	case v.Kind() == reflect.Struct:
-		for _, f := range structOf(t).fields {
-			c := class
-			if f.class != Unclassified {
-				c = f.class
-			}
-			if bootstrapOnly && (c == Live || c == Derived) {
-				continue
-			}
-			p := path
-			if !f.inline {
-				p = joinPath(path, f.name)
-			}
-			flattenInto(out, v.Field(f.index), p, c, bootstrapOnly)
-		}
-	default:
-		*out = append(*out, entry{path, class, fmt.Sprintf("%T:%v", v.Interface(), v.Interface())})
-	}
-}
-
-func leafString(v reflect.Value) string {
-	switch v.Kind() {
-	case reflect.String:
-		return v.String()
-	case reflect.Bool:
-		return strconv.FormatBool(v.Bool())
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(v.Int(), 10)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return strconv.FormatUint(v.Uint(), 10)
-	case reflect.Float32, reflect.Float64:
-		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
-	}
-	if m, ok := v.Interface().(interface{ MarshalText() ([]byte, error) }); ok {
-		b, err := m.MarshalText()
-		if err == nil {
-			return "t:" + string(b)
-		}
-	}
-	return fmt.Sprintf("%#v", v.Interface())
-}
 
 // Change is one path that differs between two configurations, with the
 // class that decides whether it may change at run time.
@@ -149,16 +19,16 @@ type Change struct {
 // field are compared by key, so a changed backend shows as
 // "backends[stub].timeout".
 func Diff[T any](a, b *T) []Change {
-	return diffValues(reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem(), nil, nil, nil)
+	return diffValues(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem(), nil, nil, nil)
 }
 
-// diffValues walks two configurations of one type side by side. Unchanged
-// leaves cost a comparison and no allocation; paths are built only for
-// what changed. files are the content digests of file fields, fileClass
-// their classes.
-func diffValues(a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]Class) []Change {
+// diffValues walks two configurations of one schema side by side (the one
+// walk that needs two values at once). Unchanged fields cost a comparison
+// and no allocation; paths are rendered only for what changed. files are
+// the content digests of file fields, fileClass their classes.
+func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]Class) []Change {
 	d := &differ{}
-	d.values(a, b, "", Unclassified)
+	d.values(root, a, b)
 	for p, da := range filesA {
 		if filesB[p] != da {
 			d.add(p, fileClass[p])
@@ -173,122 +43,187 @@ func diffValues(a, b reflect.Value, filesA, filesB map[string]string, fileClass 
 	return slices.CompactFunc(d.out, func(x, y Change) bool { return x.Path == y.Path })
 }
 
-type differ struct{ out []Change }
+type differ struct {
+	out []Change
+	buf []byte // the current path
+}
 
 func (d *differ) add(path string, c Class) { d.out = append(d.out, Change{path, c}) }
 
-func (d *differ) values(a, b reflect.Value, path string, class Class) {
-	t := a.Type()
-	switch {
-	case t == secretType:
+func (d *differ) here(c Class) { d.add(string(d.buf), c) }
+
+func (d *differ) values(n *node, a, b reflect.Value) {
+	switch n.kind {
+	case kSecret:
 		sa, sb := a.Interface().(Secret), b.Interface().(Secret)
 		if sa.b != sb.b && sa.fingerprint() != sb.fingerprint() {
-			d.add(path, class)
+			d.here(n.class)
 		}
-	case isLeafType(t):
-		if !leafEqual(a, b) {
-			d.add(path, class)
+	case kScalar, kDuration, kText, kOther:
+		if !leafEqual(n, a, b) {
+			d.here(n.class)
 		}
-	case a.Kind() == reflect.Pointer || a.Kind() == reflect.Interface:
+	case kPointer:
 		switch {
 		case a.IsNil() && b.IsNil():
 		case a.IsNil() || b.IsNil():
-			d.add(path, class)
-			d.leaves(a, path, class)
-			d.leaves(b, path, class)
+			d.here(n.class)
+			d.leaves(n, a)
+			d.leaves(n, b)
 		default:
-			d.values(a.Elem(), b.Elem(), path, class)
+			d.values(n.elem, a.Elem(), b.Elem())
 		}
-	case a.Kind() == reflect.Slice || a.Kind() == reflect.Array:
-		d.lists(a, b, path, class)
-	case a.Kind() == reflect.Map:
-		it := a.MapRange()
-		for it.Next() {
-			p := path + "[" + safeSegment(mapKey(it.Key())) + "]"
-			if bv := b.MapIndex(it.Key()); bv.IsValid() {
-				d.values(it.Value(), bv, p, class)
-			} else {
-				d.leaves(it.Value(), p, class)
-			}
+	case kList, kArray:
+		d.lists(n, a, b)
+	case kMap:
+		d.maps(n, a, b)
+	case kStruct:
+		for _, f := range n.fields {
+			mark := len(d.buf)
+			d.buf = appendField(d.buf, f)
+			d.values(f, a.Field(f.index), b.Field(f.index))
+			d.buf = d.buf[:mark]
 		}
-		it = b.MapRange()
-		for it.Next() {
-			if !a.MapIndex(it.Key()).IsValid() {
-				d.leaves(it.Value(), path+"["+safeSegment(mapKey(it.Key()))+"]", class)
-			}
+	}
+}
+
+func (d *differ) maps(n *node, a, b reflect.Value) {
+	if n.elem.kind == kScalar && n.typ.ConvertibleTo(stringMapType) && n.typ.Key().Kind() == reflect.String {
+		d.stringMaps(n, a.Convert(stringMapType).Interface().(map[string]string), b.Convert(stringMapType).Interface().(map[string]string))
+		return
+	}
+	it := a.MapRange()
+	for it.Next() {
+		mark := len(d.buf)
+		d.buf = appendMapKey(d.buf, it.Key())
+		if bv := b.MapIndex(it.Key()); bv.IsValid() {
+			d.values(n.elem, it.Value(), bv)
+		} else {
+			d.leaves(n.elem, it.Value())
 		}
-	case a.Kind() == reflect.Struct:
-		for _, f := range structOf(t).fields {
-			c := class
-			if f.class != Unclassified {
-				c = f.class
-			}
-			p := path
-			if !f.inline {
-				p = joinPath(path, f.name)
-			}
-			d.values(a.Field(f.index), b.Field(f.index), p, c)
+		d.buf = d.buf[:mark]
+	}
+	it = b.MapRange()
+	for it.Next() {
+		if !a.MapIndex(it.Key()).IsValid() {
+			mark := len(d.buf)
+			d.buf = appendMapKey(d.buf, it.Key())
+			d.leaves(n.elem, it.Value())
+			d.buf = d.buf[:mark]
 		}
-	default:
-		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
-			d.add(path, class)
+	}
+}
+
+// stringMaps compares map[string]string-like maps without reflection.
+func (d *differ) stringMaps(n *node, a, b map[string]string) {
+	entry := func(k string) {
+		mark := len(d.buf)
+		d.buf = append(d.buf, '[')
+		d.buf = appendSafe(d.buf, k)
+		d.buf = append(d.buf, ']')
+		d.here(n.elem.class)
+		d.buf = d.buf[:mark]
+	}
+	for k, va := range a {
+		if vb, ok := b[k]; !ok || va != vb {
+			entry(k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			entry(k)
 		}
 	}
 }
 
 // lists compares two lists: by key when every element has a distinct one
-// (a reordering is then a change of the list itself), else by index.
-func (d *differ) lists(a, b reflect.Value, path string, class Class) {
-	kf := listKey(a.Type())
-	ka, okA := elementKeys(a, kf)
-	kb, okB := elementKeys(b, kf)
+// (a reordering is then a change of the list itself), else by index. The
+// common case, the same keys in the same order, pairs elements by index
+// without building an index of keys.
+func (d *differ) lists(n *node, a, b reflect.Value) {
+	if n.key >= 0 && a.Len() == b.Len() && sameKeys(n, a, b) {
+		for i := range a.Len() {
+			mark := len(d.buf)
+			d.buf = appendElem(d.buf, n.shape, a, i)
+			d.values(n.elem, a.Index(i), b.Index(i))
+			d.buf = d.buf[:mark]
+		}
+		return
+	}
+	ka, okA := elementKeys(n, a)
+	kb, okB := elementKeys(n, b)
 	if !okA || !okB {
 		for i := range max(a.Len(), b.Len()) {
-			p := path + "[" + strconv.Itoa(i) + "]"
+			mark := len(d.buf)
+			d.buf = append(d.buf, '[')
+			d.buf = strconv.AppendInt(d.buf, int64(i), 10)
+			d.buf = append(d.buf, ']')
 			switch {
 			case i >= a.Len():
-				d.leaves(b.Index(i), p, class)
+				d.leaves(n.elem, b.Index(i))
 			case i >= b.Len():
-				d.leaves(a.Index(i), p, class)
+				d.leaves(n.elem, a.Index(i))
 			default:
-				d.values(a.Index(i), b.Index(i), p, class)
+				d.values(n.elem, a.Index(i), b.Index(i))
 			}
+			d.buf = d.buf[:mark]
 		}
 		return
 	}
 	if !slices.Equal(ka, kb) && (len(ka) > 1 || len(kb) > 1) {
-		d.add(path, class)
+		d.here(n.class)
 	}
 	inB := make(map[string]int, len(kb))
 	for j, k := range kb {
 		inB[k] = j
 	}
+	seg := func(k string) int {
+		mark := len(d.buf)
+		d.buf = append(d.buf, '[')
+		d.buf = appendSafe(d.buf, k)
+		d.buf = append(d.buf, ']')
+		return mark
+	}
 	for i, k := range ka {
-		p := path + "[" + safeSegment(k) + "]"
+		mark := seg(k)
 		if j, ok := inB[k]; ok {
-			d.values(a.Index(i), b.Index(j), p, class)
+			d.values(n.elem, a.Index(i), b.Index(j))
 			delete(inB, k)
 		} else {
-			d.leaves(a.Index(i), p, class)
+			d.leaves(n.elem, a.Index(i))
 		}
+		d.buf = d.buf[:mark]
 	}
 	for j, k := range kb {
 		if _, ok := inB[k]; ok {
-			d.leaves(b.Index(j), path+"["+safeSegment(k)+"]", class)
+			mark := seg(k)
+			d.leaves(n.elem, b.Index(j))
+			d.buf = d.buf[:mark]
 		}
 	}
 }
 
+// sameKeys reports whether two keyed lists name their elements alike, in
+// the same order.
+func sameKeys(n *node, a, b reflect.Value) bool {
+	for i := range a.Len() {
+		if n.keyOf(a.Index(i)) != n.keyOf(b.Index(i)) {
+			return false
+		}
+	}
+	return true
+}
+
 // elementKeys returns the key of every element, and false when the list is
 // not keyed, an element has no key, or two share one.
-func elementKeys(v reflect.Value, kf int) ([]string, bool) {
-	if kf < 0 {
+func elementKeys(n *node, v reflect.Value) ([]string, bool) {
+	if n.key < 0 {
 		return nil, false
 	}
 	keys := make([]string, v.Len())
 	seen := make(map[string]struct{}, v.Len())
 	for i := range keys {
-		k := keyOf(v.Index(i), kf)
+		k := n.keyOf(v.Index(i))
 		if _, dup := seen[k]; k == "" || dup {
 			return nil, false
 		}
@@ -300,17 +235,15 @@ func elementKeys(v reflect.Value, kf int) ([]string, bool) {
 
 // leaves records every leaf under v as changed (an added or removed
 // subtree).
-func (d *differ) leaves(v reflect.Value, path string, class Class) {
-	var es []entry
-	flattenInto(&es, v, path, class, false)
-	for _, e := range es {
-		d.add(e.path, e.class)
-	}
+func (d *differ) leaves(n *node, v reflect.Value) {
+	w := canonical(0, func(p []byte, c Class, _ []byte) { d.add(string(p), c) })
+	w.buf = append(w.buf, d.buf...)
+	w.walk(n, v)
 }
 
 // leafEqual compares two values of one leaf type without allocating for
 // the common kinds.
-func leafEqual(a, b reflect.Value) bool {
+func leafEqual(n *node, a, b reflect.Value) bool {
 	switch a.Kind() {
 	case reflect.String:
 		return a.String() == b.String()
@@ -323,40 +256,10 @@ func leafEqual(a, b reflect.Value) bool {
 	case reflect.Float32, reflect.Float64:
 		return a.Float() == b.Float()
 	}
-	return leafString(a) == leafString(b)
-}
-
-// diffEntries merges two sorted encodings.
-func diffEntries(a, b []entry) []Change {
-	var out []Change
-	add := func(c Change) {
-		if n := len(out); n > 0 && out[n-1].Path == c.Path {
-			return
-		}
-		out = append(out, c)
+	if n.kind == kOther {
+		return reflect.DeepEqual(a.Interface(), b.Interface())
 	}
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j >= len(b) || (i < len(a) && a[i].path < b[j].path):
-			add(Change{a[i].path, a[i].class})
-			i++
-		case i >= len(a) || b[j].path < a[i].path:
-			add(Change{b[j].path, b[j].class})
-			j++
-		default:
-			if a[i].val != b[j].val {
-				c := b[j].class
-				if a[i].class.requiresRestart() {
-					c = a[i].class
-				}
-				add(Change{b[j].path, c})
-			}
-			i++
-			j++
-		}
-	}
-	return out
+	return string(appendLeaf(nil, n, a)) == string(appendLeaf(nil, n, b))
 }
 
 // classified splits changes into those that require a restart (sorted) and
@@ -374,21 +277,4 @@ func classified(changes []Change) (restart, live []string) {
 	slices.Sort(restart)
 	slices.Sort(live)
 	return restart, live
-}
-
-// firstDifference returns the first path whose value differs, for the
-// mutation detector.
-func firstDifference(a, b []entry) (string, bool) {
-	if cs := diffEntries(a, b); len(cs) > 0 {
-		return cs[0].Path, true
-	}
-	return "", false
-}
-
-// mapKey renders a map key for a path.
-func mapKey(k reflect.Value) string {
-	if k.Kind() == reflect.String {
-		return k.String()
-	}
-	return fmt.Sprint(k.Interface())
 }

@@ -53,7 +53,9 @@ func (g *Generation[T]) Published() time.Time { return g.published }
 
 // bootstrapFingerprint digests the generation's bootstrap fields.
 func (g *Generation[T]) bootstrapFingerprint() string {
-	g.fpOnce.Do(func() { g.fingerprint = fingerprintOf(flattenBootstrap(reflect.ValueOf(g.cfg).Elem()), nil) })
+	g.fpOnce.Do(func() {
+		g.fingerprint = fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(g.cfg).Elem()), nil)
+	})
 	return g.fingerprint
 }
 

@@ -248,7 +248,8 @@ func TestDiffAgreesWithEncoding(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
 		got := Diff(a, b)
-		want := diffEntries(flatten(reflect.ValueOf(a).Elem()), flatten(reflect.ValueOf(b).Elem()))
+		s := mustSchema(reflect.TypeFor[testConfig]())
+		want := diffEntries(flatten(s, reflect.ValueOf(a).Elem()), flatten(s, reflect.ValueOf(b).Elem()))
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			rt.Fatalf("Diff = %v\nencoding diff = %v", got, want)
 		}

@@ -116,7 +116,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if err != nil {
 		return nil, err
 	}
-	cand, err := r.comp.compile(snap.Data)
+	cand, err := r.comp.compile(ctx, snap.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		}
 	}
 	for _, res := range r.o.resources {
-		rel, err := Claim(res.name, fingerprintOf(flatten(reflect.ValueOf(cand.cfg).Elem()), res.paths))
+		rel, err := Claim(res.name, fingerprintOf(flatten(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), res.paths))
 		if err != nil {
 			r.releaseClaims()
 			return nil, err
@@ -365,7 +365,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 			return r.failed(ctx, *res, err)
 		}
 		stop = lap(&res.Timings.Decode)
-		cand, err := r.comp.compile(snap.Data)
+		cand, err := r.comp.compile(ctx, snap.Data)
 		stop()
 		if err != nil {
 			return r.failed(ctx, *res, err)
@@ -389,7 +389,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 			return *res
 		}
 		stop := lap(&res.Timings.Decode)
-		cand, err := r.comp.compileWith(r.activeData, rec.Live)
+		cand, err := r.comp.compileWith(ctx, r.activeData, rec.Live)
 		stop()
 		if err == nil {
 			err = checkFiles(rec.Files, cand.files)
@@ -426,7 +426,7 @@ func lap(d *time.Duration) func() {
 // being applied, else 0.
 func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
 	stop := lap(&res.Timings.Diff)
-	changes := diffValues(reflect.ValueOf(prev.cfg).Elem(), reflect.ValueOf(cand.cfg).Elem(), prev.files, cand.files, mergeClasses(prev.fileClass, cand.fileClass))
+	changes := diffValues(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(prev.cfg).Elem(), reflect.ValueOf(cand.cfg).Elem(), prev.files, cand.files, mergeClasses(prev.fileClass, cand.fileClass))
 	restart, changed := classified(changes)
 	stop()
 	live := len(changed)
@@ -524,7 +524,7 @@ func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
 	if err != nil {
 		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Fingerprint: fingerprintOf(flattenBootstrap(reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
+	return Record{Live: live, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
 }
 
 // publish writes cand to the channel as version held+1.
@@ -560,7 +560,7 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	if bytes.Equal(got.Live, rec.Live) {
 		return v, local, nil
 	}
-	cand, err := r.comp.compileWith(local.data, got.Live)
+	cand, err := r.comp.compileWith(ctx, local.data, got.Live)
 	if err == nil {
 		err = checkFiles(got.Files, cand.files)
 	}

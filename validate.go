@@ -1,11 +1,10 @@
 package reconf
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // Validator is implemented by a configuration type (or any struct inside
@@ -37,81 +36,145 @@ func FieldErrorf(path, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Detail: fmt.Sprintf(format, args...)}
 }
 
-// rule is one declarative check from a `validate` tag.
+// Rules are written in a `validate` tag, comma-separated:
+//
+//	required      a string, secret, list, map or pointer is not empty (nil)
+//	min=N, max=N  a number (int, uint, float) is within N; a duration is
+//	              within a duration ("min=1s"); a string, list or map has at
+//	              least or at most N characters or elements
+//	oneof=a b c   a string or integer is one of the words
+//
+// A rule on a pointer applies to the value it points at, when it is set.
+// A rule on a kind it cannot apply to (min on a bool, required on a
+// number, where an explicit 0 is a value) is a tag error reported by New.
+
+// ruleNames lists the rules, for the error that names an unknown one.
+const ruleNames = "required, min, max, oneof"
+
+// rule is one declarative check from a `validate` tag, parsed once for the
+// field's type.
 type rule struct {
-	op    string // required, min, max, oneof
-	num   float64
-	dur   bool
-	words []string
-	text  string
+	op     string // required, min, max, oneof
+	text   string // the argument as written: safe, it is the program's
+	length bool   // min/max bound a length
+	i      int64
+	u      uint64
+	f      float64
+	words  []string
 }
 
-// parseRules parses `validate:"required,min=1,max=64,oneof=a b c"`. Bounds
-// on durations are durations ("min=1s"); on strings, slices and maps they
-// bound the length.
-func parseRules(tag string, t reflect.Type) ([]rule, error) {
+// ruleTarget is the shape a rule checks: a pointer's target.
+func ruleTarget(sh *shape) *shape {
+	if sh.kind == kPointer {
+		return sh.elem.shape
+	}
+	return sh
+}
+
+// parseRules parses a validate tag for a field of shape sh.
+func parseRules(tag string, sh *shape) ([]rule, error) {
 	if tag == "" {
 		return nil, nil
 	}
 	var out []rule
+	t := ruleTarget(sh)
 	for _, part := range strings.Split(tag, ",") {
 		op, arg, _ := strings.Cut(part, "=")
 		r := rule{op: op, text: arg}
 		switch op {
 		case "required":
+			if sh.kind != kPointer && !hasLength(t) && t.kind != kSecret && t.kind != kText {
+				return nil, fmt.Errorf("required cannot apply to %s: an explicit zero is a value; use min, oneof or a pointer", t.typ)
+			}
 		case "min", "max":
-			if t == durationType {
-				d, err := time.ParseDuration(arg)
-				if err != nil {
-					return nil, fmt.Errorf("%s: bad duration %q", op, arg)
-				}
-				r.num, r.dur = float64(d), true
-			} else {
-				f, err := strconv.ParseFloat(arg, 64)
-				if err != nil {
-					return nil, fmt.Errorf("%s: bad number %q", op, arg)
-				}
-				r.num = f
+			if err := r.parseBound(t, arg); err != nil {
+				return nil, err
 			}
 		case "oneof":
 			r.words = strings.Fields(arg)
 			if len(r.words) == 0 {
 				return nil, fmt.Errorf("oneof needs values")
 			}
+			if t.kind != kScalar || t.typ.Kind() == reflect.Bool || t.typ.Kind() == reflect.Float32 || t.typ.Kind() == reflect.Float64 {
+				return nil, fmt.Errorf("oneof cannot apply to %s; it takes strings and integers", t.typ)
+			}
+			for _, w := range r.words {
+				if _, err := parseText(t, w); err != nil {
+					return nil, fmt.Errorf("oneof: a word does not fit %s: %v", t.typ, err)
+				}
+			}
 		default:
-			return nil, fmt.Errorf("unknown rule %q", op)
+			return nil, fmt.Errorf("unknown rule %q; valid rules: %s", op, ruleNames)
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-// check returns a safe description of why v breaks r, or "".
-func (r rule) check(v reflect.Value) string {
-	switch r.op {
-	case "required":
-		if v.IsZero() || (v.Type() == secretType && v.Interface().(Secret).IsZero()) {
-			return "is required"
+// hasLength reports whether min and max bound a length for sh.
+func hasLength(sh *shape) bool {
+	switch sh.kind {
+	case kList, kArray, kMap:
+		return true
+	case kScalar:
+		return sh.typ.Kind() == reflect.String
+	}
+	return false
+}
+
+// parseBound parses min's or max's argument exactly, in the field's own
+// terms: an integer for integers, a duration for durations.
+func (r *rule) parseBound(t *shape, arg string) error {
+	var err error
+	switch {
+	case hasLength(t):
+		r.length = true
+		var n uint64
+		if n, err = parseUint(arg, 63); err == nil {
+			r.i = int64(n)
 		}
-	case "min", "max":
-		n, isLen := measure(v)
-		if isLen {
-			if r.op == "min" && n < r.num {
-				return fmt.Sprintf("must have at least %s elements or characters", r.text)
-			}
-			if r.op == "max" && n > r.num {
-				return fmt.Sprintf("must have at most %s elements or characters", r.text)
+	case t.kind == kDuration:
+		r.i, err = parseDuration(arg)
+	case t.kind == kScalar:
+		switch t.typ.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			r.i, err = parseInt(arg, 64)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			r.u, err = parseUint(arg, 64)
+		case reflect.Float32, reflect.Float64:
+			r.f, err = parseFloat(arg, 64)
+		default:
+			return fmt.Errorf("%s cannot apply to %s; it takes numbers, durations, strings, lists and maps", r.op, t.typ)
+		}
+	default:
+		return fmt.Errorf("%s cannot apply to %s; it takes numbers, durations, strings, lists and maps", r.op, t.typ)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: the bound does not fit %s: %v", r.op, t.typ, err)
+	}
+	return nil
+}
+
+// check returns a safe description of why v (of shape sh) breaks r, or "".
+func (r *rule) check(sh *shape, v reflect.Value) string {
+	if sh.kind == kPointer {
+		if v.IsNil() {
+			if r.op == "required" {
+				return "is required"
 			}
 			return ""
 		}
-		if r.op == "min" && n < r.num {
-			return "must be at least " + r.text
+		sh, v = sh.elem.shape, v.Elem()
+	}
+	switch r.op {
+	case "required":
+		if v.IsZero() || (sh.kind == kSecret && v.Interface().(Secret).IsZero()) {
+			return "is required"
 		}
-		if r.op == "max" && n > r.num {
-			return "must be at most " + r.text
-		}
+	case "min", "max":
+		return r.bound(sh, v)
 	case "oneof":
-		s := fmt.Sprint(v.Interface())
+		s := leafString(v)
 		for _, w := range r.words {
 			if s == w {
 				return ""
@@ -122,69 +185,143 @@ func (r rule) check(v reflect.Value) string {
 	return ""
 }
 
-func measure(v reflect.Value) (float64, bool) {
-	switch v.Kind() {
-	case reflect.String, reflect.Slice, reflect.Map, reflect.Array:
-		return float64(v.Len()), true
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return float64(v.Int()), false
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return float64(v.Uint()), false
-	case reflect.Float32, reflect.Float64:
-		return v.Float(), false
+func (r *rule) bound(sh *shape, v reflect.Value) string {
+	var c int // v compared with the bound
+	switch {
+	case r.length:
+		c = cmpInt(int64(v.Len()), r.i)
+	case sh.kind == kDuration:
+		c = cmpInt(v.Int(), r.i)
+	default:
+		switch v.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			c = cmpInt(v.Int(), r.i)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			c = cmpUint(v.Uint(), r.u)
+		default:
+			c = cmpFloat(v.Float(), r.f)
+		}
 	}
-	return 0, false
+	switch {
+	case r.op == "min" && c < 0 && r.length:
+		return fmt.Sprintf("must have at least %s elements or characters", r.text)
+	case r.op == "max" && c > 0 && r.length:
+		return fmt.Sprintf("must have at most %s elements or characters", r.text)
+	case r.op == "min" && c < 0:
+		return "must be at least " + r.text
+	case r.op == "max" && c > 0:
+		return "must be at most " + r.text
+	}
+	return ""
 }
 
-// parseScalar converts s (a default tag or an environment variable) to a
-// value of type t.
-func parseScalar(t reflect.Type, s string) (reflect.Value, error) {
-	v := reflect.New(t).Elem()
+func cmpInt(a, b int64) int {
 	switch {
-	case t == durationType:
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return v, fmt.Errorf("not a duration")
-		}
-		v.SetInt(int64(d))
-		return v, nil
-	case t == secretType:
-		b, err := parseSecret(s)
-		if err != nil {
-			return v, err
-		}
-		v.Set(reflect.ValueOf(Secret{b}))
-		return v, nil
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
-	switch t.Kind() {
-	case reflect.String:
-		v.SetString(s)
-	case reflect.Bool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return v, fmt.Errorf("not a boolean")
-		}
-		v.SetBool(b)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, err := strconv.ParseInt(s, 10, t.Bits())
-		if err != nil {
-			return v, fmt.Errorf("not an integer of %d bits", t.Bits())
-		}
-		v.SetInt(n)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, err := strconv.ParseUint(s, 10, t.Bits())
-		if err != nil {
-			return v, fmt.Errorf("not an unsigned integer of %d bits", t.Bits())
-		}
-		v.SetUint(n)
-	case reflect.Float32, reflect.Float64:
-		f, err := strconv.ParseFloat(s, t.Bits())
-		if err != nil {
-			return v, fmt.Errorf("not a number")
-		}
-		v.SetFloat(f)
-	default:
-		return v, fmt.Errorf("type %s cannot be set from text", t)
+	return 0
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
-	return v, nil
+	return 0
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// checker is the validation visitor: the rules of each field, unique keys
+// in keyed lists, and Validate methods (after the fields they span).
+type checker struct{ probs []Problem }
+
+func (c *checker) walker() *walker {
+	return &walker{mask: fCheck, sorted: true, enter: c.enter, leave: c.leave}
+}
+
+func (c *checker) enter(w *walker, n *node, v reflect.Value) bool {
+	for i := range n.rules {
+		if msg := n.rules[i].check(n.shape, v); msg != "" {
+			c.probs = append(c.probs, Problem{Path: w.path(), Detail: msg})
+		}
+	}
+	if n.kind == kList && n.key >= 0 {
+		c.uniqueKeys(w, n, v)
+	}
+	return true
+}
+
+func (c *checker) uniqueKeys(w *walker, n *node, v reflect.Value) {
+	seen := make(map[string]struct{}, v.Len())
+	for i := range v.Len() {
+		k := n.keyOf(v.Index(i))
+		if k == "" {
+			continue
+		}
+		if _, dup := seen[k]; dup {
+			c.probs = append(c.probs, Problem{Path: w.path() + "[" + safeSegment(k) + "]", Detail: "duplicate name in list"})
+		}
+		seen[k] = struct{}{}
+	}
+}
+
+func (c *checker) leave(w *walker, n *node, v reflect.Value) {
+	if !n.validator || n.kind != kStruct {
+		return
+	}
+	var val Validator
+	if v.CanAddr() {
+		val, _ = v.Addr().Interface().(Validator)
+	} else {
+		val, _ = v.Interface().(Validator)
+	}
+	if val != nil {
+		c.probs = append(c.probs, validatorProblems(val, w.path())...)
+	}
+}
+
+// validatorProblems runs a Validate method; field paths it reports are
+// relative to the struct it was called on.
+func validatorProblems(val Validator, path string) (out []Problem) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = []Problem{{Path: path, Detail: "Validate panicked"}}
+		}
+	}()
+	err := val.Validate()
+	if err == nil {
+		return nil
+	}
+	collectProblems(err, path, &out)
+	return out
+}
+
+// collectProblems flattens joined errors; a *FieldError keeps its path.
+func collectProblems(err error, path string, out *[]Problem) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			collectProblems(e, path, out)
+		}
+		return
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		*out = append(*out, Problem{Path: joinPath(path, fe.Path), Detail: fe.Detail})
+		return
+	}
+	*out = append(*out, Problem{Path: path, Detail: err.Error()})
 }

@@ -1,0 +1,231 @@
+package reconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func compileTest(src string) (*testConfig, error) {
+	c := compiler[testConfig]{lookupEnv: noEnv}
+	cand, err := c.compile(context.Background(), []byte(src))
+	if err != nil {
+		return nil, err
+	}
+	return cand.cfg, nil
+}
+
+func wantReason(t *testing.T, err error, r Reason) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != r {
+		t.Fatalf("err = %v, want %s", err, r)
+	}
+	return e
+}
+
+// TestMergeKeys: `<<` merges a mapping; the mapping's own keys win
+// whatever their order, and earlier merges win over later ones.
+func TestMergeKeys(t *testing.T) {
+	src := `routing:
+  default_route: stub
+backends:
+  - &stub {name: stub, timeout: 5s, weight: 3}
+  - <<: *stub
+    name: other
+  - weight: 9
+    <<: [{name: x, weight: 1, timeout: 1s}, *stub]
+`
+	cfg, err := compileTest(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Backends
+	if b[1].Name != "other" || b[1].Timeout != 5*time.Second || b[1].Weight != 3 {
+		t.Errorf("merged backend = %+v", b[1])
+	}
+	if b[2].Name != "x" || b[2].Timeout != time.Second || b[2].Weight != 9 {
+		t.Errorf("backend with two merges = %+v", b[2])
+	}
+	mapSrc := "routing:\n  default_route: stub\nbackends:\n  - name: stub\nmodel_aliases:\n  <<: {a: stub, b: stub}\n  a: stub\n"
+	if cfg, err := compileTest(mapSrc); err != nil || len(cfg.Aliases) != 2 {
+		t.Errorf("map merge: %v %v", cfg, err)
+	}
+	bad := "routing:\n  <<: 5\n"
+	e := wantReason(t, mustFail(compileTest(bad)), ReasonMalformed)
+	if e.Problems[0].Line != 2 {
+		t.Errorf("problem = %v, want line 2", e.Problems[0])
+	}
+}
+
+func mustFail(_ *testConfig, err error) error { return err }
+
+// TestDuplicateKeys: a key given twice in one mapping is refused, with its
+// line and column, in a struct, a map and a merged mapping.
+func TestDuplicateKeys(t *testing.T) {
+	for _, tt := range []struct {
+		src       string
+		line, col int
+		path      string
+	}{
+		{"routing:\n  default_route: stub\n  a: 1\n  a: 2\n", 4, 3, "routing.a"},
+		{"model_aliases:\n  m: stub\n  n: stub\n  m: stub\n", 4, 3, "model_aliases[m]"},
+		{"model_aliases:\n  <<: {m: stub, m: other}\n", 2, 17, ""},
+		{"backends:\n  - name: a\n    weight: 1\n    weight: 1\n", 4, 5, "backends[a].weight"},
+	} {
+		e := wantReason(t, mustFail(compileTest(tt.src)), ReasonMalformed)
+		if p := e.Problems[0]; p.Line != tt.line || p.Column != tt.col || p.Path != tt.path || p.Detail != detailDuplicate {
+			t.Errorf("%q: problem = %+v, want %s at %d:%d", tt.src, p, tt.path, tt.line, tt.col)
+		}
+	}
+}
+
+// TestUnknownFieldPosition: an unknown field names its path, line and
+// column; every unknown field is listed.
+func TestUnknownFieldPosition(t *testing.T) {
+	e := wantReason(t, mustFail(compileTest("routing:\n  default_route: stub\n  colour: red\nbackends:\n  - name: a\n    wieght: 3\n")), ReasonUnknownField)
+	want := []Problem{{Path: "routing.colour", Line: 3, Column: 3, Detail: detailUnknown}, {Path: "backends[a].wieght", Line: 6, Column: 5, Detail: detailUnknown}}
+	if fmt.Sprint(e.Problems) != fmt.Sprint(want) {
+		t.Errorf("problems = %v, want %v", e.Problems, want)
+	}
+}
+
+// TestTypesExact: a bool takes true or false (not yes/no/on/off), a
+// list a list, a struct a mapping; a string takes any single value.
+func TestTypesExact(t *testing.T) {
+	type flags struct {
+		On   bool     `yaml:"on"`
+		Name string   `yaml:"name"`
+		List []string `yaml:"list"`
+	}
+	c := compiler[flags]{lookupEnv: noEnv}
+	for _, src := range []string{"on: yes\n", "on: 1\n", "on: \"true\"\n", "list: a\n", "name: [a]\n", "name: {a: 1}\n", "[1, 2]\n", "plain\n"} {
+		_, err := c.compile(context.Background(), []byte(src))
+		wantReason(t, err, ReasonFieldType)
+	}
+	cand, err := c.compile(context.Background(), []byte("on: True\nname: 123\nlist: [a, 1, true]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cand.cfg.On || cand.cfg.Name != "123" || strings.Join(cand.cfg.List, ",") != "a,1,true" {
+		t.Errorf("got %+v", cand.cfg)
+	}
+}
+
+// nest is a recursive list: a place where aliases can nest without end.
+type nest []nest
+
+type bombConfig struct {
+	M map[string]nest `yaml:"m"`
+}
+
+// TestAliasBounds: a billion-laughs document and an alias that contains
+// itself are refused as malformed, at once.
+func TestAliasBounds(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("m:\n  l0: &l0 [[], [], [], [], [], [], [], [], [], []]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "  l%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	c := compiler[bombConfig]{lookupEnv: noEnv}
+	_, err := c.compile(context.Background(), []byte(b.String()))
+	e := wantReason(t, err, ReasonMalformed)
+	if e.Problems[0].Detail != "excessive aliasing" {
+		t.Errorf("problem = %v, want excessive aliasing", e.Problems[0])
+	}
+	// A few aliases are fine.
+	if _, err := c.compile(context.Background(), []byte("m:\n  a: &a [[], []]\n  b: [*a, *a]\n")); err != nil {
+		t.Errorf("small aliasing refused: %v", err)
+	}
+	_, err = c.compile(context.Background(), []byte("m:\n  a: &a [[], *a]\n"))
+	e = wantReason(t, err, ReasonMalformed)
+	if e.Problems[0].Detail != "an alias contains itself" || e.Problems[0].Line != 2 {
+		t.Errorf("problem = %v, want an alias that contains itself at line 2", e.Problems[0])
+	}
+}
+
+// countdownCtx reports itself canceled after its Err has been asked n
+// times: it proves that the decoder looks at the context while it works,
+// without timing anything.
+type countdownCtx struct {
+	context.Context
+	n atomic.Int64
+}
+
+func (c *countdownCtx) Err() error {
+	if c.n.Add(-1) < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+func TestDecodeHonoursContext(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("routing:\n  default_route: stub\nbackends:\n  - name: stub\nmodel_aliases:\n")
+	for i := range 20000 {
+		fmt.Fprintf(&b, "  m%d: stub\n", i)
+	}
+	data := []byte(b.String())
+	for _, n := range []int64{0, 10, 200} { // at once, mid-parse, mid-walk
+		ctx := &countdownCtx{Context: context.Background()}
+		ctx.n.Store(n)
+		c := compiler[testConfig]{lookupEnv: noEnv}
+		if _, err := c.compile(ctx, data); !errors.Is(err, context.Canceled) {
+			t.Errorf("after %d checks: err = %v, want context.Canceled", n, err)
+		}
+	}
+}
+
+// TestTagErrors: rule mistakes are reported by New, naming the field.
+func TestTagErrors(t *testing.T) {
+	type unknownRule struct {
+		A int `yaml:"a" validate:"positive"`
+	}
+	type minOnBool struct {
+		B bool `yaml:"b" validate:"min=1"`
+	}
+	type requiredInt struct {
+		C int `yaml:"c" validate:"required"`
+	}
+	type fractionBound struct {
+		D int `yaml:"d" validate:"max=1.5"`
+	}
+	type badDefault struct {
+		E int `yaml:"e" default:"0.5"`
+	}
+	type envInList struct {
+		L []struct {
+			X string `yaml:"x" env:"X"`
+		} `yaml:"l"`
+	}
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{CheckTags[unknownRule](), "valid rules: required, min, max, oneof"},
+		{CheckTags[minOnBool](), "min cannot apply to bool"},
+		{CheckTags[requiredInt](), "required cannot apply to int"},
+		{CheckTags[fractionBound](), "max: the bound does not fit int"},
+		{CheckTags[badDefault](), "default tag"},
+		{CheckTags[envInList](), "env tag inside a list element"},
+	} {
+		if tt.err == nil || !strings.Contains(tt.err.Error(), tt.want) {
+			t.Errorf("err = %v, want it to say %q", tt.err, tt.want)
+		}
+	}
+	_, err := New[minOnBool](context.Background(), Bytes("t", nil), WithEnv[minOnBool](noEnv))
+	if err == nil || !strings.Contains(err.Error(), "minOnBool.B") {
+		t.Errorf("New: err = %v, want the tag error naming minOnBool.B", err)
+	}
+}
