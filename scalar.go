@@ -74,28 +74,19 @@ func parseText(sh *shape, text string) (reflect.Value, error) {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, err := parseInt(text, t.Bits())
 		if err != nil {
-			if err == errRangeMarker {
-				err = errRange(t)
-			}
-			return v, err
+			return v, rangeFor(t, err)
 		}
 		v.SetInt(n)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		n, err := parseUint(text, t.Bits())
 		if err != nil {
-			if err == errRangeMarker {
-				err = errRange(t)
-			}
-			return v, err
+			return v, rangeFor(t, err)
 		}
 		v.SetUint(n)
 	case reflect.Float32, reflect.Float64:
 		f, err := parseFloat(text, t.Bits())
 		if err != nil {
-			if err == errRangeMarker {
-				err = errRange(t)
-			}
-			return v, err
+			return v, rangeFor(t, err)
 		}
 		v.SetFloat(f)
 	default:
@@ -104,7 +95,16 @@ func parseText(sh *shape, text string) (reflect.Value, error) {
 	return v, nil
 }
 
+// errRangeMarker is what the number parsers return for a value out of
+// range; rangeFor names the type in its place.
 var errRangeMarker = errors.New("range")
+
+func rangeFor(t reflect.Type, err error) error {
+	if err == errRangeMarker {
+		return errRange(t)
+	}
+	return err
+}
 
 // splitInt splits an integer's text into sign, digits and base, following
 // YAML 1.2's core schema: [-+]?[0-9]+, 0o[0-7]+, 0x[0-9a-fA-F]+. A decimal

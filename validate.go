@@ -1,6 +1,7 @@
 package reconf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"reflect"
@@ -189,17 +190,17 @@ func (r *rule) bound(sh *shape, v reflect.Value) string {
 	var c int // v compared with the bound
 	switch {
 	case r.length:
-		c = cmpInt(int64(v.Len()), r.i)
+		c = cmp.Compare(int64(v.Len()), r.i)
 	case sh.kind == kDuration:
-		c = cmpInt(v.Int(), r.i)
+		c = cmp.Compare(v.Int(), r.i)
 	default:
 		switch v.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			c = cmpInt(v.Int(), r.i)
+			c = cmp.Compare(v.Int(), r.i)
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-			c = cmpUint(v.Uint(), r.u)
+			c = cmp.Compare(v.Uint(), r.u)
 		default:
-			c = cmpFloat(v.Float(), r.f)
+			c = cmp.Compare(v.Float(), r.f)
 		}
 	}
 	switch {
@@ -213,36 +214,6 @@ func (r *rule) bound(sh *shape, v reflect.Value) string {
 		return "must be at most " + r.text
 	}
 	return ""
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // checker is the validation visitor: the rules of each field, unique keys
