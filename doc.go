@@ -33,12 +33,40 @@
 //
 // # Sources and precedence
 //
-// A candidate is compiled in one order: strict YAML decode (exactly one
-// document, unknown fields rejected, size bound), then `env:"NAME"` tags,
-// then WithOverride functions, then `default:"..."` tags for fields still
-// zero, then Normalize, secret resolution, `validate:"..."` rules and the
-// type's Validate method. So the precedence is
-// defaults < file < environment < explicit options.
+// A candidate is compiled in one order: `default:"..."` tags, then the
+// strict YAML decode over them (exactly one document, unknown fields and
+// duplicate keys rejected, size bound), then `env:"NAME"` tags, then
+// WithOverride functions, then secret resolution, Normalize,
+// `validate:"..."` rules and the type's Validate method. So the precedence
+// is defaults < file < environment < explicit options, and a default fills
+// only a field that no layer set: `enabled: false`, `rate: 0` and an
+// override that sets 0 are kept (and validated). `key: null` on a field that
+// cannot be nil is a type mismatch, not "absent"; a pointer field may take a
+// default for its target. Numbers convert exactly or not at all: a fraction,
+// an exponent or a leading zero into an integer, an overflow, or a minus
+// sign into an unsigned field is field_type_mismatch.
+//
+// # Tags
+//
+// A configuration type describes itself with struct tags:
+//
+//	yaml:"name"            the key (`yaml:",inline"` for an embedded struct)
+//	reconf:"live"          the class: live, restart or derived; inherited
+//	reconf:",key"          the field that names a list element (else "name")
+//	reconf:",file"         a path whose file content is part of the configuration
+//	default:"30s"          the value when no layer sets the field
+//	env:"NAME"             an environment variable that overrides the file
+//	validate:"min=1,max=9" rules, comma-separated:
+//
+//	required      a string, secret, list, map or pointer is not empty (nil)
+//	min=N, max=N  a number within N; a duration within a duration
+//	              ("min=1s"); a string, list or map of at least or at most N
+//	              characters or elements
+//	oneof=a b c   a string or integer is one of the words
+//
+// A rule on a pointer applies to its target when set. A mistake in a tag,
+// an unknown rule, or a rule on a kind it cannot apply to (min on a bool,
+// required on a number) is an error from New and from CheckTags.
 //
 // # Generations
 //

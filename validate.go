@@ -37,17 +37,8 @@ func FieldErrorf(path, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Rules are written in a `validate` tag, comma-separated:
-//
-//	required      a string, secret, list, map or pointer is not empty (nil)
-//	min=N, max=N  a number (int, uint, float) is within N; a duration is
-//	              within a duration ("min=1s"); a string, list or map has at
-//	              least or at most N characters or elements
-//	oneof=a b c   a string or integer is one of the words
-//
-// A rule on a pointer applies to the value it points at, when it is set.
-// A rule on a kind it cannot apply to (min on a bool, required on a
-// number, where an explicit 0 is a value) is a tag error reported by New.
+// Rules are written in a `validate` tag; the grammar is in doc.go (# Tags).
+// Each is parsed once, for its field's type, when the schema is built.
 
 // ruleNames lists the rules, for the error that names an unknown one.
 const ruleNames = "required, min, max, oneof"
