@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -163,3 +164,95 @@ func benchReload(b *testing.B, routes int) {
 
 func BenchmarkReloadSmall(b *testing.B) { benchReload(b, 10) }
 func BenchmarkReloadLarge(b *testing.B) { benchReload(b, 5000) }
+
+// BenchmarkParseLarge parses the file BenchmarkReloadLarge reloads into
+// YAML nodes, nothing more: the floor a reload is measured against (issue:
+// a reload costs at most 1.2x this, in the same run).
+func BenchmarkParseLarge(b *testing.B) {
+	data := benchYAML(5000, 1)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseOne(context.Background(), data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// aliasYAML is a valid testConfig with n model aliases, 15 bytes each: n =
+// 139,000 is the 2 MiB size bound.
+func aliasYAML(n int, unknown bool) []byte {
+	var b strings.Builder
+	b.WriteString(baseYAML(1))
+	for i := range n {
+		if unknown {
+			fmt.Fprintf(&b, "u%07d: x\n", i) // 12 bytes, at the top level
+			continue
+		}
+		fmt.Fprintf(&b, "  a%06d: stub\n", i)
+	}
+	return []byte(b.String())
+}
+
+// BenchmarkLoadAliases is the load-time curve: compiling a configuration
+// with N map entries must grow linearly (the old decoder's duplicate check
+// made it quadratic: 90k took 119 s).
+func BenchmarkLoadAliases(b *testing.B) {
+	for _, n := range []int{10000, 30000, 90000, 139000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			data := aliasYAML(n, false)
+			c := compiler[testConfig]{lookupEnv: noEnv}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := c.compile(context.Background(), data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoadUnknownFields: a file of N unknown fields is refused in
+// linear time too.
+func BenchmarkLoadUnknownFields(b *testing.B) {
+	for _, n := range []int{10000, 40000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			data := aliasYAML(n, true)
+			c := compiler[testConfig]{lookupEnv: noEnv}
+			for b.Loop() {
+				if _, err := c.compile(context.Background(), data); err == nil {
+					b.Fatal("unknown fields accepted")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCancelMidDecode cancels the compile of a 2 MiB file 20 ms in
+// and reports how long it took to return after the cancel (the aim is
+// under 100 ms).
+func BenchmarkCancelMidDecode(b *testing.B) {
+	data := aliasYAML(139000, false)
+	c := compiler[testConfig]{lookupEnv: noEnv}
+	var worst time.Duration
+	var total time.Duration
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var canceled atomic.Int64
+		t := time.AfterFunc(20*time.Millisecond, func() { canceled.Store(time.Now().UnixNano()); cancel() })
+		_, err := c.compile(ctx, data)
+		returned := time.Now().UnixNano()
+		t.Stop()
+		cancel()
+		if err == nil {
+			b.Fatal("the compile finished before the cancel")
+		}
+		if at := canceled.Load(); at != 0 {
+			d := time.Duration(returned - at)
+			total += d
+			worst = max(worst, d)
+		}
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms-after-cancel")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms-after-cancel")
+}
