@@ -301,7 +301,7 @@ func TestCheckConfig(t *testing.T) {
 	}
 	old := write("old.yaml", config(4, "0s"))
 	live := write("live.yaml", strings.Replace(config(8, "0s"), "max_attempts: 2", "max_attempts: 3", 1))
-	restart := write("restart.yaml", strings.Replace(config(8, "0s"), "level: info", "level: debug", 1))
+	restart := write("restart.yaml", strings.Replace(config(8, "0s"), "address: 127.0.0.1:0", "address: 127.0.0.1:1", 1))
 	bad := write("bad.yaml", strings.Replace(config(4, "0s"), "default_route: stub", "default_route: nowhere", 1))
 
 	code, out, _ := reconfd(t, nil, "check-config", "--config", old)
@@ -336,7 +336,7 @@ func TestCheckConfig(t *testing.T) {
 	}
 	code, r = check(restart)
 	if code != 0 || r.Diff == nil || r.Diff.ReloadOutcome != "restart-required" ||
-		strings.Join(r.Diff.RestartRequired, " ") != "logging.level" || strings.Join(r.Diff.Live, " ") != "backends[stub].stub.tokens" {
+		strings.Join(r.Diff.RestartRequired, " ") != "server.address" || strings.Join(r.Diff.Live, " ") != "backends[stub].stub.tokens" {
 		t.Errorf("restart diff: exit %d %+v", code, r.Diff)
 	}
 	code, r = check(old)
@@ -344,7 +344,7 @@ func TestCheckConfig(t *testing.T) {
 		t.Errorf("same file: exit %d %+v", code, r.Diff)
 	}
 	code, out, _ = reconfd(t, nil, "check-config", "--config", restart, "--against", old)
-	if code != 0 || !strings.Contains(out, "restart-required (1):\n    logging.level") || !strings.Contains(out, "live (1):\n    backends[stub].stub.tokens") {
+	if code != 0 || !strings.Contains(out, "restart-required (1):\n    server.address") || !strings.Contains(out, "live (1):\n    backends[stub].stub.tokens") {
 		t.Errorf("text diff: exit %d\n%s", code, out)
 	}
 	code, _, _ = reconfd(t, nil, "check-config", "--config", bad, "--against", old)

@@ -15,8 +15,9 @@ import (
 
 // Config is reconfd's configuration. Every leaf field has a class, from its
 // own `reconf` tag or its nearest tagged ancestor: the server and logging
-// sections and auth.mode are read once at start (restart); everything that
-// decides how a request is routed and served is live.
+// sections (but logging.level) and auth.mode are read once at start
+// (restart); logging.level and everything that decides how a request is
+// routed and served is live.
 type Config struct {
 	Server       ServerConfig      `yaml:"server" reconf:"restart"`
 	Logging      LoggingConfig     `yaml:"logging" reconf:"restart"`
@@ -52,7 +53,9 @@ func (s *ServerConfig) Clustered() bool { return s.Workers > 1 || len(s.Cluster)
 
 // LoggingConfig sets the service log.
 type LoggingConfig struct {
-	Level string `yaml:"level" default:"info" validate:"oneof=debug info warn error"`
+	// Level is live: an operator raises it to debug during an incident
+	// and lowers it again, each with a reload.
+	Level string `yaml:"level" reconf:"live" default:"info" validate:"oneof=debug info warn error"`
 }
 
 // AuthConfig sets how data-plane clients authenticate.

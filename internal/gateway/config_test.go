@@ -28,9 +28,9 @@ func TestClassesFollowTheContract(t *testing.T) {
 	for _, fc := range reconf.Classes[Config]() {
 		var want reconf.Class
 		switch {
-		case strings.HasPrefix(fc.Path, "server."), strings.HasPrefix(fc.Path, "logging."), fc.Path == "auth.mode":
+		case strings.HasPrefix(fc.Path, "server."), fc.Path == "auth.mode":
 			want = reconf.Restart
-		case strings.HasPrefix(fc.Path, "auth.api_keys"), strings.HasPrefix(fc.Path, "limits."),
+		case fc.Path == "logging.level", strings.HasPrefix(fc.Path, "auth.api_keys"), strings.HasPrefix(fc.Path, "limits."),
 			strings.HasPrefix(fc.Path, "routing."), strings.HasPrefix(fc.Path, "backends"),
 			strings.HasPrefix(fc.Path, "model_aliases"):
 			want = reconf.Live

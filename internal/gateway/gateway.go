@@ -128,6 +128,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithLogger[Config](log),
 		reconf.WithObserver[Config](observe),
 		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
+		reconf.WithConsumer[Config]("logging", levelConsumer(level), "logging.level"),
 		reconf.WithBaseDir[Config](cons.dir),
 	}
 	if o.env != nil {
@@ -154,8 +155,6 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	cfg := rt.Current().Config()
-	_ = level.UnmarshalText([]byte(cfg.Logging.Level))
 	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history}
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []string{cl.slot}
