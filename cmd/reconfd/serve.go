@@ -65,7 +65,8 @@ streams finish (up to --shutdown-timeout), then exits; a second signal
 exits at once.
 
 With --workers N (or server.workers) above 1, serve is a supervisor: it
-runs an embedded etcd on loopback (unless --cluster names one) and N
+runs an embedded etcd on a unix socket only its own user can reach
+(unless --cluster names one) and N
 worker processes that share server.address and the management address
 (SO_REUSEPORT). A reload on any worker is published to every worker under
 one generation number. The supervisor restarts a worker that dies, sends
@@ -113,7 +114,7 @@ func (f *serveFlags) check() error {
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
 	}
-	if f.worker != "" && (f.listen == "" || len(f.cluster) == 0) {
+	if f.worker != "" && f.listen == "" {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	return nil
@@ -231,8 +232,15 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	signal.Notify(swallowHUP, syscall.SIGHUP)
 	defer signal.Stop(swallowHUP)
 
+	endpoints := f.cluster
+	if len(endpoints) == 0 && lookup.get(envFleetChannel) != "" {
+		endpoints = strings.Split(lookup.get(envFleetChannel), ",")
+	}
+	if len(endpoints) == 0 {
+		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
+	}
 	g, reg, err := newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
-		Endpoints: f.cluster, Prefix: f.clusterPrefix, Worker: f.worker}))
+		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}))
 	if err != nil {
 		return err
 	}

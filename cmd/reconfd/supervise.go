@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -102,7 +104,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		cleanup = append(cleanup, func() { etcd.Close() })
 		endpoints = etcd.Endpoints()
 	}
-	log.Info("cluster channel", "endpoints", strings.Join(endpoints, ","), "embedded", len(m.cluster) == 0, "prefix", m.prefix)
+	fleet := newFleetID()
+	log.Info("cluster channel", "endpoints", strings.Join(endpoints, ","), "embedded", len(m.cluster) == 0, "prefix", m.prefix, "fleet", fleet)
 
 	// Caught before the workers start, so none is lost; the outer
 	// handlers (stopCtx) also see them, which only cancels the start-up.
@@ -110,7 +113,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	env := workerEnv()
+	// The channel's endpoint and the fleet's ID reach the workers in their
+	// environment, never on their command lines (see envFleetChannel).
+	env := append(workerEnv(), envFleetID+"="+fleet)
+	if len(m.cluster) == 0 {
+		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
+	}
 	if generated {
 		// The environment, unlike the command line, is readable by this
 		// user only.
@@ -121,8 +129,10 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		Logger:  log,
 		Command: func(slot int) *exec.Cmd {
 			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot), "--listen", data.Addr(),
-				"--cluster", strings.Join(endpoints, ","), "--cluster-prefix", m.prefix,
-				"--shutdown-timeout", f.shutdownTimeout.String()}
+				"--cluster-prefix", m.prefix, "--shutdown-timeout", f.shutdownTimeout.String()}
+			if len(m.cluster) > 0 {
+				args = append(args, "--cluster", strings.Join(m.cluster, ","))
+			}
 			if mgmtAddr != "" {
 				args = append(args, "--management-address", mgmtAddr)
 			}
@@ -189,14 +199,34 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 }
 
 // workerEnv is the supervisor's environment for its workers, without the
-// management address variable: the supervisor passes the address it
-// reserved (or none) as a flag.
+// management address variable (the supervisor passes the address it
+// reserved, or none, as a flag) and without the fleet variables, which
+// only a supervisor sets.
 func workerEnv() []string {
 	var out []string
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, admin.EnvAddress+"=") {
+		if !strings.HasPrefix(e, admin.EnvAddress+"=") && !strings.HasPrefix(e, envFleetChannel+"=") && !strings.HasPrefix(e, envFleetID+"=") {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// The variables a supervisor sets for its workers. The channel's endpoint
+// travels in the environment rather than on the command line, which every
+// local user can read in /proc: today it is a private unix socket, and
+// whatever credentials a channel needs later travel the same way.
+const (
+	// envFleetChannel is the embedded etcd's client URL.
+	envFleetChannel = "RECONF_FLEET_CHANNEL"
+	// envFleetID names the supervisor's fleet in its workers' records and
+	// rows.
+	envFleetID = "RECONF_FLEET_ID"
+)
+
+// newFleetID returns a random ID for a supervisor's fleet.
+func newFleetID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -38,6 +38,10 @@ type ClusterOptions struct {
 	// attribute, slot "1". The slot is answered in /healthz and in the
 	// Reconf-Worker header.
 	Worker string
+	// Fleet is the ID of the supervisor's fleet the worker belongs to,
+	// named in the records it publishes and in its row; empty for a
+	// process that is its host's only worker.
+	Fleet string
 	// GateTTL is the lease time of the worker's concurrency claims
 	// (default gate.DefaultTTL): the slots of a worker that dies come back
 	// to the fleet within it, and a worker cut off from etcd falls back

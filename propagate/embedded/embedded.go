@@ -1,11 +1,27 @@
-// Package embedded runs etcd inside the process, on loopback only, as the
-// shared channel of a single host's workers (see package propagate).
+// Package embedded runs etcd inside the process as the shared channel of
+// a single host's workers (see package propagate).
 //
-// Start runs one member: the supervisor of a multi-worker service starts
-// it and hands its Endpoints to every worker. StartCluster runs several
-// members on loopback with an initial cluster string; it exists so that
-// tests and benchmarks can exercise a real multi-member cluster (leader
-// election, a member that stops and comes back) on one machine.
+// Start runs one member that is private to the user the process runs as:
+// the supervisor of a multi-worker service starts it and hands its
+// Endpoints to every worker. StartCluster runs several members on
+// loopback TCP with an initial cluster string; it exists so that tests
+// and benchmarks can exercise a real multi-member cluster (leader
+// election, a member that stops and comes back, TLS with client
+// certificates) on one machine.
+//
+// # Privacy
+//
+// A member from Start listens on one unix socket, etcd.sock, in a
+// directory that Start creates with mode 0700 under Config.RuntimeDir
+// (default os.TempDir()) and removes on Close. It opens no TCP port at
+// all: no client port and, being a single member, no peer port (a peer
+// port would accept raft messages, and so writes, from anyone on the
+// host). Another local user cannot reach the socket, since the kernel
+// refuses to resolve a path through a directory they may not search;
+// the user the service runs as, and root, can. The directory is new for
+// each member, because etcd removes whatever file is at its socket path
+// before it listens: a fixed path would let a second fleet take the
+// first one's socket away.
 //
 // # Durability
 //
@@ -31,6 +47,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +82,23 @@ type Config struct {
 	// StartTimeout bounds waiting for the member (or, for a cluster, the
 	// quorum) to be ready (default 30s).
 	StartTimeout time.Duration
+	// RuntimeDir is where Start creates its private directory (default
+	// os.TempDir()). The socket's path must fit a unix socket address
+	// (at most 107 bytes), so a short directory is best. StartCluster
+	// ignores it.
+	RuntimeDir string
+	// TLS, when set, makes StartCluster's members serve clients over
+	// HTTPS and require a client certificate signed by TLS.TrustedCAFile.
+	// Start ignores it (its socket is private already).
+	TLS *TLSFiles
+}
+
+// TLSFiles names the PEM files of a member's client TLS.
+type TLSFiles struct {
+	// CertFile and KeyFile are the member's server certificate and key.
+	CertFile, KeyFile string
+	// TrustedCAFile verifies client certificates, which are then required.
+	TrustedCAFile string
 }
 
 // ErrStopped is returned when a member is used after it stopped.
@@ -77,6 +111,7 @@ type Server struct {
 	name      string
 	dir       string
 	tmp       bool
+	private   string // the private directory holding the socket; "" for a TCP member
 	clientURL url.URL
 	peerURL   url.URL
 	initial   string // initial cluster string
@@ -88,32 +123,74 @@ type Server struct {
 	e  *embed.Etcd // nil when stopped
 }
 
-// Start runs a single-member etcd on two free loopback ports and returns
-// once it serves clients. Close stops it.
+// Start runs a single-member etcd that listens only on a unix socket in a
+// new private directory (see Privacy in the package documentation) and
+// returns once it serves clients. Close stops it and removes the
+// directory.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	var last error
-	for range 3 { // a free port may be taken between probing and binding
-		ports, err := freePorts(2)
-		if err != nil {
-			return nil, err
-		}
-		s, err := newServer(cfg, cfg.Name, loopbackURL(ports[0]), loopbackURL(ports[1]))
-		if err != nil {
-			return nil, err
-		}
-		s.initial = s.name + "=" + s.peerURL.String()
-		if err = s.start(); err == nil {
-			if err = s.wait(ctx); err == nil {
-				return s, nil
-			}
-		}
-		s.Close()
-		last = err
-		if !isAddrInUse(err) {
-			break
+	priv, err := privateDir(cfg.RuntimeDir)
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(priv, "etcd.sock")
+	if len(sock) > maxSocketPath {
+		os.RemoveAll(priv)
+		return nil, fmt.Errorf("embedded: the socket path %s is %d bytes, longer than a unix socket address allows (%d); use a shorter runtime directory (TMPDIR)", sock, len(sock), maxSocketPath)
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(priv, "data")
+	}
+	// A single member never dials its own peer URL, and no peer listener
+	// is opened; the URL only names the member in its cluster.
+	s, err := newServer(cfg, cfg.Name, url.URL{Scheme: "unix", Path: sock}, url.URL{Scheme: "http", Host: "127.0.0.1:1"})
+	if err != nil {
+		os.RemoveAll(priv)
+		return nil, err
+	}
+	s.private = priv
+	s.initial = s.name + "=" + s.peerURL.String()
+	if err = s.start(); err == nil {
+		if err = s.wait(ctx); err == nil {
+			return s, nil
 		}
 	}
-	return nil, last
+	s.Close()
+	return nil, err
+}
+
+// maxSocketPath is the longest path a unix socket address holds on Linux
+// (108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// privateDir creates a new directory only the current user may enter and
+// checks that it is one: a directory, owned by this user, mode 0700.
+func privateDir(parent string) (string, error) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(parent, "reconf-etcd-")
+	if err != nil {
+		return "", fmt.Errorf("embedded: private directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("embedded: private directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err == nil {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !fi.IsDir() || fi.Mode().Perm() != 0o700:
+			err = fmt.Errorf("%s is not a directory of mode 0700", dir)
+		case ok && int(st.Uid) != os.Geteuid():
+			err = fmt.Errorf("%s is owned by uid %d, not by this process's user", dir, st.Uid)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("embedded: private directory: %w", err)
+	}
+	return dir, nil
 }
 
 func newServer(cfg Config, name string, client, peer url.URL) (*Server, error) {
@@ -139,7 +216,14 @@ func (s *Server) configLocked() *embed.Config {
 	c.ListenClientUrls = []url.URL{s.clientURL}
 	c.AdvertiseClientUrls = []url.URL{s.clientURL}
 	c.ListenPeerUrls = []url.URL{s.peerURL}
+	if s.private != "" {
+		c.ListenPeerUrls = nil // a single member: no peer port for anyone to reach
+	}
 	c.AdvertisePeerUrls = []url.URL{s.peerURL}
+	if t := s.cfg.TLS; t != nil && s.private == "" {
+		c.ClientTLSInfo.CertFile, c.ClientTLSInfo.KeyFile = t.CertFile, t.KeyFile
+		c.ClientTLSInfo.TrustedCAFile, c.ClientTLSInfo.ClientCertAuth = t.TrustedCAFile, true
+	}
 	c.InitialCluster = s.initial
 	c.InitialClusterToken = "reconf"
 	c.ClusterState = s.state
@@ -219,7 +303,8 @@ func (s *Server) wait(ctx context.Context) error {
 	}
 }
 
-// Endpoints returns the member's client URL (http://127.0.0.1:port).
+// Endpoints returns the member's client URL: unix:///dir/etcd.sock for a
+// member from Start, http(s)://127.0.0.1:port for one of StartCluster.
 func (s *Server) Endpoints() []string { return []string{s.clientURL.String()} }
 
 // Name returns the member name.
@@ -259,13 +344,17 @@ func (s *Server) stop(hard bool) {
 }
 
 // Close stops the member and removes its data directory if Start created
-// it. It is idempotent.
+// it, and its private directory. It is idempotent.
 func (s *Server) Close() error {
 	s.stop(false)
+	var errs []error
 	if s.tmp {
-		return os.RemoveAll(s.dir)
+		errs = append(errs, os.RemoveAll(s.dir))
 	}
-	return nil
+	if s.private != "" {
+		errs = append(errs, os.RemoveAll(s.private))
+	}
+	return errors.Join(errs...)
 }
 
 // Cluster is several members on loopback forming one etcd cluster, for
@@ -297,7 +386,11 @@ func StartCluster(ctx context.Context, n int, cfg Config) (*Cluster, error) {
 		if cfg.Dir != "" {
 			mc.Dir = cfg.Dir + string(os.PathSeparator) + name
 		}
-		s, err := newServer(mc, name, loopbackURL(ports[2*i]), loopbackURL(ports[2*i+1]))
+		client := loopbackURL(ports[2*i])
+		if cfg.TLS != nil {
+			client.Scheme = "https"
+		}
+		s, err := newServer(mc, name, client, loopbackURL(ports[2*i+1]))
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -394,5 +487,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-
-func isAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,24 +32,60 @@ func (c *capture) Handle(_ context.Context, r slog.Record) error {
 func (c *capture) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c *capture) WithGroup(string) slog.Handler      { return c }
 
-func TestStartLoopbackQuietAndClose(t *testing.T) {
+func TestStartPrivateQuietAndClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	before := listeningTCP(t)
 	logs := &capture{}
 	s, err := Start(ctx, Config{Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ep := range s.Endpoints() {
-		u, err := url.Parse(ep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		host, _, _ := net.SplitHostPort(u.Host)
-		if !net.ParseIP(host).IsLoopback() {
-			t.Errorf("endpoint %s is not on loopback", ep)
-		}
+	eps := s.Endpoints()
+	if len(eps) != 1 || !strings.HasPrefix(eps[0], "unix:///") {
+		t.Fatalf("endpoints %q, want one unix:/// socket", eps)
 	}
+	sock := strings.TrimPrefix(eps[0], "unix://")
+	priv := filepath.Dir(sock)
+	fi, err := os.Lstat(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the socket's directory %s has mode %v, want a directory of mode 0700", priv, fi.Mode())
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+		t.Errorf("the socket's directory is owned by uid %d, want %d", st.Uid, os.Geteuid())
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("%s is not a socket: %v", sock, err)
+	}
+	if after := listeningTCP(t); len(after) != len(before) {
+		t.Errorf("the member opened %d TCP listening socket(s); a private member opens none", len(after)-len(before))
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("the owner cannot reach the socket: %v", err)
+	}
+	conn.Close()
+	other, err := Start(ctx, Config{Logger: slog.New(&capture{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Endpoints()[0] == eps[0] {
+		t.Errorf("two members share the socket %s", eps[0])
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); err != nil {
+		t.Errorf("closing another member removed this one's socket: %v", err)
+	}
+	defer func() {
+		if _, err := os.Stat(priv); !os.IsNotExist(err) {
+			t.Errorf("the private directory is still there after Close: %v", err)
+		}
+	}()
 	if !s.IsLeader() {
 		t.Error("a single member is not its own leader")
 	}
@@ -100,4 +137,34 @@ func TestConfiguredDirIsKept(t *testing.T) {
 	if _, err := os.Stat(dir + "/member"); err != nil {
 		t.Errorf("the configured data directory was not used or was removed: %v", err)
 	}
+}
+
+// listeningTCP returns the inodes of this process's listening TCP sockets
+// (from /proc/self/fd and /proc/net/tcp{,6}).
+func listeningTCP(t *testing.T) []string {
+	t.Helper()
+	mine := map[string]bool{}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && f[3] == "0A" && mine[f[9]] {
+				out = append(out, f[9])
+			}
+		}
+	}
+	return out
 }
