@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -112,11 +113,20 @@ func scrape(ctx context.Context, endpoint string) (etcdCounters, error) {
 	// Generous: a race-built member on a loaded machine answers slowly.
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/metrics", nil)
+	client, url := http.DefaultClient, endpoint+"/metrics"
+	if sock, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		// The embedded member listens on a private unix socket only.
+		client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+		url = "http://etcd/metrics"
+		defer client.CloseIdleConnections()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return etcdCounters{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return etcdCounters{}, err
 	}
