@@ -179,6 +179,37 @@ func BenchmarkParseLarge(b *testing.B) {
 	}
 }
 
+// BenchmarkReloadLargeVsParse alternates a reload of the large file with
+// a parse of it into nodes and reports their ratio (aim: at most 1.2), so
+// load on a shared machine moves both sides alike.
+func BenchmarkReloadLargeVsParse(b *testing.B) {
+	docs := [2][]byte{benchYAML(5000, 1), benchYAML(5000, 2)}
+	var i int
+	src := SourceFunc("bench", func(context.Context, ReadRequest) (Snapshot, error) {
+		return Snapshot{Data: docs[i%2]}, nil
+	})
+	rt, err := New[benchConfig](context.Background(), src, WithLogger[benchConfig](discardLogger()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	var reload, parse time.Duration
+	for b.Loop() {
+		i++
+		start := time.Now()
+		if res, err := rt.Reload(context.Background(), TriggerSDK); err != nil || res.Outcome != Published {
+			b.Fatalf("reload: %s %v", res.Outcome, err)
+		}
+		mid := time.Now()
+		if _, err := parseOne(context.Background(), docs[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		reload, parse = reload+mid.Sub(start), parse+time.Since(mid)
+	}
+	b.ReportMetric(float64(reload)/float64(parse), "reload/parse")
+	b.ReportMetric(float64(parse.Milliseconds())/float64(b.N), "parse-ms")
+}
+
 // aliasYAML is a valid testConfig with n model aliases, 15 bytes each: n =
 // 139,000 is the 2 MiB size bound.
 func aliasYAML(n int, unknown bool) []byte {

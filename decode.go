@@ -214,14 +214,13 @@ func (d *decoder) deref(y *yaml.Node) *yaml.Node {
 		panic(abort{malformed(y, "unknown anchor")})
 	}
 	d.expanding = append(d.expanding, y.Alias)
-	return d.deref(y.Alias)
+	return y.Alias // an anchor is never on an alias
 }
 
-// done ends the expansions deref started for y.
+// done ends the expansion deref started for y.
 func (d *decoder) done(y *yaml.Node) {
-	for y.Kind == yaml.AliasNode {
+	if y.Kind == yaml.AliasNode {
 		d.expanding = d.expanding[:len(d.expanding)-1]
-		y = y.Alias
 	}
 }
 
@@ -234,10 +233,13 @@ func isMerge(y *yaml.Node) bool {
 }
 
 // value decodes y into v, which must be settable.
-func (d *decoder) value(n *node, v reflect.Value, ay *yaml.Node) {
+func (d *decoder) value(n *node, v reflect.Value, y *yaml.Node) {
 	d.tick()
-	y := d.deref(ay)
-	defer d.done(ay)
+	if y.Kind == yaml.AliasNode {
+		d.value(n, v, d.deref(y))
+		d.done(y)
+		return
+	}
 	if n.custom {
 		u := v.Addr().Interface().(yaml.Unmarshaler)
 		if err := u.UnmarshalYAML(y); err != nil {
@@ -315,16 +317,13 @@ func (d *decoder) scalar(n *node, v reflect.Value, y *yaml.Node) {
 			}
 		}
 	}
-	x, err := parseText(n.shape, y.Value)
-	if err != nil {
+	if err := setText(n.shape, v, y.Value); err != nil {
 		if n.kind == kSecret {
 			d.problem(&d.secret, y, string(d.buf), err.Error())
 		} else {
 			d.mismatch1(y, err.Error())
 		}
-		return
 	}
-	v.Set(x)
 }
 
 func (d *decoder) list(n *node, v reflect.Value, y *yaml.Node) {
@@ -375,22 +374,29 @@ func (d *decoder) appendElemSeg(buf []byte, n *node, c *yaml.Node, i int) []byte
 	return append(buf, ']')
 }
 
-// pairs calls fn for every key and value of mapping y in precedence
-// order: y's own keys, then each merged mapping's (`<<: *base` or
-// `<<: [*a, *b]`), earlier merges first. fn learns whether a pair came
-// from a merge: a merged key never overrides one already set, while an
-// own key set twice is a duplicate.
-func (d *decoder) pairs(y *yaml.Node, merged bool, fn func(k, v *yaml.Node, merged bool)) {
-	var merges []*yaml.Node
+// A mapping's pairs are decoded in precedence order: its own keys, then
+// each merged mapping's (`<<: *base` or `<<: [*a, *b]`), earlier merges
+// first, each merged mapping's own keys before its merges. A merged key
+// never overrides one already set; an own key set twice is a duplicate.
+// Mappings without `<<` (nearly all) take a loop with no closure.
+
+// hasMerge reports whether mapping y has a `<<` key.
+func hasMerge(y *yaml.Node) bool {
 	for i := 0; i+1 < len(y.Content); i += 2 {
-		k := y.Content[i]
-		if isMerge(k) {
-			merges = append(merges, y.Content[i+1])
+		if isMerge(y.Content[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// merges calls fn for every pair that y's merge keys bring in.
+func (d *decoder) merges(y *yaml.Node, fn func(k, v *yaml.Node)) {
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		if !isMerge(y.Content[i]) {
 			continue
 		}
-		fn(k, y.Content[i+1], merged)
-	}
-	for _, m := range merges {
+		m := y.Content[i+1]
 		d.tick()
 		mm := d.deref(m)
 		switch mm.Kind {
@@ -415,7 +421,7 @@ func (d *decoder) pairs(y *yaml.Node, merged bool, fn func(k, v *yaml.Node, merg
 
 // mergeOne feeds a merged mapping's pairs, after refusing a key it holds
 // twice (its own keys are otherwise only checked where it is defined).
-func (d *decoder) mergeOne(m *yaml.Node, fn func(k, v *yaml.Node, merged bool)) {
+func (d *decoder) mergeOne(m *yaml.Node, fn func(k, v *yaml.Node)) {
 	seen := make(map[string]struct{}, len(m.Content)/2)
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k := m.Content[i]
@@ -426,13 +432,17 @@ func (d *decoder) mergeOne(m *yaml.Node, fn func(k, v *yaml.Node, merged bool)) 
 			d.problem(&d.dup, k, "", detailDuplicate)
 		}
 		seen[k.Value] = struct{}{}
+		fn(k, m.Content[i+1])
 	}
-	d.pairs(m, true, fn)
+	d.merges(m, fn)
 }
 
 // keyText returns a mapping key's text, or false for a key that is not a
 // plain value (a list or mapping as a key).
 func (d *decoder) keyText(k *yaml.Node) (string, bool) {
+	if k.Kind == yaml.ScalarNode {
+		return k.Value, true
+	}
 	kk := d.deref(k)
 	defer d.done(k)
 	if kk.Kind != yaml.ScalarNode {
@@ -442,57 +452,77 @@ func (d *decoder) keyText(k *yaml.Node) (string, bool) {
 	return kk.Value, true
 }
 
+// structState is what decoding one struct mapping tracks: which fields
+// are set (a bit per key, a slice past 64 keys).
+type structState struct {
+	n     *node
+	v     reflect.Value
+	small uint64
+	large []bool
+}
+
 func (d *decoder) structure(n *node, v reflect.Value, y *yaml.Node) {
 	if y.Kind != yaml.MappingNode {
 		d.mismatch1(y, "want a mapping")
 		return
 	}
-	var small uint64
-	var large []bool
+	st := structState{n: n, v: v}
 	if n.slots > 64 {
-		large = make([]bool, n.slots)
+		st.large = make([]bool, n.slots)
 	}
-	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
-		name, ok := d.keyText(k)
-		if !ok {
-			return
-		}
-		ref, known := n.keys[name]
-		mark := len(d.buf)
-		if len(d.buf) > 0 {
-			d.buf = append(d.buf, '.')
-		}
-		if !known {
-			d.buf = appendSafe(d.buf, name)
-			d.problem(&d.unknown, k, string(d.buf), detailUnknown)
-			d.buf = d.buf[:mark]
-			return
-		}
-		d.buf = append(d.buf, name...)
-		defer func() { d.buf = d.buf[:mark] }()
-		var set bool
-		if large != nil {
-			set, large[ref.slot] = large[ref.slot], true
+	merges := false
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		if k := y.Content[i]; isMerge(k) {
+			merges = true
 		} else {
-			set = small&(1<<ref.slot) != 0
-			small |= 1 << ref.slot
+			d.field(&st, k, y.Content[i+1], false)
 		}
-		switch {
-		case set && merged:
-			return // an own key, or an earlier merge, set it
-		case set:
-			d.problem(&d.dup, k, string(d.buf), detailDuplicate)
-			return
-		case ref.n.own == Derived:
-			d.problem(&d.derived, k, string(d.buf), "derived field is set")
-			return
-		}
-		fv := v.Field(ref.index[0])
+	}
+	if merges {
+		d.merges(y, func(k, val *yaml.Node) { d.field(&st, k, val, true) })
+	}
+}
+
+// field decodes one key and value of a struct mapping.
+func (d *decoder) field(st *structState, k, val *yaml.Node, merged bool) {
+	name, ok := d.keyText(k)
+	if !ok {
+		return
+	}
+	ref, known := st.n.keys[name]
+	mark := len(d.buf)
+	if len(d.buf) > 0 {
+		d.buf = append(d.buf, '.')
+	}
+	if !known {
+		d.buf = appendSafe(d.buf, name)
+		d.problem(&d.unknown, k, string(d.buf), detailUnknown)
+		d.buf = d.buf[:mark]
+		return
+	}
+	d.buf = append(d.buf, name...)
+	var set bool
+	if st.large != nil {
+		set, st.large[ref.slot] = st.large[ref.slot], true
+	} else {
+		set = st.small&(1<<ref.slot) != 0
+		st.small |= 1 << ref.slot
+	}
+	switch {
+	case set && merged:
+		// an own key, or an earlier merge, set it
+	case set:
+		d.problem(&d.dup, k, string(d.buf), detailDuplicate)
+	case ref.n.own == Derived:
+		d.problem(&d.derived, k, string(d.buf), "derived field is set")
+	default:
+		fv := st.v.Field(ref.index[0])
 		if len(ref.index) > 1 {
-			fv = v.FieldByIndex(ref.index)
+			fv = st.v.FieldByIndex(ref.index)
 		}
 		d.value(ref.n, fv, val)
-	})
+	}
+	d.buf = d.buf[:mark]
 }
 
 var stringMapType = reflect.TypeFor[map[string]string]()
@@ -503,13 +533,22 @@ func (d *decoder) mapping(n *node, v reflect.Value, y *yaml.Node) {
 		return
 	}
 	size := len(y.Content) / 2
-	if n.typ.ConvertibleTo(stringMapType) && n.elem.kind == kScalar && !n.elem.custom && n.typ.Key().Kind() == reflect.String {
-		d.stringMap(n, v, y, size)
+	if n.typ == stringMapType {
+		m := make(map[string]string, size)
+		for i := 0; i+1 < len(y.Content); i += 2 {
+			if k := y.Content[i]; !isMerge(k) {
+				d.stringEntry(m, k, y.Content[i+1], false)
+			}
+		}
+		if hasMerge(y) {
+			d.merges(y, func(k, val *yaml.Node) { d.stringEntry(m, k, val, true) })
+		}
+		v.Set(reflect.ValueOf(m))
 		return
 	}
 	m := reflect.MakeMapWithSize(n.typ, size)
 	keyShape := &shape{typ: n.typ.Key(), kind: kScalar}
-	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
+	d.eachPair(y, func(k, val *yaml.Node, merged bool) {
 		text, ok := d.keyText(k)
 		if !ok {
 			return
@@ -538,38 +577,50 @@ func (d *decoder) mapping(n *node, v reflect.Value, y *yaml.Node) {
 	v.Set(m)
 }
 
-// stringMap is mapping for map[string]string-like types (model aliases by
-// the ten thousand), without a reflect call per entry.
-func (d *decoder) stringMap(n *node, v reflect.Value, y *yaml.Node, size int) {
-	m := make(map[string]string, size)
-	d.pairs(y, false, func(k, val *yaml.Node, merged bool) {
+// eachPair calls fn for y's own pairs, then for those its merges bring.
+func (d *decoder) eachPair(y *yaml.Node, fn func(k, v *yaml.Node, merged bool)) {
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		if k := y.Content[i]; !isMerge(k) {
+			fn(k, y.Content[i+1], false)
+		}
+	}
+	if hasMerge(y) {
+		d.merges(y, func(k, val *yaml.Node) { fn(k, val, true) })
+	}
+}
+
+// stringEntry decodes one entry of a map[string]string (model aliases by
+// the ten thousand) without a reflect call.
+func (d *decoder) stringEntry(m map[string]string, k, val *yaml.Node, merged bool) {
+	d.tick()
+	text, ok := d.keyText(k)
+	if !ok {
+		return
+	}
+	if _, dup := m[text]; dup {
+		if !merged {
+			d.problem(&d.dup, k, string(d.buf)+"["+safeSegment(text)+"]", detailDuplicate)
+		}
+		return
+	}
+	vv := val
+	if val.Kind == yaml.AliasNode {
 		d.tick()
-		text, ok := d.keyText(k)
-		if !ok {
-			return
+		vv = d.deref(val)
+		d.done(val)
+	}
+	if vv.Kind != yaml.ScalarNode || isNull(vv) {
+		mark := len(d.buf)
+		d.buf = appendMapKey(d.buf, reflect.ValueOf(text))
+		if isNull(vv) {
+			d.mismatch1(vv, detailNull)
+		} else {
+			d.mismatch1(vv, "want a single value, not a list or mapping")
 		}
-		if _, dup := m[text]; dup {
-			if !merged {
-				d.problem(&d.dup, k, string(d.buf)+"["+safeSegment(text)+"]", detailDuplicate)
-			}
-			return
-		}
-		vv := d.deref(val)
-		defer d.done(val)
-		if vv.Kind != yaml.ScalarNode || isNull(vv) {
-			mark := len(d.buf)
-			d.buf = appendMapKey(d.buf, reflect.ValueOf(text))
-			if isNull(vv) {
-				d.mismatch1(vv, detailNull)
-			} else {
-				d.mismatch1(vv, "want a single value, not a list or mapping")
-			}
-			d.buf = d.buf[:mark]
-			return
-		}
-		m[text] = vv.Value
-	})
-	v.Set(reflect.ValueOf(m).Convert(n.typ))
+		d.buf = d.buf[:mark]
+		return
+	}
+	m[text] = vv.Value
 }
 
 var (

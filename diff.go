@@ -88,8 +88,8 @@ func (d *differ) values(n *node, a, b reflect.Value) {
 }
 
 func (d *differ) maps(n *node, a, b reflect.Value) {
-	if n.elem.kind == kScalar && n.typ.ConvertibleTo(stringMapType) && n.typ.Key().Kind() == reflect.String {
-		d.stringMaps(n, a.Convert(stringMapType).Interface().(map[string]string), b.Convert(stringMapType).Interface().(map[string]string))
+	if n.typ == stringMapType {
+		d.stringMaps(n, a.Interface().(map[string]string), b.Interface().(map[string]string))
 		return
 	}
 	it := a.MapRange()
@@ -114,7 +114,7 @@ func (d *differ) maps(n *node, a, b reflect.Value) {
 	}
 }
 
-// stringMaps compares map[string]string-like maps without reflection.
+// stringMaps compares two map[string]string without reflection.
 func (d *differ) stringMaps(n *node, a, b map[string]string) {
 	entry := func(k string) {
 		mark := len(d.buf)

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Scalars are converted exactly or not at all: a YAML value, a default tag
@@ -32,35 +33,43 @@ func errRange(t reflect.Type) error { return errors.New("out of range for " + t.
 
 // parseText converts text to a value of sh's type.
 func parseText(sh *shape, text string) (reflect.Value, error) {
+	v := reflect.New(sh.typ).Elem()
+	return v, setText(sh, v, text)
+}
+
+// setText converts text into v, a settable value of sh's type; on error v
+// is left as it was.
+func setText(sh *shape, v reflect.Value, text string) error {
 	t := sh.typ
-	v := reflect.New(t).Elem()
 	switch sh.kind {
 	case kDuration:
 		d, err := parseDuration(text)
 		if err != nil {
-			return v, err
+			return err
 		}
 		v.SetInt(d)
-		return v, nil
+		return nil
 	case kSecret:
 		b, err := parseSecret(text)
 		if err != nil {
-			return v, err
+			return err
 		}
 		v.Set(reflect.ValueOf(Secret{b}))
-		return v, nil
+		return nil
 	case kText:
-		u, ok := v.Addr().Interface().(encoding.TextUnmarshaler)
+		x := reflect.New(t)
+		u, ok := x.Interface().(encoding.TextUnmarshaler)
 		if !ok {
-			return v, errNotText
+			return errNotText
 		}
 		if err := u.UnmarshalText([]byte(text)); err != nil {
-			return v, errors.New("not a valid " + t.String())
+			return errors.New("not a valid " + t.String())
 		}
-		return v, nil
+		v.Set(x.Elem())
+		return nil
 	case kScalar:
 	default:
-		return v, errNotText
+		return errNotText
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -68,31 +77,31 @@ func parseText(sh *shape, text string) (reflect.Value, error) {
 	case reflect.Bool:
 		b, err := strconv.ParseBool(text)
 		if err != nil {
-			return v, errNotBool
+			return errNotBool
 		}
 		v.SetBool(b)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, err := parseInt(text, t.Bits())
 		if err != nil {
-			return v, rangeFor(t, err)
+			return rangeFor(t, err)
 		}
 		v.SetInt(n)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		n, err := parseUint(text, t.Bits())
 		if err != nil {
-			return v, rangeFor(t, err)
+			return rangeFor(t, err)
 		}
 		v.SetUint(n)
 	case reflect.Float32, reflect.Float64:
 		f, err := parseFloat(text, t.Bits())
 		if err != nil {
-			return v, rangeFor(t, err)
+			return rangeFor(t, err)
 		}
 		v.SetFloat(f)
 	default:
-		return v, errNotText
+		return errNotText
 	}
-	return v, nil
+	return nil
 }
 
 // errRangeMarker is what the number parsers return for a value out of
@@ -252,6 +261,14 @@ var durationUnits = map[string]int64{
 // nanoseconds, or beyond an int64 of them, is refused instead of being
 // truncated or wrapped.
 func parseDuration(text string) (int64, error) {
+	if !strings.Contains(text, ".") {
+		// Whole numbers of every unit: time.ParseDuration is exact and
+		// refuses an overflow, so its answer stands; its errors are told
+		// apart below.
+		if d, err := time.ParseDuration(text); err == nil {
+			return int64(d), nil
+		}
+	}
 	s := text
 	neg := false
 	if s != "" && (s[0] == '+' || s[0] == '-') {
