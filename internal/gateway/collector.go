@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,6 +14,7 @@ import (
 // names and status codes, never request content.
 type collector struct {
 	g        *Gateway
+	ok       sync.Map // backend name -> *okSeries
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	limit    *prometheus.Desc
@@ -45,12 +47,33 @@ func newCollector(g *Gateway) *collector {
 	}
 }
 
+// observe records one request. The series of a backend's 200s are looked
+// up once and kept: label lookups allocate, and this runs per request.
 func (c *collector) observe(backend string, status int, seconds float64) {
 	if backend == "" {
 		backend = "none"
 	}
+	if status == 200 {
+		s, ok := c.ok.Load(backend)
+		if !ok {
+			s, _ = c.ok.LoadOrStore(backend, &okSeries{
+				count:   c.requests.WithLabelValues(backend, "200"),
+				latency: c.latency.WithLabelValues(backend),
+			})
+		}
+		o := s.(*okSeries)
+		o.count.Inc()
+		o.latency.Observe(seconds)
+		return
+	}
 	c.requests.WithLabelValues(backend, strconv.Itoa(status)).Inc()
 	c.latency.WithLabelValues(backend).Observe(seconds)
+}
+
+// okSeries are a backend's series for a 200.
+type okSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
 }
 
 // Describe implements prometheus.Collector.

@@ -13,12 +13,29 @@
 //
 // # Generations
 //
-// Every data-plane request calls Runtime.Acquire on arrival and releases
-// the pin when its handler returns, after the last byte of the answer,
-// retries and streams included. Everything the request uses comes from the
-// pinned generation: its configuration and its routing state, read with
-// pin.Value(ConsumerName). Every response carries the generation in the
-// Reconf-Generation header; the stub puts it in each streamed chunk too.
+// The data plane runs on fasthttp (docs/design/data-plane.md says why).
+// A request's header and whole body are read first, bounded by the active
+// generation's body limit (checked with Current, no pin) and by the body
+// read timeout; a request whose key the active generation refuses is
+// answered without its body being read. Only then does the request call
+// Runtime.Acquire, check its key and body limit again under the pin, and
+// serve. The pin is released after the last byte of the answer, retries
+// included: when the handler returns, or, for a stream (which fasthttp
+// writes after the handler returns), when the stream's body is closed.
+// Everything the request uses comes from the pinned generation: its
+// configuration and its routing state, read with pin.Value(ConsumerName).
+// Every response carries the generation in the Reconf-Generation header;
+// the stub puts it in each streamed chunk too.
+//
+// # Deadlines
+//
+// An admitted chat completion sets its connection's write deadline to its
+// admission time plus the backend's timeout, the bound the contract puts
+// on the whole answer: a client that stops reading loses its answer then,
+// and the answer's end releases its gate slot and pin. An answer cut at
+// the timeout (a 504, a stream's error event) gets one more second to be
+// written. ServerTimeouts bound the header, the body, idle connections
+// and other answers.
 //
 // # Transactions
 //
@@ -47,10 +64,11 @@
 // back. A single process makes local limiters (gate.NewLimiter); a worker
 // of a cluster (WithCluster) takes them from its gate.Gate, so that
 // max_concurrency holds across the fleet. A request acquires a slot before
-// calling its backend and releases it when its handler returns, after the
-// last byte: past the backend's timeout it is answered 429, and if the
-// worker's gate has closed, 503. Waiters are served in arrival order and
-// leave the line when their context ends. The routing state is immutable
+// calling its backend and releases it with its pin, after the last byte:
+// if no slot frees within the backend's timeout it is answered 429, and if
+// the worker's gate has closed, 503. Waiters are served in arrival order
+// and leave the line at the timeout (fasthttp does not tell a handler that
+// its client went away). The routing state is immutable
 // once built. Locks are never nested: backendsConsumer.mu guards the
 // committed state pointer, localLimiters.mu its map; package gate keeps
 // its own lock order.

@@ -7,12 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/propagate"
@@ -26,16 +27,19 @@ import (
 type Gateway struct {
 	rt       *reconf.Runtime[Config]
 	log      *slog.Logger
-	srv      *http.Server
+	srv      *fasthttp.Server
+	conns    connSet // the data plane's open connections, closed when a drain times out
+	timeouts ServerTimeouts
 	draining atomic.Bool
 	metrics  *collector
 	limiters limiterSource // one long-lived limiter per backend name
+	genCache atomic.Pointer[genText]
 
 	// cluster is set for a worker of a cluster (WithCluster); worker and
 	// workerHdr name it on /healthz and in the Reconf-Worker header.
 	cluster   *clusterState
 	worker    string
-	workerHdr []string
+	workerHdr []byte
 
 	// history is a single process's attempt history; a cluster worker's
 	// is the fleet's, in cluster.history.
@@ -53,7 +57,8 @@ type options struct {
 	logOutput    io.Writer
 	env          func(string) (string, bool)
 	runtime      []reconf.Option[Config]
-	newTransport func() http.RoundTripper
+	newTransport func(*fasthttp.HostClient) UpstreamTransport
+	timeouts     ServerTimeouts
 	cluster      *ClusterOptions
 	clusterCheck bool
 }
@@ -74,10 +79,15 @@ func WithRuntimeOptions(opts ...reconf.Option[Config]) Option {
 	return func(o *options) { o.runtime = append(o.runtime, opts...) }
 }
 
-// WithTransport sets how openai backends' HTTP transports are made (tests).
-func WithTransport(fn func() http.RoundTripper) Option {
+// WithTransport wraps the HTTP client of every openai backend the gateway
+// makes (tests: fault injection, counting).
+func WithTransport(fn func(*fasthttp.HostClient) UpstreamTransport) Option {
 	return func(o *options) { o.newTransport = fn }
 }
+
+// WithServerTimeouts replaces the data plane's server timeouts; zero
+// fields keep their defaults (DefaultServerTimeouts).
+func WithServerTimeouts(t ServerTimeouts) Option { return func(o *options) { o.timeouts = t } }
 
 // New loads the configuration at path as generation 1 and builds the
 // routing state; it does not listen. A configuration that cannot be loaded
@@ -157,15 +167,11 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history}
 	if cl != nil {
-		g.worker, g.workerHdr = cl.slot, []string{cl.slot}
+		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
 	}
 	g.metrics = newCollector(g)
-	g.srv = &http.Server{
-		Handler:           g.handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	g.timeouts = o.timeouts.orDefaults()
+	g.srv = g.newServer()
 	return g, nil
 }
 
@@ -179,8 +185,10 @@ func (g *Gateway) Logger() *slog.Logger { return g.log }
 // Config returns the active configuration. It must not be modified.
 func (g *Gateway) Config() *Config { return g.rt.Current().Config() }
 
-// Handler returns the data plane's handler.
-func (g *Gateway) Handler() http.Handler { return g.srv.Handler }
+// Handler returns the data plane's handler. It expects what the server
+// does before it: a body read whole, within the limit of the active
+// generation (see Serve).
+func (g *Gateway) Handler() fasthttp.RequestHandler { return g.srv.Handler }
 
 // Listen listens on the configured server.address.
 func (g *Gateway) Listen() (net.Listener, error) {
@@ -188,12 +196,14 @@ func (g *Gateway) Listen() (net.Listener, error) {
 }
 
 // Serve serves the data plane on ln until Shutdown, logging the bound
-// address first ("listening address=HOST:PORT"). It returns nil after
-// Shutdown and the listener's error otherwise.
+// address first ("listening address=HOST:PORT"). ln may be any listener:
+// a TCP one, an inherited socket, or a TLS listener (whose configuration
+// must offer only http/1.1 in ALPN: the data plane speaks HTTP/1.1). It
+// returns nil after Shutdown and the listener's error otherwise.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID())
 	err := g.srv.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
+	if g.draining.Load() {
 		return nil
 	}
 	return err
@@ -226,9 +236,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		if err := g.srv.Shutdown(ctx); err != nil {
+		if err := g.srv.ShutdownWithContext(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
-			_ = g.srv.Close()
+			// Closing the connections fails their writes, which ends every
+			// stream and releases its slot and pin.
+			g.conns.closeAll()
 		}
 		closeCtx := ctx
 		if ctx.Err() != nil {

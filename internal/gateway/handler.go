@@ -2,14 +2,13 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
@@ -22,40 +21,103 @@ const GenerationHeader = "Reconf-Generation"
 // BackendHeader names the backend that served a completion.
 const BackendHeader = "Reconf-Backend"
 
-type pinKey struct{}
+var (
+	generationKey = []byte(GenerationHeader)
+	backendKey    = []byte(BackendHeader)
+	workerKey     = []byte(WorkerHeader)
+)
 
-// handler is the data plane. Every request pins the active generation on
-// arrival and releases it when its handler returns, after the last byte of
-// the response, retries included.
-func (g *Gateway) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", g.chat)
-	mux.HandleFunc("GET /v1/models", g.models)
-	mux.HandleFunc("GET /healthz", g.healthz)
-	mux.HandleFunc("/", notFound)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		pin := g.rt.Acquire()
-		defer pin.Release()
-		w.Header().Set(GenerationHeader, strconv.FormatUint(pin.ID(), 10))
-		if g.workerHdr != nil {
-			w.Header()[WorkerHeader] = g.workerHdr
-		}
-		sw := &statusWriter{ResponseWriter: w}
-		mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), pinKey{}, pin)))
-		g.metrics.observe(w.Header().Get(BackendHeader), sw.status(), time.Since(start).Seconds())
-		if g.log.Enabled(r.Context(), slog.LevelDebug) {
-			g.log.LogAttrs(r.Context(), slog.LevelDebug, "request",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Int("status", sw.status()), slog.Uint64("generation", pin.ID()),
-				slog.String("backend", w.Header().Get(BackendHeader)),
-				slog.Duration("duration", time.Since(start)))
-		}
-	})
+// exchange is one data-plane request from its pin to its last byte. It
+// holds the request's pin and, once admitted, its gate slot; end releases
+// both and records the request's metrics and log line. A request whose
+// answer is streamed hands its exchange to the body stream, which ends it
+// when the stream ends (fasthttp writes a streamed body after the handler
+// returns).
+type exchange struct {
+	g        *Gateway
+	ctx      *fasthttp.RequestCtx
+	pin      reconf.Pin[Config]
+	start    time.Time
+	backend  string
+	slot     gate.Slot
+	admitted bool
+	status   int // set when the answer is streamed; otherwise read at end
 }
 
-func pinOf(r *http.Request) reconf.Pin[Config] {
-	return r.Context().Value(pinKey{}).(reconf.Pin[Config])
+// serve is the data plane's handler. fasthttp calls it once the request's
+// header and whole body are read (bounded in size and time by
+// headerReceived), so a pin is never held while a client sends its body.
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+	x := exchange{g: g, ctx: ctx, start: time.Now(), pin: g.rt.Acquire()}
+	h := &ctx.Response.Header
+	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
+	if g.workerHdr != nil {
+		h.SetCanonical(workerKey, g.workerHdr)
+	}
+	handed := false
+	switch string(ctx.Path()) {
+	case "/v1/chat/completions":
+		if ctx.IsPost() {
+			handed = g.chat(&x)
+		} else {
+			methodNotAllowed(ctx, "POST")
+		}
+	case "/v1/models":
+		if ctx.IsGet() || ctx.IsHead() {
+			g.models(&x)
+		} else {
+			methodNotAllowed(ctx, "GET, HEAD")
+		}
+	case "/healthz":
+		if ctx.IsGet() || ctx.IsHead() {
+			g.healthz(&x)
+		} else {
+			methodNotAllowed(ctx, "GET, HEAD")
+		}
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, GET /v1/models and GET /healthz")
+	}
+	if !handed {
+		x.end()
+	}
+}
+
+// end releases the exchange's slot and pin and records the request.
+func (x *exchange) end() {
+	if x.admitted {
+		x.slot.Release()
+	}
+	status := x.status
+	if status == 0 {
+		status = x.ctx.Response.StatusCode()
+	}
+	g := x.g
+	g.metrics.observe(x.backend, status, time.Since(x.start).Seconds())
+	if g.log.Enabled(context.Background(), slog.LevelDebug) {
+		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
+			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
+			slog.Int("status", status), slog.Uint64("generation", x.pin.ID()),
+			slog.String("backend", x.backend),
+			slog.Duration("duration", time.Since(x.start)))
+	}
+	x.pin.Release()
+}
+
+// genValue returns the Reconf-Generation value of generation id, formatted
+// once per generation rather than once per request.
+func (g *Gateway) genValue(id uint64) []byte {
+	if v := g.genCache.Load(); v != nil && v.id == id {
+		return v.text
+	}
+	v := &genText{id: id, text: strconv.AppendUint(nil, id, 10)}
+	g.genCache.Store(v)
+	return v.text
+}
+
+// genText is a generation's number as header text.
+type genText struct {
+	id   uint64
+	text []byte
 }
 
 func routesOf(p reconf.Pin[Config]) *routes { return p.Value(ConsumerName).(*routes) }
@@ -63,138 +125,130 @@ func routesOf(p reconf.Pin[Config]) *routes { return p.Value(ConsumerName).(*rou
 // call is one chat completion on its way to a backend.
 type call struct {
 	req         chatRequest
-	raw         map[string]json.RawMessage
 	gen         uint64
 	maxAttempts int
+	deadline    time.Time // admission plus the backend's timeout
 	log         *slog.Logger
 }
 
-// upstreamBody is the client's request with the backend's model and, when
-// given, a system message put first.
-func (c *call) upstreamBody(model string, system json.RawMessage) ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(c.raw))
-	for k, v := range c.raw {
-		out[k] = v
-	}
-	m, _ := json.Marshal(model)
-	out["model"] = m
-	if system != nil {
-		var msgs []json.RawMessage
-		if err := json.Unmarshal(c.raw["messages"], &msgs); err != nil {
-			return nil, err
-		}
-		msgs = append([]json.RawMessage{system}, msgs...)
-		b, err := json.Marshal(msgs)
-		if err != nil {
-			return nil, err
-		}
-		out["messages"] = b
-	}
-	return json.Marshal(out)
+func unauthorized(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="reconfd"`)
+	writeError(ctx, fasthttp.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "Incorrect or missing API key; send it as Authorization: Bearer KEY")
 }
 
-// failed answers a request whose context ended before its answer began: a
-// deadline is a 504; a client that went away gets nothing.
-func (c *call) failed(w http.ResponseWriter, err error, backend string) {
-	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(w, http.StatusGatewayTimeout, typeServer, codeTimeout, fmt.Sprintf("backend %s did not answer within its timeout", backend))
-	}
+func tooLarge(ctx *fasthttp.RequestCtx, limit int64) {
+	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, typeInvalidRequest, codeTooLarge,
+		fmt.Sprintf("the request body is larger than %d bytes", limit))
 }
 
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
-	pin := pinOf(r)
-	st := routesOf(pin)
-	if pin.Config().Auth.Mode == "api_keys" && !st.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="reconfd"`)
-		writeError(w, http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "Incorrect or missing API key; send it as Authorization: Bearer KEY")
-		return
+// chat serves a chat completion. It reports whether it handed the exchange
+// to a streamed body.
+func (g *Gateway) chat(x *exchange) bool {
+	ctx := x.ctx
+	st := routesOf(x.pin)
+	// The key and the limit were checked against the active generation
+	// before the body was read; they are checked again under the pin,
+	// since a reload may have changed them meanwhile.
+	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(ctx.Request.Header.Peek("Authorization")) {
+		unauthorized(ctx)
+		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, st.maxBody))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			writeError(w, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeTooLarge,
-				fmt.Sprintf("the request body is larger than %d bytes", st.maxBody))
-			return
-		}
-		return // the client went away
+	body := ctx.PostBody()
+	if int64(len(body)) > st.maxBody {
+		tooLarge(ctx, st.maxBody)
+		return false
 	}
-	c := &call{gen: pin.ID(), maxAttempts: st.maxAttempts, log: g.log}
-	if err := json.Unmarshal(body, &c.raw); err != nil {
-		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "the request body is not a JSON object")
-		return
+	req, p := parseChat(body)
+	if p != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, typeInvalidRequest, p.code, p.msg)
+		return false
 	}
-	if err := json.Unmarshal(body, &c.req); err != nil {
-		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean)")
-		return
-	}
-	if len(c.req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidRequest, "messages must be a non-empty array")
-		return
-	}
-	rt := st.resolve(c.req.Model)
+	rt := st.resolve(req.model)
 	if rt == nil {
-		writeError(w, http.StatusNotFound, typeInvalidRequest, codeModelNotFound,
-			fmt.Sprintf("The model `%s` does not exist", quoteModel(c.req.Model)))
-		return
+		writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound,
+			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
+		return false
 	}
-	w.Header().Set(BackendHeader, rt.name)
-
+	x.backend = rt.name
+	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
+	if !x.admit(rt) {
+		return false
+	}
 	// The timeout bounds the wait for a slot, then separately the time
-	// from admission to the last byte. The slot is held until the handler
-	// returns, after the answer's last byte (a stream's included).
-	wait, cancelWait := context.WithTimeout(r.Context(), rt.timeout)
-	slot, err := rt.lim.Acquire(wait)
-	cancelWait()
-	switch {
-	case err == nil:
-	case r.Context().Err() != nil:
-		return // the client went away
-	case errors.Is(err, gate.ErrClosed):
-		// The worker's gate closed (a shutdown that outlasted its
-		// timeout): its slots are no longer counted by the fleet.
-		writeError(w, http.StatusServiceUnavailable, typeServer, codeShuttingDown,
-			"this worker is shutting down; retry on a new connection")
-		return
-	default:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeBackendBusy,
-			fmt.Sprintf("backend %s is at its concurrency limit and no slot freed within its timeout; retry later", rt.name))
-		return
-	}
-	defer slot.Release()
-	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
-	defer cancel()
+	// from admission to the last byte. The write deadline enforces the
+	// second on a client that stops reading: past it the write fails and
+	// the answer (a stream included) ends, which releases the slot and the
+	// pin. fasthttp clears it after the response.
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log}
+	_ = ctx.SetWriteDeadline(c.deadline)
 	switch {
 	case rt.stub != nil:
-		rt.stub.serve(ctx, w, c)
+		return rt.stub.serve(x, &c)
 	case rt.up != nil:
-		rt.up.serve(ctx, w, c)
+		return rt.up.serve(x, &c)
 	}
+	return false
 }
 
-func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	pin := pinOf(r)
-	st := routesOf(pin)
-	if pin.Config().Auth.Mode == "api_keys" && !st.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="reconfd"`)
-		writeError(w, http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "Incorrect or missing API key; send it as Authorization: Bearer KEY")
+// admit takes a slot of rt's limiter, waiting in line for at most rt's
+// timeout; it answers 429 (no slot in time) or 503 (the worker's gate has
+// closed) and returns false when it cannot.
+func (x *exchange) admit(rt *route) bool {
+	slot, ok := rt.lim.TryAcquire()
+	if !ok {
+		wait, cancel := context.WithTimeout(context.Background(), rt.timeout)
+		var err error
+		slot, err = rt.lim.Acquire(wait)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, gate.ErrClosed):
+			// The worker's gate closed (a shutdown that outlasted its
+			// timeout): its slots are no longer counted by the fleet.
+			writeError(x.ctx, fasthttp.StatusServiceUnavailable, typeServer, codeShuttingDown,
+				"this worker is shutting down; retry on a new connection")
+			return false
+		default:
+			x.ctx.Response.Header.Set("Retry-After", "1")
+			writeError(x.ctx, fasthttp.StatusTooManyRequests, typeRateLimit, codeBackendBusy,
+				fmt.Sprintf("backend %s is at its concurrency limit and no slot freed within its timeout; retry later", rt.name))
+			return false
+		}
+	}
+	x.slot, x.admitted = slot, true
+	return true
+}
+
+// lateWrite is how long an error that is written after the backend's
+// timeout (a 504, a stream's error event) has to reach the client: the
+// write deadline at the timeout itself would refuse it.
+const lateWrite = time.Second
+
+// timedOut answers a request whose backend did not answer in time.
+func timedOut(ctx *fasthttp.RequestCtx, backend string) {
+	_ = ctx.SetWriteDeadline(time.Now().Add(lateWrite))
+	writeError(ctx, fasthttp.StatusGatewayTimeout, typeServer, codeTimeout, fmt.Sprintf("backend %s did not answer within its timeout", backend))
+}
+
+func (g *Gateway) models(x *exchange) {
+	st := routesOf(x.pin)
+	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(x.ctx.Request.Header.Peek("Authorization")) {
+		unauthorized(x.ctx)
 		return
 	}
 	data := st.models
 	if data == nil {
 		data = []modelInfo{}
 	}
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: data})
+	writeJSON(x.ctx, fasthttp.StatusOK, modelList{Object: "list", Data: data})
 }
 
-func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
-	pin := pinOf(r)
-	status, code := "ok", http.StatusOK
+func (g *Gateway) healthz(x *exchange) {
+	status, code := "ok", fasthttp.StatusOK
 	if g.draining.Load() {
-		status, code = "draining", http.StatusServiceUnavailable
+		status, code = "draining", fasthttp.StatusServiceUnavailable
 	}
-	body := map[string]any{"status": status, "generation": pin.ID()}
+	body := map[string]any{"status": status, "generation": x.pin.ID()}
 	if g.cluster != nil {
 		// One worker's view, never the fleet's: the fleet is in the
 		// management status.
@@ -202,50 +256,10 @@ func (g *Gateway) healthz(w http.ResponseWriter, r *http.Request) {
 		body["worker"] = g.worker
 		body["worker_id"] = g.cluster.ch.ID()
 	}
-	writeJSON(w, code, body)
+	writeJSON(x.ctx, code, body)
 }
 
-var knownPaths = map[string]string{
-	"/v1/chat/completions": "POST",
-	"/v1/models":           "GET, HEAD",
-	"/healthz":             "GET, HEAD",
-}
-
-func notFound(w http.ResponseWriter, r *http.Request) {
-	if allow, ok := knownPaths[r.URL.Path]; ok {
-		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, typeInvalidRequest, codeMethod, "method not allowed; use "+allow)
-		return
-	}
-	writeError(w, http.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, GET /v1/models and GET /healthz")
-}
-
-// statusWriter records the status code for the request log. It unwraps
-// for http.ResponseController, so flushing reaches the connection.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusWriter) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, typeInvalidRequest, codeMethod, "method not allowed; use "+allow)
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/reconfhq/reconf/internal/testkit"
 	"io"
 	"log/slog"
 	"net"
@@ -18,12 +17,24 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // logBuffer collects output that several goroutines write.
 type logBuffer = testkit.Buffer
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, fasthttpGoroutines...) }
+
+// fasthttpGoroutines are fasthttp's own background goroutines: the
+// process-wide Date header refresher; an upstream client's idle connection
+// cleaner, which exits by itself once its client has had no connection for
+// MaxIdleConnDuration; a server's idle worker cleaner, which exits within
+// MaxIdleWorkerDuration of the server's end (see docs/design/data-plane.md).
+var fasthttpGoroutines = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+}
 
 // baseConfig is a small valid configuration with two stub backends.
 const baseConfig = `

@@ -2,52 +2,83 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/url"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
+
+// UpstreamTransport is what an openai backend needs of its HTTP client;
+// *fasthttp.HostClient is one. WithTransport may wrap it (tests).
+type UpstreamTransport interface {
+	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+	CloseIdleConnections()
+}
+
+var _ UpstreamTransport = (*fasthttp.HostClient)(nil)
 
 // upstreamClient is the HTTP client of one openai backend. Generations that
 // keep the backend's name and host share it; each holds a reference, and
 // the last one to go closes its idle connections.
 type upstreamClient struct {
 	host string
-	hc   *http.Client
+	hc   UpstreamTransport
 	refs atomic.Int64
 }
 
-func newUpstreamClient(host string, newTransport func() http.RoundTripper) *upstreamClient {
-	var rt http.RoundTripper
-	if newTransport != nil {
-		rt = newTransport()
-	} else {
-		rt = defaultTransport()
-	}
-	c := &upstreamClient{host: host, hc: &http.Client{Transport: rt}}
-	c.refs.Store(1)
-	return c
-}
+// Upstream client bounds.
+const (
+	// maxUpstreamBody bounds a non-streamed answer, which is held whole
+	// before it is passed on; a streamed one passes through unbounded.
+	maxUpstreamBody = 32 << 20
+	dialTimeout     = 10 * time.Second
+)
 
-func defaultTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+func newUpstreamClient(host string, u *url.URL, wrap func(*fasthttp.HostClient) UpstreamTransport) (*upstreamClient, error) {
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr = net.JoinHostPort(u.Hostname(), "443")
+		} else {
+			addr = net.JoinHostPort(u.Hostname(), "80")
+		}
 	}
+	hc := &fasthttp.HostClient{
+		Addr:  addr,
+		IsTLS: u.Scheme == "https",
+		Name:  "reconfd",
+		// A plain net.Dialer: fasthttp's default dialer keeps a DNS cache
+		// with a cleaner goroutine of its own.
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			d := net.Dialer{Timeout: min(timeout, dialTimeout), KeepAlive: 30 * time.Second}
+			return d.Dial("tcp", addr)
+		},
+		MaxConns:                      1024,
+		MaxIdleConnDuration:           90 * time.Second,
+		MaxResponseBodySize:           maxUpstreamBody,
+		DisableHeaderNamesNormalizing: false,
+		// A POST is not retried by the client: the route's attempt budget
+		// decides, except for a kept-alive connection that the upstream
+		// closed before answering, which is retried once, as net/http does.
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+			return false, attempts == 1 && errors.Is(err, fasthttp.ErrConnectionClosed)
+		},
+	}
+	var t UpstreamTransport = hc
+	if wrap != nil {
+		t = wrap(hc)
+	}
+	c := &upstreamClient{host: host, hc: t}
+	c.refs.Store(1)
+	return c, nil
 }
 
 func (c *upstreamClient) ref() { c.refs.Add(1) }
@@ -61,8 +92,11 @@ func (c *upstreamClient) unref() {
 // openaiBackend forwards requests to an OpenAI-compatible server.
 type openaiBackend struct {
 	name, model string
-	endpoint    string          // host + "/chat/completions"
+	modelJSON   []byte          // model as a JSON string
+	endpoint    []byte          // the request path: the host's path + "/chat/completions"
+	hostHdr     []byte          // the Host header
 	apiKey      string          // revealed; sent as a bearer token, never logged
+	authHdr     []byte          // "Bearer " + apiKey, or nil
 	system      json.RawMessage // a system message to prepend, or nil
 	client      *upstreamClient
 }
@@ -70,137 +104,235 @@ type openaiBackend struct {
 // maxErrorBody bounds an upstream error body passed through to a client.
 const maxErrorBody = 64 << 10
 
+var (
+	acceptJSON   = []byte("application/json")
+	acceptStream = []byte("text/event-stream")
+	authKey      = []byte("Authorization")
+	acceptKey    = []byte("Accept")
+)
+
+// bodyPool holds the buffers upstream bodies are built in.
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+
 // serve forwards one request, retrying connection errors and 5xx answers
-// up to the route's attempt budget, then passes the answer through:
-// streamed bodies chunk by chunk, flushed as they arrive.
-func (b *openaiBackend) serve(ctx context.Context, w http.ResponseWriter, c *call) {
-	body, err := c.upstreamBody(b.model, b.system)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidJSON, "the request body is not a valid chat completion request")
-		return
+// up to the route's attempt budget, then passes the answer through: a
+// whole one at once, a stream by handing the exchange to its body (it
+// reports whether it did).
+func (b *openaiBackend) serve(x *exchange, c *call) bool {
+	ctx := x.ctx
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	buf := bodyPool.Get().(*[]byte)
+	defer func() { *buf = (*buf)[:0]; bodyPool.Put(buf) }()
+	*buf = c.req.upstreamBody((*buf)[:0], b.modelJSON, b.system)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetRequestURIBytes(b.endpoint)
+	req.Header.SetHostBytes(b.hostHdr)
+	req.Header.SetContentTypeBytes(acceptJSON)
+	if c.req.stream {
+		req.Header.SetCanonical(acceptKey, acceptStream)
+	} else {
+		req.Header.SetCanonical(acceptKey, acceptJSON)
 	}
-	var resp *http.Response
-	attempts := 0
+	if b.authHdr != nil {
+		req.Header.SetCanonical(authKey, b.authHdr)
+	}
+	req.SetBodyRaw(*buf)
+
+	resp := fasthttp.AcquireResponse()
+	handed := false
+	defer func() {
+		if !handed {
+			fasthttp.ReleaseResponse(resp)
+		}
+	}()
+	got, attempts, expired := false, 0, false
 	for attempts < c.maxAttempts {
 		attempts++
-		if attempts > 1 {
-			if err := sleep(ctx, backoff(attempts)); err != nil {
-				break
-			}
+		if attempts > 1 && !sleepUntil(c.deadline, backoff(attempts)) {
+			expired = true
+			break
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.endpoint, bytes.NewReader(body))
+		resp.Reset()
+		resp.StreamBody = c.req.stream
+		err := b.client.hc.DoDeadline(req, resp, c.deadline)
 		if err != nil {
-			c.log.Error("upstream request cannot be built", "backend", b.name)
-			writeError(w, http.StatusBadGateway, typeServer, codeUpstreamError, fmt.Sprintf("backend %s cannot be reached", b.name))
-			return
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if c.req.Stream {
-			req.Header.Set("Accept", "text/event-stream")
-		} else {
-			req.Header.Set("Accept", "application/json")
-		}
-		if b.apiKey != "" {
-			req.Header.Set("Authorization", "Bearer "+b.apiKey)
-		}
-		r, err := b.client.hc.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
+			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
+				expired = true
 				break
 			}
 			c.log.Warn("upstream connection failed", "backend", b.name, "attempt", attempts, "error", redactErr(err, b.apiKey))
 			continue
 		}
-		if r.StatusCode >= 500 && attempts < c.maxAttempts {
-			c.log.Warn("upstream answered with a server error; retrying", "backend", b.name, "attempt", attempts, "status", r.StatusCode)
-			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxErrorBody))
-			r.Body.Close()
+		if resp.StatusCode() >= 500 && attempts < c.maxAttempts {
+			c.log.Warn("upstream answered with a server error; retrying", "backend", b.name, "attempt", attempts, "status", resp.StatusCode())
 			continue
 		}
-		resp = r
+		got = true
 		break
 	}
-	if resp == nil {
-		if ctx.Err() != nil {
-			c.failed(w, ctx.Err(), b.name)
-			return
+	if !got {
+		if expired {
+			timedOut(ctx, b.name)
+			return false
 		}
-		writeError(w, http.StatusBadGateway, typeServer, codeUnavailable,
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUnavailable,
 			fmt.Sprintf("backend %s could not be reached after %d attempt(s)", b.name, attempts))
-		return
+		return false
 	}
-	defer resp.Body.Close()
 
-	switch st := resp.StatusCode; {
-	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+	switch st := resp.StatusCode(); {
+	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
 		// The upstream refused the gateway's own credentials. That is not
 		// the client's fault, and the upstream's body may echo part of
 		// the key, so it is not passed on.
 		c.log.Warn("upstream rejected the gateway's credentials", "backend", b.name, "status", st)
-		writeError(w, http.StatusBadGateway, typeServer, codeUpstreamAuth,
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamAuth,
 			fmt.Sprintf("backend %s rejected the gateway's credentials (upstream HTTP %d)", b.name, st))
 	case st >= 500:
 		c.log.Warn("upstream answered with a server error", "backend", b.name, "attempts", attempts, "status", st)
-		writeError(w, http.StatusBadGateway, typeServer, codeUpstreamError,
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamError,
 			fmt.Sprintf("backend %s answered HTTP %d after %d attempt(s)", b.name, st, attempts))
 	case st >= 300:
 		// A client error (a bad request, a context too long): pass it on,
 		// bounded, with the gateway's key blanked should it appear.
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		data := errorBody(resp)
 		if b.apiKey != "" {
 			data = bytes.ReplaceAll(data, []byte(b.apiKey), []byte("[REDACTED]"))
 		}
-		if ct := resp.Header.Get("Content-Type"); ct != "" {
-			w.Header().Set("Content-Type", ct)
-		}
-		w.WriteHeader(st)
-		_, _ = w.Write(data)
+		copyHeader(ctx, resp, fasthttp.HeaderContentType)
+		ctx.SetStatusCode(st)
+		ctx.SetBody(data)
+	case resp.StreamBody && resp.BodyStream() != nil:
+		passHeaders(ctx, resp)
+		ctx.SetStatusCode(st)
+		x.status = st
+		ctx.Response.SetBodyStream(&upstreamStream{x: *x, resp: resp, body: resp.BodyStream(), c: *c, b: b}, -1)
+		handed = true
 	default:
-		b.pass(ctx, w, resp, c)
+		passHeaders(ctx, resp)
+		ctx.SetStatusCode(st)
+		// Hand the upstream's body buffer to the client's response
+		// rather than copying it; the response's old buffer goes back.
+		ctx.Response.SwapBody(resp.SwapBody(ctx.Response.SwapBody(nil)))
+	}
+	return handed
+}
+
+// errorBody reads an upstream error body, bounded.
+func errorBody(resp *fasthttp.Response) []byte {
+	if s := resp.BodyStream(); resp.StreamBody && s != nil {
+		data, _ := io.ReadAll(io.LimitReader(s, maxErrorBody))
+		return data
+	}
+	data := resp.Body()
+	if len(data) > maxErrorBody {
+		data = data[:maxErrorBody]
+	}
+	return bytes.Clone(data)
+}
+
+// passedHeaders are the upstream headers a successful answer keeps.
+var passedHeaders = []string{fasthttp.HeaderContentType, fasthttp.HeaderCacheControl, "X-Request-Id", "Openai-Processing-Ms", "Openai-Model"}
+
+func passHeaders(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
+	for _, h := range passedHeaders {
+		copyHeader(ctx, resp, h)
 	}
 }
 
-// pass copies a successful answer to the client, flushing every read so a
-// stream reaches the client as the upstream produces it.
-func (b *openaiBackend) pass(ctx context.Context, w http.ResponseWriter, resp *http.Response, c *call) {
-	for _, h := range []string{"Content-Type", "Cache-Control", "X-Request-Id", "Openai-Processing-Ms", "Openai-Model"} {
-		if v := resp.Header.Get(h); v != "" {
-			w.Header().Set(h, v)
-		}
-	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // the client went away; ctx ends and the upstream request with it
-			}
-			_ = rc.Flush()
-		}
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			if ctx.Err() == context.DeadlineExceeded {
-				c.log.Warn("upstream answer cut at the backend timeout", "backend", b.name)
-				if c.req.Stream {
-					// End the partial event, then say why the stream stops.
-					_, _ = w.Write([]byte("\n\n"))
-					newSSEAfterHeader(w).fail(context.DeadlineExceeded, b.name, c.gen)
-				}
-			} else if ctx.Err() == nil {
-				c.log.Warn("upstream answer broke off", "backend", b.name, "error", redactErr(err, b.apiKey))
-			}
-			return
-		}
+func copyHeader(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, h string) {
+	if v := resp.Header.Peek(h); len(v) > 0 {
+		ctx.Response.Header.SetBytesV(h, v)
 	}
 }
 
-// newSSEAfterHeader is an sseWriter for a response whose header is sent.
-func newSSEAfterHeader(w http.ResponseWriter) *sseWriter {
-	return &sseWriter{w: w, rc: http.NewResponseController(w), ok: true}
+// upstreamStream is a streamed answer on its way from the upstream to the
+// client: fasthttp reads it after the handler returns, writing each read
+// as one chunk and flushing it, so the upstream's events pass through as
+// they arrive, byte for byte. It owns the request's exchange: Close (which
+// fasthttp calls once the body is written, or when the client's connection
+// fails or its write deadline passes) releases the upstream connection,
+// the gate slot and the pin.
+type upstreamStream struct {
+	x    exchange
+	resp *fasthttp.Response
+	body io.Reader
+	c    call
+	b    *openaiBackend
+
+	tail   []byte // what is left to send after the upstream broke off
+	done   bool
+	closed bool
+}
+
+func (s *upstreamStream) Read(p []byte) (int, error) {
+	if len(s.tail) > 0 {
+		n := copy(p, s.tail)
+		s.tail = s.tail[n:]
+		return n, nil
+	}
+	if s.done {
+		return 0, io.EOF
+	}
+	n, err := s.body.Read(p)
+	if n > 0 {
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.fail(err)
+		} else if err != nil {
+			s.done = true
+		}
+		return n, nil
+	}
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.Is(err, io.EOF):
+		s.done = true
+		return 0, io.EOF
+	}
+	s.fail(err)
+	return s.Read(p)
+}
+
+// fail ends the stream after an upstream read error: at the backend's
+// timeout with an error event (the status is long sent), otherwise with
+// nothing more.
+func (s *upstreamStream) fail(err error) {
+	s.done = true
+	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
+		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.b.name)
+		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
+		// End the partial event, then say why the stream stops.
+		s.tail = append([]byte("\n\n"), timeoutEvent(s.b.name, s.c.gen)...)
+		return
+	}
+	s.c.log.Warn("upstream answer broke off", "backend", s.b.name, "error", redactErr(err, s.b.apiKey))
+}
+
+func (s *upstreamStream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	fasthttp.ReleaseResponse(s.resp) // a body not read to its end closes the connection
+	s.x.end()
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &te) && te.Timeout())
+}
+
+// sleepUntil sleeps d unless that would pass deadline; it reports whether
+// it slept.
+func sleepUntil(deadline time.Time, d time.Duration) bool {
+	if time.Until(deadline) <= d {
+		return false
+	}
+	time.Sleep(d)
+	return true
 }
 
 // backoff is the pause before attempt n (n >= 2).

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -9,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
@@ -57,6 +60,7 @@ type routes struct {
 // route is one backend as one generation sees it.
 type route struct {
 	name, kind, model string
+	nameBytes         []byte // name, for the Reconf-Backend header
 	timeout           time.Duration
 	maxConcurrency    int
 	lim               *gate.Limiter // the name's long-lived limiter (see limiterSource)
@@ -68,28 +72,29 @@ type route struct {
 // resolve maps a requested model to a backend: the default route for no
 // model, then model_aliases, then a backend's name, then a backend's model.
 // It returns nil for an unknown model.
-func (s *routes) resolve(model string) *route {
-	if model == "" {
+func (s *routes) resolve(model []byte) *route {
+	if len(model) == 0 {
 		return s.def
 	}
-	if r := s.aliases[model]; r != nil {
+	if r := s.aliases[string(model)]; r != nil {
 		return r
 	}
-	if r := s.byName[model]; r != nil {
+	if r := s.byName[string(model)]; r != nil {
 		return r
 	}
-	return s.byModel[model]
+	return s.byModel[string(model)]
 }
 
-// authorized reports whether the request's bearer token is one of the
-// keys. The token's digest is compared with every key's digest in constant
-// time, so neither a key's content nor its length shows in the timing.
-func (s *routes) authorized(r *http.Request) bool {
-	tok, ok := bearer(r)
+// authorized reports whether the bearer token of an Authorization header
+// is one of the keys. The token's digest is compared with every key's
+// digest in constant time, so neither a key's content nor its length shows
+// in the timing.
+func (s *routes) authorized(authorization []byte) bool {
+	tok, ok := bearer(authorization)
 	if !ok {
 		return false
 	}
-	d := sha256.Sum256([]byte(tok))
+	d := sha256.Sum256(tok)
 	match := 0
 	for i := range s.keys {
 		match |= subtle.ConstantTimeCompare(d[:], s.keys[i][:])
@@ -97,13 +102,14 @@ func (s *routes) authorized(r *http.Request) bool {
 	return match == 1
 }
 
-func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
+// bearer returns the token of an Authorization header "Bearer TOKEN" (the
+// scheme in any case).
+func bearer(h []byte) ([]byte, bool) {
 	const p = "Bearer "
-	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
-		return "", false
+	if len(h) <= len(p) || !bytes.EqualFold(h[:len(p)], []byte(p)) {
+		return nil, false
 	}
-	return strings.TrimSpace(h[len(p):]), true
+	return bytes.TrimSpace(h[len(p):]), true
 }
 
 // Close releases the state's upstream clients; a client shared with a
@@ -135,7 +141,7 @@ func (s *routes) release() {
 // every backend and remembers the state as the base for the next Prepare.
 type backendsConsumer struct {
 	dir          string // the configuration file's directory
-	newTransport func() http.RoundTripper
+	newTransport func(*fasthttp.HostClient) UpstreamTransport
 	limiters     limiterSource
 
 	mu      sync.Mutex
@@ -239,7 +245,7 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		r := &route{name: b.Name, kind: b.Kind, model: b.Model, timeout: b.Timeout, maxConcurrency: b.MaxConcurrency}
+		r := &route{name: b.Name, nameBytes: []byte(b.Name), kind: b.Kind, model: b.Model, timeout: b.Timeout, maxConcurrency: b.MaxConcurrency}
 		var old *route
 		if cur != nil {
 			old = cur.byName[b.Name]
@@ -284,11 +290,21 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 // openai builds an openai backend, reusing old's client when the backend
 // kept its kind and host.
 func (c *backendsConsumer) openai(b *Backend, old *route) (*openaiBackend, error) {
+	u, err := url.Parse(b.Host)
+	if err != nil {
+		return nil, fmt.Errorf("backends[%s].host: not a URL", b.Name)
+	}
+	model, _ := json.Marshal(b.Model)
 	up := &openaiBackend{
-		name:     b.Name,
-		model:    b.Model,
-		endpoint: strings.TrimRight(b.Host, "/") + "/chat/completions",
-		apiKey:   b.APIKey.Reveal(),
+		name:      b.Name,
+		model:     b.Model,
+		modelJSON: model,
+		endpoint:  []byte(strings.TrimRight(u.EscapedPath(), "/") + "/chat/completions"),
+		hostHdr:   []byte(u.Host),
+		apiKey:    b.APIKey.Reveal(),
+	}
+	if up.apiKey != "" {
+		up.authHdr = []byte("Bearer " + up.apiKey)
 	}
 	if b.SystemPromptFile != "" {
 		prompt, err := readPrompt(c.path(b.SystemPromptFile))
@@ -302,7 +318,9 @@ func (c *backendsConsumer) openai(b *Backend, old *route) (*openaiBackend, error
 		old.up.client.ref()
 		up.client = old.up.client
 	} else {
-		up.client = newUpstreamClient(b.Host, c.newTransport)
+		if up.client, err = newUpstreamClient(b.Host, u, c.newTransport); err != nil {
+			return nil, fmt.Errorf("backends[%s].host: %w", b.Name, err)
+		}
 	}
 	return up, nil
 }

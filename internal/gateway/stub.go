@@ -1,13 +1,14 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"io"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // stubBackend answers every request itself, deterministically: the text
@@ -40,49 +41,108 @@ func (s *stubBackend) text() string {
 	return b.String()
 }
 
-func (s *stubBackend) serve(ctx context.Context, w http.ResponseWriter, c *call) {
+// serve answers a completion after tokens x delay, or streams the tokens
+// delay apart (handing the exchange to the stream; it reports whether it
+// did). Past the backend's timeout a whole answer is a 504 and a stream
+// ends with an error event.
+func (s *stubBackend) serve(x *exchange, c *call) bool {
 	id := fmt.Sprintf("chatcmpl-stub-%d-%d", c.gen, completionSeq.Add(1))
 	created := time.Now().Unix()
-	prompt := promptTokens(c.req.Messages)
-	if !c.req.Stream {
-		if err := sleep(ctx, time.Duration(s.tokens)*s.delay); err != nil {
-			c.failed(w, err, s.name)
-			return
+	prompt := promptTokens(c.req.decodeMessages())
+	if !c.req.stream {
+		if !sleepUntil(c.deadline, time.Duration(s.tokens)*s.delay) {
+			time.Sleep(time.Until(c.deadline))
+			timedOut(x.ctx, s.name)
+			return false
 		}
 		stop := "stop"
-		writeJSON(w, http.StatusOK, chatCompletion{
+		writeJSON(x.ctx, fasthttp.StatusOK, chatCompletion{
 			ID: id, Object: "chat.completion", Created: created, Model: s.model,
 			Choices:          []chatChoice{{Message: &chatOutput{Role: "assistant", Content: s.text()}, FinishReason: &stop}},
 			Usage:            &usage{PromptTokens: prompt, CompletionTokens: s.tokens, TotalTokens: prompt + s.tokens},
 			ReconfGeneration: c.gen,
 		})
-		return
+		return false
 	}
+	h := &x.ctx.Response.Header
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	x.ctx.SetStatusCode(fasthttp.StatusOK)
+	x.status = fasthttp.StatusOK
+	x.ctx.Response.SetBodyStream(&stubStream{x: *x, s: s, c: *c, id: id, created: created, next: -1}, -1)
+	return true
+}
 
-	sse := newSSE(w)
-	chunk := func(delta *chatOutput, finish *string) chatCompletion {
-		return chatCompletion{
-			ID: id, Object: "chat.completion.chunk", Created: created, Model: s.model,
-			Choices:          []chatChoice{{Delta: delta, FinishReason: finish}},
-			ReconfGeneration: c.gen,
+// stubStream is the stub's streamed answer: a role event, the tokens
+// delay apart, a finish event and [DONE]. fasthttp reads it after the
+// handler returns, one event per read; Close releases the gate slot and
+// the pin (see upstreamStream).
+type stubStream struct {
+	x        exchange
+	s        *stubBackend
+	c        call
+	id       string
+	created  int64
+	next     int    // the next token; -1 before the role event
+	pending  []byte // the rest of an event a short read did not take
+	done     bool
+	finished bool
+	closed   bool
+}
+
+func (st *stubStream) chunk(delta *chatOutput, finish *string) chatCompletion {
+	return chatCompletion{
+		ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.s.model,
+		Choices:          []chatChoice{{Delta: delta, FinishReason: finish}},
+		ReconfGeneration: st.c.gen,
+	}
+}
+
+func (st *stubStream) Read(p []byte) (int, error) {
+	if len(st.pending) == 0 {
+		if st.done {
+			return 0, io.EOF
 		}
+		st.pending = st.event()
 	}
-	if !sse.event(chunk(&chatOutput{Role: "assistant"}, nil)) {
-		return
-	}
-	for i := range s.tokens {
-		if err := sleep(ctx, s.delay); err != nil {
-			sse.fail(err, s.name, c.gen)
-			return
+	n := copy(p, st.pending)
+	st.pending = st.pending[n:]
+	return n, nil
+}
+
+// event returns the next event's bytes, after its token's delay.
+func (st *stubStream) event() []byte {
+	switch {
+	case st.next < 0:
+		st.next = 0
+		return sseEvent(st.chunk(&chatOutput{Role: "assistant"}, nil))
+	case st.next < st.s.tokens:
+		if !sleepUntil(st.c.deadline, st.s.delay) {
+			time.Sleep(time.Until(st.c.deadline))
+			st.done = true
+			_ = st.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
+			return timeoutEvent(st.s.name, st.c.gen)
 		}
-		if !sse.event(chunk(&chatOutput{Content: s.token(i)}, nil)) {
-			return
-		}
+		i := st.next
+		st.next++
+		return sseEvent(st.chunk(&chatOutput{Content: st.s.token(i)}, nil))
+	case !st.finished:
+		st.finished = true
+		stop := "stop"
+		return sseEvent(st.chunk(&chatOutput{}, &stop))
+	default:
+		st.done = true
+		return []byte("data: [DONE]\n\n")
 	}
-	stop := "stop"
-	if sse.event(chunk(&chatOutput{}, &stop)) {
-		sse.done()
+}
+
+func (st *stubStream) Close() error {
+	if !st.closed {
+		st.closed = true
+		st.x.end()
 	}
+	return nil
 }
 
 // promptTokens approximates a prompt's length in words.
@@ -97,71 +157,17 @@ func promptTokens(msgs []chatMessage) int {
 	return n
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// sseEvent renders v as one server-sent data event.
+func sseEvent(v any) []byte {
+	b, _ := json.Marshal(v)
+	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
-// sseWriter writes server-sent events in OpenAI's format and flushes each.
-type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-	ok bool
-}
-
-func newSSE(w http.ResponseWriter) *sseWriter {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return &sseWriter{w: w, rc: http.NewResponseController(w), ok: true}
-}
-
-// event writes one data event; it returns false once the client is gone.
-func (s *sseWriter) event(v any) bool {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return false
-	}
-	return s.raw(append(append([]byte("data: "), b...), '\n', '\n'))
-}
-
-func (s *sseWriter) raw(b []byte) bool {
-	if !s.ok {
-		return false
-	}
-	if _, err := s.w.Write(b); err != nil {
-		s.ok = false
-		return false
-	}
-	if err := s.rc.Flush(); err != nil {
-		s.ok = false
-	}
-	return s.ok
-}
-
-func (s *sseWriter) done() { s.raw([]byte("data: [DONE]\n\n")) }
-
-// fail ends a stream that cannot finish: a deadline gets an error event
-// (there is no status left to change); a client that went away gets
-// nothing.
-func (s *sseWriter) fail(err error, backend string, gen uint64) {
-	if err != context.DeadlineExceeded {
-		return
-	}
+// timeoutEvent is the error event that ends a stream cut at the backend's
+// timeout (there is no status left to change).
+func timeoutEvent(backend string, gen uint64) []byte {
 	code := codeTimeout
-	s.event(struct {
+	return sseEvent(struct {
 		Error            apiErrorBody `json:"error"`
 		ReconfGeneration uint64       `json:"reconf_generation"`
 	}{apiErrorBody{Message: fmt.Sprintf("backend %s did not finish within its timeout", backend), Type: typeServer, Code: &code}, gen})

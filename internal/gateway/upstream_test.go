@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/reconfhq/reconf"
 )
 
@@ -379,13 +381,13 @@ func TestSystemPrompt(t *testing.T) {
 
 // countingTransport counts how often its idle connections are closed.
 type countingTransport struct {
-	*http.Transport
+	*fasthttp.HostClient
 	closed *atomic.Int64
 }
 
 func (c countingTransport) CloseIdleConnections() {
 	c.closed.Add(1)
-	c.Transport.CloseIdleConnections()
+	c.HostClient.CloseIdleConnections()
 }
 
 func TestUpstreamClientLifecycle(t *testing.T) {
@@ -393,9 +395,9 @@ func TestUpstreamClientLifecycle(t *testing.T) {
 	b := newFakeOpenAI(t, goodKey)
 	a.release = make(chan struct{})
 	var made, closed atomic.Int64
-	tg := startGateway(t, upstreamConfig(a.host(), ""), WithEnv(envWith(goodKey)), WithTransport(func() http.RoundTripper {
+	tg := startGateway(t, upstreamConfig(a.host(), ""), WithEnv(envWith(goodKey)), WithTransport(func(hc *fasthttp.HostClient) UpstreamTransport {
 		made.Add(1)
-		return countingTransport{&http.Transport{}, &closed}
+		return countingTransport{hc, &closed}
 	}))
 	if made.Load() != 1 {
 		t.Fatalf("made %d transports at start, want 1", made.Load())

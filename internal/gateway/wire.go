@@ -2,21 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
+
+	"github.com/valyala/fasthttp"
 )
 
-// This file holds OpenAI's wire format: the request fields the gateway
-// reads, the response shapes the stub writes, and the error shape.
-
-// chatRequest is the part of a chat completion request the gateway reads.
-// The request is forwarded upstream as the client sent it, with only
-// "model" (and, with a system prompt, "messages") replaced.
-type chatRequest struct {
-	Model    string        `json:"model"`
-	Stream   bool          `json:"stream"`
-	Messages []chatMessage `json:"messages"`
-}
+// This file holds OpenAI's wire format: the response shapes the stub
+// writes and the error shape (request.go reads requests).
 
 type chatMessage struct {
 	Role    string          `json:"role"`
@@ -98,30 +90,38 @@ const (
 	codeNotFound       = "not_found"
 	codeMethod         = "method_not_allowed"
 	codeShuttingDown   = "shutting_down"
+	codeHeaderTooLarge = "header_too_large"
+	codeRequestTimeout = "request_timeout"
+	codeMalformed      = "malformed_request"
 )
 
 // writeError writes an error in OpenAI's shape.
-func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
 	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
 	if code != "" {
 		body.Error.Code = &code
 	}
-	writeJSON(w, status, body)
+	writeJSON(ctx, status, body)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers v as JSON with status.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		http.Error(w, `{"error":{"message":"encoding failed","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
-		return
+		status = fasthttp.StatusInternalServerError
+		b = []byte(`{"error":{"message":"encoding failed","type":"server_error","param":null,"code":null}}`)
 	}
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Del("Content-Length")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(status)
+	ctx.SetContentTypeBytes(contentJSON)
+	ctx.Response.AppendBody(b)
+	ctx.Response.AppendBody(newline)
 }
+
+var (
+	contentJSON = []byte("application/json")
+	newline     = []byte("\n")
+)
 
 // quoteModel renders a client-supplied model name for an error message:
 // bounded and free of control characters.

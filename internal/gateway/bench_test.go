@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// benchGateway loads cfg into a gateway that logs nothing.
+func benchGateway(b *testing.B, cfg string, opts ...Option) *Gateway {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "c.yaml")
+	writeAtomic(b, path, cfg)
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError})))}, opts...)
+	g, err := New(context.Background(), path, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = g.Shutdown(context.Background()) })
+	return g
+}
+
+// runHandler calls h b.N times on one reused request context, as the
+// server does on a kept-alive connection, and wants a 200 each time.
+func runHandler(b *testing.B, h fasthttp.RequestHandler, body string, hdr ...string) {
+	var ctx fasthttp.RequestCtx
+	// A connection that is never written: the handler only sets its
+	// write deadline.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c1, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c1.Close()
+	ctx.Init2(c1, nil, false)
+	req := &ctx.Request
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.SetContentType("application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	req.SetBodyString(body)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		ctx.Response.Reset()
+		h(&ctx)
+		if ctx.Response.StatusCode() != fasthttp.StatusOK {
+			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
+
+// BenchmarkDataPlane is the per-request cost of the same non-streaming
+// stub completion served by the handler of a single-process gateway and
+// of a worker of a cluster. Both gateways (and the cluster's etcd member)
+// live in the process for the whole benchmark, so that the background work
+// and the heap weigh on both alike. The hot path does no IPC, so the two
+// should match within noise.
+//
+//	go test -run '^$' -bench DataPlane -benchmem -count 6 ./internal/gateway/
+func BenchmarkDataPlane(b *testing.B) {
+	cfg := strings.Replace(baseConfig, "level: debug", "level: error", 1)
+	cfg = strings.Replace(cfg, "max_concurrency: 8", "max_concurrency: 0", 1)
+	body := chatBody("stub-1", false)
+	etcd := startEtcd(b)
+	single := benchGateway(b, cfg)
+	worker := benchGateway(b, cfg, WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: "/bench/dataplane", Worker: "1"}))
+	b.Run("single", func(b *testing.B) { runHandler(b, single.Handler(), body) })
+	b.Run("cluster-worker", func(b *testing.B) { runHandler(b, worker.Handler(), body) })
+}
+
+// benchUpstream is an in-process OpenAI-compatible upstream on fasthttp
+// that answers every request at once with a fixed completion; it
+// allocates nothing per request, so a benchmark's allocations are the
+// gateway's.
+func benchUpstream(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1764633600,"model":"bench-1","choices":[{"index":0,"message":{"role":"assistant","content":"A short answer from the benchmark upstream."},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}}`)
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(answer)
+	}}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown(); <-done })
+	return "http://" + ln.Addr().String() + "/v1"
+}
+
+// BenchmarkProxy is the gateway's handler proxying a chat completion to a
+// real upstream over loopback with every part of the contract on: a
+// client key, a concurrency limit on the route, an alias, the generation
+// header, a retry budget. Its allocations per request are the figure
+// bench/README.md sets a target for.
+//
+//	go test -run '^$' -bench Proxy -benchmem -count 6 ./internal/gateway/
+func BenchmarkProxy(b *testing.B) {
+	cfg := `
+logging: {level: error}
+auth: {mode: api_keys, api_keys: ["${env:CLIENT_KEY}"]}
+routing: {default_route: up, max_attempts: 2}
+backends:
+  - name: up
+    kind: openai
+    host: ` + benchUpstream(b) + `
+    model: bench-1
+    max_concurrency: 256
+    timeout: 30s
+model_aliases: {fast: up}
+`
+	const key = "client-key-0123456789abcdef"
+	g := benchGateway(b, cfg, WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" }))
+	body := `{"model":"fast","messages":[{"role":"user","content":"Say something short about configuration reloads."}]}`
+	runHandler(b, g.Handler(), body, "Authorization", "Bearer "+key)
+}

@@ -1,0 +1,269 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// chatRequest is what the gateway reads of a chat completion request: the
+// places of three top-level fields in the body the client sent. The body is
+// forwarded upstream as sent, with only the model's value replaced (and,
+// with a system prompt, one message put first), so nothing is decoded into
+// maps or encoded again.
+type chatRequest struct {
+	body     []byte
+	model    []byte // the requested model, unescaped; nil when absent or null
+	modelAt  span   // the "model" value (a string or null); empty when absent
+	stream   bool
+	messages span // the "messages" array, brackets included
+}
+
+// span is body[start:end]; end is 0 when the field is absent.
+type span struct{ start, end int }
+
+func (s span) ok() bool { return s.end > 0 }
+
+// problem is why a request body is refused: an error code and a message
+// that quotes nothing of the body.
+type problem struct{ code, msg string }
+
+var (
+	problemNotObject = &problem{codeInvalidJSON, "the request body is not a JSON object"}
+	problemShape     = &problem{codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean)"}
+	problemMessages  = &problem{codeInvalidRequest, "messages must be a non-empty array"}
+)
+
+// parseChat finds model, stream and messages at the top level of body. A
+// body that is not one JSON object is problemNotObject; a field of the
+// wrong type (model a string or null, stream a boolean or null, messages
+// an array of objects) is problemShape; no message is problemMessages; a
+// field given twice is refused, since the gateway and the upstream might
+// read different ones. Other fields are the upstream's to judge.
+func parseChat(body []byte) (chatRequest, *problem) {
+	c := chatRequest{body: body}
+	if !json.Valid(body) {
+		return c, problemNotObject
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return c, problemNotObject
+	}
+	i++
+	var seenModel, seenStream, seenMessages bool
+	for {
+		i = skipSpace(body, i)
+		if body[i] == '}' {
+			break
+		}
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+		kStart := i
+		i = skipValue(body, i)
+		key := body[kStart+1 : i-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
+			_ = json.Unmarshal(body[kStart:i], &k) // valid JSON: cannot fail
+			key = []byte(k)
+		}
+		i = skipSpace(body, i)
+		i = skipSpace(body, i+1) // the colon
+		v := span{i, skipValue(body, i)}
+		i = v.end
+		var seen *bool
+		switch string(key) {
+		case "model":
+			seen = &seenModel
+			switch body[v.start] {
+			case '"':
+				c.modelAt = v
+				c.model = unquote(body[v.start:v.end])
+			case 'n':
+				c.modelAt, c.model = v, nil
+			default:
+				return c, problemShape
+			}
+		case "stream":
+			seen = &seenStream
+			switch body[v.start] {
+			case 't':
+				c.stream = true
+			case 'f', 'n':
+				c.stream = false
+			default:
+				return c, problemShape
+			}
+		case "messages":
+			seen = &seenMessages
+			switch body[v.start] {
+			case '[':
+				c.messages = v
+			case 'n':
+				c.messages = span{}
+			default:
+				return c, problemShape
+			}
+		default:
+			continue
+		}
+		if *seen {
+			return c, &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", key)}
+		}
+		*seen = true
+	}
+	if !c.messages.ok() {
+		return c, problemMessages
+	}
+	n := 0
+	for e := range c.elements(c.messages) {
+		if body[e.start] != '{' && body[e.start] != 'n' {
+			return c, problemShape
+		}
+		n++
+	}
+	if n == 0 {
+		return c, problemMessages
+	}
+	return c, nil
+}
+
+// elements yields the spans of the elements of the array at s.
+func (c *chatRequest) elements(s span) func(func(span) bool) {
+	return func(yield func(span) bool) {
+		b := c.body
+		i := skipSpace(b, s.start+1)
+		for b[i] != ']' {
+			if b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+			e := span{i, skipValue(b, i)}
+			if !yield(e) {
+				return
+			}
+			i = skipSpace(b, e.end)
+		}
+	}
+}
+
+// unquote returns a JSON string's content: a sub-slice of the body when it
+// has no escape, a decoded copy otherwise.
+func unquote(q []byte) []byte {
+	in := q[1 : len(q)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return in
+	}
+	var s string
+	_ = json.Unmarshal(q, &s) // valid JSON: cannot fail
+	return []byte(s)
+}
+
+// upstreamBody appends to dst the body to send upstream: the client's body
+// with the model's value replaced by model (a JSON string) and, when system
+// is not nil, system put first among the messages.
+func (c *chatRequest) upstreamBody(dst, model, system []byte) []byte {
+	b := c.body
+	// Two edits at most, applied in the order they appear in the body:
+	// the model's value (or, without one, a "model" key first in the
+	// object) and the start of the messages.
+	mAt, mEnd := c.modelAt.start, c.modelAt.end
+	if !c.modelAt.ok() {
+		mAt = bytes.IndexByte(b, '{') + 1
+		mEnd = mAt
+	}
+	model1 := func(dst []byte) []byte {
+		if !c.modelAt.ok() {
+			dst = append(dst, `"model":`...)
+			dst = append(append(dst, model...), ',')
+			return dst
+		}
+		return append(dst, model...)
+	}
+	if system == nil {
+		dst = append(dst, b[:mAt]...)
+		dst = model1(dst)
+		return append(dst, b[mEnd:]...)
+	}
+	sAt := c.messages.start + 1
+	if sAt < mAt {
+		dst = append(dst, b[:sAt]...)
+		dst = append(append(dst, system...), ',')
+		dst = append(dst, b[sAt:mAt]...)
+		dst = model1(dst)
+		return append(dst, b[mEnd:]...)
+	}
+	dst = append(dst, b[:mAt]...)
+	dst = model1(dst)
+	dst = append(dst, b[mEnd:sAt]...)
+	dst = append(append(dst, system...), ',')
+	return append(dst, b[sAt:]...)
+}
+
+// messages decodes the messages, for the stub backend.
+func (c *chatRequest) decodeMessages() []chatMessage {
+	var msgs []chatMessage
+	for e := range c.elements(c.messages) {
+		var m chatMessage
+		_ = json.Unmarshal(c.body[e.start:e.end], &m)
+		msgs = append(msgs, m)
+	}
+	return slices.Clip(msgs)
+}
+
+// skipSpace returns the index of the first non-space byte at or after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value that starts at i.
+// b must be valid JSON (the caller checked it with json.Valid).
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // a number, true, false or null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the index just past the string whose quote is at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}

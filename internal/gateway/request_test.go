@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"encoding/json"
+	"maps"
+	"strings"
+	"testing"
+)
+
+func TestParseChat(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		model  string
+		stream bool
+		code   string // "" when accepted
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "m", false, ""},
+		{` { "messages" : [ {} ] , "stream" : true , "model" : "a\"b" } `, `a"b`, true, ""},
+		{`{"model":null,"messages":[null,{"role":"user"}],"stream":null}`, "", false, ""},
+		{`{"mod\u0065l":"x","messages":[{}]}`, "x", false, ""},
+		{`{"MODEL":"x","messages":[{}]}`, "", false, ""}, // keys are case-sensitive
+		{`{"model":"m","messages":[{}],"extra":{"model":"inner","messages":[]}}`, "m", false, ""},
+		{`{"model":"m","messages":[]}`, "", false, codeInvalidRequest},
+		{`{"model":"m"}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":null}`, "", false, codeInvalidRequest},
+		{`{"model":5,"messages":[{}]}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":[{}],"stream":"yes"}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":{}}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":["hi"]}`, "", false, codeInvalidRequest},
+		{`{"model":"a","model":"b","messages":[{}]}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":[{}]`, "", false, codeInvalidJSON},
+		{`[{"model":"m"}]`, "", false, codeInvalidJSON},
+		{`null`, "", false, codeInvalidJSON},
+		{``, "", false, codeInvalidJSON},
+	} {
+		c, p := parseChat([]byte(tc.body))
+		switch {
+		case tc.code != "" && (p == nil || p.code != tc.code):
+			t.Errorf("%s: got %+v, want %s", tc.body, p, tc.code)
+		case tc.code == "" && p != nil:
+			t.Errorf("%s: refused: %s", tc.body, p.msg)
+		case tc.code == "" && (string(c.model) != tc.model || c.stream != tc.stream):
+			t.Errorf("%s: model %q stream %v, want %q %v", tc.body, c.model, c.stream, tc.model, tc.stream)
+		}
+	}
+}
+
+// TestUpstreamBody: the body sent upstream is the client's, byte for byte,
+// but for the model's value and, with a system prompt, one message first.
+func TestUpstreamBody(t *testing.T) {
+	sys := []byte(`{"role":"system","content":"be brief"}`)
+	for _, tc := range []struct{ in, system, want string }{
+		{`{"model":"alias","messages":[{"role":"user"}],"temperature":0.5}`, "",
+			`{"model":"real","messages":[{"role":"user"}],"temperature":0.5}`},
+		{`{"messages":[{"role":"user"}]}`, "",
+			`{"model":"real","messages":[{"role":"user"}]}`},
+		{`{ "messages" : [ {"role":"user"} ] , "model" : null }`, "",
+			`{ "messages" : [ {"role":"user"} ] , "model" : "real" }`},
+		{`{"model":"alias","messages":[{"role":"user"}]}`, "sys",
+			`{"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}]}`},
+		{`{"messages":[ {"role":"user"}],"model":"alias"}`, "sys",
+			`{"messages":[{"role":"system","content":"be brief"}, {"role":"user"}],"model":"real"}`},
+		{`{"messages":[{"role":"user"}]}`, "sys",
+			`{"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}]}`},
+	} {
+		c, p := parseChat([]byte(tc.in))
+		if p != nil {
+			t.Fatalf("%s: %s", tc.in, p.msg)
+		}
+		var s []byte
+		if tc.system != "" {
+			s = sys
+		}
+		if got := string(c.upstreamBody(nil, []byte(`"real"`), s)); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzParseChat: whatever the body, parseChat does not panic, and a body
+// it accepts becomes an upstream body that is valid JSON with the same
+// fields, the model replaced and the system message first.
+func FuzzParseChat(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"messages":[{}],"n":2,"stop":["\n"],"x":{"y":[1,2,{"z":"\"}]"}]}}`,
+		` {"model" :"\u00e9\\","messages":[ null ]} `,
+		`{"model":"m","messages":[]}`,
+		`{}`, `[]`, `"model"`, `{"a":1`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, p := parseChat(body)
+		if p != nil {
+			return
+		}
+		var in map[string]json.RawMessage
+		if err := json.Unmarshal(body, &in); err != nil {
+			t.Fatalf("accepted a body that is not an object: %v", err)
+		}
+		out := c.upstreamBody(nil, []byte(`"real"`), []byte(`{"role":"system"}`))
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("upstream body is not JSON: %v\n%s", err, out)
+		}
+		var msgs, inMsgs []json.RawMessage
+		if json.Unmarshal(got["messages"], &msgs) != nil || json.Unmarshal(in["messages"], &inMsgs) != nil ||
+			len(msgs) != len(inMsgs)+1 || string(msgs[0]) != `{"role":"system"}` || string(got["model"]) != `"real"` {
+			t.Fatalf("upstream body %s from %s", out, body)
+		}
+		delete(got, "model")
+		delete(got, "messages")
+		delete(in, "model")
+		delete(in, "messages")
+		// Keys that differ only by escapes are one key to encoding/json.
+		if !maps.EqualFunc(in, got, func(a, b json.RawMessage) bool { return strings.TrimSpace(string(a)) == strings.TrimSpace(string(b)) }) {
+			t.Fatalf("other fields changed: %s from %s", out, body)
+		}
+	})
+}
