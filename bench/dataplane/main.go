@@ -23,6 +23,10 @@
 //	go run ./dataplane -reconfd old=/tmp/reconfd-main   # add a second reconfd
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
 //
+// -profile D runs reconfd's gateway in one process (no workers) under a
+// CPU profile for D with the same clients, and prints the profile's top
+// entries (DATAPLANE_KEEP_PROFILE=FILE keeps the profile).
+//
 // -latency N sends N requests from one client to straight, nginx and
 // reconfd (interleaved in rounds) and reports p50 through each minus p50
 // straight. -stream N sends N streamed requests from one client and
@@ -59,6 +63,7 @@ type flags struct {
 	latency     int
 	stream      int
 	stack       string
+	profile     time.Duration
 }
 
 func main() {
@@ -82,6 +87,7 @@ func main() {
 	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
 	flag.IntVar(&f.stream, "stream", 0, "streamed requests from one client for the time-to-first-byte table (0: skip)")
 	flag.StringVar(&f.stack, "stack", "fasthttp", "reconfd's HTTP stack, for the ratio to the bare proxy on the same stack (nethttp or fasthttp)")
+	flag.DurationVar(&f.profile, "profile", 0, "also run the gateway in-process under a CPU profile for this long and print its top entries (0: skip)")
 	flag.Parse()
 	if err := run(f, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "dataplane:", err)
@@ -203,13 +209,20 @@ func run(f flags, w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
-	printTable(w, targets, res, f)
+	if f.rounds > 0 {
+		printTable(w, targets, res, f)
+	}
 
 	if f.latency > 0 {
 		addedLatency(w, targets, f)
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)
+	}
+	if f.profile > 0 {
+		if err := profileGateway(w, self, dir, upURL, f.concurrency, f.profile); err != nil {
+			return err
+		}
 	}
 	return nil
 }

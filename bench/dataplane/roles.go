@@ -39,6 +39,8 @@ func runRole() bool {
 		err = serveNetHTTPProxy(os.Getenv("DATAPLANE_LISTEN"), os.Getenv("DATAPLANE_UPSTREAM"))
 	case "proxy-fasthttp":
 		err = serveFastHTTPProxy(os.Getenv("DATAPLANE_LISTEN"), os.Getenv("DATAPLANE_UPSTREAM"))
+	case "gateway-profile":
+		err = serveProfiledGateway(os.Getenv("DATAPLANE_CONFIG"), os.Getenv("DATAPLANE_PROFILE"))
 	case "proxy-hybrid":
 		err = serveHybridProxy(os.Getenv("DATAPLANE_LISTEN"), os.Getenv("DATAPLANE_UPSTREAM"))
 	default:

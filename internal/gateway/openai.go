@@ -277,10 +277,15 @@ func (s *upstreamStream) Read(p []byte) (int, error) {
 	}
 	n, err := s.body.Read(p)
 	if n > 0 {
-		if err != nil && !errors.Is(err, io.EOF) {
+		switch {
+		case err != nil && !errors.Is(err, io.EOF):
 			s.fail(err)
-		} else if err != nil {
+		case err != nil:
 			s.done = true
+		case !time.Now().Before(s.c.deadline):
+			// Read in time, written late: the write deadline would cut
+			// it, so it goes with more time and the timeout event.
+			s.fail(os.ErrDeadlineExceeded)
 		}
 		return n, nil
 	}

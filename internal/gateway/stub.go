@@ -118,7 +118,10 @@ func (st *stubStream) event() []byte {
 		st.next = 0
 		return sseEvent(st.chunk(&chatOutput{Role: "assistant"}, nil))
 	case st.next < st.s.tokens:
-		if !sleepUntil(st.c.deadline, st.s.delay) {
+		// A sleep that would pass the deadline, or that overslept it,
+		// ends the stream with the timeout event: a token written now
+		// would meet the write deadline.
+		if !sleepUntil(st.c.deadline, st.s.delay) || !time.Now().Before(st.c.deadline) {
 			time.Sleep(time.Until(st.c.deadline))
 			st.done = true
 			_ = st.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
