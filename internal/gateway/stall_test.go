@@ -33,6 +33,18 @@ func (tg *testGateway) rawRequest(head, body string) *net.TCPConn {
 	return tc
 }
 
+// readRaw reads one response from c, waiting at most 5 seconds.
+func readRaw(t *testing.T, c *net.TCPConn) response {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, resp.Header, b}
+}
+
 func chatHead(tg *testGateway, length int, extra ...string) string {
 	h := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d",
 		strings.TrimPrefix(tg.url, "http://"), length)
@@ -141,16 +153,9 @@ func TestStalledBodiesDoNotBlockReloads(t *testing.T) {
 // closed.
 func TestStalledBodyTimesOut(t *testing.T) {
 	tg := startGateway(t, stubConfig(2, "0s"), WithServerTimeouts(ServerTimeouts{Body: 200 * time.Millisecond}))
-	c := tg.rawRequest(chatHead(tg, 100), "{")
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	r := response{resp.StatusCode, resp.Header, b}
+	r := readRaw(t, tg.rawRequest(chatHead(tg, 100), "{"))
 	if r.status != http.StatusRequestTimeout || code(r.apiError(t)) != codeRequestTimeout || r.gen(t) != 1 {
-		t.Errorf("stalled body: %d %s", r.status, b)
+		t.Errorf("stalled body: %d %s", r.status, r.body)
 	}
 }
 
@@ -173,16 +178,9 @@ func TestKeyCheckedBeforeTheBody(t *testing.T) {
 			if tc.want == http.StatusRequestEntityTooLarge {
 				length = 2 << 20 // over the default 1 MiB limit
 			}
-			c := tg.rawRequest(chatHead(tg, length, tc.auth), "")
-			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatalf("no answer before the body: %v", err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			r := response{resp.StatusCode, resp.Header, b}
+			r := readRaw(t, tg.rawRequest(chatHead(tg, length, tc.auth), ""))
 			if r.status != tc.want || r.gen(t) != 1 {
-				t.Errorf("got %d %s, want %d", r.status, b, tc.want)
+				t.Errorf("got %d %s, want %d", r.status, r.body, tc.want)
 			}
 			r.apiError(t)
 		})
