@@ -21,6 +21,7 @@
 //	cd bench && go run ./dataplane                      # 5 rounds of 8 s
 //	go run ./dataplane -rounds 7 -duration 10s
 //	go run ./dataplane -reconfd old=/tmp/reconfd-main   # add a second reconfd
+//	go run ./dataplane -reconfd "one=/tmp/reconfd;GOMAXPROCS=1"
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
 //
 // -profile D runs reconfd's gateway in one process (no workers) under a
@@ -76,7 +77,7 @@ func main() {
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured load before each measurement")
 	flag.IntVar(&f.concurrency, "concurrency", 32, "keep-alive clients")
 	flag.IntVar(&f.workers, "workers", 2, "nginx worker_processes and reconfd --workers")
-	flag.Func("reconfd", "name=path of a reconfd binary to compare (repeatable; default: build one from the repository)", func(s string) error {
+	flag.Func("reconfd", "name=path[;KEY=VALUE...] of a reconfd binary to compare, with settings of its environment (repeatable; default: build one from the repository)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return errors.New("want name=path")
 		}
@@ -155,8 +156,10 @@ func run(f flags, w io.Writer) error {
 		bins = []string{"reconfd=" + bin}
 	}
 	for _, nb := range bins {
-		name, bin, _ := strings.Cut(nb, "=")
-		t, err := startReconfd(dir, name, bin, upURL, f.workers)
+		name, rest, _ := strings.Cut(nb, "=")
+		// path, then optional ;KEY=VALUE settings of the environment.
+		parts := strings.Split(rest, ";")
+		t, err := startReconfd(dir, name, parts[0], upURL, f.workers, parts[1:]...)
 		if err != nil {
 			return err
 		}
@@ -399,7 +402,7 @@ func buildReconfd(bin string) error {
 	return nil
 }
 
-func startReconfd(dir, name, bin, upstream string, workers int) (*target, error) {
+func startReconfd(dir, name, bin, upstream string, workers int, env ...string) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -409,7 +412,7 @@ func startReconfd(dir, name, bin, upstream string, workers int) (*target, error)
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)
-	cmd.Env = append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey)
+	cmd.Env = append(append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
