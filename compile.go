@@ -2,8 +2,7 @@ package reconf
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +21,9 @@ type compiler[T any] struct {
 	lookupEnv  func(string) (string, bool)
 	overrides  []func(*T)
 	propagated bool // literal secrets are refused (cluster mode)
+	// maxFileBytes bounds each referenced file (secrets, file fields);
+	// DefaultMaxSourceBytes when not positive.
+	maxFileBytes int64
 }
 
 // candidate is a compiled configuration with its canonical encoding.
@@ -29,7 +31,8 @@ type candidate[T any] struct {
 	cfg       *T
 	files     map[string]string // file field path -> content digest
 	fileClass map[string]Class
-	data      []byte // the local source bytes it was compiled from
+	read      *attemptFiles // the file fields' bytes, handed to Prepare
+	data      []byte        // the local source bytes it was compiled from
 }
 
 // compile returns a candidate or an *Error (or ctx's error). It never
@@ -61,16 +64,16 @@ func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte) (cand 
 			return nil, err
 		}
 	}
-	r, err := c.finish(root, doc, cfg)
+	r, err := c.finish(ctx, root, doc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, data: data}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, read: r.read, data: data}, nil
 }
 
 // finish runs every step after decoding. doc is the decoded document,
 // used to give problems a line and column.
-func (c *compiler[T]) finish(root *node, doc *yaml.Node, cfg *T) (*resolver, error) {
+func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cfg *T) (*resolver, error) {
 	lookup := c.lookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -82,10 +85,23 @@ func (c *compiler[T]) finish(root *node, doc *yaml.Node, cfg *T) (*resolver, err
 	for _, o := range c.overrides {
 		o(cfg)
 	}
-	r := &resolver{lookupEnv: lookup, propagated: c.propagated, baseDir: c.baseDir}
+	limit := c.maxFileBytes
+	if limit <= 0 {
+		limit = DefaultMaxSourceBytes
+	}
+	r := &resolver{ctx: ctx, lookupEnv: lookup, propagated: c.propagated, baseDir: c.baseDir,
+		read: &attemptFiles{baseDir: c.baseDir, limit: limit}}
 	r.walk(root, v)
+	if r.ctxErr != nil {
+		return nil, r.ctxErr
+	}
 	if len(r.literal) > 0 {
 		return nil, locateAll(doc, &Error{Reason: ReasonSecretNotPropagate, Message: "a literal secret cannot be propagated to other workers; write it as ${env:NAME} or ${file:/abs/path} and provide the value on every host", Problems: r.literal})
+	}
+	if len(r.fileErrs) > 0 {
+		// One reason per answer: the first failure's. Every failed file is
+		// listed, each with its own cause.
+		return nil, locateAll(doc, &Error{Reason: r.fileReason, Message: "a file the configuration references cannot be used; fix the files listed", Problems: r.fileErrs})
 	}
 	if len(r.secrets) > 0 {
 		return nil, locateAll(doc, &Error{Reason: ReasonSecretUnresolved, Message: "a secret reference cannot be resolved on this host; set the variable or create the file", Problems: r.secrets})
@@ -101,18 +117,6 @@ func (c *compiler[T]) finish(root *node, doc *yaml.Node, cfg *T) (*resolver, err
 	return r, nil
 }
 
-// fileDigest digests a file a file field names. A file that cannot be read
-// gets a marker instead: whether that is fatal is the consumer's decision
-// (it reads the file in Prepare), and a later successful read is a change.
-func fileDigest(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "unreadable"
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
 // resolver is the visitor that resolves secret references and digests the
 // files that file fields name.
 type resolver struct {
@@ -123,6 +127,31 @@ type resolver struct {
 	propagated bool
 	secrets    []Problem
 	literal    []Problem
+
+	ctx        context.Context
+	read       *attemptFiles // each file field's file, read once
+	fileErrs   []Problem     // referenced files refused (file_* reasons)
+	fileReason Reason        // the first refusal's reason
+	ctxErr     error         // the attempt ended during the walk
+}
+
+// fileFailed records a referenced file that failed to read: a refusal is a
+// problem of its field, the end of the attempt stops the walk.
+func (r *resolver) fileFailed(path string, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		r.ctxErr = err
+		return
+	}
+	if r.fileReason == "" {
+		r.fileReason = e.Reason
+	}
+	r.fileErrs = append(r.fileErrs, Problem{Path: path, Detail: e.Message})
+}
+
+// readSecretFile reads a ${file:} secret with the attempt's bound.
+func (r *resolver) readSecretFile(path string) ([]byte, error) {
+	return readReferenced(r.ctx, path, r.read.limit)
 }
 
 func (r *resolver) walk(root *node, v reflect.Value) {
@@ -138,8 +167,13 @@ func (r *resolver) enter(w *walker, n *node, v reflect.Value) bool {
 			r.literal = append(r.literal, Problem{Path: w.path(), Detail: "literal secret"})
 			return false
 		}
-		res, err := s.resolve(r.lookupEnv)
-		if err != nil {
+		res, err := s.resolve(r.lookupEnv, r.readSecretFile)
+		var refused *Error
+		switch {
+		case errors.As(err, &refused) || (err != nil && r.ctx.Err() != nil):
+			r.fileFailed(w.path(), err)
+			return false
+		case err != nil:
 			r.secrets = append(r.secrets, Problem{Path: w.path(), Detail: err.Error()})
 			return false
 		}
@@ -153,7 +187,12 @@ func (r *resolver) enter(w *walker, n *node, v reflect.Value) bool {
 			name = filepath.Join(r.baseDir, name)
 		}
 		p := w.path()
-		r.files[p], r.fileClass[p] = fileDigest(name), n.class
+		d, err := r.read.digest(r.ctx, name)
+		if err != nil {
+			r.fileFailed(p, err)
+			return false
+		}
+		r.files[p], r.fileClass[p] = d, n.class
 	}
 	return true
 }

@@ -30,6 +30,19 @@
 // part of the configuration (a system prompt, a CA bundle): its digest is
 // compared like a value, so editing the file and reloading is a change of
 // that field, and in a cluster every worker must hold the same content.
+// The file is read once per attempt, and a consumer gets those same bytes
+// from FileContent in Prepare, so the file cannot change between the diff
+// and the consumer.
+//
+// Every file read on behalf of a configuration (the source, ${file:}
+// secrets, file fields) must be a regular file after symlinks and is read
+// with a size bound checked while reading (WithMaxSourceBytes, 2 MiB by
+// default) under the attempt's context: a FIFO, a device, a directory or a
+// /proc or /sys file is refused at once, never waited on. A referenced file
+// that is refused makes the attempt invalid with file_not_regular,
+// file_oversize or file_unreadable; a missing file field is the consumer's
+// decision (FileContent returns fs.ErrNotExist); a missing ${file:} secret
+// is secret_unresolved.
 //
 // # Sources and precedence
 //

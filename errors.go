@@ -56,6 +56,14 @@ const (
 	ReasonSecretNotPropagate Reason = "secret_not_propagatable"
 	// ReasonDigestMismatch: a file a cluster version names differs here.
 	ReasonDigestMismatch Reason = "file_digest_mismatch"
+	// ReasonFileNotRegular: a file the configuration references (a
+	// ${file:} secret or a file field) is a FIFO, a device, a directory or
+	// a pseudo file (/proc, /sys), after symlinks.
+	ReasonFileNotRegular Reason = "file_not_regular"
+	// ReasonFileOversize: a referenced file is over the size bound.
+	ReasonFileOversize Reason = "file_oversize"
+	// ReasonFileUnreadable: a referenced file exists but cannot be read.
+	ReasonFileUnreadable Reason = "file_unreadable"
 
 	ReasonShutdown Reason = "shutdown"
 	ReasonDeadline Reason = "deadline_exceeded"
@@ -72,6 +80,9 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonUnchanged:          NoOp,
 	ReasonStale:              NoOp,
 	ReasonDigestMismatch:     Invalid,
+	ReasonFileNotRegular:     Invalid,
+	ReasonFileOversize:       Invalid,
+	ReasonFileUnreadable:     Invalid,
 	ReasonClusterUnavailable: PreparationFailed,
 	ReasonRestart:            RestartRequired,
 	ReasonUnclassified:       RestartRequired,

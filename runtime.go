@@ -109,7 +109,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if r.o.mutation == nil {
 		r.o.mutation = mutationFromEnv(r.o.logger)
 	}
-	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir}
+	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir, maxFileBytes: r.o.maxBytes}
 	start := r.o.now()
 
 	snap, err := src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes})
@@ -135,7 +135,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		r.releases = append(r.releases, rel)
 	}
 	g := r.newGeneration(id, cand)
-	staged, err := r.prepare(ctx, nil, cand.cfg, nil)
+	staged, err := r.prepare(withFiles(ctx, cand.read), nil, cand.cfg, nil)
 	if err != nil {
 		r.releaseClaims()
 		return nil, err
@@ -461,7 +461,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		return *res
 	}
 	stop = lap(&res.Timings.Prepare)
-	st, err := r.prepare(ctx, prev.cfg, cand.cfg, changes)
+	st, err := r.prepare(withFiles(ctx, cand.read), prev.cfg, cand.cfg, changes)
 	stop()
 	if err == nil {
 		err = ctx.Err()

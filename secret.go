@@ -2,9 +2,10 @@ package reconf
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -150,8 +151,10 @@ func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // resolve returns a copy with the reference resolved, or an error naming
-// the reference kind, never the value.
-func (s Secret) resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
+// the reference kind, never the value. readFile reads a ${file:} reference
+// with the bounded reader; an *Error it returns (a refused file) is passed
+// on as it is.
+func (s Secret) resolve(lookupEnv func(string) (string, bool), readFile func(string) ([]byte, error)) (Secret, error) {
 	if s.b == nil || s.b.resolved {
 		return s, nil
 	}
@@ -164,9 +167,15 @@ func (s Secret) resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
 		}
 		nb.value = v
 	case "file":
-		data, err := os.ReadFile(nb.target)
-		if err != nil {
-			return s, fmt.Errorf("file reference cannot be resolved: the file cannot be read")
+		data, err := readFile(nb.target)
+		var refused *Error
+		switch {
+		case errors.As(err, &refused):
+			return s, err
+		case errors.Is(err, fs.ErrNotExist):
+			return s, fmt.Errorf("file reference cannot be resolved: the file does not exist")
+		case err != nil:
+			return s, fmt.Errorf("file reference cannot be resolved: %w", err)
 		}
 		nb.value = strings.TrimRight(string(data), "\r\n")
 	}

@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // Operator guidance shared by several failures.
@@ -72,47 +72,26 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 		limit = reconf.DefaultMaxSourceBytes
 	}
 
-	// Stat first so that a FIFO or device is refused without being opened.
-	before, err := os.Stat(f.path)
-	if err != nil {
-		return reconf.Snapshot{}, pathError(err)
-	}
-	if err := checkRegular(before); err != nil {
-		return reconf.Snapshot{}, err
-	}
-	if before.Size() > limit {
-		return reconf.Snapshot{}, oversize(before.Size(), limit)
-	}
-
-	// O_NONBLOCK keeps the open from blocking should the path have become a
-	// FIFO since the stat; Fstat below then refuses it.
-	fh, err := os.OpenFile(f.path, os.O_RDONLY|openNonblock, 0)
+	// safefile refuses a FIFO, a device or a pseudo file without blocking
+	// and bounds the read; opened is the stat of the file actually read.
+	fh, err := safefile.Open(f.path)
 	if err != nil {
 		return reconf.Snapshot{}, pathError(err)
 	}
 	defer fh.Close()
-	opened, err := fh.Stat()
-	if err != nil {
-		return reconf.Snapshot{}, unreadable(err)
+	opened := fh.Info()
+	if opened.Size() > limit {
+		return reconf.Snapshot{}, oversize(opened.Size(), limit)
 	}
-	if err := checkRegular(opened); err != nil {
-		return reconf.Snapshot{}, err
-	}
-	if !sameState(before, opened) {
-		return reconf.Snapshot{}, unstable(nil)
-	}
-
-	if err := ctx.Err(); err != nil {
-		return reconf.Snapshot{}, err
-	}
-	// The file may grow after the stat: never read more than limit+1 bytes.
-	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
-	if err != nil {
-		return reconf.Snapshot{}, unreadable(err)
-	}
-	if int64(len(data)) > limit {
+	data, err := fh.ReadAll(ctx, limit)
+	switch {
+	case errors.Is(err, safefile.ErrOversize):
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceOversize,
 			"the file grew past the %d byte bound while it was read; shrink it or raise the bound", limit)
+	case ctx.Err() != nil:
+		return reconf.Snapshot{}, ctx.Err()
+	case err != nil:
+		return reconf.Snapshot{}, unreadable(err)
 	}
 
 	if afterReadHook != nil {
@@ -128,7 +107,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 
 	id := identity{size: opened.Size(), digest: sha256.Sum256(data)}
 	id.dev, id.ino, id.known = fileID(opened)
-	id.btime = birthTime(fh)
+	id.btime = birthTime(fh.OS())
 	if last, ok := req.Last.(identity); ok && id.rewrittenInPlace(last) {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
@@ -141,31 +120,15 @@ func sameState(a, b fs.FileInfo) bool {
 	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
-func checkRegular(fi fs.FileInfo) error {
-	if fi.Mode().IsRegular() {
-		return nil
-	}
-	return reconf.Errorf(reconf.ReasonSourceNotRegular,
-		"the path is %s, not a regular file; point the source at a regular file", kind(fi.Mode()))
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	default:
-		return "not a regular file"
-	}
-}
-
-// pathError maps an error from stat or open of the path.
+// pathError maps an error from opening the path.
 func pathError(err error) error {
+	var nr *safefile.NotRegularError
+	if errors.As(err, &nr) {
+		e := reconf.Errorf(reconf.ReasonSourceNotRegular,
+			"%s; point the source at a regular file", nr.Error())
+		e.Err = err
+		return e
+	}
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		e := reconf.Errorf(reconf.ReasonSourceMissing,
 			"the file does not exist or is a dangling symlink; create it (write a temporary file in the same directory and rename it over the path)")

@@ -244,6 +244,34 @@ func TestFileRefused(t *testing.T) {
 			want: reconf.ReasonSourceNotRegular,
 		},
 		{
+			name: "symlink to /dev/zero",
+			setup: func(t *testing.T, dir string) string {
+				path := filepath.Join(dir, "config.yaml")
+				if err := os.Symlink("/dev/zero", path); err != nil {
+					t.Fatal(err)
+				}
+				return path
+			},
+			want: reconf.ReasonSourceNotRegular,
+		},
+		{
+			// A /proc file stats as a regular file of size 0 whose content
+			// is generated on read: not a configuration file, and not a
+			// file that changed while it was read either.
+			name: "symlink into /proc",
+			setup: func(t *testing.T, dir string) string {
+				if _, err := os.Stat("/proc/self/status"); err != nil {
+					t.Skipf("no /proc here: %v", err)
+				}
+				path := filepath.Join(dir, "config.yaml")
+				if err := os.Symlink("/proc/self/status", path); err != nil {
+					t.Fatal(err)
+				}
+				return path
+			},
+			want: reconf.ReasonSourceNotRegular,
+		},
+		{
 			name: "symlink loop",
 			setup: func(t *testing.T, dir string) string {
 				a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")

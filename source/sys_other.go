@@ -4,9 +4,6 @@ package source
 
 import "io/fs"
 
-// openNonblock is zero where there is no non-blocking open flag.
-const openNonblock = 0
-
 // fileID reports that device and inode numbers are not available on this
 // platform; in-place rewrites are then not detected.
 func fileID(fs.FileInfo) (dev, ino uint64, ok bool) { return 0, 0, false }

@@ -7,9 +7,6 @@ import (
 	"syscall"
 )
 
-// openNonblock is added to the open flags so that opening a FIFO never blocks.
-const openNonblock = syscall.O_NONBLOCK
-
 // fileID returns the device and inode number of a stat result.
 func fileID(fi fs.FileInfo) (dev, ino uint64, ok bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)

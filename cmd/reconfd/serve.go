@@ -143,12 +143,16 @@ func (f *serveFlags) mode(s gateway.ServerConfig) mode {
 
 func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
 
-// newGateway loads the configuration into a gateway with its metrics.
+// newGateway loads the configuration into a gateway with its metrics. ctx
+// ends the load (a signal during start-up), not the gateway.
 func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
 		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
+	if err != nil && ctx.Err() != nil {
+		return nil, nil, fail("start-up interrupted by a signal; nothing was started")
+	}
 	if err != nil {
 		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
 	}
@@ -165,7 +169,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		return serveWorker(ctx, f, stderr, lookup)
 	}
 	// Signals are caught from the start, so a SIGTERM during start-up
-	// still shuts down cleanly.
+	// still shuts down cleanly: every start-up step runs under stopCtx.
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
 	// SIGHUP must never end the process: before the trigger listener is
@@ -180,7 +184,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// a single process keeps this load (and its lines); a supervisor or a
 	// cluster worker loads again and drops them.
 	out := &heldWriter{w: stderr, held: true}
-	g, reg, err := newGateway(ctx, f, out, lookup)
+	g, reg, err := newGateway(stopCtx, f, out, lookup)
 	if err != nil {
 		out.release()
 		return err
@@ -192,7 +196,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		if m.workers > 1 {
 			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
 		}
-		g, reg, err = newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{Endpoints: m.cluster, Prefix: m.prefix}))
+		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{Endpoints: m.cluster, Prefix: m.prefix}))
 		if err != nil {
 			return err
 		}
@@ -239,7 +243,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if len(endpoints) == 0 {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
-	g, reg, err := newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
+	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
 		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}))
 	if err != nil {
 		return err

@@ -245,11 +245,11 @@ func TestPromptFileUnreadableCauses(t *testing.T) {
 		{write("large", []byte(strings.Repeat("a", maxPromptBytes+1))), errPromptLarge},
 	}
 	for _, tc := range cases {
-		if _, err := readPrompt(tc.path); err != tc.want {
+		if _, err := readPrompt(t.Context(), tc.path); err != tc.want {
 			t.Errorf("%s: got %v, want %v", filepath.Base(tc.path), err, tc.want)
 		}
 	}
-	if p, err := readPrompt(write("ok", []byte("Be brief.\n"))); err != nil || p != "Be brief." {
+	if p, err := readPrompt(t.Context(), write("ok", []byte("Be brief.\n"))); err != nil || p != "Be brief." {
 		t.Errorf("got %q %v", p, err)
 	}
 }

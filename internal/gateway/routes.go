@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -259,7 +258,7 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 			n, d := b.stubTokens()
 			r.stub = &stubBackend{name: b.Name, model: b.Model, tokens: n, delay: d}
 		case KindOpenAI:
-			up, err := c.openai(b, old)
+			up, err := c.openai(ctx, b, old)
 			if err != nil {
 				return st, err
 			}
@@ -289,7 +288,7 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 
 // openai builds an openai backend, reusing old's client when the backend
 // kept its kind and host.
-func (c *backendsConsumer) openai(b *Backend, old *route) (*openaiBackend, error) {
+func (c *backendsConsumer) openai(ctx context.Context, b *Backend, old *route) (*openaiBackend, error) {
 	u, err := url.Parse(b.Host)
 	if err != nil {
 		return nil, fmt.Errorf("backends[%s].host: not a URL", b.Name)
@@ -307,7 +306,7 @@ func (c *backendsConsumer) openai(b *Backend, old *route) (*openaiBackend, error
 		up.authHdr = []byte("Bearer " + up.apiKey)
 	}
 	if b.SystemPromptFile != "" {
-		prompt, err := readPrompt(c.path(b.SystemPromptFile))
+		prompt, err := readPrompt(ctx, c.path(b.SystemPromptFile))
 		if err != nil {
 			return nil, fmt.Errorf("backends[%s].system_prompt_file: %w", b.Name, err)
 		}
@@ -344,27 +343,22 @@ var (
 	errPromptRead      = errors.New("the file cannot be read")
 )
 
-// readPrompt reads a system prompt file with a bound.
-func readPrompt(path string) (string, error) {
-	f, err := os.Open(path)
+// readPrompt returns a system prompt file's text: the bytes the attempt
+// read and digested (reconf.FileContent), so the prompt cannot change
+// between validation and Prepare. The runtime has already refused a FIFO,
+// a device or a file over its bound; the checks here are the prompt's own.
+func readPrompt(ctx context.Context, path string) (string, error) {
+	data, err := reconf.FileContent(ctx, path)
+	var refused *reconf.Error
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", errPromptMissing
+	case errors.As(err, &refused) && refused.Reason == reconf.ReasonFileNotRegular:
+		return "", errPromptIrregular
+	case errors.As(err, &refused) && refused.Reason == reconf.ReasonFileOversize:
+		return "", errPromptLarge
 	case errors.Is(err, fs.ErrPermission):
 		return "", errPromptDenied
-	case err != nil:
-		return "", errPromptRead
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", errPromptRead
-	}
-	if !fi.Mode().IsRegular() {
-		return "", errPromptIrregular
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxPromptBytes+1))
-	switch {
 	case err != nil:
 		return "", errPromptRead
 	case len(data) > maxPromptBytes:

@@ -1,0 +1,112 @@
+package reconf
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/reconfhq/reconf/internal/safefile"
+)
+
+// readReferenced reads a file the configuration references (a ${file:}
+// secret or a `reconf:",file"` field) with the bounded reader: a FIFO, a
+// device or a /proc file is refused at once, a file over limit is refused
+// while it is read, and ctx ends the read. The error is an *Error with a
+// file_* reason, fs.ErrNotExist for a missing file (whether that is fatal
+// is the caller's decision), or ctx's error. It never quotes content.
+func readReferenced(ctx context.Context, path string, limit int64) ([]byte, error) {
+	data, err := safefile.ReadFile(ctx, path, limit)
+	if err == nil {
+		return data, nil
+	}
+	var nr *safefile.NotRegularError
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fs.ErrNotExist
+	case errors.As(err, &nr):
+		return nil, &Error{Reason: ReasonFileNotRegular, Message: nr.Error() + "; reference a regular file", Err: err}
+	case errors.Is(err, safefile.ErrOversize):
+		return nil, Errorf(ReasonFileOversize, "the file is over the %d byte bound; shrink it or raise the bound", limit)
+	case errors.Is(err, fs.ErrPermission):
+		return nil, &Error{Reason: ReasonFileUnreadable, Message: "permission denied; give the process read access to the file and search access to its directories", Err: err}
+	default:
+		return nil, &Error{Reason: ReasonFileUnreadable, Message: "the file cannot be read; check the path, its symlinks and the file system", Err: err}
+	}
+}
+
+// attemptFiles is what one attempt read for its `reconf:",file"` fields,
+// keyed by absolute path: the bytes, or the error of the read.
+type attemptFiles struct {
+	baseDir string
+	limit   int64
+	data    map[string][]byte
+	errs    map[string]error
+}
+
+// digest reads path once for this attempt and returns the content digest
+// that diffs compare, or a marker for a missing file. A file that cannot
+// be read for another cause is returned as an error.
+func (a *attemptFiles) digest(ctx context.Context, path string) (string, error) {
+	data, err := readReferenced(ctx, path, a.limit)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if a.errs == nil {
+			a.errs = map[string]error{}
+		}
+		a.errs[path] = err
+		return "missing", nil
+	}
+	if a.data == nil {
+		a.data = map[string][]byte{}
+	}
+	a.data[path] = data
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+type filesKey struct{}
+
+// withFiles hands what the attempt read to the consumers' Prepare.
+func withFiles(ctx context.Context, f *attemptFiles) context.Context {
+	if f == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, filesKey{}, f)
+}
+
+// FileContent returns the content of the file that a `reconf:",file"`
+// field names, as the current attempt read it: the bytes whose digest
+// decided whether the field changed, so the file cannot change between
+// validation and Prepare. Consumers call it from Prepare with Prepare's
+// ctx. name is the field's value; a relative name is resolved against the
+// runtime's base directory (WithBaseDir).
+//
+// A file the attempt found missing returns an error wrapping
+// fs.ErrNotExist. Called with a ctx of no attempt, or with a name that no
+// file field of the candidate holds, FileContent reads the file itself
+// with the same checks (a regular file, at most DefaultMaxSourceBytes,
+// ending with ctx) and returns an *Error with a file_* reason for a file
+// it refuses. It is safe for concurrent use.
+func FileContent(ctx context.Context, name string) ([]byte, error) {
+	f, _ := ctx.Value(filesKey{}).(*attemptFiles)
+	if f == nil {
+		return readReferenced(ctx, name, DefaultMaxSourceBytes)
+	}
+	if !filepath.IsAbs(name) && f.baseDir != "" {
+		name = filepath.Join(f.baseDir, name)
+	}
+	if data, ok := f.data[name]; ok {
+		return data, nil
+	}
+	if err, ok := f.errs[name]; ok {
+		return nil, err
+	}
+	return readReferenced(ctx, name, f.limit)
+}

@@ -1,0 +1,219 @@
+//go:build unix
+
+package reconf
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type fileConfig struct {
+	Key    Secret `yaml:"key" reconf:"live"`
+	Prompt string `yaml:"prompt" reconf:"live,file"`
+}
+
+// promptConsumer keeps what FileContent gave Prepare, and can run a hook
+// inside Prepare (to rewrite the file there).
+type promptConsumer struct {
+	mu      sync.Mutex
+	got     string
+	inside  func()
+	lastErr error
+}
+
+func (c *promptConsumer) Prepare(ctx context.Context, _, next *fileConfig) (Prepared, error) {
+	if c.inside != nil {
+		c.inside()
+	}
+	if next.Prompt == "" {
+		return &Staged{}, nil
+	}
+	data, err := FileContent(ctx, next.Prompt)
+	c.mu.Lock()
+	c.lastErr = err
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &Staged{OnCommit: func() { c.mu.Lock(); c.got = string(data); c.mu.Unlock() }}, nil
+}
+
+func (c *promptConsumer) value() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.got
+}
+
+// hostile makes, in dir, one path per kind of file that must be refused
+// without blocking or reading past the bound.
+func hostile(t *testing.T, dir string) map[string]struct {
+	path string
+	want Reason
+} {
+	t.Helper()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]struct {
+		path string
+		want Reason
+	}{
+		"fifo":                 {fifo, ReasonFileNotRegular},
+		"symlink to /dev/zero": {zero, ReasonFileNotRegular},
+		"directory":            {dir, ReasonFileNotRegular},
+		"over the bound":       {big, ReasonFileOversize},
+	}
+	if _, err := os.Stat("/proc/self/environ"); err == nil {
+		out["/proc file"] = struct {
+			path string
+			want Reason
+		}{"/proc/self/environ", ReasonFileNotRegular}
+	}
+	return out
+}
+
+// reloadWithin reloads rt and fails the test if the attempt does not end
+// within d: a read blocked on a FIFO must fail fast, not hang the test.
+func reloadWithin[T any](t *testing.T, rt *Runtime[T], d time.Duration) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	res, err := rt.Reload(ctx, TriggerSDK)
+	if err != nil {
+		t.Fatalf("Reload did not answer within %v: %v", d, err)
+	}
+	return res
+}
+
+// TestReferencedFilesRefused: a ${file:} secret or a file field that names
+// a FIFO, a device, a directory, a /proc file or an oversize file is
+// refused at once with its own reason and outcome invalid, at start and on
+// reload, and the next trigger after the fix is not busy.
+func TestReferencedFilesRefused(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("fine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range hostile(t, dir) {
+		for _, field := range []string{"secret", "file field"} {
+			t.Run(name+"/"+field, func(t *testing.T) {
+				doc := func(path string) string {
+					if field == "secret" {
+						return "key: ${file:" + path + "}\n"
+					}
+					return "prompt: " + path + "\n"
+				}
+				opts := []Option[fileConfig]{
+					WithLogger[fileConfig](discardLogger()),
+					WithMaxSourceBytes[fileConfig](1024),
+					WithConsumer[fileConfig]("prompt", &promptConsumer{}),
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, err := New[fileConfig](ctx, newMem(doc(tc.path)), opts...)
+				var e *Error
+				if !errors.As(err, &e) || e.Reason != tc.want || e.Outcome() != Invalid {
+					t.Fatalf("New: got %v, want reason %s", err, tc.want)
+				}
+				if len(e.Problems) != 1 || e.Problems[0].Line != 1 {
+					t.Fatalf("problems = %+v, want one located problem", e.Problems)
+				}
+				if strings.Contains(e.Error(), tc.path) && field == "secret" {
+					t.Fatalf("the error names the secret's file: %v", e)
+				}
+
+				src := newMem(doc(good))
+				rt, err := New[fileConfig](ctx, src, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rt.Close(context.Background())
+				src.set(doc(tc.path))
+				res := reloadWithin(t, rt, 5*time.Second)
+				if res.Outcome != Invalid || res.Reason != tc.want {
+					t.Fatalf("reload: %s (%s: %s), want invalid (%s)", res.Outcome, res.Reason, res.Message, tc.want)
+				}
+				src.set(doc(good) + "\n")
+				if res := reloadWithin(t, rt, 5*time.Second); res.Outcome != NoOp {
+					t.Fatalf("reload after the fix: %s (%s)", res.Outcome, res.Reason)
+				}
+			})
+		}
+	}
+}
+
+// TestFileContentIsTheDigestedBytes: a file rewritten between compile and
+// Prepare does not reach the consumer; the consumer gets the bytes whose
+// digest the diff used, and the rewrite is a change on the next reload.
+func TestFileContentIsTheDigestedBytes(t *testing.T) {
+	dir := t.TempDir()
+	prompt := filepath.Join(dir, "prompt.txt")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(prompt, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	c := &promptConsumer{}
+	rt, err := New[fileConfig](context.Background(), newMem("prompt: prompt.txt\n"),
+		WithLogger[fileConfig](discardLogger()), WithBaseDir[fileConfig](dir), WithConsumer[fileConfig]("prompt", c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if c.value() != "v1" {
+		t.Fatalf("startup prompt %q", c.value())
+	}
+	write("v2")
+	c.inside = func() { write("v3") } // after the digest, before the read in Prepare
+	if res := reloadWithin(t, rt, 5*time.Second); res.Outcome != Published {
+		t.Fatalf("reload: %s (%s)", res.Outcome, res.Reason)
+	}
+	if c.value() != "v2" {
+		t.Fatalf("consumer got %q, want the digested v2", c.value())
+	}
+	c.inside = nil
+	if res := reloadWithin(t, rt, 5*time.Second); res.Outcome != Published || c.value() != "v3" {
+		t.Fatalf("reload after the rewrite: %s (%s), consumer %q", res.Outcome, res.Reason, c.value())
+	}
+	// A file the attempt found missing is the consumer's decision.
+	if err := os.Remove(prompt); err != nil {
+		t.Fatal(err)
+	}
+	if res := reloadWithin(t, rt, 5*time.Second); res.Outcome != PreparationFailed || !errors.Is(c.lastErr, fs.ErrNotExist) {
+		t.Fatalf("missing file: %s (%s), consumer error %v", res.Outcome, res.Reason, c.lastErr)
+	}
+}
+
+// TestFileContentOutsideAnAttempt reads with the same checks.
+func TestFileContentOutsideAnAttempt(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := FileContent(context.Background(), fifo)
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonFileNotRegular {
+		t.Fatalf("got %v, want file_not_regular", err)
+	}
+}
