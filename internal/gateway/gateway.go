@@ -214,9 +214,12 @@ func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Re
 	return g.rt.Reload(ctx, trigger)
 }
 
-// Shutdown stops accepting connections, waits for in-flight requests
-// (streams included) to finish, then closes the runtime, which retires the
-// last generations and closes their upstream clients. If ctx ends first,
+// Shutdown first refuses every new configuration trigger (answered
+// canceled / shutdown) and cancels the attempt in flight, so nothing is
+// published while it drains; then it stops accepting connections, waits
+// for in-flight requests (streams included) to finish, and closes the
+// runtime, which retires the last generations and closes their upstream
+// clients. If ctx ends first,
 // the remaining connections are closed and the runtime gets a short grace
 // to see their requests end. It is idempotent.
 //
@@ -229,6 +232,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
 		g.draining.Store(true)
 		var errs []error
+		if err := g.rt.Refuse(ctx); err != nil {
+			errs = append(errs, err)
+		}
 		if g.cluster != nil {
 			// Leave the fleet first: a draining worker takes no new version
 			// and its row no longer counts.

@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf"
+)
+
+// TestShutdownRefusesTriggersFirst: once Shutdown begins, a reload is
+// answered canceled / shutdown while a stream drains, in a single process
+// and in a fleet, where a leaving worker must not publish to the others.
+// It used to publish a new generation during the drain.
+func TestShutdownRefusesTriggersFirst(t *testing.T) {
+	slow := strings.Replace(baseConfig, "stub: { tokens: 4, token_delay: 0s }", "stub: { tokens: 10, token_delay: 100ms }", 1)
+	edited := strings.Replace(slow, "max_attempts: 2", "max_attempts: 3", 1)
+	for _, fleet := range []bool{false, true} {
+		name := "single"
+		if fleet {
+			name = "fleet"
+		}
+		t.Run(name, func(t *testing.T) {
+			var opts []Option
+			var peer *testGateway
+			if fleet {
+				etcd := startEtcd(t)
+				cl := func(w string) Option {
+					return WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: "/test/" + t.Name(), Worker: w})
+				}
+				peer = startGateway(t, slow, cl("1"))
+				opts = append(opts, cl("2"))
+			}
+			tg := startGateway(t, slow, opts...)
+			s := tg.stream("stub-1")
+			if _, err := s.next(); err != nil {
+				t.Fatal(err)
+			}
+			stopped := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				stopped <- tg.Shutdown(ctx)
+			}()
+			waitFor(t, "the drain", func() bool { return tg.draining.Load() })
+
+			writeAtomic(t, tg.path, edited)
+			res, err := tg.Reload(context.Background(), reconf.TriggerAPI)
+			if !errors.Is(err, reconf.ErrClosed) || res.Outcome != reconf.Canceled || res.Reason != reconf.ReasonShutdown {
+				t.Fatalf("reload during the drain: %s (%s), %v; want canceled (shutdown)", res.Outcome, res.Reason, err)
+			}
+			if got := tg.Runtime().Current().ID(); got != 1 {
+				t.Fatalf("generation %d during the drain, want 1", got)
+			}
+			if n := len(s.all(t)); n < 10 {
+				t.Fatalf("the draining stream ended after %d more events", n)
+			}
+			if err := <-stopped; err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			if fleet {
+				if got := peer.Runtime().Current().ID(); got != 1 {
+					t.Fatalf("the leaving worker published: peer on generation %d", got)
+				}
+			}
+		})
+	}
+}
