@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 type fileConfig struct {
@@ -59,14 +60,7 @@ func hostile(t *testing.T, dir string) map[string]struct {
 	want Reason
 } {
 	t.Helper()
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	zero := filepath.Join(dir, "zero")
-	if err := os.Symlink("/dev/zero", zero); err != nil {
-		t.Fatal(err)
-	}
+	fifo, zero := testkit.HostileFiles(t, dir)
 	big := filepath.Join(dir, "big")
 	if err := os.WriteFile(big, make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
@@ -206,11 +200,7 @@ func TestFileContentIsTheDigestedBytes(t *testing.T) {
 
 // TestFileContentOutsideAnAttempt reads with the same checks.
 func TestFileContentOutsideAnAttempt(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo, _ := testkit.HostileFiles(t, t.TempDir())
 	_, err := FileContent(context.Background(), fifo)
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonFileNotRegular {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // reconfdWithin runs a reconfd command that must end by itself within d;
@@ -46,14 +47,7 @@ func reconfdWithin(t *testing.T, d time.Duration, args ...string) (int, string) 
 func TestHostileFileAtStartup(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	zero := filepath.Join(dir, "zero")
-	if err := os.Symlink("/dev/zero", zero); err != nil {
-		t.Fatal(err)
-	}
+	fifo, zero := testkit.HostileFiles(t, dir)
 	backend := "  - {name: up, kind: openai, model: m, host: 'http://127.0.0.1:9/v1', %s}\n"
 	for _, extra := range []string{
 		"api_key: '${file:" + fifo + "}'",

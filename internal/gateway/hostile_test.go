@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // TestHostileReferencedFiles: a system prompt file or an api_key file that
@@ -23,14 +23,7 @@ import (
 func TestHostileReferencedFiles(t *testing.T) {
 	up := newFakeOpenAI(t, goodKey)
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	zero := filepath.Join(dir, "zero")
-	if err := os.Symlink("/dev/zero", zero); err != nil {
-		t.Fatal(err)
-	}
+	fifo, zero := testkit.HostileFiles(t, dir)
 	targets := []string{fifo, zero}
 	if _, err := os.Stat("/proc/self/environ"); err == nil {
 		targets = append(targets, "/proc/self/environ")
