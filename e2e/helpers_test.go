@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	if os.Getenv(etcdChildEnv) != "" {
+		return etcdChild()
+	}
 	flag.Parse()
 	if testing.Short() {
 		// Building the binary and running processes is the heavy part;

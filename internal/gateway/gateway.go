@@ -228,6 +228,11 @@ func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Re
 // which hands its slots back to the other workers at once, and closes its
 // etcd client last. A request still waiting for a slot when the gate
 // closes (only after a drain that outlasted ctx) is answered 503.
+//
+// Each etcd step (leaving, releasing the claims) gets at most
+// etcdStepTimeout: a worker cut off from etcd logs a warning and exits
+// within a second of its drain, since the lease expires the row and the
+// claims anyway, instead of waiting out ctx on a dead connection.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
 		g.draining.Store(true)
@@ -238,9 +243,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if g.cluster != nil {
 			// Leave the fleet first: a draining worker takes no new version
 			// and its row no longer counts.
-			if err := g.cluster.leave(ctx); err != nil {
-				errs = append(errs, err)
-			}
+			g.etcdStep(ctx, "leave the fleet (the row expires with its lease)", g.cluster.leave)
 		}
 		if err := g.srv.ShutdownWithContext(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
@@ -257,9 +260,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if g.cluster != nil {
 			// After the drain: once the claims are released, this worker's
 			// requests no longer count against the fleet's limits.
-			if err := g.cluster.closeGate(closeCtx); err != nil {
-				errs = append(errs, err)
-			}
+			g.etcdStep(closeCtx, "release the concurrency claims (they expire with their lease)", g.cluster.closeGate)
 		}
 		if err := g.rt.Close(closeCtx); err != nil {
 			errs = append(errs, err)
@@ -276,4 +277,17 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.shutdownErr = errors.Join(errs...)
 	})
 	return g.shutdownErr
+}
+
+// etcdStepTimeout bounds each etcd request of a shutdown.
+const etcdStepTimeout = 500 * time.Millisecond
+
+// etcdStep runs one etcd step of a shutdown within etcdStepTimeout. A
+// failure is logged, not returned: the lease cleans up after it.
+func (g *Gateway) etcdStep(ctx context.Context, what string, step func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdStepTimeout)
+	defer cancel()
+	if err := step(ctx); err != nil {
+		g.log.Warn("shutdown: could not "+what, "error", err)
+	}
 }
