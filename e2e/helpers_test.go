@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/etcdproc"
 	"github.com/reconfhq/reconf/internal/testkit"
 	"io"
 	"net/http"
@@ -37,8 +38,8 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if os.Getenv(etcdChildEnv) != "" {
-		return etcdChild()
+	if code, ok := etcdproc.RunIfChild(); ok {
+		return code
 	}
 	flag.Parse()
 	if testing.Short() {

@@ -3,104 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/reconfhq/reconf/propagate/embedded"
 )
-
-// childEnv marks the re-executed binary as the etcd member's process.
-const childEnv = "FLEETSIM_ETCD_CHILD"
-
-// etcdProc is the etcd member, in its own process so that its memory and
-// CPU are measured apart from the followers'.
-type etcdProc struct {
-	cmd       *exec.Cmd
-	stdin     io.WriteCloser
-	endpoints []string
-	exited    chan struct{}
-}
-
-// startEtcd re-executes this binary as an embedded etcd member (the same
-// member a reconfd supervisor runs) and waits for its endpoint.
-func startEtcd() (*etcdProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &etcdProc{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			line <- sc.Text()
-		}
-		close(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	select {
-	case l, ok := <-line:
-		if ep, found := strings.CutPrefix(l, "endpoint "); ok && found {
-			p.endpoints = []string{ep}
-			return p, nil
-		}
-		p.stop()
-		return nil, errors.New("the etcd process did not report its endpoint")
-	case <-time.After(30 * time.Second):
-		p.stop()
-		return nil, errors.New("the etcd process did not start within 30s")
-	}
-}
-
-// stop closes the member's stdin, which makes it shut down, and waits.
-func (p *etcdProc) stop() {
-	p.stdin.Close()
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-func (p *etcdProc) pid() int { return p.cmd.Process.Pid }
-
-// etcdChild is the member's process: it serves until its stdin closes.
-func etcdChild() error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := embedded.Start(context.Background(), embedded.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	fmt.Printf("endpoint %s\n", s.Endpoints()[0])
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return nil
-}
 
 // etcdCounters are the member's own counters, read from its /metrics.
 type etcdCounters struct {

@@ -51,6 +51,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf/internal/etcdproc"
 )
 
 // config is one run's parameters.
@@ -101,12 +103,8 @@ type result struct {
 }
 
 func main() {
-	if os.Getenv(childEnv) != "" {
-		if err := etcdChild(); err != nil {
-			fmt.Fprintln(os.Stderr, "fleetsim etcd:", err)
-			os.Exit(1)
-		}
-		return
+	if code, ok := etcdproc.RunIfChild(); ok {
+		os.Exit(code)
 	}
 	var (
 		followers = flag.String("followers", "10", "comma-separated follower counts, one run each")
@@ -202,11 +200,11 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 	}
 
-	etcd, err := startEtcd()
+	etcd, err := etcdproc.Start()
 	if err != nil {
 		return res, err
 	}
-	defer etcd.stop()
+	defer etcd.Stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, ConfigBytes: len(docs[0]), Reloads: c.reloads}
@@ -214,7 +212,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		res.Clients = c.followers + 1
 	}
 	t0 := time.Now()
-	fl, err := startFleet(ctx, c.mode, etcd.endpoints, c.followers, c.clients, pub, fol, log)
+	fl, err := startFleet(ctx, c.mode, []string{etcd.Endpoint()}, c.followers, c.clients, pub, fol, log)
 	if err != nil {
 		return res, fmt.Errorf("starting the fleet: %w", err)
 	}
@@ -225,7 +223,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	}()
 	res.StartupS = time.Since(t0).Seconds()
 
-	m := &meter{etcdPID: etcd.pid(), endpoint: etcd.endpoints[0]}
+	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint()}
 	time.Sleep(c.settle) // let the start-up writes settle
 	idle, err := m.sample(ctx)
 	if err != nil {
@@ -311,8 +309,8 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	res.EtcdCPUPerReload = ms(used.etcdCPU) / float64(c.reloads)
 	res.WirePerReload = used.wire / float64(c.reloads)
 	res.ProcessRSS, res.ProcessPeak, _ = memory(os.Getpid())
-	res.EtcdRSS, res.EtcdPeak, _ = memory(etcd.pid())
-	res.RecordBytes, err = recordSize(ctx, etcd.endpoints)
+	res.EtcdRSS, res.EtcdPeak, _ = memory(etcd.Pid())
+	res.RecordBytes, err = recordSize(ctx, []string{etcd.Endpoint()})
 	return res, err
 }
 

@@ -2,21 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/reconfhq/reconf/internal/etcdproc"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" { // this test binary re-executed as the etcd member
-		if err := etcdChild(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ok := etcdproc.RunIfChild(); ok { // this test binary re-executed as the etcd member
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }
