@@ -147,7 +147,7 @@ func TestSignalDuringStartup(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve did not exit on SIGTERM during start-up:\n%s", out.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(out.String(), "interrupted by a signal") {
-		t.Fatalf("exit %d, want 1 and the interruption named:\n%s", code, out.String())
+	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(out.String(), "stopped during start-up") {
+		t.Fatalf("exit %d, want 0 and the stop named:\n%s", code, out.String())
 	}
 }

@@ -151,7 +151,8 @@ func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env,
 		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
-		return nil, nil, fail("start-up interrupted by a signal; nothing was started")
+		// Stopping on request is a clean exit, as the supervisor's is.
+		return nil, nil, &exitError{code: exitOK, msg: "stopped during start-up by a signal; nothing was started"}
 	}
 	if err != nil {
 		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
