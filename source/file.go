@@ -31,7 +31,8 @@ var afterReadHook func()
 // safe for concurrent use, although the runtime reads from one goroutine at
 // a time.
 type FileSource struct {
-	path string
+	path   string
+	shared string // the shared baseline's file, or ""
 }
 
 var _ reconf.Source = (*FileSource)(nil)
@@ -41,7 +42,7 @@ var _ reconf.Source = (*FileSource)(nil)
 // working directory do not affect it. The file need not exist yet: problems
 // with it are reported by Read. File returns an error only for an empty path
 // or when the working directory cannot be determined.
-func File(path string) (*FileSource, error) {
+func File(path string, opts ...FileOption) (*FileSource, error) {
 	if path == "" {
 		return nil, errors.New("source: empty file path")
 	}
@@ -49,7 +50,11 @@ func File(path string) (*FileSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source: make %q absolute: %w", path, err)
 	}
-	return &FileSource{path: abs}, nil
+	f := &FileSource{path: abs}
+	for _, o := range opts {
+		o(f)
+	}
+	return f, nil
 }
 
 // Describe returns the file's absolute path, as given (symlinks are not
@@ -108,7 +113,16 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	id := identity{size: opened.Size(), digest: sha256.Sum256(data)}
 	id.dev, id.ino, id.known = fileID(opened)
 	id.btime = birthTime(fh.OS())
-	if last, ok := req.Last.(identity); ok && id.rewrittenInPlace(last) {
+	rewritten := false
+	if f.shared != "" {
+		if rewritten, err = f.sharedJudge(id, req.Last, req.Last == nil); err != nil {
+			return reconf.Snapshot{}, &reconf.Error{Reason: reconf.ReasonSourceUnreadable,
+				Message: "the baseline this host's workers share cannot be used; restart the service", Err: err}
+		}
+	} else if last, ok := req.Last.(identity); ok {
+		rewritten = id.rewrittenInPlace(last)
+	}
+	if rewritten {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
 	return reconf.Snapshot{Data: data, Version: id}, nil

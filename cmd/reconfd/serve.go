@@ -245,7 +245,8 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
-		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}))
+		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}),
+		gateway.WithSharedBaseline(lookup.get(envFleetBaseline)))
 	if err != nil {
 		return err
 	}

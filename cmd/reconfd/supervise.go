@@ -116,6 +116,14 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
 	env := append(workerEnv(), envFleetID+"="+fleet)
+	// One in-place baseline for the host: every worker judges the file
+	// against the last read any of them accepted.
+	bdir, err := os.MkdirTemp(f.dataDir, "reconfd-baseline-")
+	if err != nil {
+		return fail("a private directory for the workers' shared baseline: %v", err)
+	}
+	cleanup = append(cleanup, func() { os.RemoveAll(bdir) })
+	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"))
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
 	}
@@ -205,7 +213,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 func workerEnv() []string {
 	var out []string
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, admin.EnvAddress+"=") && !strings.HasPrefix(e, envFleetChannel+"=") && !strings.HasPrefix(e, envFleetID+"=") {
+		if !strings.HasPrefix(e, admin.EnvAddress+"=") && !strings.HasPrefix(e, envFleetChannel+"=") && !strings.HasPrefix(e, envFleetID+"=") &&
+			!strings.HasPrefix(e, envFleetBaseline+"=") {
 			out = append(out, e)
 		}
 	}
@@ -222,6 +231,9 @@ const (
 	// envFleetID names the supervisor's fleet in its workers' records and
 	// rows.
 	envFleetID = "RECONF_FLEET_ID"
+	// envFleetBaseline is the file of the in-place baseline the host's
+	// workers share (source.WithSharedBaseline).
+	envFleetBaseline = "RECONF_FLEET_BASELINE"
 )
 
 // newFleetID returns a random ID for a supervisor's fleet.

@@ -61,7 +61,14 @@ type options struct {
 	timeouts     ServerTimeouts
 	cluster      *ClusterOptions
 	clusterCheck bool
+	baseline     string // the file of a baseline shared with this host's other workers
 }
+
+// WithSharedBaseline makes this worker judge in-place rewrites of the
+// configuration file against the baseline that the other workers of its
+// host share (source.WithSharedBaseline), kept in the file at path; an
+// empty path leaves it judging alone.
+func WithSharedBaseline(path string) Option { return func(o *options) { o.baseline = path } }
 
 // WithLogger sets the service logger. Without it the gateway logs text to
 // WithLogOutput's writer (stderr) at the configured logging.level.
@@ -97,7 +104,11 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	src, err := source.File(path)
+	var sopts []source.FileOption
+	if o.baseline != "" {
+		sopts = append(sopts, source.WithSharedBaseline(o.baseline))
+	}
+	src, err := source.File(path, sopts...)
 	if err != nil {
 		return nil, err
 	}
