@@ -60,7 +60,8 @@ func (c Config) LogValue() slog.Value {
 
 // CheckAddress decides whether management may serve on addr with token (""
 // for none). It returns nil when it may; ErrNotConfigured when addr is
-// empty; ErrTokenTooShort when a token is given but shorter than
+// empty; ErrTokenWhitespace when the token has leading or trailing
+// whitespace; ErrTokenTooShort when a token is given but shorter than
 // MinTokenLength (on any address); ErrManagementDisabled when addr is not a
 // loopback address and there is no token; an error wrapping ErrBadAddress
 // when addr is not host:port. Loopback means localhost, 127.0.0.0/8 or ::1;
@@ -84,7 +85,10 @@ func CheckAddress(addr, token string) error {
 }
 
 func checkToken(token string) error {
-	if token != "" && utf8.RuneCountInString(token) < MinTokenLength {
+	switch {
+	case token != strings.TrimSpace(token):
+		return ErrTokenWhitespace
+	case token != "" && utf8.RuneCountInString(token) < MinTokenLength:
 		return ErrTokenTooShort
 	}
 	return nil

@@ -18,6 +18,11 @@ var (
 	// rather than run with a guessable token. The token itself is never
 	// part of the error.
 	ErrTokenTooShort = errors.New("admin: management token is shorter than 16 characters")
+	// ErrTokenWhitespace is returned by CheckAddress and New for a token
+	// with leading or trailing whitespace (typically the newline of a file
+	// it was read from): no client sends it, so management would refuse
+	// every request. The token itself is never part of the error.
+	ErrTokenWhitespace = errors.New("admin: management token has leading or trailing whitespace (a newline from the file it came from?); remove it")
 	// ErrBadAddress is wrapped when a management address is not host:port.
 	ErrBadAddress = errors.New("admin: management address must be host:port")
 	// ErrBadOrigin is wrapped by New when an allowed origin is not of the

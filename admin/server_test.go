@@ -41,6 +41,9 @@ func TestCheckAddress(t *testing.T) {
 		{"127.0.0.1:9000", short, admin.ErrTokenTooShort},
 		{"0.0.0.0:0", "ééééééééééééééé", admin.ErrTokenTooShort}, // 15 characters, 30 bytes
 		{"0.0.0.0:0", "éééééééééééééééé", nil},
+		{"0.0.0.0:0", testToken + "\n", admin.ErrTokenWhitespace},
+		{"127.0.0.1:9000", " " + testToken, admin.ErrTokenWhitespace},
+		{"127.0.0.1:9000", "\t", admin.ErrTokenWhitespace},
 		{"127.0.0.1", "", admin.ErrBadAddress},
 	}
 	for _, tt := range tests {
@@ -94,6 +97,7 @@ func TestNewRefuses(t *testing.T) {
 		want error
 	}{
 		{"short token", []admin.Option{admin.WithToken("0123456789abcde")}, admin.ErrTokenTooShort},
+		{"token with a newline", []admin.Option{admin.WithToken("0123456789abcdef0123\n")}, admin.ErrTokenWhitespace},
 		{"origin with path", []admin.Option{admin.WithAllowedOrigins("https://ops.example.com/x")}, admin.ErrBadOrigin},
 		{"origin without scheme", []admin.Option{admin.WithAllowedOrigins("ops.example.com")}, admin.ErrBadOrigin},
 		{"wildcard origin", []admin.Option{admin.WithAllowedOrigins("*")}, admin.ErrBadOrigin},
