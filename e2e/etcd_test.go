@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"io"
+	"net"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +33,7 @@ func TestWorkerCutOffFromEtcdExitsPromptly(t *testing.T) {
 	etcd := startEtcdProcess(t)
 	// A race-built binary sleeps a second at exit (GORACE atexit_sleep_ms)
 	// to catch late reports; the bound is the service's, not the detector's.
-	s := startServer(t, config(4, "0s"), []string{"--cluster", etcd.Endpoint(), "--shutdown-timeout", "30s"}, "GORACE=atexit_sleep_ms=0")
+	s := startServer(t, config(4, "0s"), []string{"--cluster", tcpForward(t, etcd.Endpoint()), "--shutdown-timeout", "30s"}, "GORACE=atexit_sleep_ms=0")
 	if r := s.chat("stub-1"); r.status != 200 {
 		t.Fatalf("chat: %d", r.status)
 	}
@@ -44,4 +48,54 @@ func TestWorkerCutOffFromEtcdExitsPromptly(t *testing.T) {
 	} else {
 		t.Logf("exited %v after SIGTERM with etcd stopped", took.Round(time.Millisecond))
 	}
+}
+
+// tcpForward serves a loopback TCP address that forwards each connection
+// to endpoint (the member listens on a unix socket only, and --cluster
+// takes http URLs). A stopped member stalls the forwarded connections as
+// it would direct ones. It returns the http URL; it stops with the test.
+func tcpForward(t *testing.T, endpoint string) string {
+	t.Helper()
+	sock, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		return endpoint
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("unix", sock)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(u, c); u.Close() }()
+			go func() { defer wg.Done(); _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
 }
