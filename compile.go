@@ -21,7 +21,8 @@ type compiler[T any] struct {
 	baseDir    string // relative file fields are resolved against it
 	lookupEnv  func(string) (string, bool)
 	overrides  []func(*T)
-	propagated bool // literal secrets are refused (cluster mode)
+	propagated bool           // literal secrets are refused (cluster mode)
+	base       *recordBase[T] // the local source decoded, for records (compileRecord)
 }
 
 // candidate is a compiled configuration with its canonical encoding.

@@ -56,6 +56,9 @@ const (
 	ReasonSecretNotPropagate Reason = "secret_not_propagatable"
 	// ReasonDigestMismatch: a file a cluster version names differs here.
 	ReasonDigestMismatch Reason = "file_digest_mismatch"
+	// ReasonRecordTooLarge: the cluster record of a candidate is larger
+	// than the cluster accepts in one request (etcd's --max-request-bytes).
+	ReasonRecordTooLarge Reason = "record_too_large"
 
 	ReasonShutdown Reason = "shutdown"
 	ReasonDeadline Reason = "deadline_exceeded"
@@ -72,6 +75,7 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonUnchanged:          NoOp,
 	ReasonStale:              NoOp,
 	ReasonDigestMismatch:     Invalid,
+	ReasonRecordTooLarge:     Invalid,
 	ReasonClusterUnavailable: PreparationFailed,
 	ReasonRestart:            RestartRequired,
 	ReasonUnclassified:       RestartRequired,
