@@ -286,6 +286,7 @@ func BenchmarkCancelMidDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms-after-cancel")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms-after-cancel")
+}
 
 // benchApply measures a follower's apply of a cluster record (decode over
 // the local source, compile, diff, publish, commit), each iteration a new
@@ -295,7 +296,7 @@ func benchApply(b *testing.B, routes int, format LiveFormat) {
 	var recs [2]Record
 	for i := range recs {
 		c := &compiler[benchConfig]{propagated: true}
-		cand, err := c.compile(benchYAML(routes, i+1))
+		cand, err := c.compile(context.Background(), benchYAML(routes, i+1))
 		if err != nil {
 			b.Fatal(err)
 		}
