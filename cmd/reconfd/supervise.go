@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,6 +119,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	env := append(workerEnv(), envFleetID+"="+fleet)
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		// Each worker schedules on its share of the CPUs unless the
+		// operator says otherwise: workers that each run on every core
+		// contend for them (bench/README.md, data plane: 2 workers on 2
+		// cores serve more, with a lower p99, at GOMAXPROCS=1 each).
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/m.workers)))
 	}
 	if generated {
 		// The environment, unlike the command line, is readable by this
