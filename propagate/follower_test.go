@@ -600,21 +600,13 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 		{"over the client's send limit", emb.Endpoints(), 9 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cli, err := Connect(tc.endpoints, testLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cli.Close()
-			ch, err := NewChannel(cli, newPrefix())
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := channelOn(t, tc.endpoints)
 			ctx := context.Background()
 			if _, _, err := ch.Join(ctx, reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}); err != nil {
 				t.Fatal(err)
 			}
 			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: reconf.LiveJSON}
-			_, err = ch.Publish(ctx, 1, big)
+			_, err := ch.Publish(ctx, 1, big)
 			var e *reconf.Error
 			if !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge || errors.Is(err, ErrUnreachable) {
 				t.Fatalf("publish: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
@@ -626,15 +618,28 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 			if u, _, err := ch.Latest(ctx); err != nil || u.Version != 1 {
 				t.Fatalf("after the refusal: version %d, %v; want 1", u.Version, err)
 			}
-			empty, err := NewChannel(cli, newPrefix())
-			if err != nil {
-				t.Fatal(err)
-			}
+			empty := channelOn(t, tc.endpoints)
 			if _, _, err := empty.Join(ctx, big); !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge {
 				t.Fatalf("seeding join: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
 			}
 		})
 	}
+}
+
+// channelOn returns a channel with a fresh prefix on its own client,
+// closed when the test ends.
+func channelOn(t *testing.T, endpoints []string) *Channel {
+	t.Helper()
+	cli, err := Connect(endpoints, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ch, err := NewChannel(cli, newPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }
 
 // startDefaultLimits runs an etcd member with etcd's own default request
@@ -679,16 +684,7 @@ func startDefaultLimits(t *testing.T) []string {
 // follower that holds the newest version reads the key's version alone,
 // so a fleet's steady state does not move whole configurations.
 func TestResyncReadsTheRecordOnlyWhenNewer(t *testing.T) {
-	s := startServer(t)
-	cli, err := Connect(s.Endpoints(), testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ch, err := NewChannel(cli, newPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := channelOn(t, startServer(t).Endpoints())
 	ctx := context.Background()
 	if u, _, err := ch.latestAfter(ctx, 0); err != nil || u.Version != 0 {
 		t.Fatalf("empty channel: %+v %v", u, err)
