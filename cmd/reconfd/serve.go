@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/metrics"
@@ -37,9 +39,8 @@ type serveFlags struct {
 	clusterPrefix string
 	dataDir       string
 
-	// Set by a supervisor on the workers it starts (hidden flags).
+	// Set by a supervisor on the workers it starts (hidden flag).
 	worker string // the worker's slot
-	listen string // the data plane's concrete address
 }
 
 func newServeCmd(stderr io.Writer, lookup env) *cobra.Command {
@@ -66,9 +67,10 @@ exits at once.
 
 With --workers N (or server.workers) above 1, serve is a supervisor: it
 runs an embedded etcd on a unix socket only its own user can reach
-(unless --cluster names one) and N
-worker processes that share server.address and the management address
-(SO_REUSEPORT). A reload on any worker is published to every worker under
+(unless --cluster names one) and N worker processes. The supervisor opens
+server.address and the management address once and every worker accepts
+from the same sockets, so a second fleet on the same address fails at
+start. A reload on any worker is published to every worker under
 one generation number. The supervisor restarts a worker that dies, sends
 SIGHUP to one worker in turn, and on SIGTERM or SIGINT stops every worker
 (each drains) before it stops etcd. With --cluster (or server.cluster) and
@@ -95,9 +97,7 @@ in flight across all of them together.`,
 	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
 	fl.StringVar(&f.worker, "worker", "", "internal: run as this worker slot of a supervisor")
-	fl.StringVar(&f.listen, "listen", "", "internal: a worker's data-plane address")
 	_ = fl.MarkHidden("worker")
-	_ = fl.MarkHidden("listen")
 	return cmd
 }
 
@@ -113,9 +113,6 @@ func (f *serveFlags) check() error {
 	}
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
-	}
-	if f.worker != "" && f.listen == "" {
-		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	return nil
 }
@@ -200,10 +197,10 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	out.release()
 	log := g.Logger()
-	ln, err := g.Listen()
+	ln, err := listen("server.address", g.Config().Server.Address)
 	if err != nil {
 		_ = g.Shutdown(context.Background())
-		return fail("listen on server.address: %v", err)
+		return fail("%v", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
@@ -214,12 +211,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		<-served
 		return fail("%v", err)
 	}
-	return serveUntil(ctx, stopCtx.Done(), stopSignals, f, g, served, mgmt, nil)
+	return serveUntil(ctx, stopCtx.Done(), stopSignals, f, g, nil, served, mgmt, nil)
 }
 
 // serveWorker is one worker process of a supervisor: the gateway joined to
-// the cluster, listening with SO_REUSEPORT on the addresses the supervisor
-// reserved.
+// the cluster, accepting on the sockets the supervisor handed it.
 func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
 	parent, err := supervisor.Attach()
 	if err != nil {
@@ -239,21 +235,24 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if len(endpoints) == 0 {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
+	lns, err := handoff.Inherited()
+	if err != nil || lns[listenerData] == nil {
+		return fail("a worker needs the data-plane socket from its supervisor: %v", err)
+	}
 	g, reg, err := newGateway(ctx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
 		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}))
 	if err != nil {
 		return err
 	}
 	log := g.Logger()
-	ln, err := supervisor.ListenReusePort(ctx, f.listen)
-	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fail("listen on server.address: %v", err)
-	}
+	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 	mgmt, err := startManagement(g, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		return supervisor.ListenReusePort(ctx, addr)
+		if ln := lns[listenerManagement]; ln != nil {
+			return ln, nil
+		}
+		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
 	})
 	if err != nil {
 		_ = g.Shutdown(context.Background())
@@ -269,8 +268,8 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, g, served, mgmt, func() {
-		if err := parent.Ready(); err != nil {
+	return serveUntil(ctx, stop, stopSignals, f, g, ln, served, mgmt, func() {
+		if err := parent.Ready(readyStatus(g)); err != nil {
 			log.Error("could not tell the supervisor this worker is ready", "error", err)
 		}
 	})
@@ -278,9 +277,11 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 
 // serveUntil serves until stop closes or the data plane fails, then shuts down:
 // the SIGHUP trigger, the data plane (draining), management. ready is
-// called once everything serves.
+// called once everything serves. shared, when not nil, is the data plane's
+// listener on a socket other processes hold too: the drain then moves
+// clients to them first (see drainShared).
 func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, g *gateway.Gateway,
-	served chan error, mgmt *managementServer, ready func()) error {
+	shared *handoff.DrainListener, served chan error, mgmt *managementServer, ready func()) error {
 	log := g.Logger()
 	hup := trigger.SIGHUP(g.Runtime(), log)
 	if ready != nil {
@@ -300,6 +301,9 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	hup.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
+	if shared != nil {
+		drainShared(sctx, g, shared)
+	}
 	var errs []error
 	if err := g.Shutdown(sctx); err != nil {
 		errs = append(errs, err)
@@ -323,6 +327,28 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// drainShared moves the data plane's clients to the other processes that
+// hold its socket before Shutdown: it stops accepting (queued connections
+// stay in the shared queue for the others), answers every further request
+// with Connection: close, and waits until the accepted connections have
+// closed or drainIdleGrace has passed for those that stay idle. Streams
+// still running then are Shutdown's to wait for.
+func drainShared(ctx context.Context, g *gateway.Gateway, ln *handoff.DrainListener) {
+	g.Drain()
+	if err := ln.StopAccepting(); err != nil {
+		g.Logger().Warn("drain: closing this process's data-plane socket", "error", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, drainIdleGrace)
+	defer cancel()
+	_ = ln.Wait(wctx)
+}
+
+// readyStatus is what a worker or a successor says when it is ready: the
+// generation it serves.
+func readyStatus(g *gateway.Gateway) string {
+	return "generation=" + strconv.FormatUint(g.Runtime().Current().ID(), 10)
 }
 
 // managementServer is the management API and, when serve opened its
@@ -354,7 +380,7 @@ func (m *managementServer) Shutdown(ctx context.Context) error {
 // token or a too-short token leaves it off with a logged error while the
 // data plane serves (SPEC section 7); a listener that cannot open fails
 // the start. listen, when not nil, opens the listener (a worker's
-// SO_REUSEPORT one); otherwise admin.Server.Start does.
+// inherited one); otherwise admin.Server.Start does.
 func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
 	listen func(string) (net.Listener, error)) (*managementServer, error) {
 	cfg, generated, err := managementSettings(f, lookup)

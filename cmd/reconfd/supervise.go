@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/propagate/embedded"
@@ -28,9 +29,10 @@ import (
 const workerStopGrace = 15 * time.Second
 
 // supervise runs serve as a supervisor of m.workers worker processes. It
-// checks the configuration as a worker would load it, reserves the data
-// plane's and management's addresses (so port 0 becomes one concrete port
-// that every worker listens on with SO_REUSEPORT), starts the embedded
+// checks the configuration as a worker would load it, opens the data
+// plane's and management's listening sockets once (a plain bind: a second
+// fleet on the same address fails here) and hands them to every worker it
+// starts, which all accept from the same sockets, starts the embedded
 // etcd unless m names a cluster, starts the workers and waits for each to
 // be ready, then prints the bound addresses. SIGHUP goes to one worker in
 // turn; SIGTERM or SIGINT stops every worker (each drains), then etcd.
@@ -58,11 +60,25 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			cleanup[i]()
 		}
 	}()
-	data, err := supervisor.Reserve(server.Address)
-	if err != nil {
-		return fail("listen on server.address: %v", err)
+	// The supervisor holds the sockets (through the Set) and never
+	// accepts: only the workers do.
+	sockets := handoff.NewSet()
+	cleanup = append(cleanup, func() { sockets.Close() })
+	hold := func(name, what, addr string) (string, error) {
+		ln, err := listen(what, addr)
+		if err != nil {
+			return "", err
+		}
+		defer ln.Close()
+		if err := sockets.Add(name, ln); err != nil {
+			return "", err
+		}
+		return ln.Addr().String(), nil
 	}
-	cleanup = append(cleanup, func() { data.Close() })
+	dataAddr, err := hold(listenerData, "server.address", server.Address)
+	if err != nil {
+		return fail("%v", err)
+	}
 	mcfg, generated, err := managementSettings(f, lookup)
 	if err != nil {
 		return fail("management API: %v", err)
@@ -75,12 +91,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	case err != nil:
 		return fail("management API: %v", err)
 	default:
-		r, err := supervisor.Reserve(mcfg.Address)
-		if err != nil {
-			return fail("management API: listen on management address: %v", err)
+		if mgmtAddr, err = hold(listenerManagement, "the management address", mcfg.Address); err != nil {
+			return fail("management API: %v", err)
 		}
-		cleanup = append(cleanup, func() { r.Close() })
-		mgmtAddr = r.Addr()
 	}
 
 	endpoints := m.cluster
@@ -133,10 +146,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
 	}
 	sup, err := supervisor.Start(stopCtx, supervisor.Config{
-		Workers: m.workers,
-		Logger:  log,
+		Workers:   m.workers,
+		Logger:    log,
+		Listeners: sockets,
 		Command: func(slot int) *exec.Cmd {
-			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot), "--listen", data.Addr(),
+			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),
 				"--cluster-prefix", m.prefix, "--shutdown-timeout", f.shutdownTimeout.String()}
 			if len(m.cluster) > 0 {
 				args = append(args, "--cluster", strings.Join(m.cluster, ","))
@@ -157,7 +171,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		}
 		return fail("the workers could not start: %v", err)
 	}
-	log.Info("listening", "address", data.Addr(), "workers", m.workers)
+	log.Info("listening", "address", dataAddr, "workers", m.workers)
 	if mgmtAddr != "" {
 		file := announce(f, lookup, log, mgmtAddr, mcfg, generated)
 		if file != "" {

@@ -209,6 +209,13 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	return err
 }
 
+// Drain begins a drain before Shutdown: /healthz answers 503 draining and
+// every response asks its client to close the connection (Connection:
+// close), so that clients move to new connections, which another process
+// sharing the listening socket accepts. Requests keep being served. It is
+// idempotent.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
 // Reload runs one configuration attempt (see reconf.Runtime.Reload).
 func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Result, error) {
 	return g.rt.Reload(ctx, trigger)
