@@ -36,9 +36,10 @@ func Drain(ctx context.Context, shutdown ...func(context.Context) error) error {
 type DrainListener struct {
 	net.Listener
 
-	mu      sync.Mutex
-	open    int
-	zero    chan struct{} // closed and replaced whenever open drops to 0
+	mu        sync.Mutex
+	open      int           // accepted connections not yet closed
+	accepting int           // Accept calls in the underlying listener
+	zero      chan struct{} // closed and replaced whenever open+accepting drops to 0
 	stopped bool
 	closed  chan struct{}
 	once    sync.Once
@@ -52,20 +53,31 @@ func NewDrainListener(ln net.Listener) *DrainListener {
 // Accept accepts and counts a connection. After StopAccepting it blocks
 // until Close, then returns net.ErrClosed.
 func (l *DrainListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		l.mu.Lock()
-		stopped := l.stopped
+	l.mu.Lock()
+	if l.stopped {
 		l.mu.Unlock()
+		<-l.closed
+		return nil, net.ErrClosed
+	}
+	// Counted from here, so that Wait cannot see nothing open while a
+	// connection the kernel already handed over is on its way out.
+	l.accepting++
+	l.mu.Unlock()
+	c, err := l.Listener.Accept()
+	l.mu.Lock()
+	if err == nil {
+		l.open++
+	}
+	stopped := l.stopped
+	l.doneLocked(&l.accepting)
+	l.mu.Unlock()
+	if err != nil {
 		if stopped {
 			<-l.closed
 			return nil, net.ErrClosed
 		}
 		return nil, err
 	}
-	l.mu.Lock()
-	l.open++
-	l.mu.Unlock()
 	return &drainConn{Conn: c, l: l}, nil
 }
 
@@ -98,12 +110,13 @@ func (l *DrainListener) Open() int {
 	return l.open
 }
 
-// Wait returns nil once every accepted connection has closed, or ctx's
-// error when it ends first.
+// Wait returns nil once every accepted connection has closed and no
+// Accept is under way in the underlying listener (call it after
+// StopAccepting), or ctx's error when it ends first.
 func (l *DrainListener) Wait(ctx context.Context) error {
 	for {
 		l.mu.Lock()
-		if l.open == 0 {
+		if l.open == 0 && l.accepting == 0 {
 			l.mu.Unlock()
 			return nil
 		}
@@ -120,8 +133,14 @@ func (l *DrainListener) Wait(ctx context.Context) error {
 func (l *DrainListener) closedOne() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.open--
-	if l.open == 0 {
+	l.doneLocked(&l.open)
+}
+
+// doneLocked decrements *n and wakes Wait when nothing is left. l.mu must
+// be held.
+func (l *DrainListener) doneLocked(n *int) {
+	*n--
+	if l.open == 0 && l.accepting == 0 {
 		close(l.zero)
 		l.zero = make(chan struct{})
 	}

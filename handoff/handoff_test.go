@@ -263,3 +263,60 @@ func TestSetAddRefusesBadNames(t *testing.T) {
 		t.Error("a second socket bound the same address")
 	}
 }
+
+// TestDrainListenerWaitsForAcceptedConnections: after StopAccepting, Wait
+// returns only once the accepted connections closed, a blocked Accept
+// ends only with Close, and the socket stays open for another holder.
+func TestDrainListenerWaitsForAcceptedConnections(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := handoff.NewSet() // another holder of the socket
+	defer set.Close()
+	if err := set.Add("x", ln); err != nil {
+		t.Fatal(err)
+	}
+	dl := handoff.NewDrainListener(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := dl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Open() != 1 {
+		t.Fatalf("open %d, want 1", dl.Open())
+	}
+	accepted := make(chan error, 1)
+	go func() { _, err := dl.Accept(); accepted <- err }()
+	if err := dl.StopAccepting(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := dl.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a connection open: %v", err)
+	}
+	sc.Close()
+	if err := dl.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-accepted:
+		t.Fatalf("Accept returned before Close: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The socket still queues connections for the other holder.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial after StopAccepting with another holder: %v", err)
+	}
+	c2.Close()
+	dl.Close()
+	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+}
