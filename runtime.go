@@ -120,7 +120,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if err != nil {
 		return nil, err
 	}
-	id := uint64(1)
+	id := max(r.o.firstGen, 1)
 	if ch := r.o.channel; ch != nil {
 		if id, cand, err = r.join(ctx, ch, cand); err != nil {
 			return nil, err

@@ -36,6 +36,10 @@ func (s *Server) routes() http.Handler {
 	if s.o.history != nil {
 		mux.Handle(HistoryPath, s.handle(s.historyAnswer, http.MethodGet, http.MethodHead))
 	}
+	if s.o.restarter != nil {
+		mux.Handle(RestartPath, s.handle(s.restart, http.MethodPost))
+		mux.Handle(RestartPath+"/", s.handle(s.restartStatus, http.MethodGet, http.MethodHead))
+	}
 	if s.o.gatherer != nil {
 		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 		mux.Handle(MetricsPath, s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -150,6 +154,7 @@ var answers = []struct {
 	{errBodyUnreadable, apiError{http.StatusBadRequest, ReasonBodyUnreadable, "the request body could not be read"}},
 	{errBadLimit, apiError{http.StatusBadRequest, ReasonBadLimit, "limit must be a positive number"}},
 	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
+	{errBadWait, apiError{http.StatusBadRequest, ReasonBadWait, "?wait= must be a duration such as 30s"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/reconfhq/reconf/handoff"
 )
@@ -318,5 +319,38 @@ func TestDrainListenerWaitsForAcceptedConnections(t *testing.T) {
 	dl.Close()
 	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
+	}
+}
+
+// TestPassKeepsTheSocketNonBlocking: handing a socket to a child must not
+// put it in blocking mode, a property every holder of the socket shares:
+// an Accept waiting in the kernel on a blocking socket is not woken by
+// Close, and a drain hangs.
+func TestPassKeepsTheSocketNonBlocking(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	set := handoff.NewSet()
+	defer set.Close()
+	if err := set.Add("http", ln); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stdin := command(t, "die") // never touches the socket
+	stdin.Close()
+	p, err := handoff.Start(cmd, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	raw.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("after a hand-off the socket is blocking (flags %#x, %v)", flags, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,10 +44,37 @@ func NewSet() *Set {
 	return &Set{files: map[string]*os.File{}, addrs: map[string]net.Addr{}}
 }
 
-// filer is a listener whose socket can be duplicated (*net.TCPListener,
-// *net.UnixListener).
-type filer interface {
-	File() (*os.File, error)
+// rawConner is a listener whose descriptor can be reached
+// (*net.TCPListener, *net.UnixListener).
+type rawConner interface {
+	SyscallConn() (syscall.RawConn, error)
+}
+
+// dup duplicates ln's descriptor. Not with File: exec.Cmd calls Fd on
+// each of ExtraFiles, and Fd on a File that a listener's File returned
+// puts the descriptor in blocking mode, which is a property of the socket
+// shared with every holder: an accept blocked in the kernel is then not
+// woken by Close, and a drain hangs.
+func dup(name string, ln net.Listener) (*os.File, error) {
+	rc, ok := ln.(rawConner)
+	if !ok {
+		return nil, fmt.Errorf("handoff: listener %q (%T) has no file descriptor to hand over", name, ln)
+	}
+	raw, err := rc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("handoff: listener %q: %w", name, err)
+	}
+	nfd := -1
+	var derr error
+	if err := raw.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, err)
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, derr)
+	}
+	return os.NewFile(uintptr(nfd), name), nil
 }
 
 // Add duplicates ln's socket into the Set under name, replacing a socket
@@ -56,13 +84,9 @@ func (s *Set) Add(name string, ln net.Listener) error {
 	if name == "" || strings.ContainsAny(name, "=,") {
 		return fmt.Errorf("handoff: bad listener name %q", name)
 	}
-	fl, ok := ln.(filer)
-	if !ok {
-		return fmt.Errorf("handoff: listener %q (%T) has no file descriptor to hand over", name, ln)
-	}
-	f, err := fl.File()
+	f, err := dup(name, ln)
 	if err != nil {
-		return fmt.Errorf("handoff: duplicate listener %q: %w", name, err)
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

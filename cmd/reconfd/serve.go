@@ -177,7 +177,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// a single process keeps this load (and its lines); a supervisor or a
 	// cluster worker loads again and drops them.
 	out := &heldWriter{w: stderr, held: true}
-	g, reg, err := newGateway(ctx, f, out, lookup)
+	var first []gateway.Option
+	if v := lookup.get(envGeneration); v != "" {
+		// A successor continues its predecessor's numbering.
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration[gateway.Config](n+1)))
+		}
+	}
+	g, reg, err := newGateway(ctx, f, out, lookup, first...)
 	if err != nil {
 		out.release()
 		return err
@@ -197,21 +204,83 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	out.release()
 	log := g.Logger()
-	ln, err := listen("server.address", g.Config().Server.Address)
+	// A successor (reconfd restart) inherits its predecessor's sockets.
+	lns, err := handoff.Inherited()
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		return fail("%v", err)
 	}
+	raw := lns[listenerData]
+	if raw == nil {
+		if raw, err = listen("server.address", g.Config().Server.Address); err != nil {
+			_ = g.Shutdown(context.Background())
+			return fail("%v", err)
+		}
+	}
+	sockets := handoff.NewSet() // what a restart hands on
+	defer sockets.Close()
+	if err := sockets.Add(listenerData, raw); err != nil {
+		_ = g.Shutdown(context.Background())
+		return fail("%v", err)
+	}
+	ln := handoff.NewDrainListener(raw)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 
-	mgmt, err := startManagement(g, f, log, lookup, reg, nil)
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("restart is unavailable: cannot find reconfd's own executable", "error", err)
+	}
+	rs := &selfRestarter{g: g, log: log, exe: exe, args: os.Args[1:], sockets: sockets,
+		timeout: successorReadyTimeout, handedOff: make(chan struct{})}
+	guard := restartGuard{Runtime: g.Runtime(), running: rs.track.running}
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		mln := lns[listenerManagement]
+		if mln == nil {
+			if mln, err = listen("the management address", addr); err != nil {
+				return nil, err
+			}
+		}
+		return mln, sockets.Add(listenerManagement, mln)
+	}, func() map[string]any { return withRestart(g.StatusFields(), rs.track.state()) }, admin.WithRestarter(rs))
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
 		return fail("%v", err)
 	}
-	return serveUntil(ctx, stopCtx.Done(), stopSignals, f, g, nil, served, mgmt, nil)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-rs.handedOff:
+		}
+		close(stop)
+	}()
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+		shared: func() bool { return isClosed(rs.handedOff) },
+		ready: func() {
+			if err := handoff.Ready(readyStatus(g)); err != nil {
+				log.Error("could not tell the previous process this one is ready", "error", err)
+			}
+			if err := handoff.NotifyReady(); err != nil {
+				log.Warn("could not notify systemd", "error", err)
+			}
+		}})
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// withRestart adds the restart state to status fields.
+func withRestart(m map[string]any, st restartState) map[string]any {
+	m["restart"] = st
+	return m
 }
 
 // serveWorker is one worker process of a supervisor: the gateway joined to
@@ -245,15 +314,29 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		return err
 	}
 	log := g.Logger()
+	if lookup.get(envRestartPublish) == "1" {
+		// The first new worker of a restart: the fleet takes the file's
+		// live part now, before the old workers drain.
+		res, err := g.Reload(ctx, triggerRestart)
+		if err != nil || !res.Outcome.OK() {
+			_ = g.Shutdown(context.Background())
+			return fail("restart: publishing the file's live part: %s (%s) %v", res.Outcome, res.Reason, err)
+		}
+	}
+	rs := newFleetRestarter(g.Runtime(), lookup.get(envControl))
+	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
 	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
-	mgmt, err := startManagement(g, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
 		if ln := lns[listenerManagement]; ln != nil {
 			return ln, nil
 		}
 		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
-	})
+	}, func() map[string]any {
+		st, _ := rs.state()
+		return withRestart(g.StatusFields(), st)
+	}, admin.WithRestarter(rs))
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
@@ -268,25 +351,41 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, g, ln, served, mgmt, func() {
-		if err := parent.Ready(readyStatus(g)); err != nil {
-			log.Error("could not tell the supervisor this worker is ready", "error", err)
-		}
-	})
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+		shared: func() bool { return true },
+		ready: func() {
+			if err := parent.Ready(readyStatus(g)); err != nil {
+				log.Error("could not tell the supervisor this worker is ready", "error", err)
+			}
+		}})
+}
+
+// triggerRestart names the attempt with which a restart's first new
+// worker publishes the file's live part.
+const triggerRestart reconf.Trigger = "restart"
+
+// session is what serveUntil runs and stops.
+type session struct {
+	g        *gateway.Gateway
+	data     *handoff.DrainListener
+	served   chan error
+	mgmt     *managementServer
+	reloader trigger.Reloader // SIGHUP's target
+	// shared reports, at stop, whether other processes hold the data
+	// plane's socket (a worker's fleet, a successor): the drain then
+	// moves the clients to them first (see drainShared).
+	shared func() bool
+	ready  func() // called once everything serves
 }
 
 // serveUntil serves until stop closes or the data plane fails, then shuts down:
-// the SIGHUP trigger, the data plane (draining), management. ready is
-// called once everything serves. shared, when not nil, is the data plane's
-// listener on a socket other processes hold too: the drain then moves
-// clients to them first (see drainShared).
-func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, g *gateway.Gateway,
-	shared *handoff.DrainListener, served chan error, mgmt *managementServer, ready func()) error {
+// the SIGHUP trigger, the data plane (draining), management.
+func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, s *session) error {
+	g, served := s.g, s.served
 	log := g.Logger()
-	hup := trigger.SIGHUP(g.Runtime(), log)
-	if ready != nil {
-		ready()
-	}
+	hup := trigger.SIGHUP(s.reloader, log)
+	s.ready()
+	log.Info("ready", "pid", os.Getpid(), "version", versionString(), "generation", g.Runtime().Current().ID())
 
 	var serveErr error
 	select {
@@ -301,8 +400,8 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	hup.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
-	if shared != nil {
-		drainShared(sctx, g, shared)
+	if s.shared() {
+		drainShared(sctx, g, s.data)
 	}
 	var errs []error
 	if err := g.Shutdown(sctx); err != nil {
@@ -313,8 +412,8 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 			errs = append(errs, err)
 		}
 	}
-	if mgmt != nil {
-		if err := mgmt.Shutdown(sctx); err != nil {
+	if s.mgmt != nil {
+		if err := s.mgmt.Shutdown(sctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -381,8 +480,8 @@ func (m *managementServer) Shutdown(ctx context.Context) error {
 // data plane serves (SPEC section 7); a listener that cannot open fails
 // the start. listen, when not nil, opens the listener (a worker's
 // inherited one); otherwise admin.Server.Start does.
-func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
-	listen func(string) (net.Listener, error)) (*managementServer, error) {
+func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
+	listen func(string) (net.Listener, error), status func() map[string]any, extra ...admin.Option) (*managementServer, error) {
 	cfg, generated, err := managementSettings(f, lookup)
 	if err != nil {
 		return nil, err
@@ -390,9 +489,9 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
-		admin.WithStatusFields(g.StatusFields), admin.WithHistory(g.History)}
-	srv, err := admin.New(g.Runtime(), opts...)
+	opts := append([]admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
+		admin.WithStatusFields(status), admin.WithHistory(g.History)}, extra...)
+	srv, err := admin.New(rt, opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)
 		return nil, nil
@@ -407,9 +506,7 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 			}
 		} else {
 			var ln net.Listener
-			if ln, err = listen(cfg.Address); err != nil {
-				err = fmt.Errorf("admin: listen on management address: %w", err)
-			} else {
+			if ln, err = listen(cfg.Address); err == nil {
 				bound = ln.Addr().String()
 				m.served = make(chan error, 1)
 				go func() { m.served <- srv.Serve(ln) }()

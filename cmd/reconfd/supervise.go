@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
@@ -127,9 +130,17 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	var sup *supervisor.Supervisor
+	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
+		rollFleet(f, m, server, sup, track, run, log, lookup)
+	})
+	if err != nil {
+		return fail("%v", err)
+	}
+	cleanup = append(cleanup, ctl.close)
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
-	env := append(workerEnv(), envFleetID+"="+fleet)
+	env := append(workerEnv(), envFleetID+"="+fleet, envControl+"="+ctl.path)
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
 	}
@@ -145,7 +156,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		// user only.
 		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
 	}
-	sup, err := supervisor.Start(stopCtx, supervisor.Config{
+	sup, err = supervisor.Start(stopCtx, supervisor.Config{
 		Workers:   m.workers,
 		Logger:    log,
 		Listeners: sockets,
@@ -185,6 +196,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		select {
 		case sig := <-sigs:
 			switch {
+			case sig == syscall.SIGHUP && stopped == nil && (ctl.track.running() || sup.Rolling()):
+				log.Warn("SIGHUP dropped: a restart is in progress (busy); reload when it ends")
 			case sig == syscall.SIGHUP && stopped == nil:
 				if slot := sup.SignalOne(syscall.SIGHUP); slot == 0 {
 					log.Warn("SIGHUP dropped: no worker is ready")
@@ -217,6 +230,81 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			log.Info("stopped")
 			return nil
 		}
+	}
+}
+
+// rollFleet carries out a fleet restart whose check passed on the worker
+// that took the request: it reads the file again for the fleet's shape
+// (server.workers; a new server.address or cluster is refused, since the
+// sockets and the channel outlive the restart), then rolls the workers;
+// the first new worker publishes the file's live part.
+func rollFleet(f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, track *restartTracker,
+	run *restartRun, log *slog.Logger, lookup env) {
+	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
+		res := track.finish(run, fn)
+		log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
+			"old_pids", res.OldPIDs, "new_pids", res.NewPIDs, "generation", res.Generation, "duration_ms", res.DurationMS)
+		return res
+	}
+	ctx := context.Background()
+	chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
+	if err != nil {
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason, r.Message = admin.RestartFailed, admin.ReasonRestartNotStarted, "the configuration cannot be loaded: "+loadError(err)
+		})
+		return
+	}
+	next := chk.Config().Server
+	_ = chk.Shutdown(ctx)
+	nm := f.mode(next)
+	switch {
+	case next.Address != server.Address:
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonAddressChanged
+			r.Message = "server.address changed: a restart keeps the fleet's listening sockets, so it cannot move them; stop the fleet and start it again to change the address"
+		})
+		return
+	case !slices.Equal(nm.cluster, m.cluster) || nm.prefix != m.prefix:
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonClusterChanged
+			r.Message = "server.cluster or server.cluster_prefix changed: a restart keeps the fleet's channel; stop the fleet and start it again to join another"
+		})
+		return
+	}
+	log.Info("restart: rolling the workers", "workers", nm.workers)
+	finished := false
+	_, err = sup.Roll(ctx, supervisor.RollOptions{
+		Workers: nm.workers,
+		Prepare: func(slot int, cmd *exec.Cmd) {
+			if slot == 1 {
+				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
+			}
+		},
+		OnReady: func(rr supervisor.RollResult) {
+			finished = true
+			finish(func(r *admin.RestartResult) {
+				r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+				r.OldPIDs, r.NewPIDs = rr.OldPIDs, rr.NewPIDs
+				if n := len(rr.Statuses); n > 0 {
+					r.Generation = generationOf(rr.Statuses[n-1], r.PreviousGeneration)
+				}
+				r.Message = fmt.Sprintf("%d new workers serve generation %d; the %d old ones drain", len(rr.NewPIDs), r.Generation, len(rr.OldPIDs))
+			})
+		},
+		DrainTimeout: f.shutdownTimeout + workerStopGrace,
+	})
+	if err != nil && !finished {
+		finish(func(r *admin.RestartResult) {
+			switch {
+			case errors.Is(err, supervisor.ErrRolling):
+				r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
+			case errors.Is(err, supervisor.ErrStopping):
+				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartCanceled
+			default:
+				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
+			}
+			r.Message = err.Error() + "; the old workers keep serving"
+		})
 	}
 }
 
