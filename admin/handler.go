@@ -219,14 +219,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 // reload answers POST /admin/config/reload.
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return errBodyTooLarge
-		}
-		return errBodyUnreadable
-	}
-	if err := decodeReloadRequest(body); err != nil {
+	if err := readEmptyBody(w, r); err != nil {
 		return err
 	}
 	// The attempt must not depend on the client staying: the runtime owns
@@ -248,6 +241,19 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 		slog.Int("status", res.Outcome.HTTPStatus()), slog.Uint64("generation", res.Generation),
 		slog.Bool("client_gone", r.Context().Err() != nil))
 	return writeJSON(w, res.Outcome.HTTPStatus(), NewReloadResponse(res))
+}
+
+// readEmptyBody reads a reload or restart body, bounded, and accepts only
+// an empty one or {} (see decodeReloadRequest).
+func readEmptyBody(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errBodyTooLarge
+		}
+		return errBodyUnreadable
+	}
+	return decodeReloadRequest(body)
 }
 
 // status answers GET /admin/config/status.

@@ -2,8 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -112,14 +110,7 @@ func WithRestarter(r Restarter) Option { return func(o *options) { o.restarter =
 
 // restart answers POST /admin/config/restart[?wait=DURATION].
 func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return errBodyTooLarge
-		}
-		return errBodyUnreadable
-	}
-	if err := decodeReloadRequest(body); err != nil {
+	if err := readEmptyBody(w, r); err != nil {
 		return err
 	}
 	wait, err := s.restartWait(r)

@@ -40,9 +40,9 @@ type DrainListener struct {
 	open      int           // accepted connections not yet closed
 	accepting int           // Accept calls in the underlying listener
 	zero      chan struct{} // closed and replaced whenever open+accepting drops to 0
-	stopped bool
-	closed  chan struct{}
-	once    sync.Once
+	stopped   bool
+	closed    chan struct{}
+	once      sync.Once
 }
 
 // NewDrainListener wraps ln.
