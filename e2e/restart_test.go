@@ -204,6 +204,23 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
 		t.Errorf("status active generation %v, want %d", st["active_generation"], res.Generation)
 	}
+	// The history went on in the new process: the first process's startup
+	// load, the refused reload, then the restart and the new startup load.
+	var h admin.HistoryResponse
+	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	var seq []string
+	for _, e := range h.Entries {
+		seq = append(seq, fmt.Sprintf("%s/%s/%d", e.Trigger, e.Outcome, e.Generation))
+	}
+	want := []string{"startup/published/2", "restart/restarted/2", "api/restart-required/1", "startup/published/1"}
+	if !slices.Equal(seq, want) {
+		t.Errorf("history after the restart (newest first): %v, want %v", seq, want)
+	}
 	// A second restart with nothing changed still replaces the process
 	// and the numbering goes on.
 	res2, code := r.restart()

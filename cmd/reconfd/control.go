@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/reconfhq/reconf"
@@ -118,12 +119,14 @@ func (c *controlServer) close() {
 // fleetRestarter is a worker's admin.Restarter: it checks the file like a
 // reload, then asks its supervisor to restart the fleet.
 type fleetRestarter struct {
-	rt     *reconf.Runtime[gateway.Config]
-	client *http.Client
+	g        *gateway.Gateway
+	rt       *reconf.Runtime[gateway.Config]
+	client   *http.Client
+	recorded sync.Map // id -> actor; a restart this worker asked for, to record in the fleet's history
 }
 
-func newFleetRestarter(rt *reconf.Runtime[gateway.Config], path string) *fleetRestarter {
-	return &fleetRestarter{rt: rt, client: &http.Client{Transport: &http.Transport{
+func newFleetRestarter(g *gateway.Gateway, path string) *fleetRestarter {
+	return &fleetRestarter{g: g, rt: g.Runtime(), client: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
@@ -143,12 +146,17 @@ func (f *fleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 		return admin.RestartResult{}, err
 	}
 	if !checkAllows(chk.Outcome) {
-		return refusedByCheck(chk), nil
+		res := refusedByCheck(chk)
+		_ = f.g.RecordHistory(ctx, historyOf(res, actor))
+		return res, nil
 	}
 	body, _ := json.Marshal(restartRequest{PreviousGeneration: prev, Actor: actor})
 	var res admin.RestartResult
 	if err := f.call(ctx, http.MethodPost, "/restart", body, &res); err != nil {
 		return admin.RestartResult{}, err
+	}
+	if !res.Done {
+		f.recorded.Store(res.ID, actor)
 	}
 	return res, nil
 }
@@ -164,6 +172,12 @@ func (f *fleetRestarter) WaitRestart(ctx context.Context, id string) (admin.Rest
 	defer cancel()
 	if err := f.call(cctx, http.MethodGet, "/restart/"+url.PathEscape(id)+"?wait="+max(wait, 0).String(), nil, &res); err != nil {
 		return admin.RestartResult{}, false
+	}
+	if actor, ok := f.recorded.Load(id); ok && res.Done {
+		// The worker that asked records the restart in the fleet's
+		// history, once, as soon as it sees the result.
+		f.recorded.Delete(id)
+		_ = f.g.RecordHistory(cctx, historyOf(res, actor.(string)))
 	}
 	return res, true
 }

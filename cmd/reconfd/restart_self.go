@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
@@ -54,7 +55,7 @@ func (r *selfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 		chk.Outcome = 0
 	}
 	if err != nil || !checkAllows(chk.Outcome) {
-		return r.track.finish(run, func(res *admin.RestartResult) {
+		res = r.track.finish(run, func(res *admin.RestartResult) {
 			id := res.ID
 			if err != nil {
 				res.Outcome, res.Reason, res.Message = admin.RestartFailed, admin.ReasonRestartCanceled, "the configuration check did not finish: "+err.Error()
@@ -62,10 +63,12 @@ func (r *selfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 			}
 			*res = refusedByCheck(chk)
 			res.ID = id
-		}), nil
+		})
+		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
+		return res, nil
 	}
 	r.log.Info("restart: handing the listeners to a new process", "id", res.ID, "actor", actor, "executable", r.exe, "check", chk.Outcome.String())
-	go r.run(run, prev)
+	go r.run(run, prev, actor)
 	return res, nil
 }
 
@@ -74,16 +77,33 @@ func (r *selfRestarter) WaitRestart(ctx context.Context, id string) (admin.Resta
 	return r.track.wait(ctx, id)
 }
 
-func (r *selfRestarter) run(run *restartRun, prev uint64) {
+func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
+	ctx := context.Background()
 	cmd := exec.Command(r.exe, r.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), envGeneration+"="+strconv.FormatUint(prev, 10))
+	// The history goes on in the successor: this process's entries, the
+	// restart's own entry first (it is known once the successor is ready,
+	// so the successor records it from the result it is handed).
+	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: triggerRestart, Actor: actor,
+		Outcome: string(admin.Restarted), Reason: admin.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
+		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())})
+	if err != nil {
+		r.log.Warn("restart: the history cannot be handed on; the new process starts with its own", "error", err)
+	} else {
+		cmd.Env = append(cmd.Env, envHistory+"="+histFile)
+		defer os.Remove(histFile)
+	}
+	fail := func(reason, msg string) {
+		res := r.track.finish(run, func(res *admin.RestartResult) {
+			res.Outcome, res.Reason, res.Message = admin.RestartFailed, reason, msg
+		})
+		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
+		r.log.Error("restart failed; this process keeps serving", "id", res.ID, "reason", reason, "message", msg)
+	}
 	p, err := handoff.Start(cmd, r.sockets)
 	if err != nil {
-		res := r.track.finish(run, func(res *admin.RestartResult) {
-			res.Outcome, res.Reason, res.Message = admin.RestartFailed, admin.ReasonRestartNotStarted, err.Error()
-		})
-		r.log.Error("restart failed: the new process could not be started; this one keeps serving", "id", res.ID, "error", err)
+		fail(admin.ReasonRestartNotStarted, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -99,10 +119,7 @@ func (r *selfRestarter) run(run *restartRun, prev uint64) {
 		if errors.Is(err, handoff.ErrNotReady) {
 			msg = fmt.Sprintf("the new process (pid %d) exited before it was ready (%s); this process keeps serving; see its log lines above", p.PID(), p.State())
 		}
-		res := r.track.finish(run, func(res *admin.RestartResult) {
-			res.Outcome, res.Reason, res.Message = admin.RestartFailed, admin.ReasonRestartNotReady, msg
-		})
-		r.log.Error("restart failed", "id", res.ID, "reason", res.Reason, "pid", p.PID())
+		fail(admin.ReasonRestartNotReady, msg)
 		return
 	}
 	res := r.track.finish(run, func(res *admin.RestartResult) {

@@ -79,6 +79,13 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 	return r.res
 }
 
+// started returns when r began.
+func (r *restartRun) started(t *restartTracker) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res.Started
+}
+
 // wait returns the restart with id once done or when ctx ends.
 func (t *restartTracker) wait(ctx context.Context, id string) (admin.RestartResult, bool) {
 	t.mu.Lock()
@@ -137,6 +144,13 @@ func refusedByCheck(res reconf.Result) admin.RestartResult {
 	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(res.Outcome.String()), Reason: string(res.Reason),
 		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &rr,
 		PreviousGeneration: res.PreviousGeneration, Generation: res.PreviousGeneration, Started: res.Started}
+}
+
+// historyOf is the history entry of a finished restart.
+func historyOf(res admin.RestartResult, actor string) reconf.HistoryEntry {
+	return reconf.HistoryEntry{Time: res.Started, Trigger: triggerRestart, Actor: actor, Outcome: string(res.Outcome),
+		Reason: reconf.Reason(res.Reason), Message: res.Message, PreviousGeneration: res.PreviousGeneration,
+		Generation: res.Generation, DurationMS: res.DurationMS}
 }
 
 // restartGuard answers busy to reloads while a restart runs, for the

@@ -184,6 +184,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration[gateway.Config](n+1)))
 		}
 	}
+	if path := lookup.get(envHistory); path != "" {
+		// ... and its history.
+		if seed, err := readHistory(path); err == nil {
+			first = append(first, gateway.WithHistorySeed(seed))
+		} else {
+			fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
+		}
+	}
 	g, reg, err := newGateway(ctx, f, out, lookup, first...)
 	if err != nil {
 		out.release()
@@ -323,7 +331,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 			return fail("restart: publishing the file's live part: %s (%s) %v", res.Outcome, res.Reason, err)
 		}
 	}
-	rs := newFleetRestarter(g.Runtime(), lookup.get(envControl))
+	rs := newFleetRestarter(g, lookup.get(envControl))
 	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
 	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)

@@ -61,6 +61,15 @@ type options struct {
 	timeouts     ServerTimeouts
 	cluster      *ClusterOptions
 	clusterCheck bool
+	historySeed  []reconf.HistoryEntry
+}
+
+// WithHistorySeed starts a single process's history with entries (oldest
+// first), before its startup load: a restarted process carries its
+// predecessor's history on. A worker of a cluster ignores it (the fleet's
+// history lives in etcd).
+func WithHistorySeed(entries []reconf.HistoryEntry) Option {
+	return func(o *options) { o.historySeed = entries }
 }
 
 // WithLogger sets the service logger. Without it the gateway logs text to
@@ -132,6 +141,9 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		observe = cl.history.Observe
 	} else {
 		history = reconf.NewHistory(0)
+		for _, e := range o.historySeed {
+			history.Add(e)
+		}
 		observe = history.Observe
 	}
 	ropts := []reconf.Option[Config]{
