@@ -183,6 +183,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("the workers could not start: %v", err)
 	}
 	log.Info("listening", "address", dataAddr, "workers", m.workers)
+	if err := handoff.NotifyReady(); err != nil {
+		log.Warn("could not notify systemd", "error", err)
+	}
 	if mgmtAddr != "" {
 		file := announce(f, lookup, log, mgmtAddr, mcfg, generated)
 		if file != "" {
