@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// loadKey is the client key the load sends, for configurations that
+// switch to auth.mode api_keys.
+const loadKey = "e2e-load-client-key-0123456789"
+
 // load is traffic that counts every failure: a transport error or a
 // status other than 200 (no client retries), and a stream whose chunks
 // carry more than one generation or that ends without [DONE].
@@ -63,7 +67,13 @@ func startLoad(t testing.TB, url string, keepAlive, fresh, streams int) *load {
 }
 
 func (l *load) one(c *http.Client, stream bool) error {
-	resp, err := c.Post(l.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("gpt-4o-mini", stream)))
+	req, err := http.NewRequest(http.MethodPost, l.url+"/v1/chat/completions", strings.NewReader(chatBody("gpt-4o-mini", stream)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+loadKey) // ignored with auth.mode none
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -162,21 +161,22 @@ func (r *restartable) status() map[string]any {
 }
 
 // TestRestartSingleProcessUnderLoad restarts one process under load
-// (kept-alive clients, a new connection per request, streams): a changed
-// logging.level is a restart field, so a reload refuses it and a restart
-// applies it; no request fails, every stream ends on its generation, the
-// new pid serves the new level (debug request lines) and a continued
-// generation number, and the old process exits 0.
+// (kept-alive clients, a new connection per request, streams): auth.mode
+// is a restart field, so a reload refuses the switch to api_keys and a
+// restart applies it; no request fails (the load sends a key), every
+// stream ends on its generation, the new pid enforces the new mode (a
+// request without a key is refused), the generation number and the
+// history go on, and the old process exits 0.
 func TestRestartSingleProcessUnderLoad(t *testing.T) {
-	cfg := config(6, "5ms")
+	cfg := config(6, "5ms") + "auth:\n  mode: none\n"
 	r := startRestartable(t, binary, cfg)
 	first := r.cmd.Process.Pid
 	l := startLoad(t, r.url, 3, 2, 3)
 	time.Sleep(500 * time.Millisecond)
 
-	writeAtomic(t, r.path, strings.Replace(cfg, "level: info", "level: debug", 1))
+	writeAtomic(t, r.path, strings.Replace(cfg, "mode: none", "mode: api_keys\n  api_keys: [\""+loadKey+"\"]", 1))
 	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 1 || !strings.Contains(out, "restart-required") {
-		t.Fatalf("reload of a logging change: exit %d\n%s", code, out)
+		t.Fatalf("reload of an auth.mode change: exit %d\n%s", code, out)
 	}
 	res, code := r.restart()
 	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 || res.NewPIDs[0] == first ||
@@ -197,8 +197,10 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 	if !strings.Contains(r.logs.String(), fmt.Sprintf("msg=ready pid=%d", newPID)) {
 		t.Errorf("the new pid %d did not log that it is ready", newPID)
 	}
-	if !regexp.MustCompile(`level=DEBUG msg=request`).MatchString(r.logs.String()) {
-		t.Errorf("the new process does not log at the new level (debug)")
+	if resp, err := httpClient.Post(r.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("gpt-4o-mini", false))); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without a key after the restart: %v %v, want 401 (auth.mode api_keys)", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	st := r.status()
 	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
@@ -340,4 +342,34 @@ func TestRestartFleetUnderLoad(t *testing.T) {
 		t.Fatalf("restart with a new address: exit %d, %s", code, out)
 	}
 	s.waitConverged(f.ActiveGeneration, 3, 10*time.Second)
+}
+
+// TestRestartSingleToFleet raises server.workers on a single process: the
+// restart's new process is a supervisor that takes over the sockets and
+// runs two workers, with no failed request.
+func TestRestartSingleToFleet(t *testing.T) {
+	cfg := config(4, "2ms")
+	r := startRestartable(t, binary, cfg)
+	l := startLoad(t, r.url, 2, 2, 2)
+	time.Sleep(300 * time.Millisecond)
+	writeAtomic(t, r.path, strings.Replace(cfg, "server:\n", "server:\n  workers: 2\n", 1))
+	res, code := r.restart()
+	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart to a fleet: exit %d, %+v", code, res)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.finish()
+	r.waitGone(r.cmd.Process.Pid, 30*time.Second)
+	workers := map[string]bool{}
+	for range 40 {
+		resp, err := httpClient.Get(r.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers[resp.Header.Get("Reconf-Worker")] = true
+		resp.Body.Close()
+	}
+	if len(workers) != 2 || workers[""] {
+		t.Errorf("answered by workers %v, want 1 and 2", workers)
+	}
 }

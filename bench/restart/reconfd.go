@@ -19,7 +19,12 @@ import (
 // build builds reconfd with version v into dir.
 func build(dir, v string) (string, error) {
 	out := filepath.Join(dir, "reconfd-"+v)
-	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+v, "-o", out, "github.com/reconfhq/reconf/cmd/reconfd")
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/reconfhq/reconf").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the repository: %w", err)
+	}
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+v, "-o", out, "./cmd/reconfd")
+	cmd.Dir = strings.TrimSpace(string(root))
 	cmd.Stderr = os.Stderr
 	return out, cmd.Run()
 }

@@ -67,10 +67,18 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	// accepts: only the workers do.
 	sockets := handoff.NewSet()
 	cleanup = append(cleanup, func() { sockets.Close() })
+	// A supervisor that replaces a single process (a restart that raised
+	// server.workers) takes over that process's sockets.
+	inherited, err := handoff.Inherited()
+	if err != nil {
+		return fail("%v", err)
+	}
 	hold := func(name, what, addr string) (string, error) {
-		ln, err := listen(what, addr)
-		if err != nil {
-			return "", err
+		ln := inherited[name]
+		if ln == nil {
+			if ln, err = listen(what, addr); err != nil {
+				return "", err
+			}
 		}
 		defer ln.Close()
 		if err := sockets.Add(name, ln); err != nil {
@@ -183,6 +191,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("the workers could not start: %v", err)
 	}
 	log.Info("listening", "address", dataAddr, "workers", m.workers)
+	if ws := sup.Workers(); len(ws) > 0 {
+		if err := handoff.Ready(ws[0].Status); err != nil {
+			log.Warn("could not tell the previous process the fleet is ready", "error", err)
+		}
+	}
 	if err := handoff.NotifyReady(); err != nil {
 		log.Warn("could not notify systemd", "error", err)
 	}
