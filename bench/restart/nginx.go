@@ -64,7 +64,8 @@ http {
 }
 `
 
-// nginx is a running nginx master.
+// nginx is a running nginx master (daemonized; its pid is in its pid
+// file).
 type nginx struct {
 	dir, url string
 	cmd      *exec.Cmd
@@ -89,12 +90,13 @@ func startNginx(dir, up string) (*nginx, error) {
 		return nil, err
 	}
 	n := &nginx{dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	n.cmd = exec.Command(path, "-p", dir, "-c", conf, "-g", "daemon off;")
+	// Daemonized: nginx ignores USR2 in a master whose parent is not
+	// init ("the changing binary signal is ignored").
+	n.cmd = exec.Command(path, "-p", dir, "-c", conf)
 	n.cmd.Stderr = os.Stderr
-	if err := n.cmd.Start(); err != nil {
+	if err := n.cmd.Run(); err != nil {
 		return nil, err
 	}
-	go func() { _ = n.cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.Dial("tcp", n.url[len("http://"):]); err == nil {
@@ -171,5 +173,4 @@ func (n *nginx) stop() {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	_ = n.cmd.Process.Kill()
 }

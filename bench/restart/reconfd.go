@@ -45,7 +45,7 @@ const reconfdConfig = `server:
   address: 127.0.0.1:0
   workers: %d
 logging:
-  level: warn
+  level: info
 routing:
   default_route: stub
 backends:
