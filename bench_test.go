@@ -210,8 +210,8 @@ func BenchmarkReloadLargeVsParse(b *testing.B) {
 	b.ReportMetric(float64(parse.Milliseconds())/float64(b.N), "parse-ms")
 }
 
-// aliasYAML is a valid testConfig with n model aliases, 15 bytes each: n =
-// 139,000 is the 2 MiB size bound.
+// aliasYAML is a valid testConfig with n model aliases, 16 bytes each: n =
+// 130,000 is just under the 2 MiB size bound.
 func aliasYAML(n int, unknown bool) []byte {
 	var b strings.Builder
 	b.WriteString(baseYAML(1))
@@ -229,7 +229,7 @@ func aliasYAML(n int, unknown bool) []byte {
 // with N map entries must grow linearly (the old decoder's duplicate check
 // made it quadratic: 90k took 119 s).
 func BenchmarkLoadAliases(b *testing.B) {
-	for _, n := range []int{10000, 30000, 90000, 139000} {
+	for _, n := range []int{10000, 30000, 90000, 130000} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			data := aliasYAML(n, false)
 			c := compiler[testConfig]{lookupEnv: noEnv}
@@ -263,7 +263,7 @@ func BenchmarkLoadUnknownFields(b *testing.B) {
 // and reports how long it took to return after the cancel (the aim is
 // under 100 ms).
 func BenchmarkCancelMidDecode(b *testing.B) {
-	data := aliasYAML(139000, false)
+	data := aliasYAML(130000, false)
 	c := compiler[testConfig]{lookupEnv: noEnv}
 	var worst time.Duration
 	var total time.Duration
@@ -286,4 +286,59 @@ func BenchmarkCancelMidDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms-after-cancel")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms-after-cancel")
+}
+
+// benchApply measures a follower's apply of a cluster record (decode over
+// the local source, compile, diff, publish, commit), each iteration a new
+// version alternating two renderings, with the record as format encodes
+// it: side by side, the YAML records of earlier versions and LiveJSON.
+func benchApply(b *testing.B, routes int, format LiveFormat) {
+	var recs [2]Record
+	for i := range recs {
+		c := &compiler[benchConfig]{propagated: true}
+		cand, err := c.compile(context.Background(), benchYAML(routes, i+1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs[i].Live, recs[i].Format, err = encodePayload(cand.cfg)
+		if format == LiveYAML {
+			recs[i].Live, recs[i].Format, err = must(encodeLive(cand.cfg)), LiveYAML, nil
+		}
+		if err != nil || recs[i].Format != format {
+			b.Fatalf("encoding: %v %q", err, recs[i].Format)
+		}
+	}
+	ch := &faultChannel{}
+	rt, err := New[benchConfig](context.Background(), Bytes("bench", benchYAML(routes, 1)), WithChannel[benchConfig](ch), WithLogger[benchConfig](discardLogger()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	b.SetBytes(int64(len(recs[0].Live)))
+	b.ReportAllocs()
+	v := rt.Current().ID()
+	for b.Loop() {
+		v++
+		res, err := rt.Apply(context.Background(), v, recs[v%2])
+		if err != nil || res.Outcome != Published {
+			b.Fatalf("apply: %s %s %v", res.Outcome, res.Message, err)
+		}
+	}
+}
+
+func must[V any](v V, err error) V {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func BenchmarkApplySmall(b *testing.B) {
+	b.Run("yaml", func(b *testing.B) { benchApply(b, 10, LiveYAML) })
+	b.Run("json", func(b *testing.B) { benchApply(b, 10, LiveJSON) })
+}
+
+func BenchmarkApplyLarge(b *testing.B) {
+	b.Run("yaml", func(b *testing.B) { benchApply(b, 5000, LiveYAML) })
+	b.Run("json", func(b *testing.B) { benchApply(b, 5000, LiveJSON) })
 }

@@ -24,8 +24,12 @@ type Channel interface {
 // ${file:/path}); a literal secret cannot be published. Nothing in a
 // Record is secret.
 type Record struct {
-	// Live is the YAML encoding of every live field.
+	// Live encodes every live field, as Format says.
 	Live []byte `json:"live"`
+	// Format names Live's encoding: LiveJSON, or LiveYAML (also the zero
+	// value) from a publisher that predates it or whose configuration
+	// type holds values JSON cannot carry.
+	Format LiveFormat `json:"live_format,omitempty"`
 	// Fingerprint is the publisher's bootstrap fingerprint.
 	Fingerprint string `json:"bootstrap_fingerprint"`
 	// Files maps the path of each `reconf:",file"` field to the SHA-256 of

@@ -24,6 +24,7 @@ type compiler[T any] struct {
 	// maxFileBytes bounds each referenced file (secrets, file fields);
 	// DefaultMaxSourceBytes when not positive.
 	maxFileBytes int64
+	base         *recordBase[T] // the local source decoded, for records (compileRecord)
 }
 
 // candidate is a compiled configuration with its canonical encoding.

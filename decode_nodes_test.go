@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -227,5 +229,31 @@ func TestTagErrors(t *testing.T) {
 	_, err := New[minOnBool](context.Background(), Bytes("t", nil), WithEnv[minOnBool](noEnv))
 	if err == nil || !strings.Contains(err.Error(), "minOnBool.B") {
 		t.Errorf("New: err = %v, want the tag error naming minOnBool.B", err)
+	}
+}
+
+// TestTextTypes: a type that reads itself from text is one value, whatever
+// its kind: a net.IP (a byte slice), a slog.Level (an int), a time.Time.
+func TestTextTypes(t *testing.T) {
+	type textConfig struct {
+		IP    net.IP     `yaml:"ip"`
+		Level slog.Level `yaml:"level"`
+		At    time.Time  `yaml:"at"`
+	}
+	c := compiler[textConfig]{lookupEnv: noEnv}
+	cand, err := c.compile(context.Background(), []byte("ip: 10.0.0.1\nlevel: debug\nat: 2026-01-02T03:04:05Z\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := cand.cfg; cfg.IP.String() != "10.0.0.1" || cfg.Level != slog.LevelDebug || cfg.At.Year() != 2026 {
+		t.Errorf("got %+v", cfg)
+	}
+	_, err = c.compile(context.Background(), []byte("ip: not-an-ip\n"))
+	if e := wantReason(t, err, ReasonFieldType); e.Problems[0].Path != "ip" {
+		t.Errorf("problem = %v", e.Problems[0])
+	}
+	a, b := &textConfig{IP: net.ParseIP("10.0.0.1")}, &textConfig{IP: net.ParseIP("10.0.0.2")}
+	if d := Diff(a, b); len(d) != 1 || d[0].Path != "ip" {
+		t.Errorf("Diff = %v, want ip", d)
 	}
 }

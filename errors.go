@@ -64,6 +64,9 @@ const (
 	ReasonFileOversize Reason = "file_oversize"
 	// ReasonFileUnreadable: a referenced file exists but cannot be read.
 	ReasonFileUnreadable Reason = "file_unreadable"
+	// ReasonRecordTooLarge: the cluster record of a candidate is larger
+	// than the cluster accepts in one request (etcd's --max-request-bytes).
+	ReasonRecordTooLarge Reason = "record_too_large"
 
 	ReasonShutdown Reason = "shutdown"
 	ReasonDeadline Reason = "deadline_exceeded"
@@ -83,6 +86,7 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonFileNotRegular:     Invalid,
 	ReasonFileOversize:       Invalid,
 	ReasonFileUnreadable:     Invalid,
+	ReasonRecordTooLarge:     Invalid,
 	ReasonClusterUnavailable: PreparationFailed,
 	ReasonRestart:            RestartRequired,
 	ReasonUnclassified:       RestartRequired,

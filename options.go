@@ -29,6 +29,15 @@ type options[T any] struct {
 	now            func() time.Time
 	channel        Channel
 	baseDir        string
+	firstGen       uint64
+}
+
+// WithFirstGeneration numbers the startup load id instead of 1, so that a
+// process that replaces another (a restart) continues its predecessor's
+// numbering: pass the predecessor's active generation plus one. Zero means
+// 1. A runtime with a Channel takes the cluster's version instead.
+func WithFirstGeneration[T any](id uint64) Option[T] {
+	return func(o *options[T]) { o.firstGen = id }
 }
 
 // WithLogger sets where the runtime writes its one record per attempt.

@@ -120,7 +120,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if err != nil {
 		return nil, err
 	}
-	id := uint64(1)
+	id := max(r.o.firstGen, 1)
 	if ch := r.o.channel; ch != nil {
 		if id, cand, err = r.join(ctx, ch, cand); err != nil {
 			return nil, err
@@ -389,7 +389,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 			return *res
 		}
 		stop := lap(&res.Timings.Decode)
-		cand, err := r.comp.compileWith(ctx, r.activeData, rec.Live)
+		cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
 		stop()
 		if err == nil {
 			err = checkFiles(rec.Files, cand.files)
@@ -520,11 +520,11 @@ func commitSafely(l *slog.Logger, name string, p Prepared) {
 
 // record returns what a cluster publishes for cand.
 func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
-	live, err := encodeLive(cand.cfg)
+	live, format, err := encodePayload(cand.cfg)
 	if err != nil {
 		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
+	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
 }
 
 // publish writes cand to the channel as version held+1.
@@ -560,7 +560,7 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	if bytes.Equal(got.Live, rec.Live) {
 		return v, local, nil
 	}
-	cand, err := r.comp.compileWith(ctx, local.data, got.Live)
+	cand, err := r.comp.compileRecord(ctx, local.data, got)
 	if err == nil {
 		err = checkFiles(got.Files, cand.files)
 	}

@@ -640,3 +640,20 @@ func TestMutationCheckFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWithFirstGenerationContinuesTheNumbering: a successor that starts at
+// its predecessor's generation plus one keeps counting from there.
+func TestWithFirstGenerationContinuesTheNumbering(t *testing.T) {
+	src := newMem(baseYAML(1))
+	rt := newTestRuntime(t, src, WithFirstGeneration[testConfig](8))
+	if id := rt.Current().ID(); id != 8 {
+		t.Fatalf("first generation %d, want 8", id)
+	}
+	src.set(baseYAML(2))
+	if res := mustReload(t, rt, Published); res.PreviousGeneration != 8 || res.Generation != 9 {
+		t.Fatalf("reload after a continued start: %+v", res)
+	}
+	if st := rt.Status(); st.ActiveGeneration != 9 {
+		t.Fatalf("status active generation %d, want 9", st.ActiveGeneration)
+	}
+}

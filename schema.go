@@ -24,7 +24,7 @@ const (
 	kScalar   kind = iota // string, bool, ints, uints, floats
 	kDuration             // time.Duration, written as "30s"
 	kSecret               // Secret
-	kText                 // a struct that marshals itself to text (time.Time, ...)
+	kText                 // a type that reads itself from text (net.IP, time.Time, ...)
 	kPointer
 	kList // slice
 	kArray
@@ -171,7 +171,10 @@ func (b *builder) shapeOf(t reflect.Type, c Class, inElem string) *shape {
 		s.flags |= fSecret
 	case t == durationType:
 		s.kind = kDuration
-	case t.Kind() == reflect.Struct && (t.Implements(textMarshal) || reflect.PointerTo(t).Implements(textMarshal)):
+	case t.Kind() != reflect.Interface && t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(textUnmarshal),
+		t.Kind() == reflect.Struct && (t.Implements(textMarshal) || reflect.PointerTo(t).Implements(textMarshal)):
+		// A type that reads itself from text (net.IP, a level, a
+		// time.Time) is one value, whatever its kind.
 		s.kind = kText
 	case t.Kind() == reflect.Pointer:
 		s.kind = kPointer
@@ -367,7 +370,7 @@ func structElem(e reflect.Type) reflect.Type {
 	if e.Kind() == reflect.Pointer {
 		e = e.Elem()
 	}
-	if e.Kind() == reflect.Struct && e != secretType && !e.Implements(textMarshal) && !reflect.PointerTo(e).Implements(textMarshal) {
+	if e.Kind() == reflect.Struct && e != secretType && !e.Implements(textMarshal) && !reflect.PointerTo(e).Implements(textMarshal) && !reflect.PointerTo(e).Implements(textUnmarshal) {
 		return e
 	}
 	return nil

@@ -73,6 +73,8 @@ const (
 	// ReasonHistoryUnavailable (503): the history could not be read (in a
 	// fleet: etcd did not answer).
 	ReasonHistoryUnavailable = "history_unavailable"
+	// ReasonBadWait (400): a restart's ?wait= is not a duration.
+	ReasonBadWait = "bad_wait"
 	// ReasonInternal (500): a bug in the management API; see the service log.
 	ReasonInternal = "internal_error"
 )
@@ -93,4 +95,5 @@ var (
 	errPending            = errors.New("admin: attempt still running")
 	errBadLimit           = errors.New("admin: bad history limit")
 	errHistoryUnavailable = errors.New("admin: history unavailable")
+	errBadWait            = errors.New("admin: bad wait parameter")
 )

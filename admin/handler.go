@@ -36,6 +36,10 @@ func (s *Server) routes() http.Handler {
 	if s.o.history != nil {
 		mux.Handle(HistoryPath, s.handle(s.historyAnswer, http.MethodGet, http.MethodHead))
 	}
+	if s.o.restarter != nil {
+		mux.Handle(RestartPath, s.handle(s.restart, http.MethodPost))
+		mux.Handle(RestartPath+"/", s.handle(s.restartStatus, http.MethodGet, http.MethodHead))
+	}
 	if s.o.gatherer != nil {
 		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 		mux.Handle(MetricsPath, s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -150,6 +154,7 @@ var answers = []struct {
 	{errBodyUnreadable, apiError{http.StatusBadRequest, ReasonBodyUnreadable, "the request body could not be read"}},
 	{errBadLimit, apiError{http.StatusBadRequest, ReasonBadLimit, "limit must be a positive number"}},
 	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
+	{errBadWait, apiError{http.StatusBadRequest, ReasonBadWait, "?wait= must be a duration such as 30s"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
 }
 
@@ -214,14 +219,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 // reload answers POST /admin/config/reload.
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return errBodyTooLarge
-		}
-		return errBodyUnreadable
-	}
-	if err := decodeReloadRequest(body); err != nil {
+	if err := readEmptyBody(w, r); err != nil {
 		return err
 	}
 	// The attempt must not depend on the client staying: the runtime owns
@@ -243,6 +241,19 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 		slog.Int("status", res.Outcome.HTTPStatus()), slog.Uint64("generation", res.Generation),
 		slog.Bool("client_gone", r.Context().Err() != nil))
 	return writeJSON(w, res.Outcome.HTTPStatus(), NewReloadResponse(res))
+}
+
+// readEmptyBody reads a reload or restart body, bounded, and accepts only
+// an empty one or {} (see decodeReloadRequest).
+func readEmptyBody(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errBodyTooLarge
+		}
+		return errBodyUnreadable
+	}
+	return decodeReloadRequest(body)
 }
 
 // status answers GET /admin/config/status.

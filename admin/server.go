@@ -70,6 +70,7 @@ type options struct {
 	history      HistoryFunc
 	logger       *slog.Logger
 	timeouts     Timeouts
+	restarter    Restarter
 }
 
 // WithToken sets the bearer token every request must carry

@@ -138,7 +138,7 @@ backends:
 
 // clients is a load of n concurrent clients, each sending one slow
 // completion after another, each on a new connection so that
-// SO_REUSEPORT spreads them across the workers.
+// the shared accept queue spreads them across the workers.
 type clients struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

@@ -91,8 +91,8 @@ func (s *server) waitConverged(version uint64, n int, within time.Duration) flee
 	}
 }
 
-// fresh sends one request on a new connection, so that SO_REUSEPORT may
-// pick any worker.
+// fresh sends one request on a new connection, which any worker may
+// accept.
 func (s *server) fresh(method, path, body string) response {
 	s.t.Helper()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}

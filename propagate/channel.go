@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf"
 )
@@ -118,7 +121,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return 0, reconf.Record{}, unreachable("join", err)
+		return 0, reconf.Record{}, writeFailed("join", err, len(val))
 	}
 	if resp.Succeeded {
 		return 1, local, nil
@@ -152,7 +155,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		Then(clientv3.OpPut(key, val)).
 		Commit()
 	if err != nil {
-		return 0, unreachable("publish", err)
+		return 0, writeFailed("publish", err, len(val))
 	}
 	if !resp.Succeeded {
 		return 0, reconf.Errorf(reconf.ReasonSuperseded,
@@ -176,6 +179,49 @@ func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
 	}
 	u, err = decodeKV(resp.Kvs[0])
 	return u, resp.Header.Revision, err
+}
+
+// writeFailed classifies a failed write of a record of size bytes: too
+// large for the cluster (its own reason: retrying cannot help), or
+// unreachable.
+func writeFailed(op string, err error, size int) error {
+	if recordTooLarge(err) {
+		return reconf.Errorf(reconf.ReasonRecordTooLarge,
+			"the cluster record is %d bytes, more than the cluster accepts in one request; raise etcd's --max-request-bytes (an external cluster's default is 1.5 MiB; the embedded member accepts 8 MiB) or make the live configuration smaller", size)
+	}
+	return unreachable(op, err)
+}
+
+// recordTooLarge reports whether etcd refused a request for its size:
+// over the server's --max-request-bytes, or over a gRPC message limit on
+// either side (ResourceExhausted, which etcd also uses for a full
+// database, which is not about this request).
+func recordTooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return true
+	}
+	return status.Code(err) == codes.ResourceExhausted && !errors.Is(err, rpctypes.ErrNoSpace)
+}
+
+// latestAfter is Latest for a reader that already holds version have: it
+// reads the key's version alone and the record only when it is newer, so
+// that the followers' periodic resync costs a few bytes, not a whole
+// configuration, per worker and second. An Update not newer than have
+// carries no record.
+func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev int64, err error) {
+	rctx, cancel := c.reqCtx(ctx)
+	resp, err := c.cli.Get(rctx, c.Key(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return Update{}, 0, unreachable("read", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Update{}, resp.Header.Revision, nil
+	}
+	if kv := resp.Kvs[0]; uint64(kv.Version) <= have {
+		return Update{Version: uint64(kv.Version), Revision: kv.ModRevision}, resp.Header.Revision, nil
+	}
+	return c.Latest(ctx)
 }
 
 func unreachable(op string, err error) error {

@@ -215,7 +215,10 @@ func (f *Follower) run() {
 	defer tick.Stop()
 
 	resync := func() {
-		u, rev, err := f.ch.Latest(f.ctx)
+		f.mu.Lock()
+		have := f.latest.Version
+		f.mu.Unlock()
+		u, rev, err := f.ch.latestAfter(f.ctx, have)
 		if err != nil {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/reconfhq/reconf"
 )
@@ -110,7 +113,7 @@ func TestConcurrentPublishesOneOrder(t *testing.T) {
 				t.Fatalf("round %d: %s has limit %d, %s has %d at the same version %d", round, w.id, w.limit(), ws[0].id, want, u.Version)
 			}
 		}
-		if !strings.Contains(string(u.Record.Live), "stub: "+itoa(want)) {
+		if u.Record.Format != reconf.LiveJSON || !strings.Contains(string(u.Record.Live), `"stub":`+itoa(want)) {
 			t.Fatalf("round %d: workers hold limit %d, the cluster record says %q", round, want, u.Record.Live)
 		}
 	}
@@ -577,4 +580,125 @@ func TestLiteralSecretNeverReachesEtcd(t *testing.T) {
 	a.reload(t, configYAML("gw", 9, "KEY2"))
 	waitFor(t, 5*time.Second, "converge", converged([]*worker{a, b}, 2))
 	assertNoCanary(t, a.cli)
+}
+
+// TestRecordTooLargeHasItsOwnReason: a record over the cluster's request
+// limit is refused as record_too_large, never cluster_unavailable: on an
+// external cluster with etcd's default --max-request-bytes (1.5 MiB, in
+// etcd's check and, 512 KiB higher, in its gRPC limit), and over the 8 MiB
+// the client sends to the embedded member.
+func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
+	ext := startDefaultLimits(t)
+	emb := startServer(t)
+	for _, tc := range []struct {
+		name      string
+		endpoints []string
+		size      int
+	}{
+		{"over etcd's request limit", ext, 1700 << 10},
+		{"over etcd's gRPC limit", ext, 2200 << 10},
+		{"over the client's send limit", emb.Endpoints(), 9 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := channelOn(t, tc.endpoints)
+			ctx := context.Background()
+			if _, _, err := ch.Join(ctx, reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}); err != nil {
+				t.Fatal(err)
+			}
+			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: reconf.LiveJSON}
+			_, err := ch.Publish(ctx, 1, big)
+			var e *reconf.Error
+			if !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge || errors.Is(err, ErrUnreachable) {
+				t.Fatalf("publish: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			}
+			// A join sends the local record, to seed an empty channel.
+			if _, _, err := ch.Join(ctx, big); !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge {
+				t.Fatalf("join: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			}
+			if u, _, err := ch.Latest(ctx); err != nil || u.Version != 1 {
+				t.Fatalf("after the refusal: version %d, %v; want 1", u.Version, err)
+			}
+			empty := channelOn(t, tc.endpoints)
+			if _, _, err := empty.Join(ctx, big); !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge {
+				t.Fatalf("seeding join: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			}
+		})
+	}
+}
+
+// channelOn returns a channel with a fresh prefix on its own client,
+// closed when the test ends.
+func channelOn(t *testing.T, endpoints []string) *Channel {
+	t.Helper()
+	cli, err := Connect(endpoints, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ch, err := NewChannel(cli, newPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// startDefaultLimits runs an etcd member with etcd's own default request
+// limits, as an external cluster has them (the embedded member raises
+// them to 8 MiB).
+func startDefaultLimits(t *testing.T) []string {
+	t.Helper()
+	var urls []url.URL
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		urls = append(urls, url.URL{Scheme: "http", Host: l.Addr().String()})
+		l.Close()
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = urls[:1], urls[:1]
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = urls[1:], urls[1:]
+	cfg.InitialCluster = cfg.Name + "=" + urls[1].String()
+	cfg.UnsafeNoFsync = true
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"/dev/null"} // its shutdown noise
+	if cfg.MaxRequestBytes != 1536*1024 {
+		t.Fatalf("etcd's default request limit is %d, not 1.5 MiB", cfg.MaxRequestBytes)
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd did not start")
+	}
+	return []string{urls[0].String()}
+}
+
+// TestResyncReadsTheRecordOnlyWhenNewer: the periodic resync of a
+// follower that holds the newest version reads the key's version alone,
+// so a fleet's steady state does not move whole configurations.
+func TestResyncReadsTheRecordOnlyWhenNewer(t *testing.T) {
+	ch := channelOn(t, startServer(t).Endpoints())
+	ctx := context.Background()
+	if u, _, err := ch.latestAfter(ctx, 0); err != nil || u.Version != 0 {
+		t.Fatalf("empty channel: %+v %v", u, err)
+	}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON, Fingerprint: "fp"}
+	if _, _, err := ch.Join(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	u, _, err := ch.latestAfter(ctx, 0)
+	if err != nil || u.Version != 1 || string(u.Record.Live) != string(rec.Live) || u.Record.Format != reconf.LiveJSON {
+		t.Fatalf("newer version: got %+v %v, want version 1 with its record", u, err)
+	}
+	u, _, err = ch.latestAfter(ctx, 1)
+	if err != nil || u.Version != 1 || u.Record.Live != nil || u.PublishedBy != "" {
+		t.Fatalf("held version: got %+v %v, want version 1 without its record", u, err)
+	}
 }

@@ -29,13 +29,18 @@ type Update struct {
 
 // wire is the JSON stored under the config key. Live is text, not base64,
 // so that what etcd holds is readable (and a test can search it for a
-// secret canary): the runtime encodes live fields as YAML, which is UTF-8.
+// secret canary): the runtime encodes live fields as canonical JSON
+// (live_format "json/1") or, from older publishers, YAML (no
+// live_format); both are UTF-8. Keeping JSON in a string rather than an
+// object lets a follower that predates live_format still read the record
+// and decode the JSON as YAML.
 type wire struct {
 	Version     uint64            `json:"version"`
 	PublishedBy string            `json:"published_by"`
 	PublishedAt time.Time         `json:"published_at"`
 	Fingerprint string            `json:"bootstrap_fingerprint"`
 	Live        string            `json:"live"`
+	LiveFormat  string            `json:"live_format,omitempty"`
 	Files       map[string]string `json:"files,omitempty"`
 }
 
@@ -45,7 +50,7 @@ func encodeRecord(version uint64, by string, at time.Time, rec reconf.Record) (s
 	}
 	b, err := json.Marshal(wire{
 		Version: version, PublishedBy: by, PublishedAt: at.UTC(),
-		Fingerprint: rec.Fingerprint, Live: string(rec.Live), Files: rec.Files,
+		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: string(rec.Format), Files: rec.Files,
 	})
 	return string(b), err
 }
@@ -63,6 +68,6 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt,
-		Record: reconf.Record{Live: []byte(w.Live), Fingerprint: w.Fingerprint, Files: w.Files},
+		Record: reconf.Record{Live: []byte(w.Live), Format: reconf.LiveFormat(w.LiveFormat), Fingerprint: w.Fingerprint, Files: w.Files},
 	}, nil
 }

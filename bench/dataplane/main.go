@@ -46,9 +46,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -116,10 +118,27 @@ func run(f flags, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var mu sync.Mutex
 	var targets []*target
-	defer func() {
+	stopAll := func() {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, t := range slices.Backward(targets) {
 			t.stop()
+		}
+		targets = nil
+	}
+	defer stopAll()
+	// An interrupted run stops what it started (nginx, reconfd fleets,
+	// the child roles) before it exits.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		if _, ok := <-sig; ok {
+			stopAll()
+			os.RemoveAll(dir)
+			os.Exit(1)
 		}
 	}()
 	want := func(name string) bool {

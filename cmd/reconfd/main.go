@@ -4,6 +4,7 @@
 //	reconfd serve --config examples/local-stub.yaml
 //	reconfd check-config --config new.yaml --against running.yaml
 //	reconfd reload --address 127.0.0.1:9090
+//	reconfd restart --address 127.0.0.1:9090
 //	reconfd status --address 127.0.0.1:9090 --output json
 //	reconfd history --limit 20
 //	reconfd version
@@ -108,6 +109,7 @@ finishes on the generation it started with.`,
 		newServeCmd(stderr, lookup),
 		newCheckCmd(stdout, lookup),
 		newReloadCmd(stdout, lookup),
+		newRestartCmd(stdout, lookup),
 		newStatusCmd(stdout, lookup),
 		newHistoryCmd(stdout, lookup),
 		newVersionCmd(stdout),

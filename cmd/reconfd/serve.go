@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/metrics"
@@ -37,9 +39,8 @@ type serveFlags struct {
 	clusterPrefix string
 	dataDir       string
 
-	// Set by a supervisor on the workers it starts (hidden flags).
+	// Set by a supervisor on the workers it starts (hidden flag).
 	worker string // the worker's slot
-	listen string // the data plane's concrete address
 }
 
 func newServeCmd(stderr io.Writer, lookup env) *cobra.Command {
@@ -66,9 +67,10 @@ exits at once.
 
 With --workers N (or server.workers) above 1, serve is a supervisor: it
 runs an embedded etcd on a unix socket only its own user can reach
-(unless --cluster names one) and N
-worker processes that share server.address and the management address
-(SO_REUSEPORT). A reload on any worker is published to every worker under
+(unless --cluster names one) and N worker processes. The supervisor opens
+server.address and the management address once and every worker accepts
+from the same sockets, so a second fleet on the same address fails at
+start. A reload on any worker is published to every worker under
 one generation number. The supervisor restarts a worker that dies, sends
 SIGHUP to one worker in turn, and on SIGTERM or SIGINT stops every worker
 (each drains) before it stops etcd. With --cluster (or server.cluster) and
@@ -95,9 +97,7 @@ in flight across all of them together.`,
 	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
 	fl.StringVar(&f.worker, "worker", "", "internal: run as this worker slot of a supervisor")
-	fl.StringVar(&f.listen, "listen", "", "internal: a worker's data-plane address")
 	_ = fl.MarkHidden("worker")
-	_ = fl.MarkHidden("listen")
 	return cmd
 }
 
@@ -113,9 +113,6 @@ func (f *serveFlags) check() error {
 	}
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
-	}
-	if f.worker != "" && f.listen == "" {
-		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	return nil
 }
@@ -185,7 +182,22 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// a single process keeps this load (and its lines); a supervisor or a
 	// cluster worker loads again and drops them.
 	out := &heldWriter{w: stderr, held: true}
-	g, reg, err := newGateway(stopCtx, f, out, lookup)
+	var first []gateway.Option
+	if v := lookup.get(envGeneration); v != "" {
+		// A successor continues its predecessor's numbering.
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration[gateway.Config](n+1)))
+		}
+	}
+	if path := lookup.get(envHistory); path != "" {
+		// ... and its history.
+		if seed, err := readHistory(path); err == nil {
+			first = append(first, gateway.WithHistorySeed(seed))
+		} else {
+			fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
+		}
+	}
+	g, reg, err := newGateway(stopCtx, f, out, lookup, first...)
 	if err != nil {
 		out.release()
 		return err
@@ -205,26 +217,87 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	out.release()
 	log := g.Logger()
-	ln, err := g.Listen()
+	// A successor (reconfd restart) inherits its predecessor's sockets.
+	lns, err := handoff.Inherited()
 	if err != nil {
 		_ = g.Shutdown(context.Background())
-		return fail("listen on server.address: %v", err)
+		return fail("%v", err)
 	}
+	raw := lns[listenerData]
+	if raw == nil {
+		if raw, err = listen("server.address", g.Config().Server.Address); err != nil {
+			_ = g.Shutdown(context.Background())
+			return fail("%v", err)
+		}
+	}
+	sockets := handoff.NewSet() // what a restart hands on
+	defer sockets.Close()
+	if err := sockets.Add(listenerData, raw); err != nil {
+		_ = g.Shutdown(context.Background())
+		return fail("%v", err)
+	}
+	ln := handoff.NewDrainListener(raw)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 
-	mgmt, err := startManagement(g, f, log, lookup, reg, nil)
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("restart is unavailable: cannot find reconfd's own executable", "error", err)
+	}
+	rs := &selfRestarter{g: g, log: log, exe: exe, args: os.Args[1:], sockets: sockets,
+		timeout: successorReadyTimeout, handedOff: make(chan struct{})}
+	guard := restartGuard{Runtime: g.Runtime(), running: rs.track.running}
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		mln := lns[listenerManagement]
+		if mln == nil {
+			if mln, err = listen("the management address", addr); err != nil {
+				return nil, err
+			}
+		}
+		return mln, sockets.Add(listenerManagement, mln)
+	}, func() map[string]any { return withRestart(g.StatusFields(), rs.track.state()) }, admin.WithRestarter(rs))
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
 		return fail("%v", err)
 	}
-	return serveUntil(ctx, stopCtx.Done(), stopSignals, f, g, served, mgmt, nil)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-rs.handedOff:
+		}
+		close(stop)
+	}()
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+		shared: func() bool { return isClosed(rs.handedOff) },
+		ready: func() {
+			if err := handoff.Ready(readyStatus(g)); err != nil {
+				log.Error("could not tell the previous process this one is ready", "error", err)
+			}
+			if err := handoff.NotifyReady(); err != nil {
+				log.Warn("could not notify systemd", "error", err)
+			}
+		}})
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// withRestart adds the restart state to status fields.
+func withRestart(m map[string]any, st restartState) map[string]any {
+	m["restart"] = st
+	return m
 }
 
 // serveWorker is one worker process of a supervisor: the gateway joined to
-// the cluster, listening with SO_REUSEPORT on the addresses the supervisor
-// reserved.
+// the cluster, accepting on the sockets the supervisor handed it.
 func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
 	parent, err := supervisor.Attach()
 	if err != nil {
@@ -244,6 +317,10 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if len(endpoints) == 0 {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
+	lns, err := handoff.Inherited()
+	if err != nil || lns[listenerData] == nil {
+		return fail("a worker needs the data-plane socket from its supervisor: %v", err)
+	}
 	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
 		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}),
 		gateway.WithSharedBaseline(lookup.get(envFleetBaseline)))
@@ -251,16 +328,29 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		return err
 	}
 	log := g.Logger()
-	ln, err := supervisor.ListenReusePort(ctx, f.listen)
-	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fail("listen on server.address: %v", err)
+	if lookup.get(envRestartPublish) == "1" {
+		// The first new worker of a restart: the fleet takes the file's
+		// live part now, before the old workers drain.
+		res, err := g.Reload(ctx, triggerRestart)
+		if err != nil || !res.Outcome.OK() {
+			_ = g.Shutdown(context.Background())
+			return fail("restart: publishing the file's live part: %s (%s) %v", res.Outcome, res.Reason, err)
+		}
 	}
+	rs := newFleetRestarter(g, lookup.get(envControl))
+	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
+	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
-	mgmt, err := startManagement(g, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		return supervisor.ListenReusePort(ctx, addr)
-	})
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		if ln := lns[listenerManagement]; ln != nil {
+			return ln, nil
+		}
+		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
+	}, func() map[string]any {
+		st, _ := rs.state()
+		return withRestart(g.StatusFields(), st)
+	}, admin.WithRestarter(rs))
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
@@ -275,23 +365,41 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, g, served, mgmt, func() {
-		if err := parent.Ready(); err != nil {
-			log.Error("could not tell the supervisor this worker is ready", "error", err)
-		}
-	})
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+		shared: func() bool { return true },
+		ready: func() {
+			if err := parent.Ready(readyStatus(g)); err != nil {
+				log.Error("could not tell the supervisor this worker is ready", "error", err)
+			}
+		}})
+}
+
+// triggerRestart names the attempt with which a restart's first new
+// worker publishes the file's live part.
+const triggerRestart reconf.Trigger = "restart"
+
+// session is what serveUntil runs and stops.
+type session struct {
+	g        *gateway.Gateway
+	data     *handoff.DrainListener
+	served   chan error
+	mgmt     *managementServer
+	reloader trigger.Reloader // SIGHUP's target
+	// shared reports, at stop, whether other processes hold the data
+	// plane's socket (a worker's fleet, a successor): the drain then
+	// moves the clients to them first (see drainShared).
+	shared func() bool
+	ready  func() // called once everything serves
 }
 
 // serveUntil serves until stop closes or the data plane fails, then shuts down:
-// the SIGHUP trigger, the data plane (draining), management. ready is
-// called once everything serves.
-func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, g *gateway.Gateway,
-	served chan error, mgmt *managementServer, ready func()) error {
+// the SIGHUP trigger, the data plane (draining), management.
+func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, s *session) error {
+	g, served := s.g, s.served
 	log := g.Logger()
-	hup := trigger.SIGHUP(g.Runtime(), log)
-	if ready != nil {
-		ready()
-	}
+	hup := trigger.SIGHUP(s.reloader, log)
+	s.ready()
+	log.Info("ready", "pid", os.Getpid(), "version", versionString(), "generation", g.Runtime().Current().ID())
 
 	var serveErr error
 	select {
@@ -306,6 +414,9 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	hup.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
+	if s.shared() {
+		drainShared(sctx, g, s.data)
+	}
 	var errs []error
 	if err := g.Shutdown(sctx); err != nil {
 		errs = append(errs, err)
@@ -315,8 +426,8 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 			errs = append(errs, err)
 		}
 	}
-	if mgmt != nil {
-		if err := mgmt.Shutdown(sctx); err != nil {
+	if s.mgmt != nil {
+		if err := s.mgmt.Shutdown(sctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -329,6 +440,28 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// drainShared moves the data plane's clients to the other processes that
+// hold its socket before Shutdown: it stops accepting (queued connections
+// stay in the shared queue for the others), answers every further request
+// with Connection: close, and waits until the accepted connections have
+// closed or drainIdleGrace has passed for those that stay idle. Streams
+// still running then are Shutdown's to wait for.
+func drainShared(ctx context.Context, g *gateway.Gateway, ln *handoff.DrainListener) {
+	g.Drain()
+	if err := ln.StopAccepting(); err != nil {
+		g.Logger().Warn("drain: closing this process's data-plane socket", "error", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, drainIdleGrace)
+	defer cancel()
+	_ = ln.Wait(wctx)
+}
+
+// readyStatus is what a worker or a successor says when it is ready: the
+// generation it serves.
+func readyStatus(g *gateway.Gateway) string {
+	return "generation=" + strconv.FormatUint(g.Runtime().Current().ID(), 10)
 }
 
 // managementServer is the management API and, when serve opened its
@@ -360,9 +493,9 @@ func (m *managementServer) Shutdown(ctx context.Context) error {
 // token or a too-short token leaves it off with a logged error while the
 // data plane serves (SPEC section 7); a listener that cannot open fails
 // the start. listen, when not nil, opens the listener (a worker's
-// SO_REUSEPORT one); otherwise admin.Server.Start does.
-func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
-	listen func(string) (net.Listener, error)) (*managementServer, error) {
+// inherited one); otherwise admin.Server.Start does.
+func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *slog.Logger, lookup env, reg prometheus.Gatherer,
+	listen func(string) (net.Listener, error), status func() map[string]any, extra ...admin.Option) (*managementServer, error) {
 	cfg, generated, err := managementSettings(f, lookup)
 	if err != nil {
 		return nil, err
@@ -370,9 +503,9 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	opts := []admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
-		admin.WithStatusFields(g.StatusFields), admin.WithHistory(g.History)}
-	srv, err := admin.New(g.Runtime(), opts...)
+	opts := append([]admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
+		admin.WithStatusFields(status), admin.WithHistory(g.History)}, extra...)
+	srv, err := admin.New(rt, opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)
 		return nil, nil
@@ -387,9 +520,7 @@ func startManagement(g *gateway.Gateway, f serveFlags, log *slog.Logger, lookup 
 			}
 		} else {
 			var ln net.Listener
-			if ln, err = listen(cfg.Address); err != nil {
-				err = fmt.Errorf("admin: listen on management address: %w", err)
-			} else {
+			if ln, err = listen(cfg.Address); err == nil {
 				bound = ln.Addr().String()
 				m.served = make(chan error, 1)
 				go func() { m.served <- srv.Serve(ln) }()

@@ -5,18 +5,23 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/propagate/embedded"
@@ -27,9 +32,10 @@ import (
 const workerStopGrace = 15 * time.Second
 
 // supervise runs serve as a supervisor of m.workers worker processes. It
-// checks the configuration as a worker would load it, reserves the data
-// plane's and management's addresses (so port 0 becomes one concrete port
-// that every worker listens on with SO_REUSEPORT), starts the embedded
+// checks the configuration as a worker would load it, opens the data
+// plane's and management's listening sockets once (a plain bind: a second
+// fleet on the same address fails here) and hands them to every worker it
+// starts, which all accept from the same sockets, starts the embedded
 // etcd unless m names a cluster, starts the workers and waits for each to
 // be ready, then prints the bound addresses. SIGHUP goes to one worker in
 // turn; SIGTERM or SIGINT stops every worker (each drains), then etcd.
@@ -57,11 +63,33 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			cleanup[i]()
 		}
 	}()
-	data, err := supervisor.Reserve(server.Address)
+	// The supervisor holds the sockets (through the Set) and never
+	// accepts: only the workers do.
+	sockets := handoff.NewSet()
+	cleanup = append(cleanup, func() { sockets.Close() })
+	// A supervisor that replaces a single process (a restart that raised
+	// server.workers) takes over that process's sockets.
+	inherited, err := handoff.Inherited()
 	if err != nil {
-		return fail("listen on server.address: %v", err)
+		return fail("%v", err)
 	}
-	cleanup = append(cleanup, func() { data.Close() })
+	hold := func(name, what, addr string) (string, error) {
+		ln := inherited[name]
+		if ln == nil {
+			if ln, err = listen(what, addr); err != nil {
+				return "", err
+			}
+		}
+		defer ln.Close()
+		if err := sockets.Add(name, ln); err != nil {
+			return "", err
+		}
+		return ln.Addr().String(), nil
+	}
+	dataAddr, err := hold(listenerData, "server.address", server.Address)
+	if err != nil {
+		return fail("%v", err)
+	}
 	mcfg, generated, err := managementSettings(f, lookup)
 	if err != nil {
 		return fail("management API: %v", err)
@@ -74,12 +102,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	case err != nil:
 		return fail("management API: %v", err)
 	default:
-		r, err := supervisor.Reserve(mcfg.Address)
-		if err != nil {
-			return fail("management API: listen on management address: %v", err)
+		if mgmtAddr, err = hold(listenerManagement, "the management address", mcfg.Address); err != nil {
+			return fail("management API: %v", err)
 		}
-		cleanup = append(cleanup, func() { r.Close() })
-		mgmtAddr = r.Addr()
 	}
 
 	endpoints := m.cluster
@@ -113,9 +138,17 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	var sup *supervisor.Supervisor
+	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
+		rollFleet(f, m, server, sup, track, run, log, lookup)
+	})
+	if err != nil {
+		return fail("%v", err)
+	}
+	cleanup = append(cleanup, ctl.close)
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
-	env := append(workerEnv(), envFleetID+"="+fleet)
+	env := append(workerEnv(), envFleetID+"="+fleet, envControl+"="+ctl.path)
 	// One in-place baseline for the host: every worker judges the file
 	// against the last read any of them accepted.
 	bdir, err := os.MkdirTemp(f.dataDir, "reconfd-baseline-")
@@ -127,16 +160,24 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
 	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		// Each worker schedules on its share of the CPUs unless the
+		// operator says otherwise: workers that each run on every core
+		// contend for them (bench/README.md, data plane: 2 workers on 2
+		// cores serve more, with a lower p99, at GOMAXPROCS=1 each).
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/m.workers)))
+	}
 	if generated {
 		// The environment, unlike the command line, is readable by this
 		// user only.
 		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
 	}
-	sup, err := supervisor.Start(stopCtx, supervisor.Config{
-		Workers: m.workers,
-		Logger:  log,
+	sup, err = supervisor.Start(stopCtx, supervisor.Config{
+		Workers:   m.workers,
+		Logger:    log,
+		Listeners: sockets,
 		Command: func(slot int) *exec.Cmd {
-			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot), "--listen", data.Addr(),
+			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),
 				"--cluster-prefix", m.prefix, "--shutdown-timeout", f.shutdownTimeout.String()}
 			if len(m.cluster) > 0 {
 				args = append(args, "--cluster", strings.Join(m.cluster, ","))
@@ -157,7 +198,15 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		}
 		return fail("the workers could not start: %v", err)
 	}
-	log.Info("listening", "address", data.Addr(), "workers", m.workers)
+	log.Info("listening", "address", dataAddr, "workers", m.workers)
+	if ws := sup.Workers(); len(ws) > 0 {
+		if err := handoff.Ready(ws[0].Status); err != nil {
+			log.Warn("could not tell the previous process the fleet is ready", "error", err)
+		}
+	}
+	if err := handoff.NotifyReady(); err != nil {
+		log.Warn("could not notify systemd", "error", err)
+	}
 	if mgmtAddr != "" {
 		file := announce(f, lookup, log, mgmtAddr, mcfg, generated)
 		if file != "" {
@@ -171,6 +220,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		select {
 		case sig := <-sigs:
 			switch {
+			case sig == syscall.SIGHUP && stopped == nil && (ctl.track.running() || sup.Rolling()):
+				log.Warn("SIGHUP dropped: a restart is in progress (busy); reload when it ends")
 			case sig == syscall.SIGHUP && stopped == nil:
 				if slot := sup.SignalOne(syscall.SIGHUP); slot == 0 {
 					log.Warn("SIGHUP dropped: no worker is ready")
@@ -203,6 +254,81 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			log.Info("stopped")
 			return nil
 		}
+	}
+}
+
+// rollFleet carries out a fleet restart whose check passed on the worker
+// that took the request: it reads the file again for the fleet's shape
+// (server.workers; a new server.address or cluster is refused, since the
+// sockets and the channel outlive the restart), then rolls the workers;
+// the first new worker publishes the file's live part.
+func rollFleet(f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, track *restartTracker,
+	run *restartRun, log *slog.Logger, lookup env) {
+	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
+		res := track.finish(run, fn)
+		log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
+			"old_pids", res.OldPIDs, "new_pids", res.NewPIDs, "generation", res.Generation, "duration_ms", res.DurationMS)
+		return res
+	}
+	ctx := context.Background()
+	chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
+	if err != nil {
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason, r.Message = admin.RestartFailed, admin.ReasonRestartNotStarted, "the configuration cannot be loaded: "+loadError(err)
+		})
+		return
+	}
+	next := chk.Config().Server
+	_ = chk.Shutdown(ctx)
+	nm := f.mode(next)
+	switch {
+	case next.Address != server.Address:
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonAddressChanged
+			r.Message = "server.address changed: a restart keeps the fleet's listening sockets, so it cannot move them; stop the fleet and start it again to change the address"
+		})
+		return
+	case !slices.Equal(nm.cluster, m.cluster) || nm.prefix != m.prefix:
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonClusterChanged
+			r.Message = "server.cluster or server.cluster_prefix changed: a restart keeps the fleet's channel; stop the fleet and start it again to join another"
+		})
+		return
+	}
+	log.Info("restart: rolling the workers", "workers", nm.workers)
+	finished := false
+	_, err = sup.Roll(ctx, supervisor.RollOptions{
+		Workers: nm.workers,
+		Prepare: func(slot int, cmd *exec.Cmd) {
+			if slot == 1 {
+				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
+			}
+		},
+		OnReady: func(rr supervisor.RollResult) {
+			finished = true
+			finish(func(r *admin.RestartResult) {
+				r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+				r.OldPIDs, r.NewPIDs = rr.OldPIDs, rr.NewPIDs
+				if n := len(rr.Statuses); n > 0 {
+					r.Generation = generationOf(rr.Statuses[n-1], r.PreviousGeneration)
+				}
+				r.Message = fmt.Sprintf("%d new workers serve generation %d; the %d old ones drain", len(rr.NewPIDs), r.Generation, len(rr.OldPIDs))
+			})
+		},
+		DrainTimeout: f.shutdownTimeout + workerStopGrace,
+	})
+	if err != nil && !finished {
+		finish(func(r *admin.RestartResult) {
+			switch {
+			case errors.Is(err, supervisor.ErrRolling):
+				r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
+			case errors.Is(err, supervisor.ErrStopping):
+				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartCanceled
+			default:
+				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
+			}
+			r.Message = err.Error() + "; the old workers keep serving"
+		})
 	}
 }
 

@@ -33,7 +33,7 @@ type ServerConfig struct {
 	// Address is the data plane's host:port.
 	Address string `yaml:"address" default:"127.0.0.1:8080"`
 	// Workers is the number of worker processes. With more than one, serve
-	// is a supervisor that runs them on the same address (SO_REUSEPORT)
+	// is a supervisor that runs them on the same socket (inherited)
 	// and keeps their configuration in step through a cluster channel.
 	Workers int `yaml:"workers" default:"1" validate:"min=1,max=256"`
 	// Cluster lists the client URLs of an existing etcd cluster

@@ -62,6 +62,15 @@ type options struct {
 	cluster      *ClusterOptions
 	clusterCheck bool
 	baseline     string // the file of a baseline shared with this host's other workers
+	historySeed  []reconf.HistoryEntry
+}
+
+// WithHistorySeed starts a single process's history with entries (oldest
+// first), before its startup load: a restarted process carries its
+// predecessor's history on. A worker of a cluster ignores it (the fleet's
+// history lives in etcd).
+func WithHistorySeed(entries []reconf.HistoryEntry) Option {
+	return func(o *options) { o.historySeed = entries }
 }
 
 // WithSharedBaseline makes this worker judge in-place rewrites of the
@@ -143,6 +152,9 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		observe = cl.history.Observe
 	} else {
 		history = reconf.NewHistory(0)
+		for _, e := range o.historySeed {
+			history.Add(e)
+		}
 		observe = history.Observe
 	}
 	ropts := []reconf.Option[Config]{
@@ -219,6 +231,13 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	}
 	return err
 }
+
+// Drain begins a drain before Shutdown: /healthz answers 503 draining and
+// every response asks its client to close the connection (Connection:
+// close), so that clients move to new connections, which another process
+// sharing the listening socket accepts. Requests keep being served. It is
+// idempotent.
+func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // Reload runs one configuration attempt (see reconf.Runtime.Reload).
 func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Result, error) {

@@ -54,6 +54,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	if g.workerHdr != nil {
 		h.SetCanonical(workerKey, g.workerHdr)
 	}
+	if g.draining.Load() {
+		// Move the client to a new connection, which a process that
+		// shares the listening socket accepts (see Drain).
+		ctx.SetConnectionClose()
+	}
 	handed := false
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":

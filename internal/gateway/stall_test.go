@@ -186,3 +186,22 @@ func TestKeyCheckedBeforeTheBody(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamHoldsSlotAndPinUntilItEnds: fasthttp writes a streamed body
+// after the handler has returned; the stream's gate slot and pin stay
+// taken until its last byte, and come back then.
+func TestStreamHoldsSlotAndPinUntilItEnds(t *testing.T) {
+	tg := startGateway(t, "routing: {default_route: b}\nbackends:\n  - {name: b, kind: stub, model: m, max_concurrency: 4, timeout: 5s, stub: {tokens: 20, token_delay: 10ms}}\n")
+	s := tg.stream("m")
+	if _, err := s.next(); err != nil {
+		t.Fatal(err)
+	}
+	lim := tg.limiters.Limiter("b")
+	if in, pinned := lim.Stats().InFlight, tg.rt.Status().Pinned; in != 1 || pinned != 1 {
+		t.Errorf("while the stream runs: %d in flight, %d pinned; want 1 and 1", in, pinned)
+	}
+	if ev := s.all(t); ev[len(ev)-1] != "[DONE]" {
+		t.Fatalf("stream not whole: %q", ev)
+	}
+	waitFor(t, "the slot and the pin to come back", func() bool { return lim.Stats().InFlight == 0 && tg.rt.Status().Pinned == 0 })
+}

@@ -9,26 +9,36 @@
 //		Command: func(slot int) *exec.Cmd { return exec.Command(exe, "serve", "--worker", strconv.Itoa(slot)) },
 //	})
 //	sup.SignalOne(syscall.SIGHUP)      // round-robin over ready workers
+//	res, err := sup.Roll(ctx, supervisor.RollOptions{}) // replace every worker
 //	err = sup.Shutdown(ctx)           // SIGTERM to every worker, wait
 //
 // # The worker protocol
 //
-// A worker is given two pipes besides stdin, stdout and stderr: file
-// descriptor 3 (ReadyFD), on which it writes one line "ready" once it
-// serves, and file descriptor 4 (ParentFD), which it reads and which ends
-// (EOF) when the supervisor is gone, however it went, so that no worker
-// outlives its supervisor. Attach is the worker's side. Workers run in
-// their own process group: a terminal's Ctrl-C reaches the supervisor
-// only, which forwards it, so each worker sees exactly one signal per
-// signal the supervisor got.
+// A worker is given, besides stdin, stdout and stderr, file descriptor 3
+// (ParentFD), a pipe it reads and which ends (EOF) when the supervisor is
+// gone, however it went, so that no worker outlives its supervisor; the
+// listening sockets of Config.Listeners; and a readiness pipe on which it
+// says it serves (package handoff; Attach and Parent.Ready are the
+// worker's side). Workers run in their own process group: a terminal's
+// Ctrl-C reaches the supervisor only, which forwards it, so each worker
+// sees exactly one signal per signal the supervisor got.
 //
-// # Ports
+// # Sockets
 //
-// Workers share their listening addresses with SO_REUSEPORT; the kernel
-// spreads connections across them. Reserve binds such an address without
-// listening on it, so the supervisor learns a concrete port for port 0,
-// keeps the port for the workers while one restarts, and never receives a
-// connection itself.
+// The caller opens the listening sockets once, with a plain bind (so a
+// second service on the address fails with EADDRINUSE), and the
+// supervisor hands them to every worker it starts: all workers accept from
+// the same queue, and a worker that dies or drains leaves the connections
+// queued there to the others. HolderOf names the process holding an
+// address that is in use.
+//
+// # Rolls
+//
+// Roll replaces every worker with a new process (a new executable at the
+// same path is an upgrade) and can change the fleet's size: new workers
+// start one at a time, each ready before the next, then take the slots,
+// then the old ones drain. A new worker that fails stops the roll and the
+// old ones keep serving.
 //
 // # Concurrency
 //

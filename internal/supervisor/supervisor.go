@@ -1,26 +1,22 @@
 package supervisor
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/reconfhq/reconf/handoff"
 )
 
-// File descriptors of the worker protocol (see the package documentation).
-const (
-	// ReadyFD is where a worker writes "ready\n" once it serves.
-	ReadyFD = 3
-	// ParentFD reaches EOF when the supervisor is gone.
-	ParentFD = 4
-)
+// ParentFD is the worker's end of a pipe that reaches EOF when the
+// supervisor is gone (see the package documentation).
+const ParentFD = 3
 
 // Defaults of Config's zero fields.
 const (
@@ -37,9 +33,13 @@ type Config struct {
 	Workers int
 	// Command returns a new, unstarted command for slot, with its path,
 	// arguments, environment, stdout and stderr set. The supervisor sets
-	// ExtraFiles (the protocol's pipes) and SysProcAttr (its own process
-	// group). It is called again for every restart.
+	// ExtraFiles (the protocol's pipes and the listeners) and SysProcAttr
+	// (its own process group). It is called again for every restart.
 	Command func(slot int) *exec.Cmd
+	// Listeners are the sockets every worker inherits (handoff.Inherited
+	// in the worker). The supervisor creates them once; a worker that
+	// leaves never closes them, so nothing queued on them is reset.
+	Listeners *handoff.Set
 	// Logger receives the supervisor's own lines (default slog.Default()).
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the delay before restarting a worker
@@ -47,7 +47,7 @@ type Config struct {
 	// run, capped at MaxBackoff (defaults 100ms and 5s).
 	MinBackoff, MaxBackoff time.Duration
 	// ReadyTimeout bounds a worker's start: one not ready by then is killed
-	// (and, during Start, fails it). Default 60s.
+	// (and, during Start or Roll, fails it). Default 60s.
 	ReadyTimeout time.Duration
 	// StableAfter is how long a worker must have run for its death to reset
 	// the backoff (default 10s).
@@ -59,7 +59,8 @@ type Worker struct {
 	Slot     int
 	PID      int // 0 while the slot waits to restart
 	Ready    bool
-	Restarts int // processes started in this slot after the first
+	Status   string // what the worker said with its ready line
+	Restarts int    // processes started in this slot after the first
 }
 
 // Supervisor runs Config.Workers processes and keeps them running until
@@ -73,26 +74,18 @@ type Supervisor struct {
 
 	mu       sync.Mutex
 	stopping bool
+	rolling  bool
 	slots    []*slotState
-	rr       int     // next slot for SignalOne
-	exitErrs []error // non-zero exits during Shutdown
+	extra    map[*handoff.Process]struct{} // started or draining outside the slots (a roll)
+	rr       int                           // next slot for SignalOne
+	exitErrs []error                       // non-zero exits during Shutdown
 }
 
 type slotState struct {
 	n       int
-	proc    *process // nil while waiting to restart; guarded by Supervisor.mu
-	started int      // processes started in this slot; guarded by Supervisor.mu
-}
-
-// process is one started worker.
-type process struct {
-	cmd     *exec.Cmd
-	pid     int
-	ready   bool          // guarded by Supervisor.mu
-	readyCh chan struct{} // closed when the worker said ready
-	readEnd chan struct{} // closed when the ready pipe is done (ready or EOF)
-	exited  chan struct{} // closed after Wait returned
-	state   *os.ProcessState
+	proc    *handoff.Process // nil while waiting to restart; guarded by Supervisor.mu
+	started int              // processes started in this slot; guarded by Supervisor.mu
+	removed bool             // a roll shrank the fleet past this slot; guarded by Supervisor.mu
 }
 
 // Start starts every worker and returns once all of them are ready. If one
@@ -110,13 +103,13 @@ func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 	orDefault(&cfg.MaxBackoff, DefaultMaxBackoff)
 	orDefault(&cfg.ReadyTimeout, DefaultReadyTimeout)
 	orDefault(&cfg.StableAfter, DefaultStableAfter)
-	s := &Supervisor{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	s := &Supervisor{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), extra: map[*handoff.Process]struct{}{}}
 	first := make(chan error, cfg.Workers)
 	for i := range cfg.Workers {
 		sl := &slotState{n: i + 1}
 		s.slots = append(s.slots, sl)
 		s.wg.Add(1)
-		go s.run(sl, first)
+		go s.run(sl, first, nil)
 	}
 	var errs []error
 	for range cfg.Workers {
@@ -147,61 +140,41 @@ func orDefault(d *time.Duration, def time.Duration) {
 	}
 }
 
-// run keeps one slot's worker running until Shutdown. The first start's
-// readiness (nil, or why it failed) goes to first.
-func (s *Supervisor) run(sl *slotState, first chan<- error) {
+// run keeps one slot's worker running until Shutdown (or until a roll
+// removes the slot). The first start's readiness (nil, or why it failed)
+// goes to first. p, when not nil, is a ready process a roll put in the
+// slot.
+func (s *Supervisor) run(sl *slotState, first chan<- error, p *handoff.Process) {
 	defer s.wg.Done()
 	backoff := s.cfg.MinBackoff
 	for {
-		p, err := s.spawn(sl)
-		switch {
-		case err != nil && first != nil:
-			first <- fmt.Errorf("supervisor: worker %d could not be started: %w", sl.n, err)
-			return
-		case err != nil:
-			if s.isStopping() {
-				return
-			}
-			s.log.Error("worker could not be started", "worker", sl.n, "error", err)
-		default:
-			started := time.Now()
-			err := s.awaitReady(p)
-			if err != nil {
-				err = fmt.Errorf("supervisor: worker %d (pid %d) %w", sl.n, p.pid, err)
-				if first == nil && !s.isStopping() {
-					s.log.Error("restarted worker did not become ready", "worker", sl.n, "pid", p.pid, "error", err)
-				}
-			} else if first == nil {
-				s.log.Info("worker restarted", "worker", sl.n, "pid", p.pid)
-			}
-			if first != nil {
-				first <- err
-				first = nil
-				if err != nil { // Start fails and stops the others
-					<-p.exited
-					s.mu.Lock()
-					sl.proc = nil
-					s.mu.Unlock()
+		started := time.Now()
+		if p == nil {
+			var err error
+			if p, err = s.spawn(sl); err != nil {
+				if first != nil {
+					first <- fmt.Errorf("supervisor: worker %d could not be started: %w", sl.n, err)
 					return
 				}
+				if s.isStopping() {
+					return
+				}
+				s.log.Error("worker could not be started", "worker", sl.n, "error", err)
+			} else if err := s.starting(sl, p, &first); err != nil {
+				return
 			}
-			<-p.exited
-			s.mu.Lock()
-			sl.proc = nil
-			stopping := s.stopping
-			if stopping && !p.state.Success() {
-				s.exitErrs = append(s.exitErrs, fmt.Errorf("worker %d (pid %d): %s", sl.n, p.pid, p.state))
-			}
-			s.mu.Unlock()
-			if stopping {
-				s.log.Info("worker stopped", "worker", sl.n, "pid", p.pid, "status", p.state.String())
+		}
+		if p != nil {
+			var keep bool
+			if p, keep = s.watch(sl, p); !keep {
 				return
 			}
 			if time.Since(started) >= s.cfg.StableAfter {
 				backoff = s.cfg.MinBackoff
 			}
-			s.log.Warn("worker exited; restarting it", "worker", sl.n, "pid", p.pid,
-				"status", p.state.String(), "after", backoff.String())
+			s.log.Warn("worker exited; restarting it", "worker", sl.n, "pid", p.PID(),
+				"status", p.State().String(), "after", backoff.String())
+			p = nil
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -214,29 +187,79 @@ func (s *Supervisor) run(sl *slotState, first chan<- error) {
 	}
 }
 
-// awaitReady waits until p said ready, exited or ran out of time; in the
-// last case it kills p.
-func (s *Supervisor) awaitReady(p *process) error {
-	t := time.NewTimer(s.cfg.ReadyTimeout)
-	defer t.Stop()
-	select {
-	case <-p.readyCh:
-		return nil
-	case <-p.readEnd:
-		select {
-		case <-p.readyCh:
-			return nil
-		case <-p.exited:
-			return fmt.Errorf("exited before it was ready: %s", p.state)
-		case <-t.C:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-			return fmt.Errorf("closed its ready pipe without being ready; killed")
+// starting waits for a slot's new process to be ready and reports the
+// first start's outcome on *first. A non-nil error means the slot ends
+// (its first start failed).
+func (s *Supervisor) starting(sl *slotState, p *handoff.Process, first *chan<- error) error {
+	err := s.awaitReady(context.Background(), p)
+	if err != nil {
+		err = fmt.Errorf("supervisor: worker %d (pid %d) %w", sl.n, p.PID(), err)
+		if *first == nil && !s.isStopping() {
+			s.log.Error("restarted worker did not become ready", "worker", sl.n, "pid", p.PID(), "error", err)
 		}
-	case <-t.C:
-		_ = p.cmd.Process.Kill()
+	} else if *first == nil {
+		s.log.Info("worker restarted", "worker", sl.n, "pid", p.PID())
+	}
+	if *first == nil {
+		return nil
+	}
+	(*first) <- err
+	*first = nil
+	if err != nil { // Start fails and stops the others
+		<-p.Exited()
+		s.mu.Lock()
+		sl.proc = nil
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// watch waits until the slot's process exits, following the process a
+// roll put in its place. It returns the process that exited and whether
+// the slot must restart it (false on Shutdown or when a roll removed the
+// slot).
+func (s *Supervisor) watch(sl *slotState, p *handoff.Process) (*handoff.Process, bool) {
+	for {
+		<-p.Exited()
+		s.mu.Lock()
+		if sl.proc != nil && sl.proc != p {
+			p = sl.proc // replaced by a roll
+			s.mu.Unlock()
+			continue
+		}
+		sl.proc = nil
+		stopping := s.stopping
+		if stopping && !p.State().Success() {
+			s.exitErrs = append(s.exitErrs, fmt.Errorf("worker %d (pid %d): %s", sl.n, p.PID(), p.State()))
+		}
+		removed := sl.removed
+		s.mu.Unlock()
+		if stopping {
+			s.log.Info("worker stopped", "worker", sl.n, "pid", p.PID(), "status", p.State().String())
+		}
+		return p, !stopping && !removed
+	}
+}
+
+// awaitReady waits until p said ready, exited, ctx ended or ReadyTimeout
+// passed; in the last two cases it kills p.
+func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	_, err := p.WaitReady(ctx)
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-p.Exited():
+		return fmt.Errorf("exited before it was ready: %s", p.State())
+	default:
+	}
+	p.Kill()
+	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("was not ready within %v; killed", s.cfg.ReadyTimeout)
 	}
+	return fmt.Errorf("was not ready (%w); killed", err)
 }
 
 func (s *Supervisor) isStopping() bool {
@@ -245,62 +268,64 @@ func (s *Supervisor) isStopping() bool {
 	return s.stopping
 }
 
-// spawn starts one process for sl with the protocol's pipes.
-func (s *Supervisor) spawn(sl *slotState) (*process, error) {
+// spawn starts one process for sl.
+func (s *Supervisor) spawn(sl *slotState) (*handoff.Process, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
 		return nil, errors.New("shutting down")
 	}
-	readyR, readyW, err := os.Pipe()
+	if sl.proc != nil { // a roll put a process here while this slot waited
+		return sl.proc, nil
+	}
+	p, err := s.startLocked(sl.n, nil)
 	if err != nil {
 		return nil, err
 	}
+	sl.proc = p
+	sl.started++
+	return p, nil
+}
+
+// startLocked starts one worker for slot with the protocol's pipe and the
+// listeners; prepare, when not nil, adjusts its command. s.mu must be held.
+func (s *Supervisor) startLocked(slot int, prepare func(int, *exec.Cmd)) (*handoff.Process, error) {
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
-		readyR.Close()
-		readyW.Close()
 		return nil, err
 	}
-	cmd := s.cfg.Command(sl.n)
-	cmd.ExtraFiles = []*os.File{readyW, lifeR} // ReadyFD, ParentFD
+	cmd := s.cfg.Command(slot)
+	if prepare != nil {
+		prepare(slot, cmd)
+	}
+	cmd.ExtraFiles = []*os.File{lifeR} // ParentFD
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	err = cmd.Start()
-	readyW.Close()
+	p, err := handoff.Start(cmd, s.cfg.Listeners)
 	lifeR.Close()
 	if err != nil {
-		readyR.Close()
 		lifeW.Close()
 		return nil, err
 	}
-	p := &process{cmd: cmd, pid: cmd.Process.Pid, readyCh: make(chan struct{}), readEnd: make(chan struct{}), exited: make(chan struct{})}
-	sl.proc = p
-	sl.started++
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		_ = cmd.Wait()
-		p.state = cmd.ProcessState
+		<-p.Exited()
 		lifeW.Close() // nothing to tell a dead worker; the pipe ends with it
-		close(p.exited)
 	}()
-	go func() {
-		defer s.wg.Done()
-		defer close(p.readEnd)
-		defer readyR.Close()
-		line, _ := bufio.NewReader(readyR).ReadString('\n')
-		if strings.TrimSpace(line) == "ready" {
-			s.mu.Lock()
-			p.ready = true
-			s.mu.Unlock()
-			close(p.readyCh)
-		}
-	}()
-	s.log.Debug("worker started", "worker", sl.n, "pid", p.pid)
+	s.log.Debug("worker started", "worker", slot, "pid", p.PID())
 	return p, nil
+}
+
+func ready(p *handoff.Process) bool {
+	select {
+	case <-p.Ready():
+		return true
+	default:
+		return false
+	}
 }
 
 // Workers describes every slot, in slot order.
@@ -310,8 +335,8 @@ func (s *Supervisor) Workers() []Worker {
 	out := make([]Worker, len(s.slots))
 	for i, sl := range s.slots {
 		out[i] = Worker{Slot: sl.n, Restarts: max(0, sl.started-1)}
-		if sl.proc != nil {
-			out[i].PID, out[i].Ready = sl.proc.pid, sl.proc.ready
+		if p := sl.proc; p != nil {
+			out[i].PID, out[i].Ready, out[i].Status = p.PID(), ready(p), p.Status()
 		}
 	}
 	return out
@@ -325,8 +350,8 @@ func (s *Supervisor) SignalOne(sig syscall.Signal) int {
 	for range s.slots {
 		sl := s.slots[s.rr%len(s.slots)]
 		s.rr++
-		if p := sl.proc; p != nil && p.ready {
-			if err := syscall.Kill(p.pid, sig); err == nil {
+		if p := sl.proc; p != nil && ready(p) {
+			if err := p.Signal(sig); err == nil {
 				return sl.n
 			}
 		}
@@ -334,7 +359,8 @@ func (s *Supervisor) SignalOne(sig syscall.Signal) int {
 	return 0
 }
 
-// SignalAll sends sig to every running worker.
+// SignalAll sends sig to every running worker, those a roll is starting or
+// draining included.
 func (s *Supervisor) SignalAll(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -345,8 +371,11 @@ func (s *Supervisor) SignalAll(sig syscall.Signal) {
 func (s *Supervisor) signalAllLocked(sig syscall.Signal) {
 	for _, sl := range s.slots {
 		if p := sl.proc; p != nil {
-			_ = syscall.Kill(p.pid, sig)
+			_ = p.Signal(sig)
 		}
+	}
+	for p := range s.extra {
+		_ = p.Signal(sig)
 	}
 }
 

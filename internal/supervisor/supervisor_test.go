@@ -2,22 +2,28 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/testkit"
+	"io"
 	"log/slog"
-	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // logBuf collects output that several goroutines write.
@@ -49,7 +55,32 @@ func fakeWorker(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if err := p.Ready(); err != nil {
+	lns, err := handoff.Inherited()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if ln := lns["data"]; ln != nil {
+		// The drain that loses nothing (see handoff.DrainListener).
+		dl := handoff.NewDrainListener(ln)
+		var draining atomic.Bool
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if draining.Load() {
+				w.Header().Set("Connection", "close")
+			}
+			fmt.Fprint(w, os.Getpid())
+		})}
+		go srv.Serve(dl)
+		defer func() {
+			draining.Store(true)
+			dl.StopAccepting()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			dl.Wait(ctx)
+			srv.Shutdown(context.Background())
+		}()
+	}
+	if err := p.Ready("slot=" + slot); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
@@ -76,6 +107,15 @@ func fakeWorker(mode string) int {
 
 func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, error) {
 	t.Helper()
+	var m atomic.Pointer[string]
+	m.Store(&mode)
+	return startWith(t, n, &m, nil)
+}
+
+// startWith starts n fake workers whose mode is read at each start, with
+// the listeners in set (may be nil).
+func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.Set) (*Supervisor, string, *logBuf, error) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -86,11 +126,12 @@ func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, erro
 		Workers: n,
 		Command: func(slot int) *exec.Cmd {
 			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), workerEnv+"="+mode, "RECONF_TEST_SLOT="+strconv.Itoa(slot), "RECONF_TEST_DIR="+dir)
+			cmd.Env = append(os.Environ(), workerEnv+"="+*mode.Load(), "RECONF_TEST_SLOT="+strconv.Itoa(slot), "RECONF_TEST_DIR="+dir)
 			cmd.Stderr = logs
 			return cmd
 		},
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Listeners:    set,
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: nil})),
 		MinBackoff:   20 * time.Millisecond,
 		ReadyTimeout: 20 * time.Second,
 	})
@@ -196,26 +237,24 @@ func TestStartFailsWhenAWorkerCannotStart(t *testing.T) {
 // other end of ParentFD closes, Gone fires.
 func TestWorkerSeesSupervisorGone(t *testing.T) {
 	exe, _ := os.Executable()
-	readyR, readyW, _ := os.Pipe()
 	lifeR, lifeW, _ := os.Pipe()
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerEnv+"=gone", "RECONF_TEST_SLOT=1", "RECONF_TEST_DIR="+t.TempDir())
-	cmd.ExtraFiles = []*os.File{readyW, lifeR}
-	if err := cmd.Start(); err != nil {
+	cmd.ExtraFiles = []*os.File{lifeR}
+	p, err := handoff.Start(cmd, nil)
+	lifeR.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	readyW.Close()
-	lifeR.Close()
-	buf := make([]byte, 16)
-	n, _ := readyR.Read(buf)
-	readyR.Close()
-	if string(buf[:n]) != "ready\n" {
-		t.Fatalf("got %q, want ready", buf[:n])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if status, err := p.WaitReady(ctx); err != nil || status != "slot=1" {
+		t.Fatalf("got %q, %v; want ready slot=1", status, err)
 	}
 	lifeW.Close() // the supervisor is gone
-	err := cmd.Wait()
-	if cmd.ProcessState.ExitCode() != 7 {
-		t.Fatalf("worker: %v, want exit 7", err)
+	<-p.Exited()
+	if p.State().ExitCode() != 7 {
+		t.Fatalf("worker: %v, want exit 7", p.State())
 	}
 }
 
@@ -225,81 +264,165 @@ func TestAttachOutsideASupervisor(t *testing.T) {
 	}
 }
 
-func TestReserveAndListenReusePort(t *testing.T) {
-	r, err := Reserve("127.0.0.1:0")
+// get asks the fleet at addr for its pid over a new connection.
+func get(t *testing.T, addr string) (int, error) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(b))
+}
+
+// TestRollKeepsTheSocketsAndReplacesEveryWorker runs a fleet on one
+// inherited socket with a client sending requests throughout, rolls it
+// (same size, then grown, then shrunk), and checks that no request failed,
+// that the new pids serve and the old ones are gone, and that a second
+// roll during one is refused.
+func TestRollKeepsTheSocketsAndReplacesEveryWorker(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	if r.Port() == 0 || r.Addr() != "127.0.0.1:"+strconv.Itoa(r.Port()) {
-		t.Fatalf("reserved %q", r.Addr())
+	set := handoff.NewSet()
+	defer set.Close()
+	if err := set.Add("data", ln); err != nil {
+		t.Fatal(err)
 	}
-	// Nobody without SO_REUSEPORT can take the port, and the reservation
-	// itself accepts nothing.
-	if ln, err := net.Listen("tcp", r.Addr()); err == nil {
-		ln.Close()
-		t.Fatal("a plain listener took the reserved port")
+	ln.Close() // the supervisor never accepts
+	addr := set.Addr("data").String()
+	if _, err := handoff.Listen(addr); err == nil {
+		t.Fatal("a second socket bound the fleet's address")
 	}
-	if c, err := net.Dial("tcp", r.Addr()); err == nil {
-		c.Close()
-		t.Fatal("a connection reached the reservation")
+	mode := "ok"
+	var m atomic.Pointer[string]
+	m.Store(&mode)
+	s, _, logs, err := startWith(t, 2, &m, set)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Two listeners share it; connections reach both.
-	var lns []net.Listener
-	for range 2 {
-		ln, err := ListenReusePort(context.Background(), r.Addr())
-		if err != nil {
-			t.Fatal(err)
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs)
 		}
-		defer ln.Close()
-		lns = append(lns, ln)
-	}
-	counts := make([]int, 2)
+	}()
+
+	var failed, served atomic.Int64
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, ln := range lns {
+	for range 4 {
 		wg.Go(func() {
 			for {
-				c, err := ln.Accept()
-				if err != nil {
+				select {
+				case <-stop:
 					return
+				default:
 				}
-				counts[i]++
-				c.Close()
+				if _, err := get(t, addr); err != nil {
+					failed.Add(1)
+					t.Logf("%s request failed: %v", time.Now().Format("15:04:05.000"), err)
+				} else {
+					served.Add(1)
+				}
 			}
 		})
 	}
-	for range 64 {
-		c, err := net.Dial("tcp", r.Addr())
+	defer func() { close(stop); wg.Wait() }()
+
+	for _, size := range []int{2, 3, 1} {
+		before := pids(s.Workers())
+		onReady := false
+		res, err := s.Roll(context.Background(), RollOptions{Workers: size, OnReady: func(RollResult) {
+			onReady = true
+			if _, err := s.Roll(context.Background(), RollOptions{}); !errors.Is(err, ErrRolling) {
+				t.Errorf("a roll during a roll: %v, want ErrRolling", err)
+			}
+		}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("roll to %d: %v", size, err)
 		}
-		c.Close()
+		after := pids(s.Workers())
+		if !onReady || len(after) != size || !slices.Equal(res.NewPIDs, after) || !slices.Equal(res.OldPIDs, before) {
+			t.Fatalf("roll to %d: result %+v, workers %v before, %v after", size, res, before, after)
+		}
+		for i, st := range res.Statuses {
+			if st != "slot="+strconv.Itoa(i+1) {
+				t.Errorf("status %d: %q", i, st)
+			}
+		}
+		for _, pid := range before {
+			if syscall.Kill(pid, 0) == nil {
+				t.Errorf("old worker %d still runs after the roll", pid)
+			}
+		}
+		waitFor(t, "a new worker answering", func() bool {
+			pid, err := get(t, addr)
+			return err == nil && slices.Contains(after, pid)
+		})
 	}
-	time.Sleep(100 * time.Millisecond)
-	for _, ln := range lns {
-		ln.Close()
+	if failed.Load() != 0 || served.Load() == 0 {
+		t.Fatalf("%d requests failed, %d served", failed.Load(), served.Load())
 	}
-	wg.Wait()
-	if counts[0] == 0 || counts[1] == 0 || counts[0]+counts[1] != 64 {
-		t.Errorf("connections per listener: %v", counts)
-	}
-	if _, err := Reserve("127.0.0.1:x"); err == nil {
-		t.Error("a bad port was reserved")
-	}
-	// Every interface: a listener on the same wildcard address shares it.
-	all, err := Reserve(":0")
+}
+
+// TestRollThatFailsKeepsTheOldWorkers makes the second new worker fail:
+// the roll returns an error, the first new worker is killed, and the old
+// workers still serve in their slots.
+func TestRollThatFailsKeepsTheOldWorkers(t *testing.T) {
+	mode := "ok"
+	var m atomic.Pointer[string]
+	m.Store(&mode)
+	s, _, _, err := startWith(t, 2, &m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer all.Close()
-	ln, err := ListenReusePort(context.Background(), all.Addr())
+	before := pids(s.Workers())
+	bad := "fail-2"
+	m.Store(&bad)
+	_, err = s.Roll(context.Background(), RollOptions{})
+	if err == nil || !strings.Contains(err.Error(), "new worker 2") {
+		t.Fatalf("roll: %v; want a failure naming new worker 2", err)
+	}
+	if got := pids(s.Workers()); !slices.Equal(got, before) {
+		t.Fatalf("workers %v after a failed roll, want %v", got, before)
+	}
+	for _, w := range s.Workers() {
+		if !w.Ready {
+			t.Errorf("worker %d not ready after a failed roll", w.Slot)
+		}
+	}
+	m.Store(&mode)
+	if _, err := s.Roll(context.Background(), RollOptions{}); err != nil {
+		t.Fatalf("a roll after a failed one: %v", err)
+	}
+}
+
+func pids(ws []Worker) []int {
+	var out []int
+	for _, w := range ws {
+		out = append(out, w.PID)
+	}
+	return out
+}
+
+func TestHolderOfNamesTheListeningProcess(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("listen on %s: %v", all.Addr(), err)
+		t.Fatal(err)
 	}
 	defer ln.Close()
-	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(all.Port()))); err != nil {
-		t.Errorf("dial IPv4 loopback on the wildcard reservation %s: %v", all.Addr(), err)
-	} else {
-		c.Close()
+	h, ok := HolderOf(ln.Addr().String())
+	if !ok || h.PID != os.Getpid() || !strings.Contains(h.Command, "supervisor.test") {
+		t.Fatalf("HolderOf: %+v, %v; want this test process", h, ok)
+	}
+	ln.Close()
+	if h, ok := HolderOf(ln.Addr().String()); ok {
+		t.Errorf("a closed address has a holder: %+v", h)
 	}
 }

@@ -1,0 +1,78 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
+)
+
+// slowRestarter is a Restarter whose one restart finishes when release
+// is closed.
+type slowRestarter struct {
+	release chan struct{}
+	once    sync.Once
+}
+
+func (r *slowRestarter) Restart(context.Context, string) (admin.RestartResult, error) {
+	return admin.RestartResult{ID: "r1", Outcome: admin.RestartRunning}, nil
+}
+
+func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+	if id != "r1" {
+		return admin.RestartResult{}, false
+	}
+	select {
+	case <-r.release:
+		return admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted, Reason: admin.ReasonRestarted, NewPIDs: []int{42}}, true
+	case <-ctx.Done():
+		return admin.RestartResult{ID: id, Outcome: admin.RestartRunning}, true
+	}
+}
+
+// TestRestartEndpoint: a restart that outlasts ?wait= is answered 202 with
+// where to follow it; following it gives 200 once done; a bad wait, a
+// body with content and an unknown id are refused.
+func TestRestartEndpoint(t *testing.T) {
+	r := &slowRestarter{release: make(chan struct{})}
+	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	a := e.do(http.MethodPost, admin.RestartPath+"?wait=50ms", "{}")
+	var res admin.RestartResult
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusAccepted ||
+		res.Outcome != admin.RestartRunning || a.header.Get("Location") != admin.RestartPath+"/r1" {
+		t.Fatalf("got %d %s (Location %q), want 202 restart-running", a.status, a.body, a.header.Get("Location"))
+	}
+	close(r.release)
+	a = e.do(http.MethodGet, admin.RestartPath+"/r1?wait=5s", "")
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != admin.Restarted || !res.Done {
+		t.Fatalf("follow: got %d %s, want 200 restarted", a.status, a.body)
+	}
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodPost, admin.RestartPath + "?wait=soon", "", http.StatusBadRequest},
+		{http.MethodPost, admin.RestartPath, `{"config":"x"}`, http.StatusBadRequest},
+		{http.MethodGet, admin.RestartPath + "/nope", "", http.StatusNotFound},
+		{http.MethodGet, admin.RestartPath, "", http.StatusMethodNotAllowed},
+	} {
+		if a := e.do(c.method, c.path, c.body); a.status != c.status {
+			t.Errorf("%s %s: got %d, want %d (%s)", c.method, c.path, a.status, c.status, a.body)
+		}
+	}
+}
+
+func TestRestartOutcomeStatus(t *testing.T) {
+	for o, want := range map[admin.RestartOutcome]int{
+		admin.Restarted: 200, admin.RestartFailed: 503, admin.RestartRunning: 202, admin.RestartRefused: 409,
+		admin.RestartOutcome(reconf.Busy.String()): 409, admin.RestartOutcome(reconf.Invalid.String()): 422,
+	} {
+		if got := o.HTTPStatus(); got != want {
+			t.Errorf("%s: got %d, want %d", o, got, want)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/gateway"
+)
+
+// envHistory names a file (0600, removed by the predecessor) that holds
+// the history a successor carries on.
+const envHistory = "RECONF_RESTART_HISTORY"
+
+// maxHandedHistory bounds the history file a successor reads.
+const maxHandedHistory = 8 << 20
+
+// handedHistory is what a predecessor hands on: its entries, oldest
+// first, and the restart's own entry, which the successor completes.
+type handedHistory struct {
+	Entries []reconf.HistoryEntry `json:"entries"`
+	Restart reconf.HistoryEntry   `json:"restart"`
+}
+
+// writeHistory writes g's history and the restart's entry to a new
+// private file and returns its path.
+func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.HistoryEntry) (string, error) {
+	entries, err := g.History(ctx, 0)
+	if err != nil {
+		return "", err
+	}
+	entries = slices.Clone(entries)
+	slices.Reverse(entries)
+	b, err := json.Marshal(handedHistory{Entries: entries, Restart: restart})
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp("", "reconfd-history-*.json") // 0600
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), f.Close()
+}
+
+// readHistory reads a predecessor's history for gateway.WithHistorySeed:
+// its entries, then the restart's, completed with its duration so far.
+func readHistory(path string) ([]reconf.HistoryEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxHandedHistory+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHandedHistory {
+		return nil, fmt.Errorf("%s is over %d bytes", path, maxHandedHistory)
+	}
+	var h handedHistory
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, err
+	}
+	h.Restart.DurationMS = reconf.Milliseconds(time.Since(h.Restart.Time))
+	h.Restart.Message += fmt.Sprintf("; pid %d took them", os.Getpid())
+	return append(h.Entries, h.Restart), nil
+}

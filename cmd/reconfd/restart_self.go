@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/gateway"
+)
+
+// envGeneration tells a successor the generation its predecessor served,
+// so that its own numbering continues (its startup load is one more).
+const envGeneration = "RECONF_RESTART_GENERATION"
+
+// successorReadyTimeout bounds a successor's start: one not ready by then
+// is killed and the restart fails, the old process serving on.
+const successorReadyTimeout = 60 * time.Second
+
+// selfRestarter restarts a single process: it hands the listening sockets
+// to a new process started from the executable on disk with the same
+// arguments, waits until that one is ready, then has this process drain
+// and exit. It implements admin.Restarter and is safe for concurrent use.
+type selfRestarter struct {
+	g       *gateway.Gateway
+	log     *slog.Logger
+	exe     string
+	args    []string
+	sockets *handoff.Set
+	timeout time.Duration
+	track   restartTracker
+
+	handedOff chan struct{} // closed once a successor serves
+	once      sync.Once
+}
+
+// Restart checks the file like a reload and begins the hand-off.
+func (r *selfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
+	prev := r.g.Runtime().Current().ID()
+	run, res, ok := r.track.begin(prev)
+	if !ok {
+		return res, nil
+	}
+	chk, err := r.g.Runtime().Check(ctx)
+	if err != nil {
+		chk.Outcome = 0
+	}
+	if err != nil || !checkAllows(chk.Outcome) {
+		res = r.track.finish(run, func(res *admin.RestartResult) {
+			id := res.ID
+			if err != nil {
+				res.Outcome, res.Reason, res.Message = admin.RestartFailed, admin.ReasonRestartCanceled, "the configuration check did not finish: "+err.Error()
+				return
+			}
+			*res = refusedByCheck(chk)
+			res.ID = id
+		})
+		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
+		return res, nil
+	}
+	r.log.Info("restart: handing the listeners to a new process", "id", res.ID, "actor", actor, "executable", r.exe, "check", chk.Outcome.String())
+	go r.run(run, prev, actor)
+	return res, nil
+}
+
+// WaitRestart follows a restart by id.
+func (r *selfRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+	return r.track.wait(ctx, id)
+}
+
+func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
+	ctx := context.Background()
+	cmd := exec.Command(r.exe, r.args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), envGeneration+"="+strconv.FormatUint(prev, 10))
+	// The history goes on in the successor: this process's entries, the
+	// restart's own entry first (it is known once the successor is ready,
+	// so the successor records it from the result it is handed).
+	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: triggerRestart, Actor: actor,
+		Outcome: string(admin.Restarted), Reason: admin.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
+		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())})
+	if err != nil {
+		r.log.Warn("restart: the history cannot be handed on; the new process starts with its own", "error", err)
+	} else {
+		cmd.Env = append(cmd.Env, envHistory+"="+histFile)
+		defer os.Remove(histFile)
+	}
+	fail := func(reason, msg string) {
+		res := r.track.finish(run, func(res *admin.RestartResult) {
+			res.Outcome, res.Reason, res.Message = admin.RestartFailed, reason, msg
+		})
+		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
+		r.log.Error("restart failed; this process keeps serving", "id", res.ID, "reason", reason, "message", msg)
+	}
+	p, err := handoff.Start(cmd, r.sockets)
+	if err != nil {
+		fail(admin.ReasonRestartNotStarted, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	status, err := p.WaitReady(ctx)
+	if err != nil {
+		select {
+		case <-p.Exited():
+		default:
+			p.Kill()
+		}
+		msg := fmt.Sprintf("the new process (pid %d) did not become ready within %v: %v; it was stopped and this process keeps serving", p.PID(), r.timeout, err)
+		if errors.Is(err, handoff.ErrNotReady) {
+			msg = fmt.Sprintf("the new process (pid %d) exited before it was ready (%s); this process keeps serving; see its log lines above", p.PID(), p.State())
+		}
+		fail(admin.ReasonRestartNotReady, msg)
+		return
+	}
+	res := r.track.finish(run, func(res *admin.RestartResult) {
+		res.Outcome, res.Reason = admin.Restarted, admin.ReasonRestarted
+		res.OldPIDs, res.NewPIDs = []int{os.Getpid()}, []int{p.PID()}
+		res.Generation = generationOf(status, res.PreviousGeneration)
+		res.Message = fmt.Sprintf("pid %d serves generation %d; pid %d drains and exits", p.PID(), res.Generation, os.Getpid())
+	})
+	r.log.Info("restart: the new process serves; draining this one", "id", res.ID, "new_pid", p.PID(), "generation", res.Generation)
+	r.once.Do(func() { close(r.handedOff) })
+}
+
+// generationOf reads "generation=N" from a ready status.
+func generationOf(status string, def uint64) uint64 {
+	for _, f := range strings.Fields(status) {
+		if v, ok := strings.CutPrefix(f, "generation="); ok {
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return def
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
+)
+
+// keptRestarts is how many finished restarts stay known by id.
+const keptRestarts = 16
+
+// restartTracker is the book of restarts: at most one runs; the last few
+// are kept by id so that a client can follow one. It is safe for
+// concurrent use.
+type restartTracker struct {
+	mu    sync.Mutex
+	seq   int
+	cur   *restartRun // running, or nil
+	last  *restartRun // the last finished one
+	runs  map[string]*restartRun
+	order []string
+}
+
+type restartRun struct {
+	res  admin.RestartResult // guarded by restartTracker.mu
+	done chan struct{}
+}
+
+// begin registers a new running restart, or returns a busy result when
+// one runs already.
+func (t *restartTracker) begin(prev uint64) (*restartRun, admin.RestartResult, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	if t.cur != nil {
+		return nil, admin.RestartResult{ID: "", Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
+			Message: "a restart is in progress (" + t.cur.res.ID + "); try again when it ends", PreviousGeneration: prev, Generation: prev, Started: now}, false
+	}
+	if t.runs == nil {
+		t.runs = map[string]*restartRun{}
+	}
+	t.seq++
+	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{
+		ID: "r" + strconv.FormatInt(now.Unix(), 36) + "-" + strconv.Itoa(t.seq), Outcome: admin.RestartRunning,
+		Reason: admin.ReasonRestartRunning, PreviousGeneration: prev, Generation: prev, Started: now}}
+	t.cur = r
+	t.runs[r.res.ID] = r
+	t.order = append(t.order, r.res.ID)
+	if len(t.order) > keptRestarts {
+		delete(t.runs, t.order[0])
+		t.order = t.order[1:]
+	}
+	return r, r.res, true
+}
+
+// update changes a running restart's result.
+func (t *restartTracker) update(r *restartRun, fn func(*admin.RestartResult)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(&r.res)
+}
+
+// finish ends r with its final result.
+func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) admin.RestartResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(&r.res)
+	r.res.Done = true
+	r.res.DurationMS = float64(time.Since(r.res.Started).Microseconds()) / 1000
+	if t.cur == r {
+		t.cur, t.last = nil, r
+	}
+	close(r.done)
+	return r.res
+}
+
+// started returns when r began.
+func (r *restartRun) started(t *restartTracker) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res.Started
+}
+
+// wait returns the restart with id once done or when ctx ends.
+func (t *restartTracker) wait(ctx context.Context, id string) (admin.RestartResult, bool) {
+	t.mu.Lock()
+	r := t.runs[id]
+	t.mu.Unlock()
+	if r == nil {
+		return admin.RestartResult{}, false
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res, true
+}
+
+// running reports whether a restart runs.
+func (t *restartTracker) running() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur != nil
+}
+
+// restartState is the restart part of the status document.
+type restartState struct {
+	InProgress bool                 `json:"in_progress"`
+	Current    *admin.RestartResult `json:"current,omitempty"`
+	Last       *admin.RestartResult `json:"last,omitempty"`
+}
+
+func (t *restartTracker) state() restartState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var st restartState
+	if t.cur != nil {
+		res := t.cur.res
+		st.InProgress, st.Current = true, &res
+	}
+	if t.last != nil {
+		res := t.last.res
+		st.Last = &res
+	}
+	return st
+}
+
+// checkAllows reports whether a check's outcome lets a restart go on: a
+// refusal other than restart-required ends the restart with its outcome.
+func checkAllows(o reconf.Outcome) bool {
+	return o == reconf.Published || o == reconf.NoOp || o == reconf.RestartRequired
+}
+
+// refusedByCheck is the result of a restart that its check ended.
+func refusedByCheck(res reconf.Result) admin.RestartResult {
+	rr := admin.NewReloadResponse(res)
+	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(res.Outcome.String()), Reason: string(res.Reason),
+		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &rr,
+		PreviousGeneration: res.PreviousGeneration, Generation: res.PreviousGeneration, Started: res.Started}
+}
+
+// historyOf is the history entry of a finished restart.
+func historyOf(res admin.RestartResult, actor string) reconf.HistoryEntry {
+	return reconf.HistoryEntry{Time: res.Started, Trigger: triggerRestart, Actor: actor, Outcome: string(res.Outcome),
+		Reason: reconf.Reason(res.Reason), Message: res.Message, PreviousGeneration: res.PreviousGeneration,
+		Generation: res.Generation, DurationMS: res.DurationMS}
+}
+
+// restartGuard answers busy to reloads while a restart runs, for the
+// management API and SIGHUP; otherwise it is the runtime.
+type restartGuard struct {
+	admin.Runtime
+	running func() bool
+}
+
+// Reload answers busy while a restart runs.
+func (g restartGuard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error) {
+	if g.running() {
+		id := g.Status().ActiveGeneration
+		return reconf.Result{Outcome: reconf.Busy, Reason: reconf.ReasonInFlight, Trigger: t,
+			Message: "a restart is in progress; reload when it ends", PreviousGeneration: id, Generation: id, Started: time.Now()}, nil
+	}
+	return g.Runtime.Reload(ctx, t)
+}

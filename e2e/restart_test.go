@@ -1,0 +1,375 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/admin"
+)
+
+// restartable is a reconfd whose stderr is a real pipe, so that the
+// successors a restart starts (which inherit it) keep logging into the
+// same buffer and the test can wait for the first process alone.
+type restartable struct {
+	t      *testing.T
+	path   string // configuration
+	exe    string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	url    string
+	mgmt   string
+	done   chan struct{}
+	pids   []int // every process started, the first included
+	readEn chan struct{}
+}
+
+// httpClient makes one request per connection.
+var httpClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func startRestartable(t *testing.T, exe, cfg string, args ...string) *restartable {
+	t.Helper()
+	requireBinary(t)
+	r := &restartable{t: t, exe: exe, path: filepath.Join(t.TempDir(), "reconfd.yaml"), logs: &syncBuffer{},
+		done: make(chan struct{}), readEn: make(chan struct{})}
+	writeAtomic(t, r.path, cfg)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd = exec.Command(exe, append([]string{"serve", "--config", r.path, "--management-address", "127.0.0.1:0"}, args...)...)
+	r.cmd.Env = cleanEnv()
+	r.cmd.Stderr = pw
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	r.pids = append(r.pids, r.cmd.Process.Pid)
+	go func() {
+		defer close(r.readEn)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			r.logs.Write(append(sc.Bytes(), '\n'))
+		}
+		pr.Close()
+	}()
+	go func() { _ = r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(r.stopAll)
+	deadline := time.Now().Add(30 * time.Second)
+	for r.url == "" || r.mgmt == "" {
+		if m := reListening.FindStringSubmatch(r.logs.String()); m != nil {
+			r.url = "http://" + m[1]
+		}
+		if m := reMgmt.FindStringSubmatch(r.logs.String()); m != nil {
+			r.mgmt = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reconfd did not log its addresses:\n%s", r.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return r
+}
+
+// restart runs `reconfd restart` and returns the result and exit code.
+func (r *restartable) restart() (admin.RestartResult, int) {
+	r.t.Helper()
+	code, out, errOut := reconfd(r.t, nil, "restart", "--address", r.mgmt, "--output", "json", "--wait", "60s")
+	var res admin.RestartResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		r.t.Fatalf("reconfd restart: exit %d, not a result: %s %s\n%s", code, out, errOut, r.logs.String())
+	}
+	r.pids = append(r.pids, res.NewPIDs...)
+	return res, code
+}
+
+// waitGone waits until pid has exited.
+func (r *restartable) waitGone(pid int, within time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("pid %d still runs after %v\n%s", pid, within, r.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid runs (a zombie of ours counts as gone).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// stopAll stops every process the test started, successors included.
+func (r *restartable) stopAll() {
+	for _, pid := range r.pids {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, pid := range r.pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			r.t.Errorf("pid %d did not stop on SIGTERM", pid)
+		}
+	}
+	<-r.done
+	select {
+	case <-r.readEn:
+	case <-time.After(20 * time.Second):
+		r.t.Errorf("a process still holds the log pipe")
+	}
+	if strings.Contains(r.logs.String(), "WARNING: DATA RACE") {
+		r.t.Errorf("the race detector fired in reconfd")
+	}
+	if r.t.Failed() {
+		r.t.Logf("reconfd output:\n%s", r.logs.String())
+	}
+}
+
+func (r *restartable) status() map[string]any {
+	r.t.Helper()
+	resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &m); err != nil {
+		r.t.Fatalf("status: %s", b)
+	}
+	return m
+}
+
+// TestRestartSingleProcessUnderLoad restarts one process under load
+// (kept-alive clients, a new connection per request, streams): auth.mode
+// is a restart field, so a reload refuses the switch to api_keys and a
+// restart applies it; no request fails (the load sends a key), every
+// stream ends on its generation, the new pid enforces the new mode (a
+// request without a key is refused), the generation number and the
+// history go on, and the old process exits 0.
+func TestRestartSingleProcessUnderLoad(t *testing.T) {
+	cfg := config(6, "5ms") + "auth:\n  mode: none\n"
+	r := startRestartable(t, binary, cfg)
+	first := r.cmd.Process.Pid
+	l := startLoad(t, r.url, 3, 2, 3)
+	time.Sleep(500 * time.Millisecond)
+
+	writeAtomic(t, r.path, strings.Replace(cfg, "mode: none", "mode: api_keys\n  api_keys: [\""+loadKey+"\"]", 1))
+	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 1 || !strings.Contains(out, "restart-required") {
+		t.Fatalf("reload of an auth.mode change: exit %d\n%s", code, out)
+	}
+	res, code := r.restart()
+	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 || res.NewPIDs[0] == first ||
+		res.OldPIDs[0] != first || res.Generation != res.PreviousGeneration+1 || !res.Done {
+		t.Fatalf("restart: exit %d, %+v", code, res)
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.finish()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old process did not exit after the hand-off")
+	}
+	if c := r.cmd.ProcessState.ExitCode(); c != 0 {
+		t.Errorf("the old process exited %d, want 0", c)
+	}
+	newPID := res.NewPIDs[0]
+	if !strings.Contains(r.logs.String(), fmt.Sprintf("msg=ready pid=%d", newPID)) {
+		t.Errorf("the new pid %d did not log that it is ready", newPID)
+	}
+	if resp, err := httpClient.Post(r.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("gpt-4o-mini", false))); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without a key after the restart: %v %v, want 401 (auth.mode api_keys)", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	st := r.status()
+	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
+		t.Errorf("status active generation %v, want %d", st["active_generation"], res.Generation)
+	}
+	// The history went on in the new process: the first process's startup
+	// load, the refused reload, then the restart and the new startup load.
+	var h admin.HistoryResponse
+	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	var seq []string
+	for _, e := range h.Entries {
+		seq = append(seq, fmt.Sprintf("%s/%s/%d", e.Trigger, e.Outcome, e.Generation))
+	}
+	want := []string{"startup/published/2", "restart/restarted/2", "api/restart-required/1", "startup/published/1"}
+	if !slices.Equal(seq, want) {
+		t.Errorf("history after the restart (newest first): %v, want %v", seq, want)
+	}
+	// A second restart with nothing changed still replaces the process
+	// and the numbering goes on.
+	res2, code := r.restart()
+	if code != 0 || res2.Outcome != admin.Restarted || res2.OldPIDs[0] != newPID || res2.Generation != res.Generation+1 {
+		t.Fatalf("second restart: exit %d, %+v", code, res2)
+	}
+	r.waitGone(newPID, 30*time.Second)
+}
+
+// TestRestartRefusedOrFailedChangesNothing: an invalid file ends a restart
+// with invalid (422) before anything starts; a broken executable at the
+// path (a failed upgrade) ends it with restart-failed and the old process
+// serves on; the good executable back at the path restarts.
+func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	copyExe := func() {
+		b, err := os.ReadFile(binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(exe+".new", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(exe+".new", exe); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyExe()
+	cfg := config(2, "0s")
+	r := startRestartable(t, exe, cfg)
+	first := r.cmd.Process.Pid
+
+	writeAtomic(t, r.path, cfg+"\nnot_a_field: 1\n")
+	res, code := r.restart()
+	if code != 1 || res.Outcome != "invalid" || res.Check == nil || len(res.NewPIDs) != 0 {
+		t.Fatalf("restart with an invalid file: exit %d, %+v", code, res)
+	}
+	writeAtomic(t, r.path, cfg)
+
+	if err := os.WriteFile(exe+".new", []byte("#!/bin/sh\necho broken upgrade >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	res, code = r.restart()
+	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
+		t.Fatalf("restart with a broken executable: exit %d, %+v", code, res)
+	}
+	if !alive(first) {
+		t.Fatal("the old process is gone after a failed restart")
+	}
+	if resp, err := httpClient.Get(r.url + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz after a failed restart: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	copyExe()
+	res, code = r.restart()
+	if code != 0 || res.Outcome != admin.Restarted {
+		t.Fatalf("restart with the executable back: exit %d, %+v", code, res)
+	}
+	r.waitGone(first, 30*time.Second)
+}
+
+// TestRestartFleetUnderLoad rolls a fleet under load while the file grows
+// it from 2 to 3 workers and turns logging to debug: the supervisor
+// starts three new workers (each ready before the next), then drains the
+// two old ones; no request fails, streams end on their generation, the old
+// pids are gone and the new ones serve the new level. A changed
+// server.address is refused with its own reason and changes nothing.
+func TestRestartFleetUnderLoad(t *testing.T) {
+	cfg := strings.Replace(config(6, "5ms"), "server:\n", "server:\n  workers: 2\n", 1)
+	s := startServer(t, cfg, []string{"--management-address", "127.0.0.1:0"})
+	s.waitConverged(1, 2, 30*time.Second)
+	l := startLoad(t, s.url, 3, 2, 3)
+	time.Sleep(500 * time.Millisecond)
+
+	next := strings.Replace(strings.Replace(cfg, "workers: 2", "workers: 3", 1), "level: info", "level: debug", 1)
+	writeAtomic(t, s.config, next)
+	code, out, errOut := reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
+	var res admin.RestartResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != admin.Restarted ||
+		len(res.OldPIDs) != 2 || len(res.NewPIDs) != 3 {
+		t.Fatalf("restart: exit %d, %+v %s", code, res, errOut)
+	}
+	for _, pid := range res.OldPIDs {
+		deadline := time.Now().Add(30 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("old worker %d still runs", pid)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.finish()
+	f := s.waitConverged(res.Generation, 3, 30*time.Second)
+	for _, w := range f.Workers {
+		if !slices.Contains(res.NewPIDs, w.PID) {
+			t.Errorf("row %+v is not one of the new workers %v", w, res.NewPIDs)
+		}
+	}
+	if !strings.Contains(s.logs.String(), "level=DEBUG msg=request") {
+		t.Errorf("the new workers do not log at the new level (debug)")
+	}
+
+	moved := strings.Replace(next, "127.0.0.1:0", "127.0.0.1:1", 1)
+	writeAtomic(t, s.config, moved)
+	code, out, _ = reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
+	res = admin.RestartResult{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || res.Outcome != admin.RestartRefused ||
+		res.Reason != admin.ReasonAddressChanged {
+		t.Fatalf("restart with a new address: exit %d, %s", code, out)
+	}
+	s.waitConverged(f.ActiveGeneration, 3, 10*time.Second)
+}
+
+// TestRestartSingleToFleet raises server.workers on a single process: the
+// restart's new process is a supervisor that takes over the sockets and
+// runs two workers, with no failed request.
+func TestRestartSingleToFleet(t *testing.T) {
+	cfg := config(4, "2ms")
+	r := startRestartable(t, binary, cfg)
+	l := startLoad(t, r.url, 2, 2, 2)
+	time.Sleep(300 * time.Millisecond)
+	writeAtomic(t, r.path, strings.Replace(cfg, "server:\n", "server:\n  workers: 2\n", 1))
+	res, code := r.restart()
+	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart to a fleet: exit %d, %+v", code, res)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.finish()
+	r.waitGone(r.cmd.Process.Pid, 30*time.Second)
+	workers := map[string]bool{}
+	for range 40 {
+		resp, err := httpClient.Get(r.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers[resp.Header.Get("Reconf-Worker")] = true
+		resp.Body.Close()
+	}
+	if len(workers) != 2 || workers[""] {
+		t.Errorf("answered by workers %v, want 1 and 2", workers)
+	}
+}

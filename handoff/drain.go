@@ -1,0 +1,160 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+)
+
+// Drain runs every shutdown function concurrently under ctx (each is, for
+// example, an http.Server's Shutdown) and returns their errors joined.
+func Drain(ctx context.Context, shutdown ...func(context.Context) error) error {
+	errs := make([]error, len(shutdown))
+	var wg sync.WaitGroup
+	for i, fn := range shutdown {
+		wg.Go(func() { errs[i] = fn(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// DrainListener wraps a listener for a drain without a lost request. Its
+// methods are safe for concurrent use.
+//
+// A server that stops accepting by shutting down loses requests: net/http,
+// for one, closes without an answer a connection whose first request it
+// reads after Shutdown began, and closes idle keep-alive connections on
+// which a client may be sending at that instant. The drain that loses
+// nothing goes in three steps: StopAccepting (this process drops its
+// reference to the shared socket, the server's accept loop keeps waiting
+// and its connections keep being served normally); answer every further
+// request with "Connection: close" (the server's part), so that each
+// client moves to a new connection, which the successor accepts; Wait
+// until every accepted connection has closed (or a grace for connections
+// that stay idle has passed); only then shut the server down.
+type DrainListener struct {
+	net.Listener
+
+	mu        sync.Mutex
+	open      int           // accepted connections not yet closed
+	accepting int           // Accept calls in the underlying listener
+	zero      chan struct{} // closed and replaced whenever open+accepting drops to 0
+	stopped   bool
+	closed    chan struct{}
+	once      sync.Once
+}
+
+// NewDrainListener wraps ln.
+func NewDrainListener(ln net.Listener) *DrainListener {
+	return &DrainListener{Listener: ln, zero: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// Accept accepts and counts a connection. After StopAccepting it blocks
+// until Close, then returns net.ErrClosed.
+func (l *DrainListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		<-l.closed
+		return nil, net.ErrClosed
+	}
+	// Counted from here, so that Wait cannot see nothing open while a
+	// connection the kernel already handed over is on its way out.
+	l.accepting++
+	l.mu.Unlock()
+	c, err := l.Listener.Accept()
+	l.mu.Lock()
+	if err == nil {
+		l.open++
+	}
+	stopped := l.stopped
+	l.doneLocked(&l.accepting)
+	l.mu.Unlock()
+	if err != nil {
+		if stopped {
+			<-l.closed
+			return nil, net.ErrClosed
+		}
+		return nil, err
+	}
+	return &drainConn{Conn: c, l: l}, nil
+}
+
+// StopAccepting closes this process's descriptor of the socket; the
+// socket itself stays open in the processes that inherited it, so the
+// connections queued on it are theirs. Pending and later Accept calls
+// block until Close.
+func (l *DrainListener) StopAccepting() error {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return nil
+	}
+	l.stopped = true
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// Close stops accepting and ends blocked Accept calls with net.ErrClosed.
+func (l *DrainListener) Close() error {
+	err := l.StopAccepting()
+	l.once.Do(func() { close(l.closed) })
+	return err
+}
+
+// Open returns the number of accepted connections not yet closed.
+func (l *DrainListener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Wait returns nil once every accepted connection has closed and no
+// Accept is under way in the underlying listener (call it after
+// StopAccepting), or ctx's error when it ends first.
+func (l *DrainListener) Wait(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		if l.open == 0 && l.accepting == 0 {
+			l.mu.Unlock()
+			return nil
+		}
+		zero := l.zero
+		l.mu.Unlock()
+		select {
+		case <-zero:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (l *DrainListener) closedOne() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.doneLocked(&l.open)
+}
+
+// doneLocked decrements *n and wakes Wait when nothing is left. l.mu must
+// be held.
+func (l *DrainListener) doneLocked(n *int) {
+	*n--
+	if l.open == 0 && l.accepting == 0 {
+		close(l.zero)
+		l.zero = make(chan struct{})
+	}
+}
+
+// drainConn reports its first Close to its listener.
+type drainConn struct {
+	net.Conn
+	l    *DrainListener
+	once sync.Once
+}
+
+func (c *drainConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.l.closedOne)
+	return err
+}

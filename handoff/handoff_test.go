@@ -1,0 +1,356 @@
+package handoff_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/reconfhq/reconf/handoff"
+)
+
+// childEnv turns the test binary into a child: "serve" (inherits "http",
+// says ready with its pid, answers each connection with its pid and a
+// newline, exits on stdin EOF), "die" (exits 3 at once), "badenv" (calls
+// Inherited and exits 4 when it fails with ErrBadEnv).
+const childEnv = "HANDOFF_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(child(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func child(mode string) int {
+	switch mode {
+	case "die":
+		return 3
+	case "badenv":
+		if _, err := handoff.Inherited(); errors.Is(err, handoff.ErrBadEnv) {
+			return 4
+		}
+		return 5
+	}
+	lns, err := handoff.Inherited()
+	if err != nil || lns["http"] == nil {
+		fmt.Fprintln(os.Stderr, "inherited:", lns, err)
+		return 2
+	}
+	if os.Getenv(handoff.EnvListeners) != "" {
+		return 6 // must be cleared for grandchildren
+	}
+	ln := lns["http"]
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%d\n", os.Getpid())
+			c.Close()
+		}
+	}()
+	if err := handoff.Ready("pid=" + strconv.Itoa(os.Getpid())); err != nil {
+		return 2
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	ln.Close()
+	return 0
+}
+
+func command(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, in
+}
+
+// TestQueuedConnectionsSurviveTheHandOff queues connections on a socket
+// that nobody accepts, closes the first process's listener, starts a
+// successor with the socket and checks that every queued connection is
+// answered by the successor. The control case closes the socket without a
+// successor: the queued connections are reset, so the test can fail.
+func TestQueuedConnectionsSurviveTheHandOff(t *testing.T) {
+	for _, handOver := range []bool{true, false} {
+		t.Run(fmt.Sprintf("handover=%v", handOver), func(t *testing.T) {
+			ln, err := handoff.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := handoff.NewSet()
+			defer set.Close()
+			if err := set.Add("http", ln); err != nil {
+				t.Fatal(err)
+			}
+			const queued = 16
+			var conns []net.Conn
+			for range queued {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				conns = append(conns, c)
+			}
+			ln.Close() // the first process stops accepting
+			if !handOver {
+				set.Close() // the last reference: the socket closes
+				for i, c := range conns {
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+						t.Fatalf("connection %d was answered with no process holding the socket", i)
+					}
+				}
+				return
+			}
+			cmd, stdin := command(t, "serve")
+			p, err := handoff.Start(cmd, set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { stdin.Close(); <-p.Exited() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			status, err := p.WaitReady(ctx)
+			if want := "pid=" + strconv.Itoa(p.PID()); err != nil || status != want {
+				t.Fatalf("WaitReady: %q, %v; want %q", status, err, want)
+			}
+			for i, c := range conns {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got, err := bufio.NewReader(c).ReadString('\n')
+				if err != nil || strings.TrimSpace(got) != strconv.Itoa(p.PID()) {
+					t.Fatalf("queued connection %d: %q, %v; want the successor's pid %d", i, got, err, p.PID())
+				}
+			}
+		})
+	}
+}
+
+func TestChildThatDiesIsNotReady(t *testing.T) {
+	cmd, stdin := command(t, "die")
+	defer stdin.Close()
+	p, err := handoff.Start(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.WaitReady(ctx); !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("WaitReady: %v; want ErrNotReady naming exit status 3", err)
+	}
+	<-p.Exited()
+	if p.State().ExitCode() != 3 {
+		t.Errorf("state %v", p.State())
+	}
+}
+
+func TestWaitReadyHonoursContext(t *testing.T) {
+	cmd, stdin := command(t, "serve") // never gets a listener: exits 2
+	cmd.Env = append(cmd.Env, handoff.EnvListeners+"=")
+	p, err := handoff.Start(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); <-p.Exited() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.WaitReady(ctx); !errors.Is(err, context.Canceled) && !errors.Is(err, handoff.ErrNotReady) {
+		t.Fatalf("WaitReady after cancel: %v", err)
+	}
+}
+
+func TestInheritedRefusesWhatIsNotAListener(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	cases := map[string]func(*exec.Cmd){
+		"a pipe": func(c *exec.Cmd) {
+			c.ExtraFiles = []*os.File{r}
+			c.Env = append(c.Env, handoff.EnvListeners+"=http=3")
+		},
+		"no descriptor number": func(c *exec.Cmd) { c.Env = append(c.Env, handoff.EnvListeners+"=http") },
+		"stdin":                func(c *exec.Cmd) { c.Env = append(c.Env, handoff.EnvListeners+"=http=0") },
+		"a closed descriptor":  func(c *exec.Cmd) { c.Env = append(c.Env, handoff.EnvListeners+"=http=9") },
+	}
+	for name, set := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd, stdin := command(t, "badenv")
+			stdin.Close()
+			set(cmd)
+			err := cmd.Run()
+			if cmd.ProcessState.ExitCode() != 4 {
+				t.Fatalf("child: %v; want exit 4 (ErrBadEnv)", err)
+			}
+		})
+	}
+}
+
+func TestNotify(t *testing.T) {
+	path := t.TempDir() + "/notify"
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv(handoff.EnvNotifySocket, path)
+	if err := handoff.NotifyReady(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := conn.Read(buf)
+	if want := fmt.Sprintf("MAINPID=%d\nREADY=1", os.Getpid()); err != nil || string(buf[:n]) != want {
+		t.Fatalf("got %q, %v; want %q", buf[:n], err, want)
+	}
+	t.Setenv(handoff.EnvNotifySocket, "")
+	if err := handoff.Notify("READY=1"); err != nil {
+		t.Errorf("Notify without a socket: %v", err)
+	}
+}
+
+func TestDrainJoinsErrors(t *testing.T) {
+	var mu sync.Mutex
+	ran := 0
+	ok := func(context.Context) error { mu.Lock(); ran++; mu.Unlock(); return nil }
+	boom := errors.New("boom")
+	err := handoff.Drain(context.Background(), ok, func(context.Context) error { return boom }, ok)
+	if !errors.Is(err, boom) || ran != 2 {
+		t.Fatalf("Drain: %v after %d; want boom after 2", err, ran)
+	}
+}
+
+func TestSetAddRefusesBadNames(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	set := handoff.NewSet()
+	defer set.Close()
+	for _, n := range []string{"", "a=b", "a,b"} {
+		if err := set.Add(n, ln); err == nil {
+			t.Errorf("name %q accepted", n)
+		}
+	}
+	if err := set.Add("http", ln); err != nil || set.Addr("http").String() != ln.Addr().String() {
+		t.Fatalf("Add: %v, addr %v", err, set.Addr("http"))
+	}
+	if _, err := handoff.Listen(ln.Addr().String()); err == nil {
+		t.Error("a second socket bound the same address")
+	}
+}
+
+// TestDrainListenerWaitsForAcceptedConnections: after StopAccepting, Wait
+// returns only once the accepted connections closed, a blocked Accept
+// ends only with Close, and the socket stays open for another holder.
+func TestDrainListenerWaitsForAcceptedConnections(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := handoff.NewSet() // another holder of the socket
+	defer set.Close()
+	if err := set.Add("x", ln); err != nil {
+		t.Fatal(err)
+	}
+	dl := handoff.NewDrainListener(ln)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := dl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Open() != 1 {
+		t.Fatalf("open %d, want 1", dl.Open())
+	}
+	accepted := make(chan error, 1)
+	go func() { _, err := dl.Accept(); accepted <- err }()
+	if err := dl.StopAccepting(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := dl.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with a connection open: %v", err)
+	}
+	sc.Close()
+	if err := dl.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-accepted:
+		t.Fatalf("Accept returned before Close: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The socket still queues connections for the other holder.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial after StopAccepting with another holder: %v", err)
+	}
+	c2.Close()
+	dl.Close()
+	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+}
+
+// TestPassKeepsTheSocketNonBlocking: handing a socket to a child must not
+// put it in blocking mode, a property every holder of the socket shares:
+// an Accept waiting in the kernel on a blocking socket is not woken by
+// Close, and a drain hangs.
+func TestPassKeepsTheSocketNonBlocking(t *testing.T) {
+	ln, err := handoff.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	set := handoff.NewSet()
+	defer set.Close()
+	if err := set.Add("http", ln); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stdin := command(t, "die") // never touches the socket
+	stdin.Close()
+	p, err := handoff.Start(cmd, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	raw.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("after a hand-off the socket is blocking (flags %#x, %v)", flags, err)
+	}
+}

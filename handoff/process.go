@@ -1,0 +1,170 @@
+package handoff
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// EnvReadyFD names, in a child's environment, the descriptor of the pipe on
+// which it says it is ready (see Ready).
+const EnvReadyFD = "RECONF_READY_FD"
+
+// maxReadyLine bounds the child's ready line.
+const maxReadyLine = 4 << 10
+
+// Process is a child started by Start. Its methods are safe for concurrent
+// use. Start's two goroutines (one waits for the exit, one reads the
+// readiness pipe) end when the child has exited.
+type Process struct {
+	cmd    *exec.Cmd
+	ready  chan struct{} // closed when the child said ready
+	read   chan struct{} // closed when the readiness pipe is done
+	exited chan struct{} // closed after the child was reaped
+
+	mu     sync.Mutex
+	status string // the ready line's status
+	state  *os.ProcessState
+}
+
+// Start starts cmd with set's sockets (set may be nil) and a readiness
+// pipe, and returns at once. cmd must not have started; its ExtraFiles may
+// hold other descriptors, which keep their numbers.
+func Start(cmd *exec.Cmd, set *Set) (*Process, error) {
+	if set != nil {
+		set.Pass(cmd)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("handoff: readiness pipe: %w", err)
+	}
+	setEnv(cmd, EnvReadyFD, strconv.Itoa(3+len(cmd.ExtraFiles)))
+	cmd.ExtraFiles = append(cmd.ExtraFiles, w)
+	err = cmd.Start()
+	cmd.ExtraFiles = cmd.ExtraFiles[:len(cmd.ExtraFiles)-1]
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("handoff: start %s: %w", cmd.Path, err)
+	}
+	p := &Process{cmd: cmd, ready: make(chan struct{}), read: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
+		_ = err // the state says how it ended
+		close(p.exited)
+	}()
+	go func() {
+		defer close(p.read)
+		defer r.Close()
+		line, _ := bufio.NewReader(io.LimitReader(r, maxReadyLine)).ReadString('\n')
+		word, status, _ := strings.Cut(strings.TrimRight(line, "\n"), " ")
+		if word == "ready" && strings.HasSuffix(line, "\n") {
+			p.mu.Lock()
+			p.status = status
+			p.mu.Unlock()
+			close(p.ready)
+		}
+	}()
+	return p, nil
+}
+
+// PID returns the child's process ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the child; after it exited it returns an error.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Kill kills the child and waits until it is reaped.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Ready is closed once the child said it is ready.
+func (p *Process) Ready() <-chan struct{} { return p.ready }
+
+// Exited is closed once the child has exited and was reaped.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// State returns how the child ended, or nil while it runs.
+func (p *Process) State() *os.ProcessState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// Status returns the status the child gave with Ready ("" before).
+func (p *Process) Status() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// WaitReady waits until the child is ready and returns its status. It
+// returns an error wrapping ErrNotReady when the child exited or closed
+// its pipe without saying ready, and ctx's error when ctx ends first. It
+// never kills the child: that is the caller's decision.
+func (p *Process) WaitReady(ctx context.Context) (string, error) {
+	select {
+	case <-p.ready:
+		return p.Status(), nil
+	case <-p.read:
+		select {
+		case <-p.ready:
+			return p.Status(), nil
+		case <-p.exited:
+			return "", fmt.Errorf("%w: it exited first (%s)", ErrNotReady, p.State())
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: it closed its readiness pipe: %w", ErrNotReady, ctx.Err())
+		}
+	case <-ctx.Done():
+		return "", fmt.Errorf("handoff: waiting for pid %d to be ready: %w", p.PID(), ctx.Err())
+	}
+}
+
+var readyOnce struct {
+	sync.Mutex
+	done bool
+}
+
+// Ready tells the parent that started this process with Start that it
+// serves, with a one-line status (no newline; it may be empty) that the
+// parent reads from Process.WaitReady. Only the first call writes; a
+// process not started by Start (EnvReadyFD unset) gets nil. It does not
+// notify systemd: see Notify.
+func Ready(status string) error {
+	readyOnce.Lock()
+	defer readyOnce.Unlock()
+	if readyOnce.done {
+		return nil
+	}
+	readyOnce.done = true
+	v, ok := os.LookupEnv(EnvReadyFD)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(EnvReadyFD)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return fmt.Errorf("%w: %s=%q", ErrBadEnv, EnvReadyFD, v)
+	}
+	f := os.NewFile(uintptr(fd), "handoff-ready")
+	defer f.Close()
+	line := "ready"
+	if status = strings.ReplaceAll(status, "\n", " "); status != "" {
+		line += " " + status
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		return fmt.Errorf("handoff: tell the parent this process is ready: %w", err)
+	}
+	return nil
+}
