@@ -101,7 +101,7 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 		return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
 	}
 	id := workerID(c.Worker)
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id))
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker))
 	if err != nil {
 		cli.Close()
 		return nil, err
