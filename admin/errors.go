@@ -18,6 +18,10 @@ var (
 	// rather than run with a guessable token. The token itself is never
 	// part of the error.
 	ErrTokenTooShort = errors.New("admin: management token is shorter than 16 characters")
+	// ErrTokenFile is wrapped when the token file (EnvTokenFile) cannot be
+	// used: missing, not a regular file, oversize or empty; or when both
+	// EnvToken and EnvTokenFile are set. Management does not start.
+	ErrTokenFile = errors.New("admin: management token file")
 	// ErrBadAddress is wrapped when a management address is not host:port.
 	ErrBadAddress = errors.New("admin: management address must be host:port")
 	// ErrBadOrigin is wrapped by New when an allowed origin is not of the

@@ -168,7 +168,7 @@ func (s *Server) authorized(r *http.Request) bool {
 // constant time.
 func (s *Server) validToken(cred string) bool {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum.Load()[:]) == 1
 }
 
 // apiError is how one request error is answered.

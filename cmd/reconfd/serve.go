@@ -144,7 +144,7 @@ func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
 func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe))}, opts...)
+		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe), reconf.WithObserver[gateway.Config](managementToken.observe))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil {
 		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
@@ -507,6 +507,9 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	m := &managementServer{Server: srv}
 	var bound string
 	err = cfg.Check()
+	if err == nil && cfg.TokenFile != "" {
+		managementToken.bind(srv, cfg.TokenFile, cfg.Token, log)
+	}
 	if err == nil {
 		if listen == nil {
 			if err = srv.Start(cfg.Address); err == nil {
