@@ -151,6 +151,18 @@ func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
 
 // resolve returns a copy with the reference resolved, or an error naming
 // the reference kind, never the value.
+// Resolve returns s with its reference resolved: ${env:NAME} through
+// lookupEnv (os.LookupEnv when nil), ${file:/path} from the file. A literal
+// or an already resolved secret is returned as is. The error never holds
+// a value. It is for settings outside a configuration file (a service's
+// own flags); a runtime resolves its configuration's secrets itself.
+func (s Secret) Resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	return s.resolve(lookupEnv)
+}
+
 func (s Secret) resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
 	if s.b == nil || s.b.resolved {
 		return s, nil

@@ -241,10 +241,10 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := c.reqCtx(ctx)
+	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.cli.Txn(ctx).
+	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()).
 		Then(clientv3.OpPut(key, val)).
 		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly())).
@@ -271,7 +271,9 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 // record nobody applies cannot block every publish. It reports whether
 // it wrote.
 func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec reconf.Record) (uint64, bool) {
-	resp, err := c.cli.Get(ctx, c.Key())
+	gctx, cancel := c.reqCtx(ctx)
+	resp, err := c.cli.Get(gctx, c.Key())
+	cancel()
 	if err != nil || len(resp.Kvs) == 0 || uint64(resp.Kvs[0].Version) <= held {
 		return 0, false
 	}
@@ -288,7 +290,9 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	if err != nil {
 		return 0, false
 	}
-	tx, err := c.cli.Txn(ctx).
+	tctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	tx, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()).
 		Then(clientv3.OpPut(c.Key(), val)).
 		Commit()
