@@ -136,8 +136,8 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // Join implements reconf.Channel: it returns the cluster's current version
-// and record (one read), or, when the key does not exist, creates it with
-// local as version 1 (a transaction on the key's create revision, so two workers
+// and record, or, when the key does not exist, creates it with local as
+// version 1 (a transaction on the key's create revision, so two workers
 // joining an empty channel agree on one version 1). The transaction that
 // creates version 1 also writes this worker's row under a lease of
 // DefaultLeaseTTL, so that the record's publisher is present at the
@@ -146,13 +146,6 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // sees (see Follower): one of an unknown publisher or a newer format is
 // refused with an error, and the worker does not start on it.
 func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
-	// Most joins find a record: one read, and no lease, for them.
-	switch u, _, err := c.Latest(ctx); {
-	case err != nil:
-		return 0, reconf.Record{}, err
-	case u.Version > 0:
-		return c.joined(ctx, u)
-	}
 	val, err := encodeRecord(1, c.Publisher(), c.now(), local)
 	if err != nil {
 		return 0, reconf.Record{}, err
