@@ -47,7 +47,7 @@ func TestFleetJoinsTLSCluster(t *testing.T) {
 	// The CA alone is not enough: the member wants a client certificate.
 	code, _, errOut := reconfd(t, []string{"RECONF_CLUSTER_CA=" + ca.File},
 		"serve", "--config", s.config, "--cluster", ep, "--cluster-prefix", "/reconf/nocert")
-	if code != 1 || !strings.Contains(errOut, "cluster") {
+	if code != 1 || !strings.Contains(errOut, "cannot be loaded") {
 		t.Errorf("serve without a client certificate: exit %d: %s", code, errOut)
 	}
 	// Plain http to a host that is not loopback.
