@@ -34,7 +34,7 @@ const sessionIDBytes = 16
 
 // sessionKey derives the signing key from the token's digest.
 func (s *Server) sessionKey() []byte {
-	m := hmac.New(sha256.New, s.tokenSum[:])
+	m := hmac.New(sha256.New, s.tokenSum.Load()[:])
 	m.Write([]byte("reconf admin session v1"))
 	return m.Sum(nil)
 }
