@@ -37,4 +37,10 @@ type Record struct {
 	// copy differs refuses the version instead of running different
 	// content under the same number.
 	Files map[string]string `json:"files,omitempty"`
+	// Trigger is what started the publishing attempt (startup for a
+	// channel's first version). It is provenance only: a worker that
+	// applies the record does not act on it.
+	Trigger Trigger `json:"trigger,omitempty"`
+	// Actor names who asked for the publishing attempt (see WithActor).
+	Actor string `json:"actor,omitempty"`
 }

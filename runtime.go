@@ -235,6 +235,7 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 	r.mu.Unlock()
 
 	actor := actorOf(ctx, trigger)
+	ctxA = context.WithValue(ctxA, actorKey{}, actor) // a publish names it in the record
 	done := make(chan Result, 1)
 	go func() {
 		defer cancel()
@@ -482,7 +483,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	if id == 0 {
 		id = prev.id + 1
 		if ch := r.o.channel; ch != nil {
-			if id, err = r.publish(ctx, ch, prev.id, cand); err != nil {
+			if id, err = r.publish(ctx, ch, prev.id, cand, res.Trigger); err != nil {
 				abortAll(st)
 				return r.failed(ctx, *res, err)
 			}
@@ -527,12 +528,14 @@ func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
 	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
 }
 
-// publish writes cand to the channel as version held+1.
-func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T]) (uint64, error) {
+// publish writes cand to the channel as version held+1, naming the
+// attempt's trigger and actor.
+func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T], trigger Trigger) (uint64, error) {
 	rec, err := r.recordOf(cand)
 	if err != nil {
 		return 0, err
 	}
+	rec.Trigger, rec.Actor = trigger, actorOf(ctx, trigger)
 	v, err := ch.Publish(ctx, held, rec)
 	var e *Error
 	switch {
@@ -553,6 +556,7 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	if err != nil {
 		return 0, nil, err
 	}
+	rec.Trigger, rec.Actor = TriggerStartup, actorOf(ctx, TriggerStartup)
 	v, got, err := ch.Join(ctx, rec)
 	if err != nil {
 		return 0, nil, fmt.Errorf("reconf: joining the cluster: %w", err)

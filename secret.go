@@ -1,15 +1,19 @@
 package reconf
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // Redacted is what every rendering of a Secret prints.
@@ -148,6 +152,22 @@ func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
 	}
 	s.b = b
 	return nil
+}
+
+// Resolve returns s with its reference resolved: ${env:NAME} through
+// lookupEnv (os.LookupEnv when nil), ${file:/path} from the file (read with
+// the bounded reader: a regular file of at most DefaultMaxSourceBytes). A
+// literal or an already resolved secret is returned as is. The error never
+// holds a value. It is for settings outside a configuration file (a
+// service's own flags); a runtime resolves its configuration's secrets
+// itself.
+func (s Secret) Resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	return s.resolve(lookupEnv, func(path string) ([]byte, error) {
+		return safefile.ReadFile(context.Background(), path, DefaultMaxSourceBytes)
+	})
 }
 
 // resolve returns a copy with the reference resolved, or an error naming

@@ -71,6 +71,9 @@ func TestSecretCanary(t *testing.T) {
 	if a := e.do(http.MethodGet, admin.HistoryPath, ""); !strings.Contains(string(a.body), "restart-required") {
 		t.Errorf("the history lacks the attempts: %s", a.body)
 	}
+	if a := e.do(http.MethodGet, admin.PagePath, ""); !strings.Contains(string(a.body), "restart-required") {
+		t.Errorf("the page lacks the attempts: %s", a.body)
+	}
 	if a := e.do(http.MethodGet, admin.MetricsPath, ""); !strings.Contains(string(a.body), "reconf_attempts_total") {
 		t.Errorf("/metrics lacks reconf metrics: %s", a.body)
 	}

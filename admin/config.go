@@ -31,10 +31,16 @@ type Config struct {
 	Address string
 	// Token is the bearer token; zero means none.
 	Token reconf.Secret
+	// TokenFile is the file the token was read from (EnvTokenFile), to be
+	// read again on every reload; empty when the token came from EnvToken.
+	TokenFile string
+
+	tokenErr error // reading TokenFile failed; Check returns it
 }
 
-// ConfigFromEnv reads EnvAddress and EnvToken through lookup (os.LookupEnv
-// when nil). It never fails: Check tells whether the result may be served.
+// ConfigFromEnv reads EnvAddress and EnvToken, or the file EnvTokenFile
+// names (see ReadTokenFile), through lookup (os.LookupEnv when nil). It
+// never fails: Check tells whether the result may be served.
 // It is safe for concurrent use if lookup is.
 func ConfigFromEnv(lookup func(string) (string, bool)) Config {
 	if lookup == nil {
@@ -47,11 +53,25 @@ func ConfigFromEnv(lookup func(string) (string, bool)) Config {
 	if v, ok := lookup(EnvToken); ok && v != "" {
 		c.Token = reconf.NewSecret(v)
 	}
+	if v, ok := lookup(EnvTokenFile); ok && v != "" {
+		c.TokenFile = v
+		if c.Token.IsZero() {
+			c.Token, c.tokenErr = ReadTokenFile(v)
+		} else {
+			c.tokenErr = fmt.Errorf("%w: both %s and %s are set; set one", ErrTokenFile, EnvToken, EnvTokenFile)
+		}
+	}
 	return c
 }
 
-// Check is CheckAddress(c.Address, c.Token.Reveal()).
-func (c Config) Check() error { return CheckAddress(c.Address, c.Token.Reveal()) }
+// Check is CheckAddress(c.Address, c.Token.Reveal()), after the token
+// file's error if reading it failed.
+func (c Config) Check() error {
+	if c.tokenErr != nil && c.Address != "" {
+		return c.tokenErr
+	}
+	return CheckAddress(c.Address, c.Token.Reveal())
+}
 
 // LogValue shows the address and whether a token is set, never the token.
 func (c Config) LogValue() slog.Value {

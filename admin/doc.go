@@ -40,6 +40,23 @@
 // retained_generations, pinned, busy, fixed_source_path, and any fields
 // added by WithStatusFields. No digest, content or secret is ever in it.
 //
+// GET /admin/config/history[?limit=N] answers a HistoryResponse when
+// WithHistory is given: the newest attempts first (50 by default, at most
+// 256), each with its time, trigger, actor, outcome, reason, changed paths
+// (never values), restart-required paths, generations and duration; in a
+// fleet, the fleet's history with each worker's apply folded in.
+//
+// GET /admin/ is the status page: server-rendered HTML with no external
+// asset and one small inline script (auto-refresh), under a Content
+// Security Policy that allows nothing else. It shows the active
+// generation, the fleet's rows and convergence, restart-required fields
+// pending, the recent history and each backend's concurrency. A browser
+// without credentials gets a login form; POST /admin/login with the token
+// sets a session cookie (see SessionCookie: random, signed with a key
+// derived from the token, HttpOnly, SameSite=Strict, never the token) that
+// lets it read the page, the status and the history for SessionTTL, and
+// nothing else. POST /admin/logout clears it.
+//
 // GET /metrics serves a Prometheus gatherer when WithMetrics is given.
 //
 // Every other answer is {"error": {"reason": ..., "message": ...}} with a
@@ -64,10 +81,12 @@
 //  1. On a loopback listener the Host header must name a loopback host or
 //     an allowed origin's host (a defence against DNS rebinding).
 //  2. Sec-Fetch-Site: cross-site is refused 403.
-//  3. A non-empty Origin not on the WithAllowedOrigins list is refused 403.
+//  3. A non-empty Origin that is neither the request's own (the status
+//     page's login form) nor on the WithAllowedOrigins list is refused 403.
 //  4. A method the path does not serve is 405 with an Allow header; OPTIONS
 //     is always 405 and GET never reloads.
-//  5. The bearer token, when one is configured.
+//  5. The bearer token, when one is configured (or, for reading, a
+//     status page session).
 //
 // No CORS header is ever sent, so a browser page on another origin can
 // neither preflight nor read an answer.

@@ -23,6 +23,10 @@ var (
 	// it was read from): no client sends it, so management would refuse
 	// every request. The token itself is never part of the error.
 	ErrTokenWhitespace = errors.New("admin: management token has leading or trailing whitespace (a newline from the file it came from?); remove it")
+	// ErrTokenFile is wrapped when the token file (EnvTokenFile) cannot be
+	// used: missing, not a regular file, oversize or empty; or when both
+	// EnvToken and EnvTokenFile are set. Management does not start.
+	ErrTokenFile = errors.New("admin: management token file")
 	// ErrBadAddress is wrapped when a management address is not host:port.
 	ErrBadAddress = errors.New("admin: management address must be host:port")
 	// ErrBadOrigin is wrapped by New when an allowed origin is not of the

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/reconfhq/reconf"
@@ -32,14 +33,15 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(ReloadPath, s.handle(s.reload, http.MethodPost))
-	mux.Handle(StatusPath, s.handle(s.status, http.MethodGet, http.MethodHead))
+	mux.Handle(StatusPath, s.handleRead(s.status))
 	if s.o.history != nil {
-		mux.Handle(HistoryPath, s.handle(s.historyAnswer, http.MethodGet, http.MethodHead))
+		mux.Handle(HistoryPath, s.handleRead(s.historyAnswer))
 	}
 	if s.o.restarter != nil {
 		mux.Handle(RestartPath, s.handle(s.restart, http.MethodPost))
 		mux.Handle(RestartPath+"/", s.handle(s.restartStatus, http.MethodGet, http.MethodHead))
 	}
+	s.pageRoutes(mux)
 	if s.o.gatherer != nil {
 		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 		mux.Handle(MetricsPath, s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -55,9 +57,28 @@ func (s *Server) routes() http.Handler {
 // Sec-Fetch-Site, Origin, method, token), then h; any error goes to answer.
 // A nil methods list accepts every method (the not-found handler).
 func (s *Server) handle(h handlerFunc, methods ...string) http.Handler {
+	return s.handleWith(h, tokenOnly, methods)
+}
+
+// access says what authorizes a request, after the browser checks.
+type access uint8
+
+const (
+	tokenOnly    access = iota // the token (every path that acts)
+	tokenSession               // the token or a status page session (reading)
+	noCredential               // nothing: the login form, which checks the token itself
+)
+
+// handleRead is handle for a GET path that a status page session may
+// read too (see SessionCookie).
+func (s *Server) handleRead(h handlerFunc) http.Handler {
+	return s.handleWith(h, tokenSession, []string{http.MethodGet, http.MethodHead})
+}
+
+func (s *Server) handleWith(h handlerFunc, acc access, methods []string) http.Handler {
 	allow := strings.Join(methods, ", ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := s.check(r, methods)
+		err := s.check(r, methods, acc)
 		if errors.Is(err, errMethod) {
 			w.Header().Set("Allow", allow)
 		}
@@ -83,7 +104,9 @@ func (s *Server) run(h handlerFunc, w http.ResponseWriter, r *http.Request) (err
 	return h(w, r)
 }
 
-func (s *Server) check(r *http.Request, methods []string) error {
+// check runs the checks every request passes; acc says what authorizes
+// it.
+func (s *Server) check(r *http.Request, methods []string, acc access) error {
 	if s.loopback.Load() && !s.hostAllowed(r.Host) {
 		return errHostNotAllowed
 	}
@@ -96,17 +119,30 @@ func (s *Server) check(r *http.Request, methods []string) error {
 		if v == "" {
 			continue
 		}
-		if n, _, err := normalizeOrigin(v); err != nil || !s.origins[n] {
+		if n, _, err := normalizeOrigin(v); err != nil || !(s.origins[n] || sameOrigin(r, n)) {
 			return errOriginRefused
 		}
 	}
 	if methods != nil && !slices.Contains(methods, r.Method) {
 		return errMethod
 	}
-	if s.hasToken && !s.authorized(r) {
+	if s.hasToken && acc != noCredential && !s.authorized(r) && !(acc == tokenSession && s.validSession(r, time.Now())) {
 		return errUnauthorized
 	}
 	return nil
+}
+
+// sameOrigin reports whether a normalized origin is the request's own:
+// the status page posting its login form. Nothing but the management
+// API is served on that origin, so its pages are trusted; a page that
+// reaches this listener under another name (DNS rebinding) still needs
+// the token, and on loopback its Host is refused first.
+func sameOrigin(r *http.Request, origin string) bool {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return r.Host != "" && origin == strings.ToLower(scheme+r.Host)
 }
 
 // hostAllowed reports whether a Host header names a loopback host or the
@@ -125,8 +161,14 @@ func (s *Server) authorized(r *http.Request) bool {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	return s.validToken(cred)
+}
+
+// validToken compares a presented token with the configured one in
+// constant time.
+func (s *Server) validToken(cred string) bool {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum.Load()[:]) == 1
 }
 
 // apiError is how one request error is answered.

@@ -114,7 +114,7 @@ func WithTimeouts(t Timeouts) Option { return func(o *options) { o.timeouts = t 
 type Server struct {
 	rt       Runtime
 	o        options
-	tokenSum [sha256.Size]byte
+	tokenSum atomic.Pointer[[sha256.Size]byte] // the token's digest; SetToken swaps it
 	hasToken bool
 	origins  map[string]bool // normalized allowed origins
 	hosts    map[string]bool // hosts of allowed origins
@@ -125,6 +125,11 @@ type Server struct {
 	state int // stateNew, stateServing, stateClosed
 	ln    net.Listener
 	done  chan struct{} // closed when Start's serving goroutine returns
+}
+
+func (s *Server) setToken(token string) {
+	sum := sha256.Sum256([]byte(token))
+	s.tokenSum.Store(&sum)
 }
 
 const (
@@ -146,7 +151,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	}
 	if s.o.token != "" {
 		s.hasToken = true
-		s.tokenSum = sha256.Sum256([]byte(s.o.token))
+		s.setToken(s.o.token)
 	}
 	for _, o := range s.o.origins {
 		n, host, err := normalizeOrigin(o)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,7 +71,12 @@ func buildIntruder(t *testing.T) string {
 
 func runIntruder(t *testing.T, bin string, cred *syscall.Credential, endpoint, key string) intruderReport {
 	t.Helper()
-	cmd := exec.Command(bin, "--endpoint", endpoint, "--key", key, "--value", `{"version":2,"live":"backends: []"}`)
+	return runIntruderValue(t, bin, cred, endpoint, key, `{"version":2,"live":"backends: []"}`)
+}
+
+func runIntruderValue(t *testing.T, bin string, cred *syscall.Credential, endpoint, key, value string) intruderReport {
+	t.Helper()
+	cmd := exec.Command(bin, "--endpoint", endpoint, "--key", key, "--value", value)
 	cmd.Dir = "/"
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -122,6 +128,51 @@ func TestChannelPrivateToTheFleet(t *testing.T) {
 		t.Fatalf("the same client as the fleet's user: dial %s, write %s; the test proves nothing", own.Dial, own.Write)
 	}
 	s.waitConverged(1, 2, 5*time.Second)
+
+	// Even a writer that gets through (here the fleet's own user, which
+	// the threat model trusts) is not a publisher: a well-formed record
+	// naming a publisher with no presence row is refused by every worker,
+	// which says why, and nothing changes.
+	foreign := fmt.Sprintf(`{"format":2,"version":2,"published_by":"intruder","published_at":"2026-12-02T00:00:00Z","bootstrap_fingerprint":"x","live":%q}`,
+		"backends:\n  - name: stub\n    kind: stub\n    model: evil-1\n")
+	if r := runIntruderValue(t, bin, nil, eps[0], key, foreign); !r.WriteDone {
+		t.Fatalf("the fleet's user could not write the record: %s", r.Write)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, ok := s.status()
+		refused := 0
+		for _, w := range f.Workers {
+			if w.LastError == "publisher_unknown" && w.AppliedVersion == 1 {
+				refused++
+			}
+		}
+		if ok && refused == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workers did not refuse the foreign record: %+v", f)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := s.chat("evil-1"); r.status == 200 {
+		t.Fatalf("the foreign record's backend answers: %s", r.body)
+	}
+	// A reload publishes over it; status names the publishing worker.
+	menv := []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt}
+	writeAtomic(t, s.config, config(7, "0s"))
+	if code, out, errOut := reconfd(t, menv, "reload"); code != 0 {
+		t.Fatalf("reload over the refused record: exit %d\n%s%s", code, out, errOut)
+	}
+	s.waitConverged(3, 2, 10*time.Second)
+	code, out, _ := reconfd(t, menv, "status")
+	if code != 0 || !regexp.MustCompile(`published by: +\S+-w[12]-\d+ \(host \S+, pid \d+, worker [12], fleet [0-9a-f]{12}\), trigger api, actor api`).MatchString(out) {
+		t.Errorf("status does not name the publisher:\n%s", out)
+	}
+	if !strings.Contains(s.logs.String(), `msg="propagate: refusing the channel's record; the active generation stays, and nothing is applied until a good version is published" worker=`) ||
+		!strings.Contains(s.logs.String(), "reason=publisher_unknown") {
+		t.Errorf("the workers did not log the refusal")
+	}
 
 	// No process of the fleet listens on a TCP port besides the data plane
 	// and management: etcd has no client or peer port.

@@ -291,6 +291,40 @@ func TestWorkerKilledRejoinsAtClusterVersion(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+
+	// The fleet's history survives the worker's death: the reload is one
+	// entry with the three applies folded in (the dead worker's too), and
+	// the restarted worker's start is an entry of its own.
+	code, out, errOut := reconfd(t, []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt}, "history", "--output", "json")
+	var h struct {
+		Entries []struct {
+			Trigger, Worker, Outcome string
+			Generation               uint64
+			Applies                  []struct{ Worker, Outcome string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &h) != nil {
+		t.Fatalf("history: exit %d\n%s%s", code, out, errOut)
+	}
+	var reload, restart int
+	for _, e := range h.Entries {
+		if e.Trigger == "api" && e.Generation == 2 {
+			reload++
+			if len(e.Applies) != 3 {
+				t.Errorf("the reload's applies %+v, want 3", e.Applies)
+			}
+		}
+		if e.Trigger == "startup" && strings.HasSuffix(e.Worker, "-"+strconv.Itoa(restarted.PID)) {
+			restart++
+		}
+	}
+	if reload != 1 || restart != 1 || len(h.Entries) != 5 {
+		t.Errorf("history %+v: want the reload once, the restarted worker's start, five entries in all", h.Entries)
+	}
+	code, out, _ = reconfd(t, []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt}, "history")
+	if code != 0 || !strings.HasPrefix(out, "CONVERGED: all 3 workers at version 2") || !strings.Contains(out, "3/3") {
+		t.Errorf("history table: exit %d\n%s", code, out)
+	}
 }
 
 // TestTwoHostsOnThreeMemberCluster runs two "hosts" against a

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,8 +35,14 @@ type Channel struct {
 	cli     *clientv3.Client
 	prefix  string
 	id      string
+	worker  string // slot in the fleet, for Publisher
+	fleet   string // the fleet's ID, for Publisher
+	host    string
+	pid     int
 	timeout time.Duration
 	now     func() time.Time
+
+	joinLease atomic.Int64 // the lease of the row Join wrote; a Follower takes it over
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -46,6 +54,13 @@ type ChannelOption func(*Channel)
 // row. It must be non-empty and contain no '/'. The default is
 // host-pid-random.
 func WithWorkerID(id string) ChannelOption { return func(c *Channel) { c.id = id } }
+
+// WithFleet names, in every record this worker publishes and in its row,
+// the fleet it belongs to (its supervisor's ID) and its slot there. Both
+// are labels, not credentials; either may be empty.
+func WithFleet(fleet, worker string) ChannelOption {
+	return func(c *Channel) { c.fleet, c.worker = fleet, worker }
+}
 
 // WithRequestTimeout bounds each etcd request (default
 // DefaultRequestTimeout); a caller's earlier deadline still wins.
@@ -65,7 +80,8 @@ func NewChannel(cli *clientv3.Client, prefix string, opts ...ChannelOption) (*Ch
 	if cli == nil || prefix == "" {
 		return nil, errors.New("propagate: a client and a non-empty key prefix are required")
 	}
-	c := &Channel{cli: cli, prefix: prefix, timeout: DefaultRequestTimeout, now: time.Now}
+	c := &Channel{cli: cli, prefix: prefix, timeout: DefaultRequestTimeout, now: time.Now, pid: os.Getpid()}
+	c.host, _ = os.Hostname()
 	for _, o := range opts {
 		o(c)
 	}
@@ -91,6 +107,11 @@ func defaultWorkerID() string {
 // ID returns this worker's ID.
 func (c *Channel) ID() string { return c.id }
 
+// Publisher returns the identity this worker's records carry.
+func (c *Channel) Publisher() Publisher {
+	return Publisher{ID: c.id, Host: c.host, PID: c.pid, Worker: c.worker, Fleet: c.fleet}
+}
+
 // Key returns the etcd key that holds the record.
 func (c *Channel) Key() string { return c.prefix + "/config" }
 
@@ -99,6 +120,17 @@ func (c *Channel) WorkersPrefix() string { return c.prefix + "/workers/" }
 
 func (c *Channel) rowKey() string { return c.WorkersPrefix() + c.id }
 
+// rowPresent is the condition every publish carries: the publisher's own
+// row exists at the revision it writes, which is what a follower vets.
+func (c *Channel) rowPresent() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(c.rowKey()), ">", 0)
+}
+
+func (c *Channel) errNoRow() error {
+	return fmt.Errorf("%w: publish: this worker's presence row %s is missing (its lease expired while etcd was away, or it does not follow the channel); followers would refuse the version, so it is not written",
+		ErrUnreachable, c.rowKey())
+}
+
 func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.timeout)
 }
@@ -106,26 +138,45 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // Join implements reconf.Channel: it returns the cluster's current version
 // and record, or, when the key does not exist, creates it with local as
 // version 1 (a transaction on the key's create revision, so two workers
-// joining an empty channel agree on one version 1). One round trip.
+// joining an empty channel agree on one version 1). The transaction that
+// creates version 1 also writes this worker's row under a lease of
+// DefaultLeaseTTL, so that the record's publisher is present at the
+// record's revision like every other publisher's; the Follower takes the
+// row over. An existing record is vetted like every version a Follower
+// sees (see Follower): one of an unknown publisher or a newer format is
+// refused with an error, and the worker does not start on it.
 func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
-	val, err := encodeRecord(1, c.id, c.now(), local)
+	val, err := encodeRecord(1, c.Publisher(), c.now(), local)
 	if err != nil {
 		return 0, reconf.Record{}, err
 	}
-	ctx, cancel := c.reqCtx(ctx)
+	row, err := json.Marshal(WorkerRow{ID: c.id, PID: c.pid, Host: c.host, Worker: c.worker, Fleet: c.fleet,
+		AppliedVersion: 1, State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
+	if err != nil {
+		return 0, reconf.Record{}, err
+	}
+	gctx, cancel := c.reqCtx(ctx)
+	lease, err := c.cli.Grant(gctx, int64(DefaultLeaseTTL/time.Second))
+	cancel()
+	if err != nil {
+		return 0, reconf.Record{}, unreachable("join: grant the row's lease", err)
+	}
+	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.cli.Txn(ctx).
+	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val)).
+		Then(clientv3.OpPut(key, val), clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
 		return 0, reconf.Record{}, writeFailed("join", err, len(val))
 	}
 	if resp.Succeeded {
+		c.joinLease.Store(int64(lease.ID))
 		return 1, local, nil
 	}
+	_, _ = c.cli.Revoke(tctx, lease.ID) // expires with its TTL if this fails
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		return 0, reconf.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
@@ -134,7 +185,43 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	if err != nil {
 		return 0, reconf.Record{}, err
 	}
+	return c.joined(ctx, u)
+}
+
+// joined vets the record a join found.
+func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, error) {
+	if err := c.vet(ctx, u); err != nil {
+		return 0, reconf.Record{}, err
+	}
 	return u.Version, u.Record, nil
+}
+
+// vet checks that u's publisher had a presence row under this channel's
+// prefix at the revision that wrote u. When etcd has compacted that
+// revision away (the record is older than the channel's history, 5
+// minutes on the embedded member), it cannot tell and accepts the record:
+// the fleet has been running on it since. An unknown publisher is an
+// error wrapping ErrUnknownPublisher; an etcd failure wraps
+// ErrUnreachable.
+func (c *Channel) vet(ctx context.Context, u Update) error {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.WorkersPrefix()+u.PublishedBy, clientv3.WithRev(u.Revision), clientv3.WithCountOnly())
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return nil
+	case err != nil:
+		return unreachable("vet the publisher", err)
+	case resp.Count == 0:
+		return fmt.Errorf("%w: version %d names publisher %q, which had no presence row under %s when it was written; it is not a worker of this fleet",
+			ErrUnknownPublisher, u.Version, u.PublishedBy, c.WorkersPrefix())
+	}
+	return nil
+}
+
+// takeJoinLease returns the lease of the row Join wrote, once.
+func (c *Channel) takeJoinLease() clientv3.LeaseID {
+	return clientv3.LeaseID(c.joinLease.Swap(0))
 }
 
 // Publish implements reconf.Channel: it writes rec as version held+1 if the
@@ -143,25 +230,69 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 // returned as an error wrapping ErrUnreachable (the runtime reports it as
 // cluster_unavailable).
 func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (uint64, error) {
-	val, err := encodeRecord(held+1, c.id, c.now(), rec)
+	val, err := encodeRecord(held+1, c.Publisher(), c.now(), rec)
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := c.reqCtx(ctx)
+	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Version(key), "=", int64(held))).
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()).
 		Then(clientv3.OpPut(key, val)).
+		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
 		return 0, writeFailed("publish", err, len(val))
 	}
 	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return 0, c.errNoRow()
+		}
+		if v, ok := c.publishOverRefused(ctx, held, rec); ok {
+			return v, nil
+		}
 		return 0, reconf.Errorf(reconf.ReasonSuperseded,
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	return held + 1, nil
+}
+
+// publishOverRefused writes rec over a newer version that no worker may
+// apply (malformed, of an unknown publisher, or of a newer format than
+// this worker reads), with compare-and-set on that version, so that a
+// record nobody applies cannot block every publish. It reports whether
+// it wrote.
+func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec reconf.Record) (uint64, bool) {
+	gctx, cancel := c.reqCtx(ctx)
+	resp, err := c.cli.Get(gctx, c.Key())
+	cancel()
+	if err != nil || len(resp.Kvs) == 0 || uint64(resp.Kvs[0].Version) <= held {
+		return 0, false
+	}
+	kv := resp.Kvs[0]
+	u, err := decodeKV(kv)
+	if err == nil {
+		err = c.vet(ctx, u)
+	}
+	if err == nil || errors.Is(err, ErrUnreachable) {
+		return 0, false // a good newer version: this publish lost the race
+	}
+	cur := uint64(kv.Version)
+	val, err := encodeRecord(cur+1, c.Publisher(), c.now(), rec)
+	if err != nil {
+		return 0, false
+	}
+	tctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	tx, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()).
+		Then(clientv3.OpPut(c.Key(), val)).
+		Commit()
+	if err != nil || !tx.Succeeded {
+		return 0, false
+	}
+	return cur + 1, true
 }
 
 // Latest reads the current version. An empty channel is Update{} (version

@@ -1,6 +1,7 @@
 package propagate
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -21,11 +22,29 @@ import (
 // It does not wait for a connection. The caller closes the client after
 // every Follower using it.
 func Connect(endpoints []string, logger *slog.Logger) (*clientv3.Client, error) {
+	return ConnectWith(ClientConfig{Endpoints: endpoints}, logger)
+}
+
+// ClientConfig is how a worker reaches an external cluster: its
+// endpoints, TLS for https:// endpoints, and etcd authentication. The
+// password is a reconf secret resolved by the caller; it is never logged.
+type ClientConfig struct {
+	Endpoints          []string
+	TLS                *tls.Config
+	Username, Password string
+}
+
+// ConnectWith is Connect with TLS and etcd authentication (see
+// ClientConfig).
+func ConnectWith(cc ClientConfig, logger *slog.Logger) (*clientv3.Client, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	return clientv3.New(clientv3.Config{
-		Endpoints:            endpoints,
+		TLS:                  cc.TLS,
+		Username:             cc.Username,
+		Password:             cc.Password,
+		Endpoints:            cc.Endpoints,
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,

@@ -65,6 +65,11 @@ type WorkerRow struct {
 	ID   string `json:"id"`
 	PID  int    `json:"pid"`
 	Host string `json:"host"`
+	// Worker is the worker's slot in its fleet, Fleet the fleet's ID
+	// (see WithFleet); empty for a process that is its host's only
+	// worker.
+	Worker string `json:"worker,omitempty"`
+	Fleet  string `json:"fleet,omitempty"`
 	// AppliedVersion is the cluster version of the worker's active
 	// generation.
 	AppliedVersion uint64 `json:"applied_version"`
@@ -90,6 +95,9 @@ type Fleet struct {
 	Converged bool `json:"converged"`
 	// Drift is true when some row is flagged BootstrapDrift.
 	Drift bool `json:"bootstrap_drift"`
+	// Published says who published the cluster version, when and why;
+	// nil when the channel is empty or its record cannot be read.
+	Published *Provenance `json:"published,omitempty"`
 }
 
 // Fleet reads the cluster version and every worker row at one revision.
@@ -107,6 +115,9 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 	var f Fleet
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		f.ClusterVersion = uint64(kvs[0].Version)
+		if u, err := decodeKV(kvs[0]); err == nil {
+			f.Published = &u.Provenance
+		}
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var r WorkerRow

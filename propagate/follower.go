@@ -126,12 +126,13 @@ type Follower struct {
 	lease   clientv3.LeaseID
 	revoked bool
 
-	mu        sync.Mutex // guards the fields below; never held while calling out
-	latest    Update     // newest version seen on the channel
-	readErr   bool       // the last read of the channel failed
-	writeErr  bool       // the last heartbeat failed
-	lastErr   reconf.Reason
-	malformed bool
+	mu         sync.Mutex // guards the fields below; never held while calling out
+	latest     Update     // newest version seen on the channel and vetted
+	readErr    bool       // the last read of the channel failed
+	writeErr   bool       // the last heartbeat failed
+	lastErr    reconf.Reason
+	malformed  bool  // the channel's head is refused (malformed, unknown publisher, newer format, older)
+	refusedRev int64 // the revision last refused, so a resync does not vet it again
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
@@ -157,6 +158,12 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	if err := f.putRow(ctx); err != nil {
 		f.revoke(ctx)
 		return nil, err
+	}
+	if l := ch.takeJoinLease(); l != 0 {
+		// The row Join wrote is this row now, under the follower's lease.
+		rctx, cancel := ch.reqCtx(ctx)
+		_, _ = ch.cli.Revoke(rctx, l) // it expires with its TTL if this fails
+		cancel()
 	}
 	f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	f.wg.Add(2)
@@ -226,7 +233,7 @@ func (f *Follower) run() {
 			return
 		}
 		f.readOK()
-		if f.offer(u) {
+		if f.consider(u) {
 			waiting, backoff = false, f.o.minBackoff
 		}
 		if wch == nil && !f.o.noWatch {
@@ -250,7 +257,7 @@ func (f *Follower) run() {
 				f.badRecord(err)
 				continue
 			}
-			if f.offer(u) {
+			if f.consider(u) {
 				waiting, backoff = false, f.o.minBackoff
 			}
 		}
@@ -298,6 +305,46 @@ func (f *Follower) run() {
 			waiting = false
 		}
 	}
+}
+
+// consider vets a version read from the channel and, if it passes, offers
+// it; it reports whether it was newer than any version seen. A version
+// older than the newest seen (the key was deleted and written again) and
+// one whose publisher had no presence row are refused and reported.
+func (f *Follower) consider(u Update) bool {
+	f.mu.Lock()
+	latest, refused := f.latest.Version, f.refusedRev == u.Revision
+	f.mu.Unlock()
+	switch {
+	case u.Version == 0 || u.Version == latest || refused:
+		return false
+	case u.Version < latest:
+		f.badRecord(fmt.Errorf("%w: the channel holds version %d, older than version %d already seen; the key was deleted and written again, and this worker never goes back",
+			errOlder, u.Version, latest))
+		f.refuse(u.Revision)
+		return false
+	}
+	if err := f.ch.vet(f.ctx, u); err != nil {
+		if errors.Is(err, ErrUnreachable) {
+			if f.ctx.Err() == nil {
+				f.readFailed(err)
+			}
+			return false
+		}
+		f.badRecord(err)
+		f.refuse(u.Revision)
+		return false
+	}
+	return f.offer(u)
+}
+
+// errOlder marks a channel whose key went back to an older version.
+var errOlder = errors.New("propagate: older record")
+
+func (f *Follower) refuse(rev int64) {
+	f.mu.Lock()
+	f.refusedRev = rev
+	f.mu.Unlock()
 }
 
 // offer records u if it is newer than any version seen; it reports whether
@@ -354,6 +401,12 @@ func (f *Follower) step() stepResult {
 		f.failed(u.Version, reconf.ReasonInternal, err.Error())
 		return retryBackoff
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
+		if res.Outcome == reconf.Published {
+			p := u.Provenance
+			f.o.logger.Info("propagate: applied a cluster version", "version", u.Version, "publisher", p.Publisher.ID,
+				"publisher_host", p.Publisher.Host, "publisher_pid", p.Publisher.PID, "publisher_worker", p.Publisher.Worker,
+				"publisher_fleet", p.Publisher.Fleet, "published_trigger", string(p.Trigger), "published_actor", p.Actor)
+		}
 		f.settle(res.Generation)
 		return settled
 	case res.Outcome == reconf.Busy:
@@ -393,19 +446,31 @@ func (f *Follower) failed(version uint64, reason reconf.Reason, msg string) {
 	f.markDirty()
 }
 
+// badRecord reports a version the follower refuses: one it cannot decode,
+// of a newer format, of an unknown publisher, or older than one seen.
 func (f *Follower) badRecord(err error) {
+	reason := ReasonMalformed
+	switch {
+	case errors.Is(err, ErrFormat):
+		reason = ReasonFormatUnsupported
+	case errors.Is(err, ErrUnknownPublisher):
+		reason = ReasonUnknownPublisher
+	case errors.Is(err, errOlder):
+		reason = ReasonOlder
+	}
 	f.mu.Lock()
-	first := !f.malformed
-	f.malformed, f.lastErr = true, ReasonMalformed
+	first := !f.malformed || f.lastErr != reason
+	f.malformed, f.lastErr = true, reason
 	f.mu.Unlock()
 	if first {
-		f.o.logger.Error("propagate: the channel holds a record that cannot be decoded; nothing is applied until a good version is published", "error", err)
+		f.o.logger.Error("propagate: refusing the channel's record; the active generation stays, and nothing is applied until a good version is published",
+			"reason", string(reason), "error", err)
 	}
 	f.markDirty()
 }
 
 func (f *Follower) readFailed(err error) {
-	if errors.Is(err, ErrMalformed) {
+	if errors.Is(err, ErrMalformed) || errors.Is(err, ErrFormat) {
 		f.badRecord(err)
 		return
 	}
@@ -441,7 +506,7 @@ func (f *Follower) markDirty() {
 func (f *Follower) Row() WorkerRow {
 	st := f.rt.Status()
 	r := WorkerRow{
-		ID: f.ch.id, PID: f.pid, Host: f.host, AppliedVersion: st.ActiveGeneration,
+		ID: f.ch.id, PID: f.pid, Host: f.host, Worker: f.ch.worker, Fleet: f.ch.fleet, AppliedVersion: st.ActiveGeneration,
 		Fingerprint: f.rt.BootstrapFingerprint(), Heartbeat: time.Now().UTC(), State: StateOK,
 	}
 	f.mu.Lock()
@@ -562,6 +627,7 @@ func (f *Follower) StatusFields() map[string]any {
 	m["workers"] = fl.Workers
 	m["converged"] = fl.Converged
 	m["bootstrap_drift"] = fl.Drift
+	m["published"] = fl.Published
 	return m
 }
 

@@ -294,6 +294,12 @@ func printFleet(w io.Writer, extra map[string]any) {
 		fmt.Fprintf(w, "answered by worker:   %s (the lines above are its own view)\n", self.ID)
 	}
 	fmt.Fprintf(w, "cluster version:      %d (%s)\n", *version, state)
+	var pub *propagate.Provenance
+	if json.Unmarshal(raw("published"), &pub) == nil && pub != nil {
+		by := pub.Publisher
+		fmt.Fprintf(w, "published by:         %s (host %s, pid %d, worker %s, fleet %s), trigger %s, actor %s, at %s\n",
+			by.ID, orDash(by.Host), by.PID, orDash(by.Worker), orDash(by.Fleet), orDash(string(pub.Trigger)), orDash(pub.Actor), pub.At.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "workers:              %d\n", len(rows))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tSTATE\tLAST ERROR\tDRIFT")
@@ -305,4 +311,11 @@ func printFleet(w io.Writer, extra map[string]any) {
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, r.State, last, r.BootstrapDrift)
 	}
 	_ = tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -153,6 +153,9 @@ func TestReloadClient(t *testing.T) {
 		{"status of a fleet, rows", `{"active_generation":7,"cluster_version":7,"converged":true,"cluster_reachable":true,` +
 			`"workers":[{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
 			200, []string{"status"}, 0, "  h-w2-11  11   h     6        failing  secret_unresolved  false"},
+		{"status of a fleet, publisher", `{"active_generation":7,"cluster_version":7,"converged":true,"cluster_reachable":true,"workers":[],` +
+			`"published":{"version":7,"format":2,"publisher":{"id":"h-w2-11","host":"h","pid":11,"worker":"2","fleet":"ab12"},"trigger":"api","actor":"api token","published_at":"2026-12-02T00:00:00Z"}}`,
+			200, []string{"status"}, 0, "published by:         h-w2-11 (host h, pid 11, worker 2, fleet ab12), trigger api, actor api token, at 2026-12-02T00:00:00Z\n"},
 		{"status with concurrency", `{"active_generation":3,"fixed_source_path":"/c.yaml","gate_degraded":true,` +
 			`"concurrency":{"stub":{"limit":8,"capacity":2,"in_flight":2,"waiting":5,"workers":4,"degraded":true},"other":{"limit":0,"capacity":0,"in_flight":1,"waiting":0,"workers":1}}}`,
 			200, []string{"status"}, 0, "concurrency gate:     DEGRADED: etcd unreachable; each limit runs on this worker's local share\n" +

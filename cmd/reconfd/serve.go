@@ -38,6 +38,7 @@ type serveFlags struct {
 	cluster       []string
 	clusterPrefix string
 	dataDir       string
+	access        clusterAccess // TLS and credentials of an external cluster
 
 	// Set by a supervisor on the workers it starts (hidden flag).
 	worker string // the worker's slot
@@ -95,6 +96,7 @@ in flight across all of them together.`,
 	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
 	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
+	f.access.register(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
 	fl.StringVar(&f.worker, "worker", "", "internal: run as this worker slot of a supervisor")
 	_ = fl.MarkHidden("worker")
@@ -145,7 +147,7 @@ func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
 func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe))}, opts...)
+		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe), reconf.WithObserver[gateway.Config](managementToken.observe))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
 		// Stopping on request is a clean exit, as the supervisor's is.
@@ -209,7 +211,12 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		if m.workers > 1 {
 			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
 		}
-		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{Endpoints: m.cluster, Prefix: m.prefix}))
+		co, err := f.access.withEnv(lookup).options(m.cluster, lookup)
+		if err != nil {
+			return fail("--cluster: %v", err)
+		}
+		co.Prefix = m.prefix
+		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co))
 		if err != nil {
 			return err
 		}
@@ -321,8 +328,14 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if err != nil || lns[listenerData] == nil {
 		return fail("a worker needs the data-plane socket from its supervisor: %v", err)
 	}
-	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(gateway.ClusterOptions{
-		Endpoints: endpoints, Prefix: f.clusterPrefix, Worker: f.worker, Fleet: lookup.get(envFleetID)}),
+	co := gateway.ClusterOptions{Endpoints: endpoints}
+	if len(f.cluster) > 0 { // an external cluster; the embedded channel is a private socket
+		if co, err = f.access.withEnv(lookup).options(endpoints, lookup); err != nil {
+			return fail("--cluster: %v", err)
+		}
+	}
+	co.Prefix, co.Worker, co.Fleet = f.clusterPrefix, f.worker, lookup.get(envFleetID)
+	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co),
 		gateway.WithSharedBaseline(lookup.get(envFleetBaseline)))
 	if err != nil {
 		return err
@@ -513,6 +526,9 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	m := &managementServer{Server: srv}
 	var bound string
 	err = cfg.Check()
+	if err == nil && cfg.TokenFile != "" {
+		managementToken.bind(srv, cfg.TokenFile, cfg.Token, log)
+	}
 	if err == nil {
 		if listen == nil {
 			if err = srv.Start(cfg.Address); err == nil {

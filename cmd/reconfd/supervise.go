@@ -108,6 +108,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	}
 
 	endpoints := m.cluster
+	access := f.access.withEnv(lookup)
+	if len(endpoints) > 0 {
+		// Checked once here rather than by N failing workers.
+		if _, err := access.options(endpoints, lookup); err != nil {
+			return fail("--cluster: %v", err)
+		}
+	}
 	if len(endpoints) == 0 {
 		ecfg := embedded.Config{Logger: log}
 		if f.dataDir != "" {
@@ -180,7 +187,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),
 				"--cluster-prefix", m.prefix, "--shutdown-timeout", f.shutdownTimeout.String()}
 			if len(m.cluster) > 0 {
-				args = append(args, "--cluster", strings.Join(m.cluster, ","))
+				args = append(append(args, "--cluster", strings.Join(m.cluster, ",")), access.args()...)
 			}
 			if mgmtAddr != "" {
 				args = append(args, "--management-address", mgmtAddr)

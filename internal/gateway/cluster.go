@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,11 @@ type ClusterOptions struct {
 	// Endpoints are the etcd client URLs: the supervisor's embedded
 	// member's, or an external cluster's.
 	Endpoints []string
+	// TLS, when set, is the client's TLS for https:// endpoints (CA,
+	// client certificate).
+	TLS *tls.Config
+	// Username and Password authenticate to etcd when Username is set.
+	Username, Password string
 	// Prefix is the channel's key prefix (server.cluster_prefix).
 	Prefix string
 	// Worker is the worker's slot on its host, "1" to "N", for a worker
@@ -96,12 +102,12 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.Worker == "" {
 		c.Worker = "1"
 	}
-	cli, err := propagate.Connect(c.Endpoints, log)
+	cli, err := propagate.ConnectWith(propagate.ClientConfig{Endpoints: c.Endpoints, TLS: c.TLS, Username: c.Username, Password: c.Password}, log)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
 	}
 	id := workerID(c.Worker)
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id))
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker))
 	if err != nil {
 		cli.Close()
 		return nil, err

@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// TestFleetJoinsTLSCluster runs a real etcd member that serves https and
+// requires client certificates (generated here), and a supervisor of two
+// workers that joins it with --cluster https://... and the CA, certificate
+// and key from the environment: the workers join, a reload converges.
+// Without a client certificate the fleet does not start; plain http to a
+// host that is not loopback is refused at once.
+func TestFleetJoinsTLSCluster(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, dir)
+	srvCert, srvKey := ca.Issue("member")
+	cliCert, cliKey := ca.Issue("fleet")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := embedded.StartCluster(ctx, 1, embedded.Config{Logger: slog.New(slog.DiscardHandler),
+		TLS: &embedded.TLSFiles{CertFile: srvCert, KeyFile: srvKey, TrustedCAFile: ca.File}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ep := c.Endpoints()[0]
+
+	s := startServer(t, config(4, "0s"), []string{"--workers", "2", "--cluster", ep, "--management-address", "127.0.0.1:0"},
+		"RECONF_CLUSTER_CA="+ca.File, "RECONF_CLUSTER_CERT="+cliCert, "RECONF_CLUSTER_KEY="+cliKey)
+	s.waitConverged(1, 2, 30*time.Second)
+	menv := []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt}
+	writeAtomic(t, s.config, config(7, "0s"))
+	if code, out, errOut := reconfd(t, menv, "reload"); code != 0 {
+		t.Fatalf("reload: exit %d\n%s%s", code, out, errOut)
+	}
+	s.waitConverged(2, 2, 10*time.Second)
+	s.stop()
+
+	// The CA alone is not enough: the member wants a client certificate.
+	code, _, errOut := reconfd(t, []string{"RECONF_CLUSTER_CA=" + ca.File},
+		"serve", "--config", s.config, "--cluster", ep, "--cluster-prefix", "/reconf/nocert")
+	if code != 1 || !strings.Contains(errOut, "cannot be loaded") {
+		t.Errorf("serve without a client certificate: exit %d: %s", code, errOut)
+	}
+	// Plain http to a host that is not loopback.
+	code, _, errOut = reconfd(t, nil, "serve", "--config", s.config, "--cluster", "http://192.0.2.1:2379")
+	if code != 1 || !strings.Contains(errOut, "plain http") {
+		t.Errorf("serve --cluster http://192.0.2.1:2379: exit %d: %s", code, errOut)
+	}
+}

@@ -1,0 +1,66 @@
+package propagate
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+)
+
+// TLSFiles names the PEM files a worker uses to reach an external etcd
+// cluster over https: the CA that signed the members' certificates
+// (empty means the system's roots) and, for clusters that require client
+// certificates, the worker's certificate and key.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// Config builds the client's TLS configuration from the files. It fails
+// with a message naming the file for one that cannot be read or parsed,
+// and when only one of CertFile and KeyFile is set.
+func (f TLSFiles) Config() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.CAFile != "" {
+		pem, err := os.ReadFile(f.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("propagate: cluster CA: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("propagate: cluster CA %s holds no PEM certificate", f.CAFile)
+		}
+	}
+	switch {
+	case (f.CertFile == "") != (f.KeyFile == ""):
+		return nil, errors.New("propagate: a cluster client certificate needs both its certificate and its key file")
+	case f.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("propagate: cluster client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// CheckEndpointSecurity refuses a plain http:// endpoint on a host that is
+// not loopback, unless insecure: a worker's records and its etcd
+// credentials would cross the network in clear, and anyone on the path
+// could rewrite the fleet's configuration. unix:// endpoints are local.
+func CheckEndpointSecurity(endpoints []string, insecure bool) error {
+	for _, ep := range endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "http" || insecure {
+			continue
+		}
+		host := u.Hostname()
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+			continue
+		}
+		return fmt.Errorf("propagate: %s is plain http to a host that is not loopback; use https:// with the cluster's CA (and a client certificate or user), or allow it explicitly", ep)
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package propagate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// TestClusterOverTLSWithClientCertificates runs a real etcd member that
+// serves https and requires client certificates (all generated here):
+// a client with the CA but no certificate cannot write; workers with a
+// client certificate join, publish and apply.
+func TestClusterOverTLSWithClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, dir)
+	srvCert, srvKey := ca.Issue("member")
+	cliCert, cliKey := ca.Issue("worker")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := embedded.StartCluster(ctx, 1, embedded.Config{Logger: testLogger(),
+		TLS: &embedded.TLSFiles{CertFile: srvCert, KeyFile: srvKey, TrustedCAFile: ca.File}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	eps := c.Endpoints()
+	if u := eps[0]; u[:8] != "https://" {
+		t.Fatalf("endpoint %s is not https", u)
+	}
+
+	// The CA alone: the member refuses the handshake without a certificate.
+	noCert, err := TLSFiles{CAFile: ca.File}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := ConnectWith(ClientConfig{Endpoints: eps, TLS: noCert}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err = anon.Put(wctx, "/reconf-test/anon", "x")
+	wcancel()
+	anon.Close()
+	if err == nil {
+		t.Fatal("a client without a certificate wrote to the cluster")
+	}
+
+	cfg, err := TLSFiles{CAFile: ca.File, CertFile: cliCert, KeyFile: cliKey}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPrefix()
+	var ws []*worker
+	for _, id := range []string{"a", "b"} {
+		cli, err := ConnectWith(ClientConfig{Endpoints: eps, TLS: cfg}, testLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		ws = append(ws, startWorker(t, eps, p, id, workerOpts{cli: cli}))
+	}
+	if res := ws[0].reload(t, configYAML("gw", 5, "KEY1")); res.Generation != 2 {
+		t.Fatalf("publish over TLS: %s/%s", res.Outcome, res.Reason)
+	}
+	waitFor(t, 5*time.Second, "both apply version 2 over TLS", converged(ws, 2))
+}
+
+func TestTLSFilesAndEndpointSecurity(t *testing.T) {
+	if _, err := (TLSFiles{CertFile: "x.pem"}).Config(); err == nil {
+		t.Error("a certificate without its key was accepted")
+	}
+	if _, err := (TLSFiles{CAFile: "/nonexistent/ca.pem"}).Config(); err == nil {
+		t.Error("a missing CA file was accepted")
+	}
+	for ep, ok := range map[string]bool{
+		"http://127.0.0.1:2379": true, "http://localhost:2379": true, "http://[::1]:2379": true,
+		"https://10.0.0.5:2379": true, "unix:///tmp/x/etcd.sock": true,
+		"http://10.0.0.5:2379": false, "http://etcd.internal:2379": false,
+	} {
+		if err := CheckEndpointSecurity([]string{ep}, false); (err == nil) != ok {
+			t.Errorf("%s: %v, want accepted=%v", ep, err, ok)
+		}
+		if err := CheckEndpointSecurity([]string{ep}, true); err != nil {
+			t.Errorf("%s allowed explicitly: %v", ep, err)
+		}
+	}
+}
