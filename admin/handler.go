@@ -168,7 +168,8 @@ func (s *Server) authorized(r *http.Request) bool {
 // constant time.
 func (s *Server) validToken(cred string) bool {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum.Load()[:]) == 1
+	want := s.tokenSum.Load()
+	return want != nil && subtle.ConstantTimeCompare(sum[:], want[:]) == 1
 }
 
 // apiError is how one request error is answered.

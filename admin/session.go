@@ -34,7 +34,11 @@ const sessionIDBytes = 16
 
 // sessionKey derives the signing key from the token's digest.
 func (s *Server) sessionKey() []byte {
-	m := hmac.New(sha256.New, s.tokenSum.Load()[:])
+	var key [sha256.Size]byte // no token: the zero key, as before rotation existed
+	if p := s.tokenSum.Load(); p != nil {
+		key = *p
+	}
+	m := hmac.New(sha256.New, key[:])
 	m.Write([]byte("reconf admin session v1"))
 	return m.Sum(nil)
 }
