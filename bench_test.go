@@ -139,14 +139,16 @@ func BenchmarkRWMutexBaselineParallel(b *testing.B) {
 }
 
 // benchReload measures trigger to published: each iteration swaps the
-// source between two renderings, so every reload publishes.
-func benchReload(b *testing.B, routes int) {
+// source between two renderings, so every reload publishes. The mutation
+// detector is on, as it is by default; benchReloads runs it side by side
+// with the detector off, to show what detection costs.
+func benchReload(b *testing.B, routes int, mode MutationMode) {
 	docs := [2][]byte{benchYAML(routes, 1), benchYAML(routes, 2)}
 	var i int
 	src := SourceFunc("bench", func(context.Context, ReadRequest) (Snapshot, error) {
 		return Snapshot{Data: docs[i%2]}, nil
 	})
-	rt, err := New[benchConfig](context.Background(), src, WithLogger[benchConfig](discardLogger()))
+	rt, err := New[benchConfig](context.Background(), src, WithLogger[benchConfig](discardLogger()), WithMutationCheck[benchConfig](mode))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,8 +164,13 @@ func benchReload(b *testing.B, routes int) {
 	}
 }
 
-func BenchmarkReloadSmall(b *testing.B) { benchReload(b, 10) }
-func BenchmarkReloadLarge(b *testing.B) { benchReload(b, 5000) }
+func benchReloads(b *testing.B, routes int) {
+	b.Run("detector=on", func(b *testing.B) { benchReload(b, routes, MutationLog) })
+	b.Run("detector=off", func(b *testing.B) { benchReload(b, routes, MutationOff) })
+}
+
+func BenchmarkReloadSmall(b *testing.B) { benchReloads(b, 10) }
+func BenchmarkReloadLarge(b *testing.B) { benchReloads(b, 5000) }
 
 // BenchmarkParseLarge parses the file BenchmarkReloadLarge reloads into
 // YAML nodes, nothing more: the floor a reload is measured against (issue:
@@ -341,4 +348,22 @@ func BenchmarkApplySmall(b *testing.B) {
 func BenchmarkApplyLarge(b *testing.B) {
 	b.Run("yaml", func(b *testing.B) { benchApply(b, 5000, LiveYAML) })
 	b.Run("json", func(b *testing.B) { benchApply(b, 5000, LiveJSON) })
+}
+
+// BenchmarkMutationDigest is the detector's cost per digest; a publish
+// takes three (at publish, at the next attempt, at retire).
+func BenchmarkMutationDigest(b *testing.B) {
+	for _, n := range []int{10, 5000} {
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			var c compiler[benchConfig]
+			cand, err := c.compile(context.Background(), benchYAML(n, 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				sink += int(digestOf(cand.cfg) & 1)
+			}
+		})
+	}
 }

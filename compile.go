@@ -34,6 +34,7 @@ type candidate[T any] struct {
 	fileClass map[string]Class
 	read      *attemptFiles // the file fields' bytes, handed to Prepare
 	data      []byte        // the local source bytes it was compiled from
+	live      []byte        // the cluster record's live fields applied on data, if any
 }
 
 // compile returns a candidate or an *Error (or ctx's error). It never
@@ -69,7 +70,7 @@ func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte) (cand 
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, read: r.read, data: data}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, read: r.read, data: data, live: live}, nil
 }
 
 // finish runs every step after decoding. doc is the decoded document,

@@ -13,12 +13,11 @@ import (
 // Generation is an immutable, published configuration with a monotonic ID.
 // Generation 1 is the startup load. A Generation stays usable for as long as
 // a Pin holds it; the configuration it returns must be treated as read-only
-// (see WithMutationCheck). Its methods are safe for concurrent use.
+// (a modification is detected and reported; see WithMutationCheck). Its methods are safe for concurrent use.
 type Generation[T any] struct {
 	id        uint64
 	cfg       *T
 	published time.Time
-	flat      []entry           // canonical encoding, kept only for the mutation check
 	files     map[string]string // digests of files that file fields name
 	fileClass map[string]Class
 
@@ -39,6 +38,13 @@ type Generation[T any] struct {
 	hooks  []func()
 
 	onRetire func(*Generation[T]) // the runtime's bookkeeping
+	logger   *slog.Logger         // the runtime's (WithLogger)
+
+	// seen is the configuration's digest at publish, or the last one a
+	// mutation was reported for; data and live are the bytes it was
+	// compiled from, compiled again to name the paths of a mutation.
+	seen       atomic.Uint64
+	data, live []byte
 }
 
 // ID returns the generation's number. In a cluster it is the cluster
@@ -153,20 +159,22 @@ func (g *Generation[T]) retire() {
 	g.hooks = nil
 	g.hookMu.Unlock()
 	for _, h := range hooks {
-		runHook(h)
+		runHook(g.logger, h)
 	}
 	for _, a := range g.values {
-		a.drop()
+		a.drop(g.logger)
 	}
 	if g.onRetire != nil {
 		g.onRetire(g)
 	}
 }
 
-func runHook(h func()) {
+// runHook runs a hook of the user's, logging a panic instead of passing it
+// to the goroutine that happened to release the last pin.
+func runHook(l *slog.Logger, h func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			slog.Error("reconf: retire hook panicked", "panic", p)
+			l.Error("reconf: a hook panicked", "panic", p)
 		}
 	}()
 	h()
@@ -180,13 +188,13 @@ type attachment struct {
 	refs atomic.Int64
 }
 
-func (a *attachment) drop() {
+func (a *attachment) drop(l *slog.Logger) {
 	if a == nil || a.refs.Add(-1) != 0 {
 		return
 	}
 	if c, ok := a.v.(io.Closer); ok {
 		if err := c.Close(); err != nil {
-			slog.Warn("reconf: closing a retired consumer value failed", "consumer", a.name, "error", err)
+			l.Warn("reconf: closing a retired consumer value failed", "consumer", a.name, "error", err)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func TestHammer(t *testing.T) {
 	retired := map[uint64]int{}
 	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
 		WithRetention[testConfig](64),
-		WithMutationCheck[testConfig](func(gen uint64, path string) { t.Errorf("generation %d modified at %s", gen, path) }),
+		WithMutationObserver[testConfig](func(m Mutation) { t.Errorf("generation %d modified at %v", m.Generation, m.Paths) }),
 		WithRetireHook[testConfig](func(g *Generation[testConfig]) {
 			retiredMu.Lock()
 			retired[g.ID()]++

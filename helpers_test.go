@@ -132,7 +132,7 @@ func newTestRuntime(t testing.TB, src Source, opts ...Option[testConfig]) *Runti
 	all := append([]Option[testConfig]{
 		WithEnv[testConfig](noEnv),
 		WithLogger[testConfig](discardLogger()),
-		WithMutationCheck[testConfig](func(gen uint64, path string) { t.Errorf("generation %d was modified at %s", gen, path) }),
+		WithMutationObserver[testConfig](func(m Mutation) { t.Errorf("generation %d was modified at %v", m.Generation, m.Paths) }),
 	}, opts...)
 	rt, err := New[testConfig](context.Background(), src, all...)
 	if err != nil {

@@ -15,21 +15,22 @@ const (
 type Option[T any] func(*options[T])
 
 type options[T any] struct {
-	logger         *slog.Logger
-	retention      int
-	attemptTimeout time.Duration
-	maxBytes       int64
-	lookupEnv      func(string) (string, bool)
-	overrides      []func(*T)
-	consumers      []consumerReg[T]
-	observers      []func(Result)
-	retireHooks    []func(*Generation[T])
-	resources      []resource
-	mutation       func(gen uint64, path string)
-	now            func() time.Time
-	channel        Channel
-	baseDir        string
-	firstGen       uint64
+	logger            *slog.Logger
+	retention         int
+	attemptTimeout    time.Duration
+	maxBytes          int64
+	lookupEnv         func(string) (string, bool)
+	overrides         []func(*T)
+	consumers         []consumerReg[T]
+	observers         []func(Result)
+	retireHooks       []func(*Generation[T])
+	resources         []resource
+	mutationMode      MutationMode
+	mutationObservers []func(Mutation)
+	now               func() time.Time
+	channel           Channel
+	baseDir           string
+	firstGen          uint64
 }
 
 // WithFirstGeneration numbers the startup load id instead of 1, so that a
@@ -90,20 +91,23 @@ func WithRetireHook[T any](fn func(*Generation[T])) Option[T] {
 	return func(o *options[T]) { o.retireHooks = append(o.retireHooks, fn) }
 }
 
-// WithMutationCheck turns on the mutation detector: each generation's
-// canonical encoding is kept when it is published and compared when it
-// retires; report is called with the first path that changed. Writing to a
-// configuration a reader got is a bug this makes loud; it costs one encoding
-// per publish and per retire. A nil report logs at error level.
-func WithMutationCheck[T any](report func(gen uint64, path string)) Option[T] {
-	return func(o *options[T]) {
-		if report == nil {
-			report = func(gen uint64, path string) {
-				slog.Error("reconf: a published configuration was modified", "generation", gen, "path", path)
-			}
-		}
-		o.mutation = report
-	}
+// WithMutationCheck sets what happens when a published configuration is
+// found modified in place. The detector is on by default (MutationLog): a
+// digest of each generation is taken when it is published and compared
+// when each attempt starts (for the active generation) and when the
+// generation retires; a difference is reported with its paths in the log,
+// in Status and to WithMutationObserver functions. MutationPanic then
+// panics; MutationOff turns the detector off. The library reads no
+// environment variable for this: a service maps its own flag onto it
+// (MutationMode implements encoding.TextUnmarshaler).
+func WithMutationCheck[T any](mode MutationMode) Option[T] {
+	return func(o *options[T]) { o.mutationMode = mode }
+}
+
+// WithMutationObserver calls fn with every mutation the detector reports,
+// before a MutationPanic panic. fn must be quick.
+func WithMutationObserver[T any](fn func(Mutation)) Option[T] {
+	return func(o *options[T]) { o.mutationObservers = append(o.mutationObservers, fn) }
 }
 
 // WithProcessResource claims a process-wide resource (the log level, a

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -41,15 +40,17 @@ type Runtime[T any] struct {
 	lastRead   any
 	activeData []byte
 
-	mu          sync.Mutex // guards the fields below; never held while calling out
-	closing     bool
-	closed      bool
-	slotHeld    bool // Close owns the slot
-	activeGone  bool // Close has replaced the active generation
-	retained    map[*Generation[T]]struct{}
-	lastSuccess *AttemptSummary
-	lastFailure *AttemptSummary
-	releases    []func()
+	mu           sync.Mutex // guards the fields below; never held while calling out
+	closing      bool
+	closed       bool
+	slotHeld     bool // Close owns the slot
+	activeGone   bool // Close has replaced the active generation
+	retained     map[*Generation[T]]struct{}
+	lastSuccess  *AttemptSummary
+	lastFailure  *AttemptSummary
+	mutations    uint64
+	lastMutation *Mutation
+	releases     []func()
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
@@ -75,6 +76,10 @@ type Status struct {
 	Busy                bool            `json:"busy"`
 	Source              string          `json:"fixed_source_path"`
 	Closed              bool            `json:"closed,omitempty"`
+	// Mutations counts the modifications of published generations the
+	// detector found (see WithMutationCheck); LastMutation is the latest.
+	Mutations    uint64    `json:"mutations_detected"`
+	LastMutation *Mutation `json:"last_mutation,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -106,9 +111,6 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
 	}
-	if r.o.mutation == nil {
-		r.o.mutation = mutationFromEnv(r.o.logger)
-	}
 	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir, maxFileBytes: r.o.maxBytes}
 	start := r.o.now()
 
@@ -134,7 +136,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		}
 		r.releases = append(r.releases, rel)
 	}
-	g := r.newGeneration(id, cand)
+	g := r.newGeneration(id, cand, r.digest(cand))
 	staged, err := r.prepare(withFiles(ctx, cand.read), nil, cand.cfg, nil)
 	if err != nil {
 		r.releaseClaims()
@@ -267,7 +269,7 @@ func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Chang
 			err = &Error{Reason: ReasonInternal, Message: "a consumer panicked in Prepare", Err: fmt.Errorf("panic: %v", p)}
 		}
 		if err != nil {
-			abortAll(out)
+			r.abortAll(out)
 			out = nil
 		}
 	}()
@@ -296,12 +298,12 @@ func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Chang
 	return out, nil
 }
 
-func abortAll(s []staged) {
+func (r *Runtime[T]) abortAll(s []staged) {
 	for i := len(s) - 1; i >= 0; i-- {
 		func() {
 			defer func() {
 				if p := recover(); p != nil {
-					slog.Error("reconf: a consumer panicked in Abort", "panic", p)
+					r.o.logger.Error("reconf: a consumer panicked in Abort", "consumer", r.o.consumers[s[i].idx].name, "panic", p)
 				}
 			}()
 			s[i].p.Abort()
@@ -309,11 +311,19 @@ func abortAll(s []staged) {
 	}
 }
 
-func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T]) *Generation[T] {
-	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired}
-	if r.o.mutation != nil {
-		g.flat = encode(c.cfg, c.files)
+// digest is cand's mutation-check digest, taken before any consumer sees
+// it, or 0 when the detector is off.
+func (r *Runtime[T]) digest(cand *candidate[T]) uint64 {
+	if r.o.mutationMode == MutationOff {
+		return 0
 	}
+	return digestOf(cand.cfg)
+}
+
+func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
+	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
+		logger: r.o.logger, data: c.data, live: c.live}
+	g.seen.Store(digest)
 	return g
 }
 
@@ -339,7 +349,7 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 			continue // no new value: the carried one stays
 		}
 		if old := g.values[s.idx]; old != nil {
-			old.drop()
+			old.drop(r.o.logger)
 		}
 		a := &attachment{name: r.o.consumers[s.idx].name, v: val}
 		a.refs.Store(1)
@@ -350,6 +360,7 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
 func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Result {
 	prev := r.cur.Load()
+	r.checkMutation(prev, "attempt")
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		stop := lap(&res.Timings.Read)
@@ -382,6 +393,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 // apply runs a cluster version through the staged path. It holds the slot.
 func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Result {
 	prev := r.cur.Load()
+	r.checkMutation(prev, "attempt")
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		if version <= prev.id {
@@ -461,6 +473,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		res.Message = fmt.Sprintf("%d generations are retained (budget %d) because in-flight work still pins them; retry when it drains", n, r.o.retention)
 		return *res
 	}
+	digest := r.digest(cand)
 	stop = lap(&res.Timings.Prepare)
 	st, err := r.prepare(withFiles(ctx, cand.read), prev.cfg, cand.cfg, changes)
 	stop()
@@ -468,11 +481,11 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		err = ctx.Err()
 	}
 	if err != nil {
-		abortAll(st)
+		r.abortAll(st)
 		return r.failed(ctx, *res, err)
 	}
 	if res.DryRun {
-		abortAll(st)
+		r.abortAll(st)
 		res.Outcome, res.Reason = Published, ReasonDryRunOK
 		res.Message = fmt.Sprintf("the candidate is valid; a reload would publish %d changed field(s)", live)
 		return *res
@@ -484,12 +497,12 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		id = prev.id + 1
 		if ch := r.o.channel; ch != nil {
 			if id, err = r.publish(ctx, ch, prev.id, cand, res.Trigger); err != nil {
-				abortAll(st)
+				r.abortAll(st)
 				return r.failed(ctx, *res, err)
 			}
 		}
 	}
-	next := r.newGeneration(id, cand)
+	next := r.newGeneration(id, cand, digest)
 	r.attach(next, prev, st)
 	r.mu.Lock()
 	r.retained[next] = struct{}{}
@@ -697,7 +710,7 @@ func (r *Runtime[T]) observe(res Result) {
 // bookkeeping done).
 func (r *Runtime[T]) retired(g *Generation[T]) {
 	for _, h := range r.o.retireHooks {
-		runHook(func() { h(g) })
+		runHook(r.o.logger, func() { h(g) })
 	}
 	r.mu.Lock()
 	delete(r.retained, g)
@@ -706,11 +719,7 @@ func (r *Runtime[T]) retired(g *Generation[T]) {
 	case r.retiredCh <- struct{}{}:
 	default:
 	}
-	if r.o.mutation != nil {
-		if path, changed := firstDifference(g.flat, encode(g.cfg, g.files)); changed {
-			r.o.mutation(g.id, path)
-		}
-	}
+	r.checkMutation(g, "retire")
 }
 
 func (r *Runtime[T]) retainedCount() int {
@@ -732,6 +741,8 @@ func (r *Runtime[T]) Status() Status {
 		Busy:                len(r.slot) > 0 && !r.slotHeld,
 		Source:              source,
 		Closed:              r.closed,
+		Mutations:           r.mutations,
+		LastMutation:        r.lastMutation,
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()
@@ -834,26 +845,6 @@ func (r *Runtime[T]) refuseCloseLocked(ctx context.Context) (done bool, err erro
 		r.mu.Unlock()
 	}
 	return false, nil
-}
-
-// MutationCheckEnv names the environment variable that turns the mutation
-// detector on for every runtime of a process without code changes (tests,
-// staging): "log" reports at error level, "panic" panics with the path.
-// WithMutationCheck takes precedence.
-const MutationCheckEnv = "RECONF_MUTATION_CHECK"
-
-func mutationFromEnv(l *slog.Logger) func(uint64, string) {
-	switch os.Getenv(MutationCheckEnv) {
-	case "log", "1", "true":
-		return func(gen uint64, path string) {
-			l.Error("reconf: a published configuration was modified", "generation", gen, "path", path)
-		}
-	case "panic":
-		return func(gen uint64, path string) {
-			panic(fmt.Sprintf("reconf: generation %d was modified after publication at %s", gen, path))
-		}
-	}
-	return nil
 }
 
 func (r *Runtime[T]) releaseClaims() {

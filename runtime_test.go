@@ -547,35 +547,6 @@ func TestProcessOwnership(t *testing.T) {
 	rel2()
 }
 
-func TestMutationDetector(t *testing.T) {
-	var reports []string
-	var mu sync.Mutex
-	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-		WithMutationCheck[testConfig](func(gen uint64, path string) {
-			mu.Lock()
-			reports = append(reports, fmt.Sprintf("%d:%s", gen, path))
-			mu.Unlock()
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.Current().Config().Backends[1].Weight = 99 // the bug the detector exists for
-	src.set(baseYAML(2))
-	res, _ := rt.Reload(context.Background(), TriggerSDK)
-	if res.Outcome != Published {
-		t.Fatalf("outcome = %s", res.Outcome)
-	}
-	if err := rt.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if fmt.Sprint(reports) != "[1:backends[other].weight]" {
-		t.Fatalf("reports = %v", reports)
-	}
-}
-
 func TestNewFailures(t *testing.T) {
 	if _, err := New[testConfig](context.Background(), newMem("nope: 1\n"), WithEnv[testConfig](noEnv)); err == nil {
 		t.Fatal("New accepted an unknown field")
@@ -616,28 +587,6 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-func TestMutationCheckFromEnv(t *testing.T) {
-	t.Setenv(MutationCheckEnv, "panic")
-	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := rt.Acquire()
-	p.Config().Routing.MaxAttempts = 7 // the bug
-	src.set(baseYAML(2))
-	if res, _ := rt.Reload(context.Background(), TriggerSDK); res.Outcome != Published {
-		t.Fatalf("outcome %s", res.Outcome)
-	}
-	got := panicText(p.Release) // the last pin retires generation 1
-	if !strings.Contains(got, "routing.max_attempts") {
-		t.Fatalf("panic = %q, want the changed path", got)
-	}
-	if err := rt.Close(context.Background()); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -37,7 +37,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	status   atomic.Pointer[func() reconf.Status]
 
-	generation, lastSuccess, lastFailure, retained, pinned, busy *prometheus.Desc
+	generation, lastSuccess, lastFailure, retained, pinned, busy, mutations *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -73,6 +73,7 @@ func New(namespace string, opts ...Option) *Metrics {
 		retained:    desc("retained_generations", "Generations retained: the active one plus old ones still pinned."),
 		pinned:      desc("pinned_units", "Units of in-flight work pinning a retained generation."),
 		busy:        desc("busy", "1 while an attempt is in flight, else 0."),
+		mutations:   desc("mutations_detected_total", "Published generations found modified in place (a reader wrote to its configuration); the paths are in the log and in status."),
 	}
 }
 
@@ -103,7 +104,7 @@ func (m *Metrics) Bind(status func() reconf.Status) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.attempts.Describe(ch)
 	m.duration.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.generation, m.lastSuccess, m.lastFailure, m.retained, m.pinned, m.busy} {
+	for _, d := range []*prometheus.Desc{m.generation, m.lastSuccess, m.lastFailure, m.retained, m.pinned, m.busy, m.mutations} {
 		ch <- d
 	}
 }
@@ -130,6 +131,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		busy = 1
 	}
 	gauge(m.busy, busy)
+	ch <- prometheus.MustNewConstMetric(m.mutations, prometheus.CounterValue, float64(st.Mutations))
 	if s := st.LastSuccess; s != nil {
 		gauge(m.lastSuccess, unixSeconds(s))
 	}

@@ -372,3 +372,19 @@ func TestConcurrentScrape(t *testing.T) {
 		t.Errorf("%v attempts counted, want 101", n)
 	}
 }
+
+// A published configuration modified in place shows in the metrics.
+func TestMutationsCounted(t *testing.T) {
+	f := newFixture(t, true)
+	f.rt.Current().Config().Limit = 7 // the bug the detector reports
+	f.set(yamlOf(2), nil)
+	f.reload(t, reconf.TriggerSDK, reconf.Published)
+	want := `
+# HELP reconf_mutations_detected_total Published generations found modified in place (a reader wrote to its configuration); the paths are in the log and in status.
+# TYPE reconf_mutations_detected_total counter
+reconf_mutations_detected_total 1
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "reconf_mutations_detected_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reconfhq/reconf"
+
 	"go.uber.org/goleak"
 )
 
@@ -180,5 +182,18 @@ func TestReloadClient(t *testing.T) {
 				t.Errorf("stderr %q does not explain the refusal", errOut)
 			}
 		})
+	}
+}
+
+// reconfd, not the library, reads RECONF_MUTATION_CHECK.
+func TestMutationModeFromEnv(t *testing.T) {
+	for v, want := range map[string]reconf.MutationMode{"": reconf.MutationLog, "log": reconf.MutationLog, "panic": reconf.MutationPanic, "off": reconf.MutationOff} {
+		got, err := mutationMode(func(k string) (string, bool) { return v, k == envMutationCheck })
+		if err != nil || got != want {
+			t.Errorf("%q: got %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := mutationMode(func(string) (string, bool) { return "loud", true }); err == nil {
+		t.Error("an unknown mode was accepted")
 	}
 }

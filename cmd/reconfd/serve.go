@@ -142,12 +142,35 @@ func (f *serveFlags) mode(s gateway.ServerConfig) mode {
 
 func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
 
+// envMutationCheck names the variable that sets what the runtime does when
+// a published configuration is modified in place: log (the default), panic
+// or off. The library reads no environment; reconfd maps this onto
+// reconf.WithMutationCheck, and a supervisor's workers inherit it.
+const envMutationCheck = "RECONF_MUTATION_CHECK"
+
+// mutationMode reads envMutationCheck; unset or empty is the default.
+func mutationMode(lookup env) (reconf.MutationMode, error) {
+	var mode reconf.MutationMode
+	v, ok := lookup(envMutationCheck)
+	if !ok || v == "" {
+		return mode, nil
+	}
+	if err := mode.UnmarshalText([]byte(v)); err != nil {
+		return mode, usage("%s: %v", envMutationCheck, err)
+	}
+	return mode, nil
+}
+
 // newGateway loads the configuration into a gateway with its metrics. ctx
 // ends the load (a signal during start-up), not the gateway.
 func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
+	mode, err := mutationMode(lookup)
+	if err != nil {
+		return nil, nil, err
+	}
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe), reconf.WithObserver[gateway.Config](managementToken.observe))}, opts...)
+		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe), reconf.WithObserver[gateway.Config](managementToken.observe), reconf.WithMutationCheck[gateway.Config](mode))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
 		// Stopping on request is a clean exit, as the supervisor's is.
