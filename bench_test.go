@@ -46,7 +46,7 @@ func benchYAML(n, epoch int) []byte {
 }
 
 func benchRuntime(b *testing.B) *Runtime[testConfig] {
-	rt, err := New[testConfig](context.Background(), Bytes("bench", []byte(baseYAML(1))), WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()))
+	rt, err := New[testConfig](context.Background(), Bytes("bench", []byte(baseYAML(1))), WithEnv(noEnv), WithLogger(discardLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func benchReload(b *testing.B, routes int, mode MutationMode) {
 	src := SourceFunc("bench", func(context.Context, ReadRequest) (Snapshot, error) {
 		return Snapshot{Data: docs[i%2]}, nil
 	})
-	rt, err := New[benchConfig](context.Background(), src, WithLogger[benchConfig](discardLogger()), WithMutationCheck[benchConfig](mode))
+	rt, err := New[benchConfig](context.Background(), src, WithLogger(discardLogger()), WithMutationCheck(mode))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func BenchmarkReloadLargeVsParse(b *testing.B) {
 	src := SourceFunc("bench", func(context.Context, ReadRequest) (Snapshot, error) {
 		return Snapshot{Data: docs[i%2]}, nil
 	})
-	rt, err := New[benchConfig](context.Background(), src, WithLogger[benchConfig](discardLogger()))
+	rt, err := New[benchConfig](context.Background(), src, WithLogger(discardLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func benchApply(b *testing.B, routes int, format LiveFormat) {
 		}
 	}
 	ch := &faultChannel{}
-	rt, err := New[benchConfig](context.Background(), Bytes("bench", benchYAML(routes, 1)), WithChannel[benchConfig](ch), WithLogger[benchConfig](discardLogger()))
+	rt, err := New[benchConfig](context.Background(), Bytes("bench", benchYAML(routes, 1)), WithChannel(ch), WithLogger(discardLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -65,9 +65,9 @@ type clusterConfig struct {
 func newClusterWorker(t *testing.T, ch Channel, data string, env map[string]string) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
 	src := newMem(data)
-	rt, err := New[clusterConfig](context.Background(), src, WithChannel[clusterConfig](ch),
-		WithLogger[clusterConfig](discardLogger()),
-		WithEnv[clusterConfig](func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch),
+		WithLogger(discardLogger()),
+		WithEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -1,6 +1,9 @@
 package reconf
 
-import "context"
+import (
+	"context"
+	"reflect"
+)
 
 // Consumer turns configuration into live state (connection pools, limiters,
 // routing tables). It is asked to Prepare whenever a path it registered for
@@ -79,9 +82,11 @@ func (keepValue) Commit() {}
 func (keepValue) Abort()  {}
 
 type consumerReg[T any] struct {
-	name  string
-	paths []string
-	c     Consumer[T]
+	name      string
+	paths     []string
+	c         Consumer[T]
+	fits      func(any) bool // whether a value is of the key's type
+	valueType reflect.Type
 }
 
 // interested reports whether any changed path is at or under one of the

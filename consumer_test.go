@@ -31,7 +31,7 @@ func TestNilPrepareKeepsThePreviousValue(t *testing.T) {
 				return tc.next(), nil
 			})
 			src := newMem(baseYAML(1))
-			rt := newTestRuntime(t, src, WithConsumer("routes", c, "routing"))
+			rt := newTestRuntime(t, src, WithConsumer(Name("routes"), c, "routing"))
 			old := rt.Acquire()
 			src.set(baseYAML(2))
 			mustReload(t, rt, Published)

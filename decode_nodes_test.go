@@ -226,7 +226,7 @@ func TestTagErrors(t *testing.T) {
 			t.Errorf("err = %v, want it to say %q", tt.err, tt.want)
 		}
 	}
-	_, err := New[minOnBool](context.Background(), Bytes("t", nil), WithEnv[minOnBool](noEnv))
+	_, err := New[minOnBool](context.Background(), Bytes("t", nil), WithEnv(noEnv))
 	if err == nil || !strings.Contains(err.Error(), "minOnBool.B") {
 		t.Errorf("New: err = %v, want the tag error naming minOnBool.B", err)
 	}

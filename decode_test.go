@@ -124,13 +124,13 @@ func TestCompileFailures(t *testing.T) {
 
 func TestSourceBound(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithMaxSourceBytes[testConfig](4096))
+	rt := newTestRuntime(t, src, WithMaxSourceBytes(4096))
 	src.set(baseYAML(1) + "#" + strings.Repeat("x", 5000) + "\n")
 	res := mustReload(t, rt, SourceIntegrityFailed)
 	if res.Reason != ReasonSourceOversize {
 		t.Errorf("reason = %s, want %s", res.Reason, ReasonSourceOversize)
 	}
-	if _, err := New[testConfig](context.Background(), Bytes("big", make([]byte, DefaultMaxSourceBytes+1)), WithEnv[testConfig](noEnv)); err == nil {
+	if _, err := New[testConfig](context.Background(), Bytes("big", make([]byte, DefaultMaxSourceBytes+1)), WithEnv(noEnv)); err == nil {
 		t.Error("New accepted a source over the default bound")
 	}
 }

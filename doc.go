@@ -13,7 +13,7 @@
 //		Backends []Backend `yaml:"backends" reconf:"live"`
 //	}
 //
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithConsumer[Config]("pool", pool, "backends"))
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithConsumer(reconf.Name("pool"), pool, "backends"))
 //
 // # Field classes
 //

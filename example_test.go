@@ -16,7 +16,7 @@ type Config struct {
 
 func Example() {
 	src := reconf.Bytes("example", []byte("greeting: hello\n"))
-	rt, err := reconf.New[Config](context.Background(), src, reconf.WithLogger[Config](quiet))
+	rt, err := reconf.New[Config](context.Background(), src, reconf.WithLogger(quiet))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,7 +35,7 @@ func ExampleRuntime_Reload() {
 	src := reconf.SourceFunc("example", func(context.Context, reconf.ReadRequest) (reconf.Snapshot, error) {
 		return reconf.Snapshot{Data: data}, nil
 	})
-	rt, _ := reconf.New[Config](context.Background(), src, reconf.WithLogger[Config](quiet))
+	rt, _ := reconf.New[Config](context.Background(), src, reconf.WithLogger(quiet))
 	defer rt.Close(context.Background())
 
 	data = []byte("greeting: bonjour\n")

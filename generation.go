@@ -66,8 +66,10 @@ func (g *Generation[T]) bootstrapFingerprint() string {
 }
 
 // Value returns the value consumer name attached to this generation (see
-// Valuer), or nil.
-func (g *Generation[T]) Value(name string) any {
+// Valuer), or nil. Key.Get is the typed form.
+func (g *Generation[T]) Value(name string) any { return g.value(name) }
+
+func (g *Generation[T]) value(name string) any {
 	for _, a := range g.values {
 		if a != nil && a.name == name {
 			return a.v
@@ -198,27 +200,3 @@ func (a *attachment) drop(l *slog.Logger) {
 		}
 	}
 }
-
-// Pin holds a generation for a unit of work (a request, a stream, a batch),
-// so everything the work does sees one configuration. Release it exactly
-// once, when the work ends; a Pin is a small value, free to copy, but all
-// copies share the one hold.
-type Pin[T any] struct {
-	g     *Generation[T]
-	shard uint32
-}
-
-// Generation returns the pinned generation.
-func (p Pin[T]) Generation() *Generation[T] { return p.g }
-
-// Config returns the pinned configuration. It must not be modified.
-func (p Pin[T]) Config() *T { return p.g.cfg }
-
-// ID returns the pinned generation's ID.
-func (p Pin[T]) ID() uint64 { return p.g.id }
-
-// Value returns the value consumer name attached to the pinned generation.
-func (p Pin[T]) Value(name string) any { return p.g.Value(name) }
-
-// Release ends the hold. Releasing the same hold twice panics.
-func (p Pin[T]) Release() { p.g.release(p.shard) }

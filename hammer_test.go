@@ -26,9 +26,9 @@ func TestHammer(t *testing.T) {
 	src := newMem(baseYAML(0))
 	var retiredMu sync.Mutex
 	retired := map[uint64]int{}
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-		WithRetention[testConfig](64),
-		WithMutationObserver[testConfig](func(m Mutation) { t.Errorf("generation %d modified at %v", m.Generation, m.Paths) }),
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+		WithRetention(64),
+		WithMutationObserver(func(m Mutation) { t.Errorf("generation %d modified at %v", m.Generation, m.Paths) }),
 		WithRetireHook[testConfig](func(g *Generation[testConfig]) {
 			retiredMu.Lock()
 			retired[g.ID()]++
@@ -145,8 +145,8 @@ func TestLifecycleProperties(t *testing.T) {
 		src := newMem(baseYAML(0))
 		var mu sync.Mutex
 		retiredCount := map[uint64]int{}
-		r, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-			WithRetention[testConfig](budget),
+		r, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+			WithRetention(budget),
 			WithRetireHook[testConfig](func(g *Generation[testConfig]) {
 				mu.Lock()
 				retiredCount[g.ID()]++

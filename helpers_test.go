@@ -127,12 +127,12 @@ func noEnv(string) (string, bool) { return "", false }
 
 // newTestRuntime builds a runtime over src with the mutation check on and
 // no environment, and closes it when the test ends.
-func newTestRuntime(t testing.TB, src Source, opts ...Option[testConfig]) *Runtime[testConfig] {
+func newTestRuntime(t testing.TB, src Source, opts ...Option) *Runtime[testConfig] {
 	t.Helper()
-	all := append([]Option[testConfig]{
-		WithEnv[testConfig](noEnv),
-		WithLogger[testConfig](discardLogger()),
-		WithMutationObserver[testConfig](func(m Mutation) { t.Errorf("generation %d was modified at %v", m.Generation, m.Paths) }),
+	all := append([]Option{
+		WithEnv(noEnv),
+		WithLogger(discardLogger()),
+		WithMutationObserver(func(m Mutation) { t.Errorf("generation %d was modified at %v", m.Generation, m.Paths) }),
 	}, opts...)
 	rt, err := New[testConfig](context.Background(), src, all...)
 	if err != nil {

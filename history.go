@@ -85,7 +85,7 @@ func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 
 // last in memory and newest first when read. Wire it as an observer:
 //
 //	h := reconf.NewHistory(0)
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver[Config](h.Observe))
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver(h))
 //
 // A fleet keeps its history in the cluster channel instead (see package
 // propagate). A History is safe for concurrent use.

@@ -14,7 +14,7 @@ import (
 func TestHistoryRecordsAttempts(t *testing.T) {
 	h := NewHistory(0)
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithObserver[testConfig](h.Observe))
+	rt := newTestRuntime(t, src, WithObserver(h))
 
 	src.set(baseYAML(2))
 	ctx := WithActor(context.Background(), "api token deploy-bot")

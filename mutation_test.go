@@ -18,9 +18,9 @@ func TestMutationIsDetectedByDefault(t *testing.T) {
 	var log testkit.Buffer
 	var got []Mutation
 	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv),
-		WithLogger[testConfig](slog.New(slog.NewTextHandler(&log, nil))),
-		WithMutationObserver[testConfig](func(m Mutation) { got = append(got, m) }))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv),
+		WithLogger(slog.New(slog.NewTextHandler(&log, nil))),
+		WithMutationObserver(func(m Mutation) { got = append(got, m) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +57,8 @@ func TestMutationFoundAtRetire(t *testing.T) {
 	var got []Mutation
 	var mu sync.Mutex
 	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-		WithMutationObserver[testConfig](func(m Mutation) { mu.Lock(); got = append(got, m); mu.Unlock() }))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+		WithMutationObserver(func(m Mutation) { mu.Lock(); got = append(got, m); mu.Unlock() }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +77,8 @@ func TestMutationFoundAtRetire(t *testing.T) {
 
 func TestMutationPanicMode(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-		WithMutationCheck[testConfig](MutationPanic))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+		WithMutationCheck(MutationPanic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +97,8 @@ func TestMutationPanicMode(t *testing.T) {
 
 func TestMutationOff(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()),
-		WithMutationCheck[testConfig](MutationOff))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+		WithMutationCheck(MutationOff))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 package reconf
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 )
 
@@ -11,19 +14,20 @@ const (
 	DefaultAttemptTimeout = time.Minute
 )
 
-// Option configures a Runtime.
-type Option[T any] func(*options[T])
+// Option configures a Runtime. Most options do not depend on the
+// configuration type; those that do (WithConsumer, WithOverride,
+// WithRetireHook) take it from their argument, and New refuses one made
+// for another type.
+type Option func(*settings)
 
-type options[T any] struct {
+// settings is what options set, before New knows the type.
+type settings struct {
 	logger            *slog.Logger
 	retention         int
 	attemptTimeout    time.Duration
 	maxBytes          int64
 	lookupEnv         func(string) (string, bool)
-	overrides         []func(*T)
-	consumers         []consumerReg[T]
-	observers         []func(Result)
-	retireHooks       []func(*Generation[T])
+	observers         []Observer
 	resources         []resource
 	mutationMode      MutationMode
 	mutationObservers []func(Mutation)
@@ -31,64 +35,105 @@ type options[T any] struct {
 	channel           Channel
 	baseDir           string
 	firstGen          uint64
+	// typed holds, in the order given, the options that carry a value of
+	// the configuration type: a consumerReg[T], a func(*T) override or a
+	// func(*Generation[T]) retire hook.
+	typed []typedOption
+}
+
+type typedOption struct {
+	option string // for the error when T does not match
+	v      any
+}
+
+// options are a runtime's settings with the typed ones resolved.
+type options[T any] struct {
+	settings
+	overrides   []func(*T)
+	consumers   []consumerReg[T]
+	retireHooks []func(*Generation[T])
+}
+
+// resolve checks every typed option against T and sorts it in.
+func (o *options[T]) resolve() error {
+	var errs []error
+	for _, t := range o.typed {
+		switch v := t.v.(type) {
+		case consumerReg[T]:
+			o.consumers = append(o.consumers, v)
+		case func(*T):
+			o.overrides = append(o.overrides, v)
+		case func(*Generation[T]):
+			o.retireHooks = append(o.retireHooks, v)
+		default:
+			errs = append(errs, fmt.Errorf("reconf: %s was made for another configuration type (%T), not %s", t.option, t.v, reflect.TypeFor[T]()))
+		}
+	}
+	o.typed = nil
+	return errors.Join(errs...)
 }
 
 // WithFirstGeneration numbers the startup load id instead of 1, so that a
 // process that replaces another (a restart) continues its predecessor's
 // numbering: pass the predecessor's active generation plus one. Zero means
 // 1. A runtime with a Channel takes the cluster's version instead.
-func WithFirstGeneration[T any](id uint64) Option[T] {
-	return func(o *options[T]) { o.firstGen = id }
-}
+func WithFirstGeneration(id uint64) Option { return func(o *settings) { o.firstGen = id } }
 
 // WithLogger sets where the runtime writes its one record per attempt.
 // The default is slog.Default().
-func WithLogger[T any](l *slog.Logger) Option[T] { return func(o *options[T]) { o.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *settings) { o.logger = l } }
 
 // WithRetention sets the retained-generation budget: the active generation
 // plus old ones still pinned. A publish that would exceed it is
 // retention-blocked. Values below 2 are raised to 2.
-func WithRetention[T any](n int) Option[T] {
-	return func(o *options[T]) { o.retention = max(n, 2) }
+func WithRetention(n int) Option {
+	return func(o *settings) { o.retention = max(n, 2) }
 }
 
 // WithAttemptTimeout bounds each attempt (default one minute).
-func WithAttemptTimeout[T any](d time.Duration) Option[T] {
-	return func(o *options[T]) { o.attemptTimeout = d }
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(o *settings) { o.attemptTimeout = d }
 }
 
 // WithMaxSourceBytes sets the source size bound (default 2 MiB).
-func WithMaxSourceBytes[T any](n int64) Option[T] { return func(o *options[T]) { o.maxBytes = n } }
+func WithMaxSourceBytes(n int64) Option { return func(o *settings) { o.maxBytes = n } }
 
 // WithEnv replaces os.LookupEnv for `env` tags and ${env:NAME} secrets.
-func WithEnv[T any](lookup func(string) (string, bool)) Option[T] {
-	return func(o *options[T]) { o.lookupEnv = lookup }
+func WithEnv(lookup func(string) (string, bool)) Option {
+	return func(o *settings) { o.lookupEnv = lookup }
 }
 
 // WithOverride applies fn to every candidate after the file and the
 // environment, before defaults and validation: the place for command-line
 // flags, which therefore win over both.
-func WithOverride[T any](fn func(*T)) Option[T] {
-	return func(o *options[T]) { o.overrides = append(o.overrides, fn) }
+func WithOverride[T any](fn func(*T)) Option {
+	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithOverride", fn}) }
 }
 
-// WithConsumer registers a consumer under name for changes at or under
+// WithConsumer registers a consumer under key for changes at or under
 // paths (all changes when none are given). Consumers are prepared in
-// registration order and aborted in reverse.
-func WithConsumer[T any](name string, c Consumer[T], paths ...string) Option[T] {
-	return func(o *options[T]) { o.consumers = append(o.consumers, consumerReg[T]{name, paths, c}) }
+// registration order and aborted in reverse. The values the consumer
+// attaches to generations (see Valuer) are read with key.Get; a value
+// that is not a V fails the attempt as preparation-failed. A consumer
+// that attaches no value can use a Name. Every path must name a field of
+// T (see ErrUnknownPath).
+func WithConsumer[T, V any](key Key[V], c Consumer[T], paths ...string) Option {
+	reg := consumerReg[T]{name: string(key), paths: paths, c: c, fits: func(v any) bool { _, ok := v.(V); return ok }, valueType: reflect.TypeFor[V]()}
+	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithConsumer(" + string(key) + ")", reg}) }
 }
 
-// WithObserver calls fn with every attempt's result, including busy
-// refusals, after the attempt ends. Metrics collectors use it. fn must be
-// quick and must not call back into the runtime's Reload or Check.
-func WithObserver[T any](fn func(Result)) Option[T] {
-	return func(o *options[T]) { o.observers = append(o.observers, fn) }
+// WithObserver tells obs every attempt's result, including busy refusals,
+// after the attempt ends; an obs that is also a StatusObserver is handed
+// the runtime's Status when New returns, so a metrics collector needs no
+// second call. Observe must be quick and must not call back into the
+// runtime's Reload or Check; a panic in it is logged.
+func WithObserver(obs Observer) Option {
+	return func(o *settings) { o.observers = append(o.observers, obs) }
 }
 
 // WithRetireHook calls fn when any generation retires.
-func WithRetireHook[T any](fn func(*Generation[T])) Option[T] {
-	return func(o *options[T]) { o.retireHooks = append(o.retireHooks, fn) }
+func WithRetireHook[T any](fn func(*Generation[T])) Option {
+	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithRetireHook", fn}) }
 }
 
 // WithMutationCheck sets what happens when a published configuration is
@@ -100,14 +145,14 @@ func WithRetireHook[T any](fn func(*Generation[T])) Option[T] {
 // panics; MutationOff turns the detector off. The library reads no
 // environment variable for this: a service maps its own flag onto it
 // (MutationMode implements encoding.TextUnmarshaler).
-func WithMutationCheck[T any](mode MutationMode) Option[T] {
-	return func(o *options[T]) { o.mutationMode = mode }
+func WithMutationCheck(mode MutationMode) Option {
+	return func(o *settings) { o.mutationMode = mode }
 }
 
 // WithMutationObserver calls fn with every mutation the detector reports,
 // before a MutationPanic panic. fn must be quick.
-func WithMutationObserver[T any](fn func(Mutation)) Option[T] {
-	return func(o *options[T]) { o.mutationObservers = append(o.mutationObservers, fn) }
+func WithMutationObserver(fn func(Mutation)) Option {
+	return func(o *settings) { o.mutationObservers = append(o.mutationObservers, fn) }
 }
 
 // WithProcessResource claims a process-wide resource (the log level, a
@@ -115,8 +160,8 @@ func WithMutationObserver[T any](fn func(Mutation)) Option[T] {
 // at or under paths. Another runtime in the process claiming the same name
 // with a different fingerprint fails construction; the same fingerprint
 // shares it. The claim is released by Close.
-func WithProcessResource[T any](name string, paths ...string) Option[T] {
-	return func(o *options[T]) { o.resources = append(o.resources, resource{name, paths}) }
+func WithProcessResource(name string, paths ...string) Option {
+	return func(o *settings) { o.resources = append(o.resources, resource{name, paths}) }
 }
 
 // WithChannel makes the runtime one worker of a cluster: New joins at the
@@ -125,12 +170,12 @@ func WithProcessResource[T any](name string, paths ...string) Option[T] {
 // channel, generation IDs are cluster versions, and literal secrets are
 // refused because only references may travel. Versions published by
 // others are applied with Runtime.Apply (package propagate does this).
-func WithChannel[T any](ch Channel) Option[T] { return func(o *options[T]) { o.channel = ch } }
+func WithChannel(ch Channel) Option { return func(o *settings) { o.channel = ch } }
 
 // WithBaseDir sets the directory that relative paths in `reconf:",file"`
 // fields are resolved against (usually the configuration file's). The
 // default is the process's working directory.
-func WithBaseDir[T any](dir string) Option[T] { return func(o *options[T]) { o.baseDir = dir } }
+func WithBaseDir(dir string) Option { return func(o *settings) { o.baseDir = dir } }
 
 type resource struct {
 	name  string

@@ -385,8 +385,8 @@ func TestRecursiveTypeTerminates(t *testing.T) {
 // second worker applies it through Apply.
 func TestApplyCarriesJSONRecords(t *testing.T) {
 	ch := &faultChannel{}
-	env := WithEnv[payloadConfig](func(k string) (string, bool) { return "v", k == "PAYLOAD_KEY" })
-	a, err := New[payloadConfig](context.Background(), Bytes("a", []byte(payloadFollower)), WithChannel[payloadConfig](ch), env, WithLogger[payloadConfig](discardLogger()))
+	env := WithEnv(func(k string) (string, bool) { return "v", k == "PAYLOAD_KEY" })
+	a, err := New[payloadConfig](context.Background(), Bytes("a", []byte(payloadFollower)), WithChannel(ch), env, WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestApplyCarriesJSONRecords(t *testing.T) {
 	if rec.Format != LiveJSON {
 		t.Fatalf("published format %q, want %q", rec.Format, LiveJSON)
 	}
-	b, err := New[payloadConfig](context.Background(), Bytes("b", []byte(payloadFollower)), WithEnv[payloadConfig](noEnv), WithLogger[payloadConfig](discardLogger()))
+	b, err := New[payloadConfig](context.Background(), Bytes("b", []byte(payloadFollower)), WithEnv(noEnv), WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,17 +12,17 @@ func TestNewRefusesUnknownRegistrationPaths(t *testing.T) {
 	nop := ConsumerFunc[testConfig](func(context.Context, *testConfig, *testConfig) (Prepared, error) { return nil, nil })
 	cases := []struct {
 		name string
-		opt  Option[testConfig]
+		opt  Option
 		want []string // substrings of the error
 	}{
-		{"consumer typo", WithConsumer("db", nop, "backend"), []string{`consumer "db"`, `"backend"`, "nearest: backends"}},
-		{"nested typo", WithConsumer("db", nop, "backends[stub].timout"), []string{`"backends[stub].timout"`, "backends[*].timeout"}},
-		{"resource typo", WithProcessResource[testConfig]("log", "loging.level"), []string{`process resource "log"`, "logging.level"}},
-		{"empty path", WithConsumer("db", nop, ""), []string{`""`}},
+		{"consumer typo", WithConsumer(Name("db"), nop, "backend"), []string{`consumer "db"`, `"backend"`, "nearest: backends"}},
+		{"nested typo", WithConsumer(Name("db"), nop, "backends[stub].timout"), []string{`"backends[stub].timout"`, "backends[*].timeout"}},
+		{"resource typo", WithProcessResource("log", "loging.level"), []string{`process resource "log"`, "logging.level"}},
+		{"empty path", WithConsumer(Name("db"), nop, ""), []string{`""`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv[testConfig](noEnv), tc.opt)
+			_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), tc.opt)
 			if !errors.Is(err, ErrUnknownPath) {
 				t.Fatalf("New: got %v, want ErrUnknownPath", err)
 			}
@@ -38,8 +38,8 @@ func TestNewRefusesUnknownRegistrationPaths(t *testing.T) {
 func TestKnownRegistrationPathsAreAccepted(t *testing.T) {
 	nop := ConsumerFunc[testConfig](func(context.Context, *testConfig, *testConfig) (Prepared, error) { return nil, nil })
 	newTestRuntime(t, newMem(baseYAML(1)),
-		WithConsumer("a", nop, "backends", "backends[stub]", "backends[0].timeout", "routing.a", "model_aliases[gpt-4o-mini]"),
-		WithProcessResource[testConfig]("log", "logging.level", "server"))
+		WithConsumer(Name("a"), nop, "backends", "backends[stub]", "backends[0].timeout", "routing.a", "model_aliases[gpt-4o-mini]"),
+		WithProcessResource("log", "logging.level", "server"))
 }
 
 func TestTypePath(t *testing.T) {

@@ -85,7 +85,7 @@ type Status struct {
 // New loads generation 1 from src, prepares and commits every consumer with
 // it, and returns the runtime. A failure returns an *Error (or a tag or
 // ownership error) and leaves nothing running.
-func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T], error) {
+func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], error) {
 	if err := CheckTags[T](); err != nil {
 		return nil, err
 	}
@@ -95,15 +95,18 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		retained:  map[*Generation[T]]struct{}{},
 		retiredCh: make(chan struct{}, 1),
 		closeLock: make(chan struct{}, 1),
-		o: options[T]{
+		o: options[T]{settings: settings{
 			retention:      DefaultRetention,
 			attemptTimeout: DefaultAttemptTimeout,
 			maxBytes:       DefaultMaxSourceBytes,
 			now:            time.Now,
-		},
+		}},
 	}
 	for _, opt := range opts {
-		opt(&r.o)
+		opt(&r.o.settings)
+	}
+	if err := r.o.resolve(); err != nil {
+		return nil, err
 	}
 	if err := checkRegistrations(r.o.consumers, r.o.resources); err != nil {
 		return nil, err
@@ -137,7 +140,11 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		r.releases = append(r.releases, rel)
 	}
 	g := r.newGeneration(id, cand, r.digest(cand))
-	staged, err := r.prepare(withFiles(ctx, cand.read), nil, cand.cfg, nil)
+	// Startup prepares like an attempt: bounded by the attempt timeout,
+	// a panic caught, a Commit panic reported, never passed to the caller.
+	pctx, cancel := context.WithTimeout(ctx, r.o.attemptTimeout)
+	staged, err := r.prepare(withFiles(pctx, cand.read), nil, cand.cfg, nil)
+	cancel()
 	if err != nil {
 		r.releaseClaims()
 		return nil, err
@@ -146,7 +153,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 	r.retained[g] = struct{}{}
 	r.cur.Store(g)
 	for _, s := range staged {
-		s.p.Commit()
+		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
 	r.lastRead, r.activeData = snap.Version, snap.Data
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -154,6 +161,11 @@ func New[T any](ctx context.Context, src Source, opts ...Option[T]) (*Runtime[T]
 		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
 	res.Message = fmt.Sprintf("generation %d loaded", id)
 	r.record(res)
+	for _, obs := range r.o.observers {
+		if so, ok := obs.(StatusObserver); ok {
+			so.BindStatus(r.Status)
+		}
+	}
 	return r, nil
 }
 
@@ -294,6 +306,11 @@ func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Chang
 			p = keepValue{} // nothing to rebuild: the previous value stays
 		}
 		out = append(out, staged{i, p})
+		if v, ok := p.(Valuer); ok {
+			if val := v.Value(); val != nil && !c.fits(val) {
+				return out, &ConsumerError{Consumer: c.name, Err: fmt.Errorf("it attached a %T, but its key holds %s", val, c.valueType)}
+			}
+		}
 	}
 	return out, nil
 }
@@ -700,8 +717,8 @@ func (r *Runtime[T]) logAttempt(res Result) {
 }
 
 func (r *Runtime[T]) observe(res Result) {
-	for _, fn := range r.o.observers {
-		fn(res)
+	for _, obs := range r.o.observers {
+		runHook(r.o.logger, func() { obs.Observe(res) })
 	}
 }
 

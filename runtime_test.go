@@ -84,7 +84,7 @@ func TestRestartPathsAreCappedAndSorted(t *testing.T) {
 		fmt.Fprintf(&b, "  k%02d: 1\n", i)
 	}
 	src := newMem(b.String())
-	rt, err := New[wide](context.Background(), src, WithLogger[wide](discardLogger()))
+	rt, err := New[wide](context.Background(), src, WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestUnclassifiedFieldIsRestartRequired(t *testing.T) {
 		Loose int `yaml:"loose"`
 	}
 	src := newMem("live: 1\nloose: 1\n")
-	rt, err := New[partly](context.Background(), src, WithLogger[partly](discardLogger()))
+	rt, err := New[partly](context.Background(), src, WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,10 +200,10 @@ func TestPrepareFailureInjection(t *testing.T) {
 			var log []string
 			var mu sync.Mutex
 			cs := make([]*recorder, 3)
-			var opts []Option[testConfig]
+			var opts []Option
 			for i := range cs {
 				cs[i] = &recorder{name: fmt.Sprint(i), log: &log, mu: &mu}
-				opts = append(opts, WithConsumer[testConfig](fmt.Sprint(i), cs[i], "routing"))
+				opts = append(opts, WithConsumer(Name(fmt.Sprint(i)), cs[i], "routing"))
 			}
 			src := newMem(baseYAML(1))
 			rt := newTestRuntime(t, src, opts...)
@@ -270,8 +270,8 @@ func TestOnlyInterestedConsumersAreAsked(t *testing.T) {
 	aliases := &recorder{name: "aliases", log: &log, mu: &mu}
 	src := newMem(baseYAML(1))
 	rt := newTestRuntime(t, src,
-		WithConsumer[testConfig]("routing", routing, "routing"),
-		WithConsumer[testConfig]("aliases", aliases, "model_aliases"))
+		WithConsumer(Name("routing"), routing, "routing"),
+		WithConsumer(Name("aliases"), aliases, "model_aliases"))
 	mu.Lock()
 	log = nil
 	mu.Unlock()
@@ -294,8 +294,8 @@ func TestRetentionAndRetire(t *testing.T) {
 	c := &recorder{name: "c", log: &log, mu: &lmu}
 	src := newMem(baseYAML(1))
 	rt := newTestRuntime(t, src,
-		WithRetention[testConfig](3),
-		WithConsumer[testConfig]("c", c),
+		WithRetention(3),
+		WithConsumer(Name("c"), c),
 		WithRetireHook[testConfig](func(g *Generation[testConfig]) {
 			mu.Lock()
 			retired = append(retired, g.ID())
@@ -401,7 +401,7 @@ func TestAttemptOutlivesCallerContext(t *testing.T) {
 
 func TestAttemptTimeout(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithAttemptTimeout[testConfig](20*time.Millisecond))
+	rt := newTestRuntime(t, src, WithAttemptTimeout(20*time.Millisecond))
 	src.mu.Lock()
 	src.block = make(chan struct{})
 	src.mu.Unlock()
@@ -416,7 +416,7 @@ func TestCheckNeverPublishes(t *testing.T) {
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithConsumer[testConfig]("c", c))
+	rt := newTestRuntime(t, src, WithConsumer(Name("c"), c))
 	mu.Lock()
 	log = nil
 	mu.Unlock()
@@ -444,7 +444,7 @@ func TestCloseCancelsAndRefuses(t *testing.T) {
 	var log []string
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()), WithConsumer[testConfig]("c", c))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), WithConsumer(Name("c"), c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestCloseCancelsAndRefuses(t *testing.T) {
 }
 
 func TestConcurrentClose(t *testing.T) {
-	rt, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()))
+	rt, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,14 +519,14 @@ func TestConcurrentClose(t *testing.T) {
 
 func TestProcessOwnership(t *testing.T) {
 	src1 := newMem(baseYAML(1))
-	rt1 := newTestRuntime(t, src1, WithProcessResource[testConfig]("log-level", "logging"))
+	rt1 := newTestRuntime(t, src1, WithProcessResource("log-level", "logging"))
 	_ = rt1
 	// Same logging settings: shared.
-	rt2 := newTestRuntime(t, newMem(baseYAML(5)), WithProcessResource[testConfig]("log-level", "logging"))
+	rt2 := newTestRuntime(t, newMem(baseYAML(5)), WithProcessResource("log-level", "logging"))
 	_ = rt2
 	// Different logging settings: refused with an actionable error.
 	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)+"logging:\n  level: debug\n"),
-		WithEnv[testConfig](noEnv), WithLogger[testConfig](discardLogger()), WithProcessResource[testConfig]("log-level", "logging"))
+		WithEnv(noEnv), WithLogger(discardLogger()), WithProcessResource("log-level", "logging"))
 	if !errors.Is(err, ErrOwnership) || !strings.Contains(err.Error(), "log-level") {
 		t.Fatalf("err = %v, want ErrOwnership naming the resource", err)
 	}
@@ -548,14 +548,14 @@ func TestProcessOwnership(t *testing.T) {
 }
 
 func TestNewFailures(t *testing.T) {
-	if _, err := New[testConfig](context.Background(), newMem("nope: 1\n"), WithEnv[testConfig](noEnv)); err == nil {
+	if _, err := New[testConfig](context.Background(), newMem("nope: 1\n"), WithEnv(noEnv)); err == nil {
 		t.Fatal("New accepted an unknown field")
 	}
 	var log []string
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
 	c.fail.Store(true)
-	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv[testConfig](noEnv), WithConsumer[testConfig]("c", c))
+	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithConsumer(Name("c"), c))
 	var ce *ConsumerError
 	if !errors.As(err, &ce) || ce.Consumer != "c" {
 		t.Fatalf("err = %v, want ConsumerError", err)
@@ -565,7 +565,7 @@ func TestNewFailures(t *testing.T) {
 func TestPanickingConsumerIsInternalFailure(t *testing.T) {
 	src := newMem(baseYAML(1))
 	calls := 0
-	rt := newTestRuntime(t, src, WithConsumer[testConfig]("p", ConsumerFunc[testConfig](func(ctx context.Context, prev, next *testConfig) (Prepared, error) {
+	rt := newTestRuntime(t, src, WithConsumer(Name("p"), ConsumerFunc[testConfig](func(ctx context.Context, prev, next *testConfig) (Prepared, error) {
 		calls++
 		if prev != nil {
 			panic("consumer bug")
@@ -594,7 +594,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // its predecessor's generation plus one keeps counting from there.
 func TestWithFirstGenerationContinuesTheNumbering(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithFirstGeneration[testConfig](8))
+	rt := newTestRuntime(t, src, WithFirstGeneration(8))
 	if id := rt.Current().ID(); id != 8 {
 		t.Fatalf("first generation %d, want 8", id)
 	}

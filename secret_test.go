@@ -79,7 +79,7 @@ func TestSecretReferences(t *testing.T) {
 	data := strings.Replace(baseYAML(1), "    timeout: 5s\n", "    timeout: 5s\n    api_key: ${env:STUB_KEY}\n", 1)
 	data = strings.Replace(data, "    weight: 3\n", "    weight: 3\n    api_key: ${file:"+file+"}\n", 1)
 	src.set(data)
-	rt := newTestRuntime(t, src, WithEnv[testConfig](env))
+	rt := newTestRuntime(t, src, WithEnv(env))
 	b := rt.Current().Config().Backends
 	if b[0].APIKey.Reveal() != "from-env" || b[1].APIKey.Reveal() != "from-file" {
 		t.Fatalf("resolved %q %q", b[0].APIKey.Reveal(), b[1].APIKey.Reveal())
@@ -127,8 +127,8 @@ func TestSecretCanary(t *testing.T) {
 	var logs captureLogger
 	var outputs []string
 	src := newMem(yamlWith(1, lit))
-	rt, err := New[testConfig](context.Background(), src, WithEnv[testConfig](env), WithLogger[testConfig](logs.logger()),
-		WithObserver[testConfig](func(r Result) { outputs = append(outputs, fmt.Sprintf("%+v", r)) }))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(env), WithLogger(logs.logger()),
+		WithObserver(ObserverFunc(func(r Result) { outputs = append(outputs, fmt.Sprintf("%+v", r)) })))
 	if err != nil {
 		t.Fatal(err)
 	}

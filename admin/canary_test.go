@@ -26,11 +26,10 @@ func TestSecretCanary(t *testing.T) {
 	h := reconf.NewHistory(0)
 	e := start(t, setup{
 		token:   testToken,
-		runtime: []reconf.Option[testConfig]{reconf.WithObserver[testConfig](m.Observe), reconf.WithObserver[testConfig](h.Observe)},
+		runtime: []reconf.Option{reconf.WithObserver(m), reconf.WithObserver(h)},
 		admin: []admin.Option{admin.WithMetrics(reg), admin.WithAllowedOrigins("https://ops.example.com"),
 			admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil })},
 	})
-	m.Bind(e.rt.Status)
 
 	reloads := []struct {
 		name   string

@@ -21,7 +21,7 @@ func Example() {
 	}
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := reconf.New[Config](ctx, reconf.Bytes("example", []byte("limit: 1\n")), reconf.WithLogger[Config](quiet))
+	rt, err := reconf.New[Config](ctx, reconf.Bytes("example", []byte("limit: 1\n")), reconf.WithLogger(quiet))
 	if err != nil {
 		panic(err)
 	}

@@ -140,7 +140,7 @@ type env struct {
 }
 
 type setup struct {
-	runtime []reconf.Option[testConfig]
+	runtime []reconf.Option
 	admin   []admin.Option
 	token   string
 }
@@ -149,15 +149,15 @@ func newRuntime(t *testing.T, s setup) *env {
 	t.Helper()
 	e := &env{t: t, src: &memSource{data: baseYAML(1)}, gate: &gate{}, logs: &syncBuffer{}, token: s.token}
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opts := append([]reconf.Option[testConfig]{
-		reconf.WithLogger[testConfig](logger),
-		reconf.WithEnv[testConfig](func(name string) (string, bool) {
+	opts := append([]reconf.Option{
+		reconf.WithLogger(logger),
+		reconf.WithEnv(func(name string) (string, bool) {
 			if name == canaryEnvName {
 				return canaryEnv, true
 			}
 			return "", false
 		}),
-		reconf.WithConsumer[testConfig]("pool", e.gate),
+		reconf.WithConsumer(reconf.Name("pool"), e.gate),
 	}, s.runtime...)
 	rt, err := reconf.New[testConfig](context.Background(), e.src.source(), opts...)
 	if err != nil {

@@ -1,14 +1,13 @@
 // Package metrics exports a reconf runtime's attempts and state as
-// Prometheus metrics. It works with any runtime: attempts arrive through
-// reconf.WithObserver, and state is read from the runtime's Status at scrape
-// time.
+// Prometheus metrics. It works with any runtime: passed to
+// reconf.WithObserver, a Metrics receives every attempt, and New binds it
+// to the runtime's Status, read at scrape time. There is no second step.
 //
 //	m := metrics.New("reconf")
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver[Config](m.Observe))
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver(m))
 //	if err != nil {
 //		return err
 //	}
-//	m.Bind(rt.Status)
 //	registry.MustRegister(m)
 //
 // # Metrics
@@ -23,13 +22,14 @@
 //	reconf_retained_generations                        gauge
 //	reconf_pinned_units                                gauge
 //	reconf_busy                                        gauge (0 or 1)
+//	reconf_mutations_detected_total                    counter
 //
 // The counter and the histogram are fed by Observe. Every attempt counts,
 // including busy refusals, dry runs (trigger "check") and the startup load
 // (trigger "startup"); busy refusals that never ran are left out of the
 // histogram, since their duration says nothing. The gauges are read from
-// the bound Status function at scrape time and are absent until Bind is
-// called; the timestamps are absent until the first success or failure.
+// the bound Status function at scrape time (absent while none is bound:
+// reconf.New binds it when it returns); the timestamps are absent until the first success or failure.
 //
 // # Labels
 //
@@ -43,6 +43,6 @@
 // # Concurrency
 //
 // A Metrics is safe for concurrent use: Observe may run on the runtime's
-// attempt goroutine while a scrape calls Collect. Bind may be called at any
-// time, once the runtime exists.
+// attempt goroutine while a scrape calls Collect, and BindStatus may be
+// called at any time.
 package metrics

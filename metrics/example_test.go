@@ -19,13 +19,12 @@ func Example() {
 	ctx := context.Background()
 	m := metrics.New("reconf")
 	rt, err := reconf.New[Config](ctx, reconf.Bytes("example", []byte("limit: 1\n")),
-		reconf.WithObserver[Config](m.Observe),
-		reconf.WithLogger[Config](slog.New(slog.NewTextHandler(io.Discard, nil))))
+		reconf.WithObserver(m),
+		reconf.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		panic(err)
 	}
 	defer rt.Close(ctx)
-	m.Bind(rt.Status)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 

@@ -40,7 +40,10 @@ type Metrics struct {
 	generation, lastSuccess, lastFailure, retained, pinned, busy, mutations *prometheus.Desc
 }
 
-var _ prometheus.Collector = (*Metrics)(nil)
+var (
+	_ prometheus.Collector  = (*Metrics)(nil)
+	_ reconf.StatusObserver = (*Metrics)(nil)
+)
 
 // New returns the collectors under namespace (for example "reconf"). It
 // does not register them: pass the Metrics to a Registerer, which panics or
@@ -77,8 +80,9 @@ func New(namespace string, opts ...Option) *Metrics {
 	}
 }
 
-// Observe records one attempt's result. It is meant for
-// reconf.WithObserver, is quick, never fails and is safe for concurrent use.
+// Observe records one attempt's result. It is called by the runtime m is
+// passed to with reconf.WithObserver, is quick, never fails and is safe for
+// concurrent use.
 func (m *Metrics) Observe(res reconf.Result) {
 	outcome := res.Outcome.String()
 	m.attempts.WithLabelValues(outcome, reasonLabel(res.Reason), triggerLabel(res.Trigger)).Inc()
@@ -88,10 +92,12 @@ func (m *Metrics) Observe(res reconf.Result) {
 	m.duration.WithLabelValues(outcome).Observe(res.Duration.Seconds())
 }
 
-// Bind sets the function the gauges are read from at scrape time, usually
-// a runtime's Status method. A nil status unbinds it. Safe for concurrent
-// use.
-func (m *Metrics) Bind(status func() reconf.Status) {
+// BindStatus sets the function the gauges are read from at scrape time.
+// reconf.New calls it with the runtime's Status method when m is passed to
+// reconf.WithObserver, so there is no second step; call it yourself only
+// to read another runtime's status. A nil status unbinds it. Safe for
+// concurrent use.
+func (m *Metrics) BindStatus(status func() reconf.Status) {
 	if status == nil {
 		m.status.Store(nil)
 		return

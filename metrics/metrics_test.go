@@ -66,10 +66,16 @@ func newFixture(t *testing.T, bind bool, opts ...metrics.Option) *fixture {
 		}
 		return nil, nil
 	})
+	// Passed whole, the Metrics is bound to the runtime's status by New;
+	// passed as a function, it only counts attempts.
+	var obs reconf.Observer = reconf.ObserverFunc(f.m.Observe)
+	if bind {
+		obs = f.m
+	}
 	rt, err := reconf.New[testConfig](context.Background(), src,
-		reconf.WithObserver[testConfig](f.m.Observe),
-		reconf.WithConsumer[testConfig]("c", consumer),
-		reconf.WithLogger[testConfig](discardLogger()))
+		reconf.WithObserver(obs),
+		reconf.WithConsumer(reconf.Name("c"), consumer),
+		reconf.WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +85,6 @@ func newFixture(t *testing.T, bind bool, opts ...metrics.Option) *fixture {
 		}
 	})
 	f.rt = rt
-	if bind {
-		f.m.Bind(rt.Status)
-	}
 	f.reg.MustRegister(f.m)
 	return f
 }
@@ -265,15 +268,15 @@ func TestUnbound(t *testing.T) {
 		t.Errorf("unbound gauges: %d, %v; want none", n, err)
 	}
 	if n, err := testutil.GatherAndCount(f.reg, "reconf_attempts_total"); err != nil || n != 1 {
-		t.Errorf("attempts before Bind: %d, %v; want the startup load", n, err)
+		t.Errorf("attempts before BindStatus: %d, %v; want the startup load", n, err)
 	}
-	f.m.Bind(f.rt.Status)
+	f.m.BindStatus(f.rt.Status)
 	if n, _ := testutil.GatherAndCount(f.reg, "reconf_active_generation"); n != 1 {
-		t.Errorf("after Bind: %d active_generation samples, want 1", n)
+		t.Errorf("after BindStatus: %d active_generation samples, want 1", n)
 	}
-	f.m.Bind(nil)
+	f.m.BindStatus(nil)
 	if n, _ := testutil.GatherAndCount(f.reg, "reconf_active_generation"); n != 0 {
-		t.Errorf("after Bind(nil): %d samples, want 0", n)
+		t.Errorf("after BindStatus(nil): %d samples, want 0", n)
 	}
 }
 

@@ -8,7 +8,7 @@
 //
 //	cli, err := propagate.Connect(endpoints, logger)
 //	ch, err := propagate.NewChannel(cli, "/reconf/gateway")
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithChannel[Config](ch))
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithChannel(ch))
 //	f, err := propagate.Follow(ctx, ch, rt)
 //	srv, err := admin.New(rt, admin.WithStatusFields(f.StatusFields))
 //	...

@@ -123,7 +123,7 @@ type workerOpts struct {
 	data   string
 	follow []Option
 	cli    *clientv3.Client // shared client; nil means the worker's own
-	rtOpts []reconf.Option[testConfig]
+	rtOpts []reconf.Option
 	chOpts []ChannelOption
 	// history, when set, gives the worker a fleet History with these
 	// options, fed by its runtime and its follower.
@@ -160,14 +160,14 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 	if wo.history != nil {
 		w.h = NewHistory(ch, append([]HistoryOption{WithHistoryLogger(testLogger())}, wo.history...)...)
 		t.Cleanup(func() { _ = w.h.Close(context.Background()) })
-		wo.rtOpts = append(wo.rtOpts, reconf.WithObserver[testConfig](w.h.Observe))
+		wo.rtOpts = append(wo.rtOpts, reconf.WithObserver(w.h))
 		wo.follow = append(wo.follow, WithHistory(w.h))
 	}
-	rt, err := reconf.New[testConfig](ctx, w.src, append([]reconf.Option[testConfig]{
-		reconf.WithChannel[testConfig](ch),
-		reconf.WithEnv[testConfig](w.env.Lookup),
-		reconf.WithLogger[testConfig](testLogger()),
-		reconf.WithObserver[testConfig](func(r reconf.Result) {
+	rt, err := reconf.New[testConfig](ctx, w.src, append([]reconf.Option{
+		reconf.WithChannel(ch),
+		reconf.WithEnv(w.env.Lookup),
+		reconf.WithLogger(testLogger()),
+		reconf.WithObserver(reconf.ObserverFunc(func(r reconf.Result) {
 			if r.Outcome == reconf.Published && !r.DryRun {
 				w.mu.Lock()
 				w.gens = append(w.gens, r.Generation)
@@ -177,7 +177,7 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 				default:
 				}
 			}
-		})}, wo.rtOpts...)...)
+		}))}, wo.rtOpts...)...)
 	if err != nil {
 		t.Fatalf("worker %s: New: %v", id, err)
 	}

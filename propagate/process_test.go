@@ -46,13 +46,13 @@ func childMain(spec string) int {
 	src := &memSource{}
 	src.Set(configYAML("gw", 1, "KEY1"))
 	env := newEnv("KEY1", canary)
-	rt, err := reconf.New[testConfig](ctx, src, reconf.WithChannel[testConfig](ch), reconf.WithEnv[testConfig](env.Lookup),
-		reconf.WithLogger[testConfig](quiet),
-		reconf.WithObserver[testConfig](func(r reconf.Result) {
+	rt, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(env.Lookup),
+		reconf.WithLogger(quiet),
+		reconf.WithObserver(reconf.ObserverFunc(func(r reconf.Result) {
 			if r.Outcome == reconf.Published {
 				out <- fmt.Sprintf("applied %d %d", r.Generation, time.Now().UnixNano())
 			}
-		}))
+		})))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

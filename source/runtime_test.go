@@ -22,7 +22,7 @@ type rtConfig struct {
 
 // newFileRuntime starts a runtime over a real file holding limit 1, closed
 // when the test ends, and returns the file's path.
-func newFileRuntime(t *testing.T, opts ...reconf.Option[rtConfig]) (string, *reconf.Runtime[rtConfig]) {
+func newFileRuntime(t *testing.T, opts ...reconf.Option) (string, *reconf.Runtime[rtConfig]) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeAtomic(t, path, "listen: :8080\nlimit: 1\n")
@@ -30,7 +30,7 @@ func newFileRuntime(t *testing.T, opts ...reconf.Option[rtConfig]) (string, *rec
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]reconf.Option[rtConfig]{reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	opts = append([]reconf.Option{reconf.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	rt, err := reconf.New[rtConfig](context.Background(), src, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func newFileRuntime(t *testing.T, opts ...reconf.Option[rtConfig]) (string, *rec
 // and checks after each that the active generation and its configuration
 // are exactly as before; then a proper atomic replacement publishes.
 func TestRuntimeKeepsGenerationOnEveryIntegrityFailure(t *testing.T) {
-	path, rt := newFileRuntime(t, reconf.WithMaxSourceBytes[rtConfig](1024))
+	path, rt := newFileRuntime(t, reconf.WithMaxSourceBytes(1024))
 
 	steps := []struct {
 		name    string
@@ -151,7 +151,7 @@ func TestRuntimeConfigMapSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, _ := File(filepath.Join(dir, "config.yaml"))
-	rt, err := reconf.New[rtConfig](context.Background(), src, reconf.WithLogger[rtConfig](slog.New(slog.NewTextHandler(io.Discard, nil))))
+	rt, err := reconf.New[rtConfig](context.Background(), src, reconf.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

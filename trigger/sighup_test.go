@@ -78,9 +78,9 @@ func newFixture(t *testing.T) *fixture {
 		f.outcomes[res.Outcome]++
 	}
 	rt, err := reconf.New[testConfig](context.Background(), src,
-		reconf.WithConsumer[testConfig]("c", consumer),
-		reconf.WithObserver[testConfig](observe),
-		reconf.WithLogger[testConfig](f.logger()))
+		reconf.WithConsumer(reconf.Name("c"), consumer),
+		reconf.WithObserver(reconf.ObserverFunc(observe)),
+		reconf.WithLogger(f.logger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func startFleet(ctx context.Context, mode string, endpoints []string, n, clients
 		if i == 0 {
 			path = pubPath
 		}
-		obs := reconf.WithObserver[gateway.Config](func(res reconf.Result) { fl.track.observe(i, res) })
+		obs := reconf.WithObserver(reconf.ObserverFunc(func(res reconf.Result) { fl.track.observe(i, res) }))
 		switch mode {
 		case modeGateway:
 			g, err := gateway.New(ctx, path,
@@ -133,7 +133,7 @@ func (fl *fleet) sharedClient(i int) *clientv3.Client {
 	return fl.shared[i%len(fl.shared)]
 }
 
-func startRuntime(ctx context.Context, endpoints []string, shared *clientv3.Client, i int, path string, obs reconf.Option[gateway.Config], log *slog.Logger) (runtimeMember, error) {
+func startRuntime(ctx context.Context, endpoints []string, shared *clientv3.Client, i int, path string, obs reconf.Option, log *slog.Logger) (runtimeMember, error) {
 	var m runtimeMember
 	cli := shared
 	if cli == nil {
@@ -161,8 +161,8 @@ func startRuntime(ctx context.Context, endpoints []string, shared *clientv3.Clie
 		return fail(err)
 	}
 	m.rt, err = reconf.New[gateway.Config](ctx, src,
-		reconf.WithChannel[gateway.Config](ch), reconf.WithLogger[gateway.Config](log),
-		reconf.WithBaseDir[gateway.Config](filepath.Dir(path)), obs)
+		reconf.WithChannel(ch), reconf.WithLogger(log),
+		reconf.WithBaseDir(filepath.Dir(path)), obs)
 	if err != nil {
 		return fail(err)
 	}

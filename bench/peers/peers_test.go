@@ -23,7 +23,7 @@ var sinkStr string
 
 func newReconf(b testing.TB) *reconf.Runtime[Config] {
 	rt, err := reconf.New[Config](context.Background(), reconf.Bytes("peers", []byte(Document)),
-		reconf.WithLogger[Config](slog.New(slog.NewTextHandler(io.Discard, nil))))
+		reconf.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		b.Fatal(err)
 	}

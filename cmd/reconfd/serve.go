@@ -170,7 +170,7 @@ func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env,
 	}
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver[gateway.Config](m.Observe), reconf.WithObserver[gateway.Config](managementToken.observe), reconf.WithMutationCheck[gateway.Config](mode))}, opts...)
+		gateway.WithRuntimeOptions(reconf.WithObserver(m), reconf.WithObserver(reconf.ObserverFunc(managementToken.observe)), reconf.WithMutationCheck(mode))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
 		// Stopping on request is a clean exit, as the supervisor's is.
@@ -179,7 +179,6 @@ func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env,
 	if err != nil {
 		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
 	}
-	m.Bind(g.Runtime().Status)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, g.Collector(),
 		collectors.NewGoCollector(),
@@ -211,7 +210,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	if v := lookup.get(envGeneration); v != "" {
 		// A successor continues its predecessor's numbering.
 		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration[gateway.Config](n+1)))
+			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
 		}
 	}
 	if path := lookup.get(envHistory); path != "" {

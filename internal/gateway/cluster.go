@@ -231,7 +231,7 @@ func (g *Gateway) concurrency() map[string]gate.Stats {
 	pin := g.rt.Acquire()
 	defer pin.Release()
 	out := map[string]gate.Stats{}
-	st, ok := pin.Value(ConsumerName).(*routes)
+	st, ok := routesKey.Lookup(pin)
 	if !ok || st.closed.Load() {
 		return out
 	}

@@ -93,7 +93,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.latency.Collect(ch)
 	pin := c.g.rt.Acquire()
 	defer pin.Release()
-	st, ok := pin.Value(ConsumerName).(*routes)
+	st, ok := routesKey.Lookup(pin)
 	if !ok || st.closed.Load() {
 		return
 	}

@@ -23,7 +23,7 @@
 // included: when the handler returns, or, for a stream (which fasthttp
 // writes after the handler returns), when the stream's body is closed.
 // Everything the request uses comes from the pinned generation: its
-// configuration and its routing state, read with pin.Value(ConsumerName).
+// configuration and its routing state, read with routesKey.Get(pin).
 // Every response carries the generation in the Reconf-Generation header;
 // the stub puts it in each streamed chunk too.
 //
@@ -39,7 +39,7 @@
 //
 // # Transactions
 //
-// One consumer, registered as ConsumerName for every live section, builds
+// One consumer, registered under routesKey for every live section, builds
 // a generation's whole routing state in Prepare: a route per backend (the
 // stub, or an openai client), the alias table, the client keys' digests,
 // the body limit and the attempt budget. Prepare has no visible effect but

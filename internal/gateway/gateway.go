@@ -56,7 +56,7 @@ type options struct {
 	logger       *slog.Logger
 	logOutput    io.Writer
 	env          func(string) (string, bool)
-	runtime      []reconf.Option[Config]
+	runtime      []reconf.Option
 	newTransport func(*fasthttp.HostClient) UpstreamTransport
 	timeouts     ServerTimeouts
 	cluster      *ClusterOptions
@@ -91,7 +91,7 @@ func WithEnv(lookup func(string) (string, bool)) Option { return func(o *options
 
 // WithRuntimeOptions adds options to the configuration runtime (an
 // observer for metrics, a retention budget).
-func WithRuntimeOptions(opts ...reconf.Option[Config]) Option {
+func WithRuntimeOptions(opts ...reconf.Option) Option {
 	return func(o *options) { o.runtime = append(o.runtime, opts...) }
 }
 
@@ -146,32 +146,32 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters}
 	var history *reconf.History
-	var observe func(reconf.Result)
+	var observe reconf.Observer
 	if cl != nil {
 		cl.history = propagate.NewHistory(cl.ch, propagate.WithHistoryLogger(log))
-		observe = cl.history.Observe
+		observe = cl.history
 	} else {
 		history = reconf.NewHistory(0)
 		for _, e := range o.historySeed {
 			history.Add(e)
 		}
-		observe = history.Observe
+		observe = history
 	}
-	ropts := []reconf.Option[Config]{
-		reconf.WithLogger[Config](log),
-		reconf.WithObserver[Config](observe),
-		reconf.WithConsumer[Config](ConsumerName, cons, consumerPaths...),
-		reconf.WithConsumer[Config]("logging", levelConsumer(level), "logging.level"),
-		reconf.WithBaseDir[Config](cons.dir),
+	ropts := []reconf.Option{
+		reconf.WithLogger(log),
+		reconf.WithObserver(observe),
+		reconf.WithConsumer(routesKey, cons, consumerPaths...),
+		reconf.WithConsumer(reconf.Name("logging"), levelConsumer(level), "logging.level"),
+		reconf.WithBaseDir(cons.dir),
 	}
 	if o.env != nil {
-		ropts = append(ropts, reconf.WithEnv[Config](o.env))
+		ropts = append(ropts, reconf.WithEnv(o.env))
 	}
 	switch {
 	case cl != nil:
-		ropts = append(ropts, reconf.WithChannel[Config](cl.ch))
+		ropts = append(ropts, reconf.WithChannel(cl.ch))
 	case o.clusterCheck:
-		ropts = append(ropts, reconf.WithChannel[Config](dryChannel{}))
+		ropts = append(ropts, reconf.WithChannel(dryChannel{}))
 	}
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)

@@ -125,8 +125,6 @@ type genText struct {
 	text []byte
 }
 
-func routesOf(p reconf.Pin[Config]) *routes { return p.Value(ConsumerName).(*routes) }
-
 // call is one chat completion on its way to a backend.
 type call struct {
 	req         chatRequest
@@ -150,7 +148,7 @@ func tooLarge(ctx *fasthttp.RequestCtx, limit int64) {
 // to a streamed body.
 func (g *Gateway) chat(x *exchange) bool {
 	ctx := x.ctx
-	st := routesOf(x.pin)
+	st := routesKey.Get(x.pin)
 	// The key and the limit were checked against the active generation
 	// before the body was read; they are checked again under the pin,
 	// since a reload may have changed them meanwhile.
@@ -236,7 +234,7 @@ func timedOut(ctx *fasthttp.RequestCtx, backend string) {
 }
 
 func (g *Gateway) models(x *exchange) {
-	st := routesOf(x.pin)
+	st := routesKey.Get(x.pin)
 	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(x.ctx.Request.Header.Peek("Authorization")) {
 		unauthorized(x.ctx)
 		return

@@ -263,7 +263,7 @@ backends:
   - {name: one, kind: stub, model: m, max_concurrency: 1, timeout: 500ms, stub: {tokens: 1, token_delay: 300ms}}
 `)
 	p := tg.rt.Acquire()
-	lim := routesOf(p).byName["one"].lim
+	lim := routesKey.Get(p).byName["one"].lim
 	p.Release()
 	waiting := func(n int) func() bool {
 		return func() bool { return lim.Stats().Waiting == n }
@@ -335,7 +335,7 @@ backends:
 		t.Fatalf("reload: %+v", res)
 	}
 	p := tg.rt.Acquire()
-	lim := routesOf(p).byName["one"].lim
+	lim := routesKey.Get(p).byName["one"].lim
 	p.Release()
 	if st := lim.Stats(); st.Limit != 2 || st.InFlight != 1 {
 		t.Errorf("got limit %d in flight %d, want 2 and 1", st.Limit, st.InFlight)

@@ -58,7 +58,7 @@ func TestNewBackendLimitUndoneOnAbort(t *testing.T) {
 	}
 	p := tg.rt.Acquire()
 	defer p.Release()
-	if r := routesOf(p).byName["two"]; r.lim != lim || lim.Stats().Limit != 3 {
+	if r := routesKey.Get(p).byName["two"]; r.lim != lim || lim.Stats().Limit != 3 {
 		t.Errorf("published: limiter %p (want %p) with limit %d, want 3", r.lim, lim, lim.Stats().Limit)
 	}
 }

@@ -25,9 +25,9 @@ import (
 	"github.com/reconfhq/reconf/gate"
 )
 
-// ConsumerName is the name the routing state is registered under; requests
-// read it with pin.Value(ConsumerName).
-const ConsumerName = "backends"
+// routesKey is the key the routing state is registered under; requests
+// read it with routesKey.Get(pin).
+const routesKey = reconf.Key[*routes]("backends")
 
 // consumerPaths are the configuration paths the routing state is built
 // from: every live section.

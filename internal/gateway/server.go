@@ -91,7 +91,7 @@ func (g *Gateway) newServer() *fasthttp.Server {
 // 401. No pin is taken here: the handler pins after the body is in.
 func (g *Gateway) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	cur := g.rt.Current()
-	st := cur.Value(ConsumerName).(*routes)
+	st := routesKey.Get(cur)
 	rc := fasthttp.RequestConfig{ReadTimeout: g.timeouts.Body, MaxRequestBodySize: int(min(st.maxBody, maxInt))}
 	if h.ContentLength() != 0 && cur.Config().Auth.Mode == "api_keys" && !st.authorized(h.Peek("Authorization")) {
 		rc.MaxRequestBodySize = 1
@@ -106,7 +106,7 @@ const maxInt = int64(^uint(0) >> 1)
 // connection after it.
 func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	cur := g.rt.Current()
-	st := cur.Value(ConsumerName).(*routes)
+	st := routesKey.Get(cur)
 	ctx.Response.Header.SetCanonical(generationKey, g.genValue(cur.ID()))
 	var small *fasthttp.ErrSmallBuffer
 	switch {
