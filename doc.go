@@ -13,7 +13,9 @@
 //		Backends []Backend `yaml:"backends" reconf:"live"`
 //	}
 //
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithConsumer(reconf.Name("pool"), pool, "backends"))
+//	var poolKey = reconf.Key[*Pool]("pool")
+//
+//	rt, err := reconf.New[Config](ctx, src, reconf.WithConsumer(poolKey, pools, "backends"))
 //
 // # Field classes
 //
@@ -90,6 +92,31 @@
 // Valuer) that no live generation shares are closed. The number of retained
 // generations is bounded (WithRetention); a publish that would exceed it is
 // retention-blocked, and pinned work is never cut short.
+//
+// # Consumers and pins
+//
+// A Consumer turns configuration into live state in two phases: Prepare
+// builds it aside, Commit or Abort follows. The state a request needs
+// belongs to the generation it pinned: a Prepared that is a Valuer
+// attaches a value, registered under a Key[V] and read with
+// key.Get(pin), typed. A Prepare that returns (nil, nil), or a value of
+// nil, keeps the previous value: nothing to rebuild. Every path a consumer
+// or a process resource registers for must name a field of the type, or
+// New fails with ErrUnknownPath naming the nearest fields.
+//
+// A pin travels with a request's context: ContextWithPin(ctx, pin) and
+// PinFromContext[Config](ctx). The context does not own the pin; the code
+// that acquired it releases it.
+//
+// # Mutation
+//
+// A published configuration is read-only. The runtime takes a digest of
+// each generation when it is published and compares the active one's at
+// the start of every attempt and each one's at retire; a difference is
+// reported with its paths in the log, in Status and to
+// WithMutationObserver functions (WithMutationCheck: log, the default;
+// panic; off). The library reads no environment variable for this or
+// anything else.
 //
 // # Transactions
 //
