@@ -367,3 +367,39 @@ func BenchmarkMutationDigest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDetectorCost alternates a reload on a runtime with the mutation
+// detector on and one with it off, and reports on/off (aim: at most 1.05),
+// so load on a shared machine moves both sides alike.
+func BenchmarkDetectorCost(b *testing.B) {
+	for _, routes := range []int{10, 5000} {
+		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) {
+			docs := [2][]byte{benchYAML(routes, 1), benchYAML(routes, 2)}
+			var i int
+			src := SourceFunc("bench", func(context.Context, ReadRequest) (Snapshot, error) {
+				return Snapshot{Data: docs[i%2]}, nil
+			})
+			var rts [2]*Runtime[benchConfig]
+			for k, mode := range []MutationMode{MutationLog, MutationOff} {
+				rt, err := New[benchConfig](context.Background(), src, WithLogger(discardLogger()), WithMutationCheck(mode))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer rt.Close(context.Background())
+				rts[k] = rt
+			}
+			var took [2]time.Duration
+			for b.Loop() {
+				i++
+				for k := range rts {
+					start := time.Now()
+					if res, err := rts[(k+i)%2].Reload(context.Background(), TriggerSDK); err != nil || res.Outcome != Published {
+						b.Fatalf("reload: %s %v", res.Outcome, err)
+					}
+					took[(k+i)%2] += time.Since(start)
+				}
+			}
+			b.ReportMetric(float64(took[0])/float64(took[1]), "on/off")
+		})
+	}
+}

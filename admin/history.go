@@ -26,7 +26,7 @@ type HistoryFunc func(ctx context.Context, n int) ([]reconf.HistoryEntry, error)
 // WithHistory serves GET /admin/config/history from fn, and shows the
 // recent entries on the status page. For a single process:
 //
-//	h := reconf.NewHistory(0) // and reconf.WithObserver(h.Observe) on the runtime
+//	h := reconf.NewHistory(0) // and reconf.WithObserver(h) on the runtime
 //	admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil })
 func WithHistory(fn HistoryFunc) Option { return func(o *options) { o.history = fn } }
 
