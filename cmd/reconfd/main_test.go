@@ -77,9 +77,18 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"nonsense"}, 2},
 		{[]string{"version", "extra"}, 2},
 	}
+	// A discovery directory of the test's own: "reload" with no flags must
+	// find no server, whatever other reconfd this user runs meanwhile.
+	runDir := t.TempDir()
+	isolated := func(k string) (string, bool) {
+		if k == envRuntimeDir {
+			return runDir, true
+		}
+		return "", false
+	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			if code, out, errOut := runCmd(t, noEnv, tc.args...); code != tc.code {
+			if code, out, errOut := runCmd(t, isolated, tc.args...); code != tc.code {
 				t.Errorf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
 			}
 		})
