@@ -45,7 +45,7 @@ func TestPageLogin(t *testing.T) {
 	h := reconf.NewHistory(0)
 	e := start(t, setup{
 		token:   testToken,
-		runtime: []reconf.Option[testConfig]{reconf.WithObserver[testConfig](h.Observe)},
+		runtime: []reconf.Option{reconf.WithObserver(h)},
 		admin: []admin.Option{admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) {
 			return h.Entries(n), nil
 		})},
