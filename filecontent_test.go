@@ -115,10 +115,10 @@ func TestReferencedFilesRefused(t *testing.T) {
 					}
 					return "prompt: " + path + "\n"
 				}
-				opts := []Option[fileConfig]{
-					WithLogger[fileConfig](discardLogger()),
-					WithMaxSourceBytes[fileConfig](1024),
-					WithConsumer[fileConfig]("prompt", &promptConsumer{}),
+				opts := []Option{
+					WithLogger(discardLogger()),
+					WithMaxSourceBytes(1024),
+					WithConsumer(Name("prompt"), &promptConsumer{}),
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
@@ -169,7 +169,7 @@ func TestFileContentIsTheDigestedBytes(t *testing.T) {
 	write("v1")
 	c := &promptConsumer{}
 	rt, err := New[fileConfig](context.Background(), newMem("prompt: prompt.txt\n"),
-		WithLogger[fileConfig](discardLogger()), WithBaseDir[fileConfig](dir), WithConsumer[fileConfig]("prompt", c))
+		WithLogger(discardLogger()), WithBaseDir(dir), WithConsumer(Name("prompt"), c))
 	if err != nil {
 		t.Fatal(err)
 	}
