@@ -59,6 +59,21 @@ type ApplyEntry struct {
 	DurationMS float64 `json:"duration_ms"`
 }
 
+// Applied counts the workers whose apply of the entry's version succeeded
+// (published, or no-op where a worker already held it) and returns the
+// applies that failed, so every view of a fleet's history judges an apply
+// the same way.
+func (e HistoryEntry) Applied() (ok int, failed []ApplyEntry) {
+	for _, a := range e.Applies {
+		if a.Outcome == Published.String() || a.Outcome == NoOp.String() {
+			ok++
+		} else {
+			failed = append(failed, a)
+		}
+	}
+	return ok, failed
+}
+
 // HistoryEntryOf returns the history entry of an attempt's result.
 func HistoryEntryOf(res Result) HistoryEntry {
 	return HistoryEntry{

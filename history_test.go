@@ -69,3 +69,18 @@ func TestHistoryBounded(t *testing.T) {
 		t.Fatalf("generations %v, want %v", gens, want)
 	}
 }
+
+func TestHistoryEntryApplied(t *testing.T) {
+	e := HistoryEntry{Applies: []ApplyEntry{
+		{Worker: "w1", Outcome: Published.String()},
+		{Worker: "w2", Outcome: NoOp.String()},
+		{Worker: "w3", Outcome: Invalid.String(), Reason: ReasonSecretUnresolved},
+	}}
+	ok, failed := e.Applied()
+	if ok != 2 || len(failed) != 1 || failed[0].Worker != "w3" {
+		t.Fatalf("Applied() = %d, %+v; want 2 and w3 failed", ok, failed)
+	}
+	if ok, failed := (HistoryEntry{}).Applied(); ok != 0 || failed != nil {
+		t.Fatalf("an entry with no applies: %d, %+v", ok, failed)
+	}
+}

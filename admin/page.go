@@ -272,14 +272,10 @@ func appliedSummary(e reconf.HistoryEntry) string {
 	if len(e.Applies) == 0 {
 		return ""
 	}
-	ok := 0
+	ok, failures := e.Applied()
 	var failed []string
-	for _, a := range e.Applies {
-		if a.Outcome == reconf.Published.String() || a.Outcome == reconf.NoOp.String() {
-			ok++
-		} else {
-			failed = append(failed, a.Worker+": "+string(a.Reason))
-		}
+	for _, a := range failures {
+		failed = append(failed, a.Worker+": "+string(a.Reason))
 	}
 	out := strconv.Itoa(ok) + "/" + strconv.Itoa(len(e.Applies)) + " applied"
 	if len(failed) > 0 {

@@ -127,14 +127,10 @@ func applied(e reconf.HistoryEntry) string {
 	if len(e.Applies) == 0 {
 		return "-"
 	}
-	ok := 0
+	ok, failures := e.Applied()
 	var failed []string
-	for _, a := range e.Applies {
-		if a.Outcome == reconf.Published.String() || a.Outcome == reconf.NoOp.String() {
-			ok++
-		} else {
-			failed = append(failed, a.Worker+" "+string(a.Reason))
-		}
+	for _, a := range failures {
+		failed = append(failed, a.Worker+" "+string(a.Reason))
 	}
 	s := fmt.Sprintf("%d/%d", ok, len(e.Applies))
 	if len(failed) > 0 {
