@@ -1,13 +1,15 @@
 package propagate
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
+
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // TLSFiles names the PEM files a worker uses to reach an external etcd
@@ -18,13 +20,18 @@ type TLSFiles struct {
 	CAFile, CertFile, KeyFile string
 }
 
+// maxPEMBytes bounds each certificate, key and CA file: a bundle of a few
+// hundred certificates fits; a FIFO or /dev/zero named by mistake is
+// refused at once instead of read forever.
+const maxPEMBytes = 1 << 20
+
 // Config builds the client's TLS configuration from the files. It fails
 // with a message naming the file for one that cannot be read or parsed,
 // and when only one of CertFile and KeyFile is set.
 func (f TLSFiles) Config() (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.CAFile != "" {
-		pem, err := os.ReadFile(f.CAFile)
+		pem, err := safefile.ReadFile(context.Background(), f.CAFile, maxPEMBytes)
 		if err != nil {
 			return nil, fmt.Errorf("propagate: cluster CA: %w", err)
 		}
@@ -37,7 +44,15 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	case (f.CertFile == "") != (f.KeyFile == ""):
 		return nil, errors.New("propagate: a cluster client certificate needs both its certificate and its key file")
 	case f.CertFile != "":
-		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		certPEM, err := safefile.ReadFile(context.Background(), f.CertFile, maxPEMBytes)
+		if err != nil {
+			return nil, fmt.Errorf("propagate: cluster client certificate: %w", err)
+		}
+		keyPEM, err := safefile.ReadFile(context.Background(), f.KeyFile, maxPEMBytes)
+		if err != nil {
+			return nil, fmt.Errorf("propagate: cluster client key: %w", err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("propagate: cluster client certificate: %w", err)
 		}

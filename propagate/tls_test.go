@@ -88,3 +88,24 @@ func TestTLSFilesAndEndpointSecurity(t *testing.T) {
 		}
 	}
 }
+
+// A FIFO or /dev/zero named as a CA, certificate or key is refused at
+// once: before, the read waited on the FIFO forever or filled memory.
+func TestTLSFilesHostile(t *testing.T) {
+	fifo, zero := testkit.HostileFiles(t, t.TempDir())
+	for _, f := range []TLSFiles{
+		{CAFile: fifo}, {CAFile: zero},
+		{CertFile: fifo, KeyFile: zero}, {CertFile: zero, KeyFile: fifo},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := f.Config(); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%+v: accepted", f)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%+v: Config still reading after 10s", f)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,11 +66,13 @@ func listeningInodes(port int) map[string]bool {
 	out := map[string]bool{}
 	want := fmt.Sprintf(":%04X", port)
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
+		// Scanned line by line: a host with many sockets has a long table,
+		// and memory stays one line whatever its length.
+		fh, err := os.Open(f)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
 			// sl local_address rem_address st ... inode (field 9)
@@ -77,12 +80,25 @@ func listeningInodes(port int) map[string]bool {
 				out[fields[9]] = true
 			}
 		}
+		fh.Close()
 	}
 	return out
 }
 
+// readProc reads at most limit bytes of a file under /proc: enough for the
+// fields read here, and bounded whatever the process put in its command
+// line.
+func readProc(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	b, err := readProc(fmt.Sprintf("/proc/%d/stat", pid), 4096)
 	if err != nil {
 		return 0
 	}
@@ -99,7 +115,7 @@ func parentOf(pid int) int {
 // commandOf returns pid's command line, arguments joined by spaces, cut at
 // 200 bytes.
 func commandOf(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	b, _ := readProc(fmt.Sprintf("/proc/%d/cmdline", pid), 4096)
 	s := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 	if len(s) > 200 {
 		s = s[:200] + "..."
