@@ -136,10 +136,10 @@ func Reasons() []Reason {
 // Problem is one located defect in a candidate: a field path and, where the
 // YAML source is known, the line and column. It never carries file content.
 type Problem struct {
-	Path   string // e.g. "backends[stub].timeout"; empty when not known
-	Line   int    // 1-based; 0 when not known
-	Column int    // 1-based; 0 when not known
-	Detail string // safe text written by reconf or the rule, never a value
+	Path   string `json:"path,omitempty"`   // e.g. "backends[stub].timeout"; empty when not known
+	Line   int    `json:"line,omitempty"`   // 1-based; 0 when not known
+	Column int    `json:"column,omitempty"` // 1-based; 0 when not known
+	Detail string `json:"detail,omitempty"` // safe text written by reconf or the rule, never a value
 }
 
 func (p Problem) String() string {

@@ -1,6 +1,9 @@
 package reconf
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // MaxListedPaths is how many restart-required paths a Result lists; the full
 // count is always given.
@@ -21,7 +24,8 @@ const (
 )
 
 // Result is the record of one attempt. Every field is safe to show an
-// operator: it never holds configuration content or a secret.
+// operator: it never holds configuration content or a secret. Its JSON form
+// is the management API's answer to a reload (see MarshalJSON).
 type Result struct {
 	Outcome Outcome `json:"outcome"`
 	Reason  Reason  `json:"reason"`
@@ -62,3 +66,37 @@ type Timings struct {
 
 // HTTPStatus returns the management API status for the result.
 func (r Result) HTTPStatus() int { return r.Outcome.HTTPStatus() }
+
+// resultFields is Result without its methods, so that MarshalJSON can embed
+// it without recursing.
+type resultFields Result
+
+// resultJSON is a Result on the wire: the duration as fractional
+// milliseconds, which a reader in any language takes as it is.
+type resultJSON struct {
+	resultFields
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// MarshalJSON encodes the result as the management API answers it: every
+// tagged field, the duration as duration_ms, and restart_required_fields as
+// an array even when empty.
+func (r Result) MarshalJSON() ([]byte, error) {
+	w := resultJSON{resultFields(r), Milliseconds(r.Duration)}
+	if w.RestartRequiredFields == nil {
+		w.RestartRequiredFields = []string{}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes, so a client of the
+// management API reads answers into a Result. Timings are not on the wire.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var w resultJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = Result(w.resultFields)
+	r.Duration = time.Duration(w.DurationMS * float64(time.Millisecond))
+	return nil
+}

@@ -20,7 +20,8 @@
 // # Endpoints
 //
 // POST /admin/config/reload starts one attempt with trigger "api" and
-// answers its result (see ReloadResponse) with the outcome's HTTP status:
+// answers its reconf.Result (its JSON form, reconf.Result.MarshalJSON) with
+// the outcome's HTTP status:
 // 200 published or no-op; 409 restart-required, retention-blocked or busy;
 // 422 invalid or source-integrity-failed; 503 canceled, preparation-failed
 // or internal-failed. The body must be empty or {}: a JSON object with any
@@ -37,8 +38,8 @@
 //
 // GET /admin/config/status answers a StatusResponse: active_generation,
 // last_success and last_failure (outcome, reason, trigger, time),
-// retained_generations, pinned, busy, fixed_source_path, and any fields
-// added by WithStatusFields. No digest, content or secret is ever in it.
+// retained_generations, pinned, busy, fixed_source_path, mutations_detected
+// (and last_mutation: paths only), and any fields added by WithStatusFields. No digest, content or secret is ever in it.
 //
 // GET /admin/config/history[?limit=N] answers a HistoryResponse when
 // WithHistory is given: the newest attempts first (50 by default, at most

@@ -42,7 +42,7 @@ func Example() {
 		panic(err)
 	}
 	defer resp.Body.Close()
-	var res admin.ReloadResponse
+	var res reconf.Result
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
 		panic(err)
 	}

@@ -283,7 +283,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 		slog.String("outcome", res.Outcome.String()), slog.String("reason", string(res.Reason)),
 		slog.Int("status", res.Outcome.HTTPStatus()), slog.Uint64("generation", res.Generation),
 		slog.Bool("client_gone", r.Context().Err() != nil))
-	return writeJSON(w, res.Outcome.HTTPStatus(), NewReloadResponse(res))
+	return writeJSON(w, res.Outcome.HTTPStatus(), res)
 }
 
 // readEmptyBody reads a reload or restart body, bounded, and accepts only

@@ -257,9 +257,9 @@ func (e *env) send(req *http.Request) answer {
 func (e *env) do(method, path, body string) answer { return e.send(e.req(method, path, body)) }
 
 // reloadBody decodes a reload answer.
-func reloadBody(t *testing.T, a answer) admin.ReloadResponse {
+func reloadBody(t *testing.T, a answer) reconf.Result {
 	t.Helper()
-	var r admin.ReloadResponse
+	var r reconf.Result
 	if err := json.Unmarshal(a.body, &r); err != nil {
 		t.Fatalf("decoding reload answer %q: %v", a.body, err)
 	}

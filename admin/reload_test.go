@@ -174,11 +174,11 @@ func TestReloadOutcomes(t *testing.T) {
 			if r.PreviousGeneration != 1 || r.Generation != tt.wantGen {
 				t.Errorf("generations %d -> %d, want 1 -> %d", r.PreviousGeneration, r.Generation, tt.wantGen)
 			}
-			if r.Message == "" || r.DurationMS < 0 {
-				t.Errorf("message %q, duration %v", r.Message, r.DurationMS)
+			if r.Message == "" || r.Duration < 0 {
+				t.Errorf("message %q, duration %v", r.Message, r.Duration)
 			}
-			if fmt.Sprint(r.RestartRequiredFields) != fmt.Sprint(append([]string{}, tt.restart...)) || r.RestartRequiredFieldCount != len(tt.restart) {
-				t.Errorf("restart fields %v (%d), want %v", r.RestartRequiredFields, r.RestartRequiredFieldCount, tt.restart)
+			if fmt.Sprint(r.RestartRequiredFields) != fmt.Sprint(append([]string{}, tt.restart...)) || r.RestartRequiredCount != len(tt.restart) {
+				t.Errorf("restart fields %v (%d), want %v", r.RestartRequiredFields, r.RestartRequiredCount, tt.restart)
 			}
 			if tt.want == reconf.Invalid && tt.reason == reconf.ReasonValidation && len(r.Problems) == 0 {
 				t.Errorf("an invalid answer has no problems: %s", a.body)

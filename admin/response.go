@@ -2,100 +2,53 @@ package admin
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 
 	"github.com/reconfhq/reconf"
 )
 
-// ReloadResponse is the JSON answer to POST /admin/config/reload. It is
-// built from a reconf.Result and, like it, never holds configuration
-// content, a digest or a secret. The HTTP status is Outcome.HTTPStatus().
-type ReloadResponse struct {
-	Outcome            reconf.Outcome `json:"outcome"`
-	Reason             reconf.Reason  `json:"reason"`
-	Message            string         `json:"message"`
-	PreviousGeneration uint64         `json:"previous_generation"`
-	Generation         uint64         `json:"generation"`
-	// RestartRequiredFields lists at most reconf.MaxListedPaths sorted
-	// paths; it is an empty array, never null, when there are none.
-	RestartRequiredFields     []string       `json:"restart_required_fields"`
-	RestartRequiredFieldCount int            `json:"restart_required_field_count"`
-	ChangedFieldCount         int            `json:"changed_field_count"`
-	Trigger                   reconf.Trigger `json:"trigger"`
-	DurationMS                float64        `json:"duration_ms"`
-	// Problems locates each defect of an invalid candidate.
-	Problems []Problem `json:"problems,omitempty"`
-}
+// The answer to POST /admin/config/reload is a reconf.Result in its JSON
+// form (reconf.Result.MarshalJSON), with the outcome's HTTP status: the
+// library and the API share one wire type, so a client decodes an answer
+// into a reconf.Result.
 
-// Problem is one located defect of a candidate: a field path, line and
-// column, and a safe detail that never quotes a value.
-type Problem struct {
-	Path   string `json:"path,omitempty"`
-	Line   int    `json:"line,omitempty"`
-	Column int    `json:"column,omitempty"`
-	Detail string `json:"detail,omitempty"`
-}
-
-// NewReloadResponse returns the answer for res. It is a pure function.
-func NewReloadResponse(res reconf.Result) ReloadResponse {
-	out := ReloadResponse{
-		Outcome:                   res.Outcome,
-		Reason:                    res.Reason,
-		Message:                   res.Message,
-		PreviousGeneration:        res.PreviousGeneration,
-		Generation:                res.Generation,
-		RestartRequiredFields:     append([]string{}, res.RestartRequiredFields...),
-		RestartRequiredFieldCount: res.RestartRequiredCount,
-		ChangedFieldCount:         res.Changed,
-		Trigger:                   res.Trigger,
-		DurationMS:                float64(res.Duration.Microseconds()) / 1000,
-	}
-	for _, p := range res.Problems {
-		out.Problems = append(out.Problems, Problem{p.Path, p.Line, p.Column, p.Detail})
-	}
-	return out
-}
-
-// StatusResponse is the JSON answer to GET /admin/config/status. It holds
-// no content, digest or secret.
+// StatusResponse is the JSON answer to GET /admin/config/status: a
+// reconf.Status and the fields the service adds. It holds no content,
+// digest or secret.
 type StatusResponse struct {
-	ActiveGeneration    uint64                 `json:"active_generation"`
-	LastSuccess         *reconf.AttemptSummary `json:"last_success"`
-	LastFailure         *reconf.AttemptSummary `json:"last_failure"`
-	RetainedGenerations int                    `json:"retained_generations"`
-	Pinned              int64                  `json:"pinned"`
-	Busy                bool                   `json:"busy"`
-	FixedSourcePath     string                 `json:"fixed_source_path"`
-	Closed              bool                   `json:"closed,omitempty"`
+	reconf.Status
 	// Extra holds the fields added with WithStatusFields (for example
 	// cluster_version, workers, converged). They are encoded beside the
-	// fields above; a key that collides with one of them is dropped. When
-	// decoding, Extra receives every key not named above, as
+	// Status fields; a key that collides with one of them is dropped. When
+	// decoding, Extra receives every key reconf.Status does not name, as
 	// json.RawMessage values.
 	Extra map[string]any `json:"-"`
 }
 
-// statusFields is StatusResponse without its methods, for encoding.
-type statusFields StatusResponse
+// statusKeys are the JSON keys of reconf.Status, which Extra cannot take.
+var statusKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	t := reflect.TypeFor[reconf.Status]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			keys[name] = true
+		}
+	}
+	return keys
+}()
 
 // NewStatusResponse returns the status document for st. It is a pure
 // function.
 func NewStatusResponse(st reconf.Status) StatusResponse {
-	return StatusResponse{
-		ActiveGeneration:    st.ActiveGeneration,
-		LastSuccess:         st.LastSuccess,
-		LastFailure:         st.LastFailure,
-		RetainedGenerations: st.RetainedGenerations,
-		Pinned:              st.Pinned,
-		Busy:                st.Busy,
-		FixedSourcePath:     st.Source,
-		Closed:              st.Closed,
-	}
+	return StatusResponse{Status: st}
 }
 
-// MarshalJSON encodes the fields and Extra in one object. It fails when an
-// Extra value cannot be encoded.
+// MarshalJSON encodes the Status fields and Extra in one object. It fails
+// when an Extra value cannot be encoded.
 func (s StatusResponse) MarshalJSON() ([]byte, error) {
-	core, err := json.Marshal(statusFields(s))
+	core, err := json.Marshal(s.Status)
 	if err != nil || len(s.Extra) == 0 {
 		return core, err
 	}
@@ -104,7 +57,7 @@ func (s StatusResponse) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	for k, v := range s.Extra {
-		if _, taken := doc[k]; taken || k == "closed" {
+		if statusKeys[k] {
 			continue
 		}
 		b, err := json.Marshal(v)
@@ -116,25 +69,25 @@ func (s StatusResponse) MarshalJSON() ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// UnmarshalJSON decodes the fields, and every other key into Extra.
+// UnmarshalJSON decodes the Status fields, and every other key into Extra.
 func (s *StatusResponse) UnmarshalJSON(b []byte) error {
-	var f statusFields
-	if err := json.Unmarshal(b, &f); err != nil {
+	var st reconf.Status
+	if err := json.Unmarshal(b, &st); err != nil {
 		return err
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return err
 	}
-	for _, k := range []string{"active_generation", "last_success", "last_failure", "retained_generations", "pinned", "busy", "fixed_source_path", "closed"} {
-		delete(doc, k)
-	}
-	*s = StatusResponse(f)
-	if len(doc) > 0 {
-		s.Extra = make(map[string]any, len(doc))
-		for k, v := range doc {
-			s.Extra[k] = v
+	*s = StatusResponse{Status: st}
+	for k, v := range doc {
+		if statusKeys[k] {
+			continue
 		}
+		if s.Extra == nil {
+			s.Extra = make(map[string]any, len(doc))
+		}
+		s.Extra[k] = v
 	}
 	return nil
 }

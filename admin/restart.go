@@ -79,7 +79,7 @@ type RestartResult struct {
 	// Check is the check's result (the file read and compared like a
 	// reload); a refusal other than restart-required ends the restart
 	// with its outcome.
-	Check *ReloadResponse `json:"check,omitempty"`
+	Check *reconf.Result `json:"check,omitempty"`
 	// OldPIDs were replaced by NewPIDs (in a fleet, in worker order).
 	OldPIDs []int `json:"old_pids"`
 	NewPIDs []int `json:"new_pids"`

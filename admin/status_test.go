@@ -48,7 +48,7 @@ func TestStatus(t *testing.T) {
 	var raw map[string]json.RawMessage
 	decodeInto(t, a, &raw)
 	keys := slices.Sorted(maps.Keys(raw))
-	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "pinned", "retained_generations", "workers"}
+	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "mutations_detected", "pinned", "retained_generations", "workers"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("status keys %v, want %v", keys, want)
 	}
@@ -70,7 +70,7 @@ func TestStatus(t *testing.T) {
 	if st.LastFailure == nil || st.LastFailure.Outcome != reconf.Invalid || st.LastFailure.Reason != reconf.ReasonValidation || st.LastFailure.Trigger != reconf.TriggerAPI {
 		t.Errorf("last_failure %+v", st.LastFailure)
 	}
-	if st.FixedSourcePath != "/etc/reconf-test/config.yaml" || st.Busy || st.RetainedGenerations != 1 || st.Pinned != 0 {
+	if st.Source != "/etc/reconf-test/config.yaml" || st.Busy || st.RetainedGenerations != 1 || st.Pinned != 0 {
 		t.Errorf("status %+v", st)
 	}
 	if string(st.Extra["cluster_version"].(json.RawMessage)) != "7" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/propagate"
@@ -129,7 +130,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 			if err != nil {
 				return fail("%v", err)
 			}
-			var res admin.ReloadResponse
+			var res reconf.Result
 			if json.Unmarshal(body, &res) != nil || res.Outcome == 0 {
 				return refused(status, body)
 			}
@@ -148,11 +149,11 @@ outcome or when the API cannot be reached, 2 usage.`,
 	return cmd
 }
 
-func printReload(w io.Writer, r admin.ReloadResponse) {
+func printReload(w io.Writer, r reconf.Result) {
 	fmt.Fprintf(w, "%s (%s): %s\n", r.Outcome, r.Reason, r.Message)
-	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, r.DurationMS)
-	if r.RestartRequiredFieldCount > 0 {
-		fmt.Fprintf(w, "  restart-required fields (%d): %s\n", r.RestartRequiredFieldCount, strings.Join(r.RestartRequiredFields, ", "))
+	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, reconf.Milliseconds(r.Duration))
+	if r.RestartRequiredCount > 0 {
+		fmt.Fprintf(w, "  restart-required fields (%d): %s\n", r.RestartRequiredCount, strings.Join(r.RestartRequiredFields, ", "))
 	}
 	for _, p := range r.Problems {
 		loc := p.Path
@@ -214,7 +215,7 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations)
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
-	fmt.Fprintf(w, "source:               %s\n", st.FixedSourcePath)
+	fmt.Fprintf(w, "source:               %s\n", st.Source)
 	printConcurrency(w, st.Extra)
 	printFleet(w, st.Extra)
 }

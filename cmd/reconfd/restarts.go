@@ -140,9 +140,8 @@ func checkAllows(o reconf.Outcome) bool {
 
 // refusedByCheck is the result of a restart that its check ended.
 func refusedByCheck(res reconf.Result) admin.RestartResult {
-	rr := admin.NewReloadResponse(res)
 	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(res.Outcome.String()), Reason: string(res.Reason),
-		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &rr,
+		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &res,
 		PreviousGeneration: res.PreviousGeneration, Generation: res.PreviousGeneration, Started: res.Started}
 }
 
