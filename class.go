@@ -103,7 +103,7 @@ func leafClasses(n *node, path string, seen map[*shape]bool, leaf func(string, C
 // own (or use reconftest.RequireClassified) so a new unclassified field
 // fails CI.
 func CheckClassified[T any]() error {
-	if err := CheckTags[T](); err != nil {
+	if err := checkTags[T](); err != nil {
 		return err
 	}
 	var missing []string
@@ -118,10 +118,10 @@ func CheckClassified[T any]() error {
 	return nil
 }
 
-// CheckTags reports mistakes in T's reconf, default, env and validate
+// checkTags reports mistakes in T's reconf, default, env and validate
 // tags: an unknown class, option or rule, a default that does not parse,
-// a rule on a kind it cannot apply to. New reports the same.
-func CheckTags[T any]() error {
+// a rule on a kind it cannot apply to. New and CheckClassified report them.
+func checkTags[T any]() error {
 	_, err := schemaFor(reflect.TypeFor[T]())
 	return err
 }

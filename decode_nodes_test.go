@@ -215,12 +215,12 @@ func TestTagErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{CheckTags[unknownRule](), "valid rules: required, min, max, oneof"},
-		{CheckTags[minOnBool](), "min cannot apply to bool"},
-		{CheckTags[requiredInt](), "required cannot apply to int"},
-		{CheckTags[fractionBound](), "max: the bound does not fit int"},
-		{CheckTags[badDefault](), "default tag"},
-		{CheckTags[envInList](), "env tag inside a list element"},
+		{checkTags[unknownRule](), "valid rules: required, min, max, oneof"},
+		{checkTags[minOnBool](), "min cannot apply to bool"},
+		{checkTags[requiredInt](), "required cannot apply to int"},
+		{checkTags[fractionBound](), "max: the bound does not fit int"},
+		{checkTags[badDefault](), "default tag"},
+		{checkTags[envInList](), "env tag inside a list element"},
 	} {
 		if tt.err == nil || !strings.Contains(tt.err.Error(), tt.want) {
 			t.Errorf("err = %v, want it to say %q", tt.err, tt.want)

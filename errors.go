@@ -74,7 +74,30 @@ const (
 	ReasonConsumerRefused Reason = "consumer_refused"
 	// ReasonClusterUnavailable: the cluster channel could not be written.
 	ReasonClusterUnavailable Reason = "cluster_unavailable"
-	ReasonInternal           Reason = "internal_error"
+
+	// The reasons a worker following a cluster channel reports in its
+	// worker row (package propagate) when it cannot apply what the channel
+	// holds; the worker keeps serving its active generation meanwhile.
+
+	// ReasonChannelUnreachable: the last read of the channel failed.
+	ReasonChannelUnreachable Reason = "channel_unreachable"
+	// ReasonRecordMalformed: the channel holds a record that cannot be
+	// decoded; nothing is applied until a good version is published.
+	ReasonRecordMalformed Reason = "record_malformed"
+	// ReasonRecordFormat: the channel holds a record of a newer format than
+	// this binary reads (a newer one published it during a roll); the
+	// worker must be replaced by the newer binary, hence restart-required.
+	ReasonRecordFormat Reason = "record_format_unsupported"
+	// ReasonPublisherUnknown: the record's publisher had no presence row in
+	// the channel when it was written: something other than a worker of the
+	// fleet wrote it.
+	ReasonPublisherUnknown Reason = "publisher_unknown"
+	// ReasonRecordOlder: the channel's key went back to a version older
+	// than the one held (deleted and written again); an older version is
+	// never applied.
+	ReasonRecordOlder Reason = "record_older"
+
+	ReasonInternal Reason = "internal_error"
 )
 
 var reasonOutcome = map[Reason]Outcome{
@@ -88,6 +111,11 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonFileUnreadable:     Invalid,
 	ReasonRecordTooLarge:     Invalid,
 	ReasonClusterUnavailable: PreparationFailed,
+	ReasonChannelUnreachable: PreparationFailed,
+	ReasonRecordMalformed:    Invalid,
+	ReasonRecordFormat:       RestartRequired,
+	ReasonPublisherUnknown:   Invalid,
+	ReasonRecordOlder:        Invalid,
 	ReasonRestart:            RestartRequired,
 	ReasonUnclassified:       RestartRequired,
 	ReasonRetention:          RetentionBlocked,

@@ -19,11 +19,11 @@ type claim struct {
 	holders     int
 }
 
-// Claim claims the process-wide resource name with a fingerprint of the
+// claimResource claims the process-wide resource name with a fingerprint of the
 // configuration that sets it up. A claim with the same fingerprint shares
 // the resource; a different one fails with an error wrapping ErrOwnership.
 // The returned release function is idempotent.
-func Claim(name, fingerprint string) (release func(), err error) {
+func claimResource(name, fingerprint string) (release func(), err error) {
 	claims.Lock()
 	defer claims.Unlock()
 	if c, ok := claims.m[name]; ok {

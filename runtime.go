@@ -86,7 +86,7 @@ type Status struct {
 // it, and returns the runtime. A failure returns an *Error (or a tag or
 // ownership error) and leaves nothing running.
 func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], error) {
-	if err := CheckTags[T](); err != nil {
+	if err := checkTags[T](); err != nil {
 		return nil, err
 	}
 	r := &Runtime[T]{
@@ -132,7 +132,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		}
 	}
 	for _, res := range r.o.resources {
-		rel, err := Claim(res.name, fingerprintOf(flatten(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), res.paths))
+		rel, err := claimResource(res.name, fingerprintOf(flatten(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), res.paths))
 		if err != nil {
 			r.releaseClaims()
 			return nil, err

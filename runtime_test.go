@@ -531,16 +531,16 @@ func TestProcessOwnership(t *testing.T) {
 		t.Fatalf("err = %v, want ErrOwnership naming the resource", err)
 	}
 	// Once every holder closes, the resource is free again.
-	rel, err := Claim("metrics-registry", "a")
+	rel, err := claimResource("metrics-registry", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Claim("metrics-registry", "b"); !errors.Is(err, ErrOwnership) {
+	if _, err := claimResource("metrics-registry", "b"); !errors.Is(err, ErrOwnership) {
 		t.Fatalf("second claim = %v", err)
 	}
 	rel()
 	rel()
-	rel2, err := Claim("metrics-registry", "b")
+	rel2, err := claimResource("metrics-registry", "b")
 	if err != nil {
 		t.Fatalf("claim after release = %v", err)
 	}

@@ -2,8 +2,6 @@ package propagate
 
 import (
 	"errors"
-
-	"github.com/reconfhq/reconf"
 )
 
 // Sentinel errors.
@@ -21,26 +19,8 @@ var (
 	ErrUnknownPublisher = errors.New("propagate: record from an unknown publisher")
 )
 
-// Reasons a Follower reports in its worker row besides the runtime's own
-// (reconf.Reason values such as secret_unresolved or file_digest_mismatch).
-// They are stable like every reason.
-const (
-	// ReasonUnreachable: the last read of the channel failed; the worker
-	// keeps serving its last-good generation.
-	ReasonUnreachable reconf.Reason = "channel_unreachable"
-	// ReasonMalformed: the channel's key holds a record this package cannot
-	// decode; nothing is applied until a good version is published.
-	ReasonMalformed reconf.Reason = "record_malformed"
-	// ReasonFormatUnsupported: the channel holds a record of a newer format
-	// than this worker reads (a newer reconfd published it during a roll);
-	// the worker keeps its generation until it is replaced.
-	ReasonFormatUnsupported reconf.Reason = "record_format_unsupported"
-	// ReasonUnknownPublisher: the channel holds a record whose publisher
-	// had no presence row under the channel's prefix when it was written:
-	// something other than a worker of this fleet wrote it. It is refused.
-	ReasonUnknownPublisher reconf.Reason = "publisher_unknown"
-	// ReasonOlder: the channel's key went back to a version older than the
-	// one this worker holds (it was deleted and written again); the worker
-	// keeps its generation and never applies an older version.
-	ReasonOlder reconf.Reason = "record_older"
-)
+// A Follower reports the reasons of the closed reconf.Reason set in its
+// worker row: the runtime's own (secret_unresolved, file_digest_mismatch,
+// ...) and those of a channel it cannot apply (reconf.ReasonChannelUnreachable,
+// ReasonRecordMalformed, ReasonRecordFormat, ReasonPublisherUnknown,
+// ReasonRecordOlder), so a metric or a dashboard reads one vocabulary.

@@ -3,6 +3,8 @@ package propagate
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/reconfhq/reconf"
 )
 
 func TestStateText(t *testing.T) {
@@ -73,7 +75,7 @@ func TestFleetConvergedAndDrift(t *testing.T) {
 }
 
 func TestWorkerRowJSON(t *testing.T) {
-	b, err := json.Marshal(WorkerRow{ID: "a", PID: 7, Host: "h", AppliedVersion: 3, State: StateFailing, LastError: ReasonUnreachable, Fingerprint: "fp"})
+	b, err := json.Marshal(WorkerRow{ID: "a", PID: 7, Host: "h", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonChannelUnreachable, Fingerprint: "fp"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -449,14 +449,14 @@ func (f *Follower) failed(version uint64, reason reconf.Reason, msg string) {
 // badRecord reports a version the follower refuses: one it cannot decode,
 // of a newer format, of an unknown publisher, or older than one seen.
 func (f *Follower) badRecord(err error) {
-	reason := ReasonMalformed
+	reason := reconf.ReasonRecordMalformed
 	switch {
 	case errors.Is(err, ErrFormat):
-		reason = ReasonFormatUnsupported
+		reason = reconf.ReasonRecordFormat
 	case errors.Is(err, ErrUnknownPublisher):
-		reason = ReasonUnknownPublisher
+		reason = reconf.ReasonPublisherUnknown
 	case errors.Is(err, errOlder):
-		reason = ReasonOlder
+		reason = reconf.ReasonRecordOlder
 	}
 	f.mu.Lock()
 	first := !f.malformed || f.lastErr != reason
@@ -513,7 +513,7 @@ func (f *Follower) Row() WorkerRow {
 	defer f.mu.Unlock()
 	switch {
 	case f.readErr || f.writeErr:
-		r.State, r.LastError = StateDegraded, ReasonUnreachable
+		r.State, r.LastError = StateDegraded, reconf.ReasonChannelUnreachable
 	case f.lastErr != "":
 		r.State, r.LastError = StateFailing, f.lastErr
 	}

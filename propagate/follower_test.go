@@ -342,8 +342,8 @@ func TestUnreachableEtcdDegradesThenRecovers(t *testing.T) {
 	waitFor(t, 5*time.Second, "workers report degraded", func() bool {
 		return a.f.Row().State == StateDegraded && b.f.Row().State == StateDegraded
 	})
-	if r := b.f.Row(); r.LastError != ReasonUnreachable {
-		t.Fatalf("row %+v: want last_error %s", r, ReasonUnreachable)
+	if r := b.f.Row(); r.LastError != reconf.ReasonChannelUnreachable {
+		t.Fatalf("row %+v: want last_error %s", r, reconf.ReasonChannelUnreachable)
 	}
 	// Still serving the last-good generation; a publish fails cleanly.
 	if b.version() != 2 || b.limit() != 2 {
@@ -448,7 +448,7 @@ func TestMalformedRecordIsReportedAndReplaced(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "a reports record_malformed", func() bool {
 		r := a.f.Row()
-		return r.State == StateFailing && r.LastError == ReasonMalformed
+		return r.State == StateFailing && r.LastError == reconf.ReasonRecordMalformed
 	})
 	if a.version() != 1 {
 		t.Fatalf("a moved to %d", a.version())

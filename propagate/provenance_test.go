@@ -97,7 +97,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(2, "intruder", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	refused(1, ReasonUnknownPublisher)
+	refused(1, reconf.ReasonPublisherUnknown)
 	// A worker's reload publishes over it (the refused record does not
 	// block publishing), and every worker applies that.
 	if res := a.reload(t, configYAML("gw", 3, "KEY1")); res.Outcome != reconf.Published || res.Generation != 3 {
@@ -111,7 +111,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(4, "a", RecordFormat+1)); err != nil {
 		t.Fatal(err)
 	}
-	refused(3, ReasonFormatUnsupported)
+	refused(3, reconf.ReasonRecordFormat)
 
 	// The key deleted and written again: version 1, older than held.
 	if _, err := a.cli.Delete(ctx, a.ch.Key()); err != nil {
@@ -120,7 +120,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(1, "a", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	refused(3, ReasonOlder)
+	refused(3, reconf.ReasonRecordOlder)
 }
 
 // TestJoinRefusesAForeignRecord: a worker starting on a channel whose

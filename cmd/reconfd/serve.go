@@ -194,13 +194,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// still shuts down cleanly: every start-up step runs under stopCtx.
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
-	// SIGHUP must never end the process: before the trigger listener is
-	// installed (start-up) and after it is closed (shutdown), a HUP lands
-	// in this never-read channel and is dropped instead of taking the
-	// default action, which is to terminate.
-	swallowHUP := make(chan os.Signal, 1)
-	signal.Notify(swallowHUP, syscall.SIGHUP)
-	defer signal.Stop(swallowHUP)
+	// SIGHUP must never end the process: the hold takes it from the start
+	// (a HUP during start-up becomes one reload once the trigger listens)
+	// until the process exits (a HUP during shutdown is dropped).
+	hold := trigger.HoldSIGHUP()
+	defer hold.Release()
 
 	// The first load decides the mode. Its log lines are held until then:
 	// a single process keeps this load (and its lines); a supervisor or a
@@ -298,7 +296,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
 		shared: func() bool { return isClosed(rs.handedOff) },
 		ready: func() {
 			if err := handoff.Ready(readyStatus(g)); err != nil {
@@ -335,9 +333,8 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	defer parent.Close()
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
-	swallowHUP := make(chan os.Signal, 1)
-	signal.Notify(swallowHUP, syscall.SIGHUP)
-	defer signal.Stop(swallowHUP)
+	hold := trigger.HoldSIGHUP()
+	defer hold.Release()
 
 	endpoints := f.cluster
 	if len(endpoints) == 0 && lookup.get(envFleetChannel) != "" {
@@ -400,7 +397,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard,
+	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
 		shared: func() bool { return true },
 		ready: func() {
 			if err := parent.Ready(readyStatus(g)); err != nil {
@@ -420,6 +417,7 @@ type session struct {
 	served   chan error
 	mgmt     *managementServer
 	reloader trigger.Reloader // SIGHUP's target
+	hold     *trigger.Hold    // SIGHUP caught since start-up
 	// shared reports, at stop, whether other processes hold the data
 	// plane's socket (a worker's fleet, a successor): the drain then
 	// moves the clients to them first (see drainShared).
@@ -432,7 +430,7 @@ type session struct {
 func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, s *session) error {
 	g, served := s.g, s.served
 	log := g.Logger()
-	hup := trigger.SIGHUP(s.reloader, log)
+	hup := s.hold.Listen(s.reloader, log)
 	s.ready()
 	log.Info("ready", "pid", os.Getpid(), "version", versionString(), "generation", g.Runtime().Current().ID())
 
