@@ -29,10 +29,13 @@ const MinTokenLength = 16
 type Config struct {
 	// Address is host:port; empty means management is off.
 	Address string
-	// Token is the bearer token; zero means none.
+	// Token is the bearer token from EnvToken; zero means none.
 	Token reconf.Secret
-	// TokenFile is the file the token was read from (EnvTokenFile), to be
-	// read again on every reload; empty when the token came from EnvToken.
+	// Tokens are the tokens read from TokenFile, each perhaps named.
+	Tokens []Token
+	// TokenFile is the file the tokens were read from (EnvTokenFile), to
+	// be read again on every reload; empty when the token came from
+	// EnvToken.
 	TokenFile string
 
 	tokenErr error // reading TokenFile failed; Check returns it
@@ -56,7 +59,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) Config {
 	if v, ok := lookup(EnvTokenFile); ok && v != "" {
 		c.TokenFile = v
 		if c.Token.IsZero() {
-			c.Token, c.tokenErr = ReadTokenFile(v)
+			c.Tokens, c.tokenErr = ReadTokenFile(v)
 		} else {
 			c.tokenErr = fmt.Errorf("%w: both %s and %s are set; set one", ErrTokenFile, EnvToken, EnvTokenFile)
 		}
@@ -64,18 +67,33 @@ func ConfigFromEnv(lookup func(string) (string, bool)) Config {
 	return c
 }
 
-// Check is CheckAddress(c.Address, c.Token.Reveal()), after the token
-// file's error if reading it failed.
+// AcceptedTokens returns every token the configuration accepts: Token,
+// then Tokens. Give them to New with WithTokens.
+func (c Config) AcceptedTokens() []Token {
+	var out []Token
+	if !c.Token.IsZero() {
+		out = append(out, Token{Secret: c.Token})
+	}
+	return append(out, c.Tokens...)
+}
+
+// Check is CheckAddress(c.Address, token) for the first accepted token,
+// after the token file's error if reading it failed.
 func (c Config) Check() error {
 	if c.tokenErr != nil && c.Address != "" {
 		return c.tokenErr
 	}
-	return CheckAddress(c.Address, c.Token.Reveal())
+	var first string
+	if toks := c.AcceptedTokens(); len(toks) > 0 {
+		first = toks[0].Secret.Reveal()
+	}
+	return CheckAddress(c.Address, first)
 }
 
-// LogValue shows the address and whether a token is set, never the token.
+// LogValue shows the address and how many tokens are set, never a token.
 func (c Config) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("address", c.Address), slog.Bool("token_set", !c.Token.IsZero()))
+	n := len(c.AcceptedTokens())
+	return slog.GroupValue(slog.String("address", c.Address), slog.Bool("token_set", n > 0), slog.Int("tokens", n))
 }
 
 // CheckAddress decides whether management may serve on addr with token (""

@@ -3,8 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,23 +151,26 @@ func (s *Server) hostAllowed(hostport string) bool {
 	return h != "" && (isLoopbackHost(h) || s.hosts[h])
 }
 
-// authorized compares the bearer credential with the token in constant
-// time. Both sides are hashed first so that neither the comparison's time
-// nor its early exit on length says anything about the token.
+// authorized reports whether the request carries an accepted bearer
+// token (see tokenSet.match).
 func (s *Server) authorized(r *http.Request) bool {
-	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	return s.validToken(cred)
+	_, ok := s.bearer(r)
+	return ok
 }
 
-// validToken compares a presented token with the configured one in
-// constant time.
+// bearer returns the name of the accepted token the request carries.
+func (s *Server) bearer(r *http.Request) (name string, ok bool) {
+	scheme, cred, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return s.tokens.Load().match(cred)
+}
+
+// validToken reports whether a presented token is accepted.
 func (s *Server) validToken(cred string) bool {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-	want := s.tokenSum.Load()
-	return want != nil && subtle.ConstantTimeCompare(sum[:], want[:]) == 1
+	_, ok := s.tokens.Load().match(cred)
+	return ok
 }
 
 // apiError is how one request error is answered.
@@ -270,7 +271,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 	// cancellation, bounded by the reload wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.o.timeouts.Reload)
 	defer cancel()
-	res, err := s.rt.Reload(reconf.WithActor(ctx, actor(r)), reconf.TriggerAPI)
+	res, err := s.rt.Reload(reconf.WithActor(ctx, s.actor(r)), reconf.TriggerAPI)
 	switch {
 	case err == nil, errors.Is(err, reconf.ErrClosed):
 		// ErrClosed comes with a canceled/shutdown result: answer it.

@@ -71,9 +71,12 @@ func (s *Server) historyAnswer(w http.ResponseWriter, r *http.Request) error {
 // verified client certificate's subject, else the bearer token, else
 // nobody (a loopback listener without a token). It never holds a
 // credential.
-func actor(r *http.Request) string {
+func (s *Server) actor(r *http.Request) string {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		return "api cert " + r.TLS.VerifiedChains[0][0].Subject.String()
+	}
+	if name, ok := s.bearer(r); ok && name != "" {
+		return "api token " + name
 	}
 	if r.Header.Get("Authorization") != "" {
 		return "api token"

@@ -120,7 +120,7 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	// Like a reload, the restart does not depend on the client staying.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), wait)
 	defer cancel()
-	res, err := s.o.restarter.Restart(ctx, "api")
+	res, err := s.o.restarter.Restart(ctx, s.actor(r))
 	if err != nil {
 		return err
 	}

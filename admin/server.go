@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +63,7 @@ type Option func(*options)
 
 type options struct {
 	token        string
+	tokens       []Token
 	origins      []string
 	statusFields func() map[string]any
 	gatherer     prometheus.Gatherer
@@ -78,6 +78,13 @@ type options struct {
 // characters, or New returns ErrTokenTooShort. Without it, management only
 // serves on a loopback address.
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithTokens sets several bearer tokens, each with an optional name that
+// the history records as the actor of the attempts it starts; any of them
+// authorizes a request. The rules of WithToken apply to each.
+func WithTokens(tokens ...Token) Option {
+	return func(o *options) { o.tokens = append(o.tokens, tokens...) }
+}
 
 // WithAllowedOrigins sets the startup allowlist of browser origins
 // (scheme://host[:port]). A request with a non-empty Origin not on it is
@@ -114,7 +121,7 @@ func WithTimeouts(t Timeouts) Option { return func(o *options) { o.timeouts = t 
 type Server struct {
 	rt       Runtime
 	o        options
-	tokenSum atomic.Pointer[[sha256.Size]byte] // the token's digest; SetToken swaps it
+	tokens   atomic.Pointer[tokenSet] // the accepted tokens' digests; SetTokens swaps them
 	hasToken bool
 	origins  map[string]bool // normalized allowed origins
 	hosts    map[string]bool // hosts of allowed origins
@@ -125,11 +132,6 @@ type Server struct {
 	state int // stateNew, stateServing, stateClosed
 	ln    net.Listener
 	done  chan struct{} // closed when Start's serving goroutine returns
-}
-
-func (s *Server) setToken(token string) {
-	sum := sha256.Sum256([]byte(token))
-	s.tokenSum.Store(&sum)
 }
 
 const (
@@ -149,9 +151,19 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	if err := checkToken(s.o.token); err != nil {
 		return nil, err
 	}
+	tokens := s.o.tokens
 	if s.o.token != "" {
+		tokens = append([]Token{{Secret: reconf.NewSecret(s.o.token)}}, tokens...)
+	}
+	if len(tokens) > 0 {
+		set, err := newTokenSet(tokens)
+		if err != nil {
+			return nil, err
+		}
 		s.hasToken = true
-		s.setToken(s.o.token)
+		s.tokens.Store(set)
+		// CheckAddress asks whether there is a token at all.
+		s.o.token = tokens[0].Secret.Reveal()
 	}
 	for _, o := range s.o.origins {
 		n, host, err := normalizeOrigin(o)

@@ -32,11 +32,11 @@ const SessionTTL = 8 * time.Hour
 
 const sessionIDBytes = 16
 
-// sessionKey derives the signing key from the token's digest.
+// sessionKey derives the signing key from the tokens' digests.
 func (s *Server) sessionKey() []byte {
 	var key [sha256.Size]byte // no token: the zero key, as before rotation existed
-	if p := s.tokenSum.Load(); p != nil {
-		key = *p
+	if t := s.tokens.Load(); t != nil {
+		key = t.key
 	}
 	m := hmac.New(sha256.New, key[:])
 	m.Write([]byte("reconf admin session v1"))

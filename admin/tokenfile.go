@@ -11,65 +11,134 @@ import (
 	"github.com/reconfhq/reconf"
 )
 
-// EnvTokenFile names a file that holds the bearer token, as an alternative
-// to EnvToken: the token stays out of the environment, and a service
-// re-reads the file on every reload (see Server.SetToken), so rotating the
+// EnvTokenFile names a file that holds the bearer tokens, as an alternative
+// to EnvToken: the tokens stay out of the environment, and a service
+// re-reads the file on every reload (see Server.SetTokens), so rotating a
 // token is writing the file and reloading.
 const EnvTokenFile = "RECONF_MANAGEMENT_TOKEN_FILE"
 
 // maxTokenFile bounds a token file's size.
 const maxTokenFile = 4096
 
-// ReadTokenFile reads a bearer token from path: a regular file after
-// symlinks, at most 4 KiB, surrounding whitespace trimmed, at least
-// MinTokenLength characters. A FIFO or a device is refused at once, never
-// waited on. Errors wrap ErrTokenFile (or ErrTokenTooShort) and never
-// quote the file's content.
-func ReadTokenFile(path string) (reconf.Secret, error) {
+// maxTokenName bounds a token's name, which history and logs show.
+const maxTokenName = 64
+
+// Token is one bearer token the management API accepts. Its name, when it
+// has one, is what the history records as the actor of the attempts it
+// starts ("api token NAME"), so an audit tells operators apart without
+// ever showing a token.
+type Token struct {
+	// Name is empty, or at most 64 of a-z, A-Z, 0-9, '.', '_', '-' and '@'.
+	Name   string
+	Secret reconf.Secret
+}
+
+// ReadTokenFile reads the bearer tokens from path: a regular file after
+// symlinks, at most 4 KiB. Each line that is neither blank nor a comment
+// (#) is one token: the token alone, or a name and the token separated by
+// spaces ("alice 6f1c..."). Every token is at least MinTokenLength
+// characters; names and tokens are unique. A FIFO or a device is refused at
+// once, never waited on. Errors wrap ErrTokenFile (or ErrTokenTooShort),
+// name the line, and never quote the file's content.
+func ReadTokenFile(path string) ([]Token, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return reconf.Secret{}, fmt.Errorf("%w: %w", ErrTokenFile, err)
+		return nil, fmt.Errorf("%w: %w", ErrTokenFile, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
-		return reconf.Secret{}, fmt.Errorf("%w: %w", ErrTokenFile, err)
+		return nil, fmt.Errorf("%w: %w", ErrTokenFile, err)
 	case !fi.Mode().IsRegular():
-		return reconf.Secret{}, fmt.Errorf("%w: %s is not a regular file", ErrTokenFile, path)
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrTokenFile, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
 	switch {
 	case err != nil:
-		return reconf.Secret{}, fmt.Errorf("%w: %s: %w", ErrTokenFile, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrTokenFile, path, err)
 	case len(b) > maxTokenFile:
-		return reconf.Secret{}, fmt.Errorf("%w: %s is larger than %d bytes", ErrTokenFile, path, maxTokenFile)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrTokenFile, path, maxTokenFile)
 	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return reconf.Secret{}, fmt.Errorf("%w: %s is empty", ErrTokenFile, path)
+	toks, err := parseTokens(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
-	if err := checkToken(tok); err != nil {
-		return reconf.Secret{}, fmt.Errorf("%w (in %s)", err, path)
-	}
-	return reconf.NewSecret(tok), nil
+	return toks, nil
 }
 
-// SetToken replaces the bearer token: requests with the old one are
-// refused from now on, requests already authorized finish. It fails, and
-// keeps the old token, for a token shorter than MinTokenLength, and on a
+// parseTokens reads a token file's lines (see ReadTokenFile).
+func parseTokens(text string) ([]Token, error) {
+	var toks []Token
+	names, values := map[string]bool{}, map[string]bool{}
+	for i, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		var t Token
+		switch len(fields) {
+		case 1:
+			t.Secret = reconf.NewSecret(fields[0])
+		case 2:
+			if !validTokenName(fields[0]) {
+				return nil, fmt.Errorf("%w: line %d: a token's name is at most %d of a-z, A-Z, 0-9, '.', '_', '-', '@'", ErrTokenFile, i+1, maxTokenName)
+			}
+			t.Name, t.Secret = fields[0], reconf.NewSecret(fields[1])
+		default:
+			return nil, fmt.Errorf("%w: line %d: write the token alone, or a name and the token", ErrTokenFile, i+1)
+		}
+		if err := checkToken(t.Secret.Reveal()); err != nil {
+			return nil, fmt.Errorf("%w: line %d", err, i+1)
+		}
+		switch {
+		case names[t.Name] && t.Name != "":
+			return nil, fmt.Errorf("%w: line %d: the name is used twice", ErrTokenFile, i+1)
+		case values[t.Secret.Reveal()]:
+			return nil, fmt.Errorf("%w: line %d: the token is listed twice", ErrTokenFile, i+1)
+		}
+		names[t.Name], values[t.Secret.Reveal()] = true, true
+		toks = append(toks, t)
+	}
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%w: no token in the file", ErrTokenFile)
+	}
+	return toks, nil
+}
+
+func validTokenName(name string) bool {
+	if name == "" || len(name) > maxTokenName {
+		return false
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '@'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// SetToken replaces the accepted tokens with one unnamed token (see
+// SetTokens).
+func (s *Server) SetToken(token string) error {
+	return s.SetTokens(Token{Secret: reconf.NewSecret(token)})
+}
+
+// SetTokens replaces the accepted bearer tokens: requests with a token no
+// longer listed are refused from now on, requests already authorized
+// finish, and every status page session ends. It fails, and keeps the old
+// tokens, for an empty list, a token shorter than MinTokenLength, and on a
 // server started without a token (turning auth on or off needs a restart).
 // It is safe for concurrent use.
-func (s *Server) SetToken(token string) error {
+func (s *Server) SetTokens(tokens ...Token) error {
 	if !s.hasToken {
 		return errors.New("admin: this server was started without a token; setting one needs a restart")
 	}
-	if token == "" {
-		return ErrTokenTooShort
-	}
-	if err := checkToken(token); err != nil {
+	set, err := newTokenSet(tokens)
+	if err != nil {
 		return err
 	}
-	s.setToken(token)
+	s.tokens.Store(set)
 	return nil
 }

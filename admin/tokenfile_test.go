@@ -1,13 +1,16 @@
 package admin_test
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 )
 
@@ -29,24 +32,31 @@ func TestReadTokenFile(t *testing.T) {
 	if err := os.Symlink(good, link); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := admin.ReadTokenFile(good)
-	if err != nil || tok.Reveal() != testToken {
+	toks, err := admin.ReadTokenFile(good)
+	if err != nil || len(toks) != 1 || toks[0].Name != "" || toks[0].Secret.Reveal() != testToken {
 		t.Fatalf("good file: %v", err)
 	}
-	if tok, err := admin.ReadTokenFile(link); err != nil || tok.Reveal() != testToken {
+	if toks, err := admin.ReadTokenFile(link); err != nil || len(toks) != 1 || toks[0].Secret.Reveal() != testToken {
 		t.Fatalf("a symlink to a good file: %v", err)
 	}
 	for name, c := range map[string]struct {
 		path string
 		want error
 	}{
-		"missing":   {filepath.Join(dir, "none"), admin.ErrTokenFile},
-		"directory": {dir, admin.ErrTokenFile},
-		"fifo":      {fifo, admin.ErrTokenFile},
-		"device":    {"/dev/zero", admin.ErrTokenFile},
-		"empty":     {write("empty", "\n"), admin.ErrTokenFile},
-		"oversize":  {write("big", strings.Repeat("x", 5000)), admin.ErrTokenFile},
-		"short":     {write("short", "abc\n"), admin.ErrTokenTooShort},
+		"missing":     {filepath.Join(dir, "none"), admin.ErrTokenFile},
+		"directory":   {dir, admin.ErrTokenFile},
+		"fifo":        {fifo, admin.ErrTokenFile},
+		"device":      {"/dev/zero", admin.ErrTokenFile},
+		"empty":       {write("empty", "\n"), admin.ErrTokenFile},
+		"oversize":    {write("big", strings.Repeat("x", 5000)), admin.ErrTokenFile},
+		"short":       {write("short", "abc\n"), admin.ErrTokenTooShort},
+		"comments":    {write("comments", "# only a comment\n\n"), admin.ErrTokenFile},
+		"3 fields":    {write("three", "alice xxxxxxxxxxxxxxxxxxxxxxxx more\n"), admin.ErrTokenFile},
+		"bad name":    {write("badname", "al/ice xxxxxxxxxxxxxxxxxxxxxxxx\n"), admin.ErrTokenFile},
+		"long name":   {write("longname", strings.Repeat("a", 65)+" xxxxxxxxxxxxxxxxxxxxxxxx\n"), admin.ErrTokenFile},
+		"same name":   {write("samename", "bob xxxxxxxxxxxxxxxxxxxxxxxx\nbob xxxxxxxxxxxxxxxxxxxxxxxy\n"), admin.ErrTokenFile},
+		"same token":  {write("sametoken", "bob xxxxxxxxxxxxxxxxxxxxxxxx\nann xxxxxxxxxxxxxxxxxxxxxxxx\n"), admin.ErrTokenFile},
+		"short named": {write("shortnamed", "bob xxxx\n"), admin.ErrTokenTooShort},
 	} {
 		_, err := admin.ReadTokenFile(c.path)
 		if !errors.Is(err, c.want) {
@@ -60,7 +70,7 @@ func TestReadTokenFile(t *testing.T) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
 	c := admin.ConfigFromEnv(env(map[string]string{admin.EnvAddress: "127.0.0.1:0", admin.EnvTokenFile: good}))
-	if c.Check() != nil || c.Token.Reveal() != testToken || c.TokenFile != good {
+	if c.Check() != nil || len(c.AcceptedTokens()) != 1 || c.AcceptedTokens()[0].Secret.Reveal() != testToken || c.TokenFile != good {
 		t.Fatalf("ConfigFromEnv with a token file: %v", c.Check())
 	}
 	c = admin.ConfigFromEnv(env(map[string]string{admin.EnvAddress: "127.0.0.1:0", admin.EnvTokenFile: fifo}))
@@ -100,5 +110,70 @@ func TestSetTokenRotates(t *testing.T) {
 	open := start(t, setup{})
 	if err := open.srv.SetToken(next); err == nil {
 		t.Fatal("SetToken on a server started without a token succeeded")
+	}
+}
+
+// TestNamedTokens: a token file names its tokens; each authorizes, and the
+// history's actor is the name of the token that started the attempt,
+// never the token.
+func TestNamedTokens(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens")
+	text := "# operators\nalice " + testToken + "-alice\n\n  bob   " + testToken + "-bob  \n" + testToken + "-anon\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := admin.ReadTokenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tk := range toks {
+		names = append(names, tk.Name)
+	}
+	if strings.Join(names, ",") != "alice,bob," || toks[1].Secret.Reveal() != testToken+"-bob" {
+		t.Fatalf("tokens named %q", names)
+	}
+	h := reconf.NewHistory(0)
+	e := start(t, setup{
+		runtime: []reconf.Option{reconf.WithObserver(h)},
+		admin: []admin.Option{admin.WithTokens(toks...), admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) {
+			return h.Entries(n), nil
+		})},
+	})
+	for i, c := range []struct{ token, actor string }{
+		{testToken + "-bob", "api token bob"},
+		{testToken + "-alice", "api token alice"},
+		{testToken + "-anon", "api token"},
+	} {
+		e.token = c.token
+		e.src.set(yamlOf("127.0.0.1:8080", 5+i, canaryNext))
+		if a := e.do("POST", admin.ReloadPath, ""); a.status != http.StatusOK {
+			t.Fatalf("reload with %s's token: %d %s", c.actor, a.status, a.body)
+		}
+		if got := h.Entries(1)[0].Actor; got != c.actor {
+			t.Errorf("actor %q, want %q", got, c.actor)
+		}
+	}
+	e.token = testToken + "-carol"
+	if a := e.do("POST", admin.ReloadPath, ""); a.status != http.StatusUnauthorized {
+		t.Errorf("a token not in the file: %d", a.status)
+	}
+	// Rotation: bob leaves; his token stops working at once, alice's stays.
+	if err := e.srv.SetTokens(toks[0]); err != nil {
+		t.Fatal(err)
+	}
+	e.token = testToken + "-bob"
+	if a := e.do("GET", admin.StatusPath, ""); a.status != http.StatusUnauthorized {
+		t.Errorf("bob after rotation: %d", a.status)
+	}
+	e.token = testToken + "-alice"
+	if a := e.do("GET", admin.StatusPath, ""); a.status != http.StatusOK {
+		t.Errorf("alice after rotation: %d", a.status)
+	}
+	if err := e.srv.SetTokens(); err == nil {
+		t.Error("SetTokens with no token must fail")
+	}
+	if _, err := admin.New(e.rt, admin.WithTokens(admin.Token{Name: "bad name", Secret: reconf.NewSecret(testToken)})); err == nil {
+		t.Error("New with a bad token name must fail")
 	}
 }

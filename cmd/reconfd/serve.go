@@ -536,7 +536,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	if cfg.Address == "" {
 		return nil, nil
 	}
-	opts := append([]admin.Option{admin.WithToken(cfg.Token.Reveal()), admin.WithLogger(log), admin.WithMetrics(reg),
+	opts := append([]admin.Option{admin.WithTokens(cfg.AcceptedTokens()...), admin.WithLogger(log), admin.WithMetrics(reg),
 		admin.WithStatusFields(status), admin.WithHistory(g.History)}, extra...)
 	srv, err := admin.New(rt, opts...)
 	if err != nil {
@@ -547,7 +547,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	var bound string
 	err = cfg.Check()
 	if err == nil && cfg.TokenFile != "" {
-		managementToken.bind(srv, cfg.TokenFile, cfg.Token, log)
+		managementToken.bind(srv, cfg.TokenFile, cfg.Tokens, log)
 	}
 	if err == nil {
 		if listen == nil {
@@ -572,7 +572,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	case err != nil:
 		return nil, fmt.Errorf("management API: %w", err)
 	}
-	attrs := []any{"address", bound, "token_set", !cfg.Token.IsZero()}
+	attrs := []any{"address", bound, "tokens", len(cfg.AcceptedTokens())}
 	if f.worker == "" { // a supervisor's workers: the supervisor writes it
 		m.discovery = announce(f, lookup, log, bound, cfg, generated)
 		attrs = append(attrs, "discovery_file", m.discovery)

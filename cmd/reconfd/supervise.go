@@ -219,7 +219,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		if file != "" {
 			cleanup = append(cleanup, func() { os.Remove(file) })
 		}
-		log.Info("management listening", "address", mgmtAddr, "token_set", !mcfg.Token.IsZero(), "workers", m.workers, "discovery_file", file)
+		log.Info("management listening", "address", mgmtAddr, "tokens", len(mcfg.AcceptedTokens()), "workers", m.workers, "discovery_file", file)
 	}
 
 	var stopped chan error

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/reconfhq/reconf"
@@ -23,13 +24,13 @@ type boundToken struct {
 	srv  *admin.Server
 	path string
 	log  *slog.Logger
-	last atomic.Pointer[reconf.Secret]
+	last atomic.Pointer[[]admin.Token]
 }
 
 var managementToken tokenRotator
 
 // bind starts rotating srv's token from path.
-func (r *tokenRotator) bind(srv *admin.Server, path string, current reconf.Secret, log *slog.Logger) {
+func (r *tokenRotator) bind(srv *admin.Server, path string, current []admin.Token, log *slog.Logger) {
 	b := &boundToken{srv: srv, path: path, log: log}
 	b.last.Store(&current)
 	r.bound.Store(b)
@@ -41,17 +42,23 @@ func (r *tokenRotator) observe(res reconf.Result) {
 	if b == nil || res.DryRun || res.Trigger == reconf.TriggerStartup || res.Trigger == reconf.TriggerCheck {
 		return
 	}
-	tok, err := admin.ReadTokenFile(b.path)
-	if err == nil && tok.Equal(*b.last.Load()) {
+	toks, err := admin.ReadTokenFile(b.path)
+	if err == nil && sameTokens(toks, *b.last.Load()) {
 		return
 	}
 	if err == nil {
-		err = b.srv.SetToken(tok.Reveal())
+		err = b.srv.SetTokens(toks...)
 	}
 	if err != nil {
-		b.log.Error("management token file could not be re-read; the previous token stays valid", "path", b.path, "error", err)
+		b.log.Error("management token file could not be re-read; the previous tokens stay valid", "path", b.path, "error", err)
 		return
 	}
-	b.last.Store(&tok)
-	b.log.Info("management token rotated from its file; the previous token no longer works", "path", b.path)
+	b.last.Store(&toks)
+	b.log.Info("management token rotated from its file; a token no longer listed no longer works", "path", b.path, "tokens", len(toks))
+}
+
+// sameTokens reports whether two token lists are equal, names and order
+// included.
+func sameTokens(a, b []admin.Token) bool {
+	return slices.EqualFunc(a, b, func(x, y admin.Token) bool { return x.Name == y.Name && x.Secret.Equal(y.Secret) })
 }
