@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,12 +22,11 @@ func TestSecretCanary(t *testing.T) {
 	m := metrics.New("reconf")
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	h := reconf.NewHistory(0)
 	e := start(t, setup{
 		token:   testToken,
-		runtime: []reconf.Option{reconf.WithObserver(m), reconf.WithObserver(h)},
-		admin: []admin.Option{admin.WithMetrics(reg), admin.WithAllowedOrigins("https://ops.example.com"),
-			admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil })},
+		history: true,
+		runtime: []reconf.Option{reconf.WithObserver(m)},
+		admin:   []admin.Option{admin.WithMetrics(reg), admin.WithAllowedOrigins("https://ops.example.com")},
 	})
 
 	reloads := []struct {

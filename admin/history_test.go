@@ -16,14 +16,7 @@ import (
 // newest first, the actor, changed paths and no value; limit bounds it;
 // a bad limit and an unreadable history have their own reasons.
 func TestHistoryEndpoint(t *testing.T) {
-	h := reconf.NewHistory(0)
-	e := start(t, setup{
-		token:   testToken,
-		runtime: []reconf.Option{reconf.WithObserver(h)},
-		admin: []admin.Option{admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) {
-			return h.Entries(n), nil
-		})},
-	})
+	e := start(t, setup{token: testToken, history: true})
 	e.src.set(yamlOf("127.0.0.1:8080", 5, canaryNext))
 	if a := e.do("POST", admin.ReloadPath, ""); a.status != http.StatusOK {
 		t.Fatalf("reload: %d %s", a.status, a.body)

@@ -134,6 +134,9 @@ type env struct {
 	token  string
 	logs   *syncBuffer
 	client *http.Client
+	// history records every attempt when setup.history is set, and the
+	// server answers GET /admin/config/history from it.
+	history *reconf.History
 
 	mu   sync.Mutex
 	seen []string // every answer, headers and body, for the canary search
@@ -143,6 +146,7 @@ type setup struct {
 	runtime []reconf.Option
 	admin   []admin.Option
 	token   string
+	history bool // keep an in-memory history and serve it (env.history)
 }
 
 func newRuntime(t *testing.T, s setup) *env {
@@ -159,6 +163,10 @@ func newRuntime(t *testing.T, s setup) *env {
 		}),
 		reconf.WithConsumer(reconf.Name("pool"), e.gate),
 	}, s.runtime...)
+	if s.history {
+		e.history = reconf.NewHistory(0)
+		opts = append(opts, reconf.WithObserver(e.history))
+	}
 	rt, err := reconf.New[testConfig](context.Background(), e.src.source(), opts...)
 	if err != nil {
 		t.Fatalf("reconf.New: %v", err)
@@ -180,6 +188,9 @@ func start(t *testing.T, s setup) *env {
 	e := newRuntime(t, s)
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := append([]admin.Option{admin.WithLogger(logger)}, s.admin...)
+	if h := e.history; h != nil {
+		opts = append(opts, admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil }))
+	}
 	if s.token != "" {
 		opts = append(opts, admin.WithToken(s.token))
 	}

@@ -1,13 +1,11 @@
 package admin_test
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 )
 
@@ -42,14 +40,7 @@ func (e *env) withCookie(method, path string, c *http.Cookie) answer {
 // HttpOnly, SameSite=Strict and not the token, the page and the status
 // through it, and everything a session must not do.
 func TestPageLogin(t *testing.T) {
-	h := reconf.NewHistory(0)
-	e := start(t, setup{
-		token:   testToken,
-		runtime: []reconf.Option{reconf.WithObserver(h)},
-		admin: []admin.Option{admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) {
-			return h.Entries(n), nil
-		})},
-	})
+	e := start(t, setup{token: testToken, history: true})
 	e.src.set(yamlOf("0.0.0.0:1", 1, canaryLiteral))
 	if a := e.do("POST", admin.ReloadPath, ""); a.status != http.StatusConflict {
 		t.Fatalf("restart-required reload: %d", a.status)

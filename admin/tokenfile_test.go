@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -133,13 +132,7 @@ func TestNamedTokens(t *testing.T) {
 	if strings.Join(names, ",") != "alice,bob," || toks[1].Secret.Reveal() != testToken+"-bob" {
 		t.Fatalf("tokens named %q", names)
 	}
-	h := reconf.NewHistory(0)
-	e := start(t, setup{
-		runtime: []reconf.Option{reconf.WithObserver(h)},
-		admin: []admin.Option{admin.WithTokens(toks...), admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) {
-			return h.Entries(n), nil
-		})},
-	})
+	e := start(t, setup{history: true, admin: []admin.Option{admin.WithTokens(toks...)}})
 	for i, c := range []struct{ token, actor string }{
 		{testToken + "-bob", "api token bob"},
 		{testToken + "-alice", "api token alice"},
@@ -150,7 +143,7 @@ func TestNamedTokens(t *testing.T) {
 		if a := e.do("POST", admin.ReloadPath, ""); a.status != http.StatusOK {
 			t.Fatalf("reload with %s's token: %d %s", c.actor, a.status, a.body)
 		}
-		if got := h.Entries(1)[0].Actor; got != c.actor {
+		if got := e.history.Entries(1)[0].Actor; got != c.actor {
 			t.Errorf("actor %q, want %q", got, c.actor)
 		}
 	}
