@@ -21,6 +21,7 @@ type result struct {
 	requests, failed int
 	rps              float64
 	p50, p99         time.Duration
+	cost             cost
 }
 
 func body(t *target, stream bool) []byte {
@@ -132,6 +133,8 @@ func fmtD(d time.Duration) string {
 	switch {
 	case d >= time.Millisecond:
 		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	case d < 10*time.Microsecond && d > -10*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
 	default:
 		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
 	}
@@ -141,23 +144,43 @@ type agg struct {
 	rps, p50, p99 float64
 	failed        int
 	rpsLo, rpsHi  float64
+	// CPU per request: the server's tree, the upstream's, the load
+	// generator's; the other load on the machine; the server's system
+	// calls and context switches (with -perf).
+	cpu, cpuLo, cpuHi, upCPU, clientCPU, others float64
+	events                                      map[string]float64
 }
 
 func aggregate(rs []result) agg {
-	var rps, p50, p99 []float64
-	a := agg{}
+	var rps, p50, p99, cpu, up, cl, oth []float64
+	ev := map[string][]float64{}
+	a := agg{events: map[string]float64{}}
 	for _, r := range rs {
 		rps = append(rps, r.rps)
 		p50 = append(p50, float64(r.p50))
 		p99 = append(p99, float64(r.p99))
+		cpu = append(cpu, float64(r.cost.proxy))
+		up = append(up, float64(r.cost.upstream))
+		cl = append(cl, float64(r.cost.client))
+		oth = append(oth, r.cost.others)
+		for e, v := range r.cost.events {
+			ev[e] = append(ev[e], v)
+		}
 		a.failed += r.failed
 	}
 	a.rps, a.p50, a.p99 = median(rps), median(p50), median(p99)
 	a.rpsLo, a.rpsHi = slices.Min(rps), slices.Max(rps)
+	a.cpu, a.cpuLo, a.cpuHi = median(cpu), slices.Min(cpu), slices.Max(cpu)
+	a.upCPU, a.clientCPU, a.others = median(up), median(cl), median(oth)
+	for e, vs := range ev {
+		a.events[e] = median(vs)
+	}
 	return a
 }
 
-// printTable prints the medians over the rounds and the ratios.
+// printTable prints the medians over the rounds and the ratios: first
+// throughput and latency, which move with the machine's load, then the
+// CPU each path spends per request, which moves much less.
 func printTable(w io.Writer, targets []*target, res map[string][]result, f flags) {
 	aggs := map[string]agg{}
 	for _, t := range targets {
@@ -165,45 +188,83 @@ func printTable(w io.Writer, targets []*target, res map[string][]result, f flags
 	}
 	nginx, hasNginx := aggs["nginx"]
 	bare, hasBare := aggs[f.stack]
+	ratio := func(a, b float64, ok bool) string {
+		if !ok || b == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
 	fmt.Fprintf(w, "\nmedians over %d rounds (req/s range in brackets)\n", f.rounds)
 	fmt.Fprintf(w, "| path | req/s | p50 | p99 | failed | req/s vs nginx | p99 vs nginx | req/s vs bare %s |\n", f.stack)
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, t := range targets {
 		a := aggs[t.name]
-		rn, pn, rb := "", "", ""
-		if hasNginx {
-			rn = fmt.Sprintf("%.2fx", a.rps/nginx.rps)
-			pn = fmt.Sprintf("%.2fx", a.p99/nginx.p99)
-		}
-		if hasBare {
-			rb = fmt.Sprintf("%.2fx", a.rps/bare.rps)
-		}
 		fmt.Fprintf(w, "| %s | %.0f [%.0f-%.0f] | %s | %s | %d | %s | %s | %s |\n", t.name, a.rps, a.rpsLo, a.rpsHi,
-			fmtD(time.Duration(a.p50)), fmtD(time.Duration(a.p99)), a.failed, rn, pn, rb)
+			fmtD(time.Duration(a.p50)), fmtD(time.Duration(a.p99)), a.failed,
+			ratio(a.rps, nginx.rps, hasNginx), ratio(a.p99, nginx.p99, hasNginx), ratio(a.rps, bare.rps, hasBare))
+	}
+	fmt.Fprintf(w, "\nCPU per request, medians over %d rounds (the server's range in brackets; \"others\" is the CPUs the rest of the machine kept busy meanwhile)\n", f.rounds)
+	fmt.Fprintf(w, "| path | server CPU/req | vs nginx | vs bare %s | upstream CPU/req | load generator CPU/req | others |\n", f.stack)
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, t := range targets {
+		a := aggs[t.name]
+		fmt.Fprintf(w, "| %s | %s [%s-%s] | %s | %s | %s | %s | %.2f |\n", t.name,
+			fmtD(time.Duration(a.cpu)), fmtD(time.Duration(a.cpuLo)), fmtD(time.Duration(a.cpuHi)),
+			ratio(a.cpu, nginx.cpu, hasNginx && t.name != "straight"), ratio(a.cpu, bare.cpu, hasBare && t.name != "straight"),
+			fmtD(time.Duration(a.upCPU)), fmtD(time.Duration(a.clientCPU)), a.others)
+	}
+	if !f.perf {
+		return
+	}
+	fmt.Fprintf(w, "\nper request in the server's processes (perf stat), medians over %d rounds\n", f.rounds)
+	fmt.Fprint(w, "| path |")
+	for _, e := range perfEvents {
+		fmt.Fprintf(w, " %s |", eventName(e))
+	}
+	fmt.Fprint(w, "\n| --- |")
+	for range perfEvents {
+		fmt.Fprint(w, " ---: |")
+	}
+	fmt.Fprintln(w)
+	for _, t := range targets {
+		if t.name == "straight" {
+			continue
+		}
+		fmt.Fprintf(w, "| %s |", t.name)
+		for _, e := range perfEvents {
+			fmt.Fprintf(w, " %.2f |", aggs[t.name].events[e])
+		}
+		fmt.Fprintln(w)
 	}
 }
 
 // addedLatency sends f.latency requests from one client to each target,
 // in f.rounds interleaved rounds, and reports each target's median p50
 // minus the upstream's.
-func addedLatency(w io.Writer, targets []*target, f flags) {
+func addedLatency(w io.Writer, targets []*target, up *target, f flags) {
 	p50s := map[string][]float64{}
 	p99s := map[string][]float64{}
-	for r := range f.rounds {
+	cpus := map[string][]float64{}
+	rounds := max(f.rounds, 1)
+	for r := range rounds {
 		for _, t := range rotate(targets, r) {
-			lat := serial(t, f.latency/10) // warm
-			lat = serial(t, f.latency)
+			_ = serial(t, f.latency/10) // warm
+			m := startMeter(t, up, false)
+			lat := serial(t, f.latency)
+			c := m.stop(len(lat))
 			p50s[t.name] = append(p50s[t.name], float64(pct(lat, 50)))
 			p99s[t.name] = append(p99s[t.name], float64(pct(lat, 99)))
+			cpus[t.name] = append(cpus[t.name], float64(c.proxy))
 		}
 	}
 	base := median(p50s["straight"])
-	fmt.Fprintf(w, "\none client, %d requests per round, medians over %d rounds\n", f.latency, f.rounds)
-	fmt.Fprintln(w, "| path | p50 | p99 | p50 added to straight |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
+	fmt.Fprintf(w, "\none client, %d requests per round, medians over %d rounds (load average %s)\n", f.latency, rounds, loadavg())
+	fmt.Fprintln(w, "| path | p50 | p99 | p50 added to straight | server CPU/req |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
 	for _, t := range targets {
 		m := median(p50s[t.name])
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.name, fmtD(time.Duration(m)), fmtD(time.Duration(median(p99s[t.name]))), fmtD(time.Duration(m-base)))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.name, fmtD(time.Duration(m)), fmtD(time.Duration(median(p99s[t.name]))),
+			fmtD(time.Duration(m-base)), fmtD(time.Duration(median(cpus[t.name]))))
 	}
 }
 

@@ -67,6 +67,7 @@ type flags struct {
 	stream      int
 	stack       string
 	profile     time.Duration
+	perf        bool
 }
 
 func main() {
@@ -90,6 +91,9 @@ func main() {
 	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
 	flag.IntVar(&f.stream, "stream", 0, "streamed requests from one client for the time-to-first-byte table (0: skip)")
 	flag.StringVar(&f.stack, "stack", "fasthttp", "reconfd's HTTP stack, for the ratio to the bare proxy on the same stack (nethttp or fasthttp)")
+	flag.BoolVar(&verbose, "v", false, "print each server process's CPU per request after each measurement")
+	flag.StringVar(&recordDir, "record", "", "keep a perf profile with call graphs of each server's last measurement in this directory (NAME.perf.data)")
+	flag.BoolVar(&f.perf, "perf", false, "count the proxies' system calls and context switches per request with perf stat (needs perf and the permission to attach)")
 	flag.DurationVar(&f.profile, "profile", 0, "also run the gateway in-process under a CPU profile for this long and print its top entries (0: skip)")
 	flag.Parse()
 	if err := run(f, os.Stdout); err != nil {
@@ -105,6 +109,7 @@ type target struct {
 	path  string // the chat completions path
 	model string
 	key   string // bearer token, or empty
+	pids  []int  // the processes at the root of the server's tree
 	stop  func()
 }
 
@@ -200,11 +205,12 @@ func run(f flags, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		t2, err := startChildAt(self, "proxy-fasthttp", t.addr, []string{"DATAPLANE_UPSTREAM=" + upURL, "DATAPLANE_REUSEPORT=1", "GOMAXPROCS=1"})
+		pid2, t2, err := startChildAt(self, "proxy-fasthttp", t.addr, []string{"DATAPLANE_UPSTREAM=" + upURL, "DATAPLANE_REUSEPORT=1", "GOMAXPROCS=1"})
 		if err != nil {
 			t.stop()
 			return err
 		}
+		t.pids = append(t.pids, pid2)
 		stop1 := t.stop
 		t.stop = func() { t2(); stop1() }
 		targets = append(targets, t)
@@ -215,28 +221,36 @@ func run(f flags, w io.Writer) error {
 		}
 	}
 
-	fmt.Fprintf(w, "dataplane: %d rounds, %d keep-alive clients, %v per target after %v warm-up; %d workers for nginx and reconfd\n",
-		f.rounds, f.concurrency, f.duration, f.warmup, f.workers)
+	if f.perf {
+		if err := perfWorks(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "dataplane: %d rounds, %d keep-alive clients, %v per target after %v warm-up; %d workers for nginx and reconfd; load average %s\n",
+		f.rounds, f.concurrency, f.duration, f.warmup, f.workers, loadavg())
 	res := map[string][]result{}
 	for r := range f.rounds {
 		order := rotate(targets, r)
 		for _, t := range order {
 			drive(t, f.concurrency, f.warmup)
-			res[t.name] = append(res[t.name], drive(t, f.concurrency, f.duration))
+			m := startMeter(t, up, f.perf)
+			x := drive(t, f.concurrency, f.duration)
+			x.cost = m.stop(x.requests)
+			res[t.name] = append(res[t.name], x)
 		}
 		fmt.Fprintf(w, "round %d:", r+1)
 		for _, t := range targets {
 			x := res[t.name][r]
-			fmt.Fprintf(w, " %s %.0f/s p99 %s;", t.name, x.rps, fmtD(x.p99))
+			fmt.Fprintf(w, " %s %.0f/s p99 %s cpu %s;", t.name, x.rps, fmtD(x.p99), fmtD(x.cost.proxy))
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, " (load average %s)\n", loadavg())
 	}
 	if f.rounds > 0 {
 		printTable(w, targets, res, f)
 	}
 
 	if f.latency > 0 {
-		addedLatency(w, targets, f)
+		addedLatency(w, targets, up, f)
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)
@@ -247,6 +261,19 @@ func run(f flags, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// loadavg is the machine's load average over 1, 5 and 15 minutes.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // rotate returns targets starting at round mod len.
@@ -267,7 +294,7 @@ func startChild(self, role, name string, env []string) (*target, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "bench-1", stop: stopper(cmd)}
+	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "bench-1", pids: []int{cmd.Process.Pid}, stop: stopper(cmd)}
 	if err := waitPort(addr, 10*time.Second); err != nil {
 		t.stop()
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -275,15 +302,16 @@ func startChild(self, role, name string, env []string) (*target, error) {
 	return t, nil
 }
 
-// startChildAt starts a second child on addr.
-func startChildAt(self, role, addr string, env []string) (func(), error) {
+// startChildAt starts a second child on addr; it returns its pid and a
+// function that stops it.
+func startChildAt(self, role, addr string, env []string) (int, func(), error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), append(env, roleEnv+"="+role, "DATAPLANE_LISTEN="+addr)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return stopper(cmd), nil
+	return cmd.Process.Pid, stopper(cmd), nil
 }
 
 // stopper ends a child with SIGTERM (SIGKILL after 20 s) and waits for it.
@@ -367,7 +395,7 @@ func startNginx(dir, upstream string, workers int) (*target, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &target{name: "nginx", addr: addr, path: "/v1/chat/completions", model: "bench-1", stop: func() {
+	t := &target{name: "nginx", addr: addr, path: "/v1/chat/completions", model: "bench-1", pids: []int{cmd.Process.Pid}, stop: func() {
 		// nginx's graceful stop is SIGQUIT; SIGTERM is a fast stop.
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
@@ -436,7 +464,7 @@ func startReconfd(dir, name, bin, upstream string, workers int, env ...string) (
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, stop: stopper(cmd)}
+	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, pids: []int{cmd.Process.Pid}, stop: stopper(cmd)}
 	if err := waitPort(addr, 30*time.Second); err != nil {
 		t.stop()
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -86,11 +86,11 @@ func profileGateway(w io.Writer, self, dir, upstream string, n int, d time.Durat
 
 // startChildAt2 starts a child role on addr and waits for it to listen.
 func startChildAt2(self, role, addr string, env []string) (*target, error) {
-	stop, err := startChildAt(self, role, addr, env)
+	pid, stop, err := startChildAt(self, role, addr, env)
 	if err != nil {
 		return nil, err
 	}
-	t := &target{name: role, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, stop: stop}
+	t := &target{name: role, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, pids: []int{pid}, stop: stop}
 	if err := waitPort(addr, 10*time.Second); err != nil {
 		stop()
 		return nil, err
