@@ -153,6 +153,11 @@ type drainConn struct {
 	once sync.Once
 }
 
+// NetConn returns the connection it wraps (as tls.Conn's NetConn does), so
+// that a server can reach the socket beneath: the gateway reads and writes
+// a TCP connection's descriptor directly.
+func (c *drainConn) NetConn() net.Conn { return c.Conn }
+
 func (c *drainConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.l.closedOne)

@@ -221,11 +221,13 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // Serve serves the data plane on ln until Shutdown, logging the bound
 // address first ("listening address=HOST:PORT"). ln may be any listener:
 // a TCP one, an inherited socket, or a TLS listener (whose configuration
-// must offer only http/1.1 in ALPN: the data plane speaks HTTP/1.1). It
-// returns nil after Shutdown and the listener's error otherwise.
+// must offer only http/1.1 in ALPN: the data plane speaks HTTP/1.1). A
+// TCP connection it accepts (or one a wrapper hands out through NetConn)
+// is read and written with raw system calls (rawConn). It returns nil
+// after Shutdown and the listener's error otherwise.
 func (g *Gateway) Serve(ln net.Listener) error {
 	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID())
-	err := g.srv.Serve(ln)
+	err := g.srv.Serve(rawListener{ln})
 	if g.draining.Load() {
 		return nil
 	}

@@ -59,7 +59,11 @@ func newUpstreamClient(host string, u *url.URL, wrap func(*fasthttp.HostClient) 
 		// with a cleaner goroutine of its own.
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
 			d := net.Dialer{Timeout: min(timeout, dialTimeout), KeepAlive: 30 * time.Second}
-			return d.Dial("tcp", addr)
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newRawConn(c), nil
 		},
 		MaxConns:                      1024,
 		MaxIdleConnDuration:           90 * time.Second,

@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// rawConn is a TCP connection of the data plane whose reads and writes are
+// raw system calls on its non-blocking socket, made through the
+// connection's syscall.RawConn: the runtime's network poller still parks
+// the goroutine when the socket is not ready (and enforces deadlines), but
+// the read or write itself does not tell the scheduler it is in a system
+// call.
+//
+// Why: a Go read or write of a socket enters the scheduler's syscall state
+// (entersyscall/exitsyscall). When it outlasts one tick of the runtime's
+// monitor thread (sysmon, 20 µs), the monitor takes the P away and hands
+// it to another thread, then keeps waking every 20 µs while that goes on.
+// A loopback write carries the receiver's TCP processing and wake-up, so
+// on a virtual machine it often lasts that long; with one P per worker
+// process (the supervisor's default: CPUs / workers) nothing else could
+// use the P meanwhile, so every hand-off is pure cost: sysmon's sleeps
+// and wake-ups, a futex to wake a thread, a context switch. The profile
+// of a worker at 32 clients put sysmon alone at 14-17% of its CPU. A
+// non-blocking read or write cannot block, so keeping the P through it
+// loses nothing; see bench/README.md for the measurements.
+//
+// Reads and writes may run concurrently with each other, as on any
+// net.Conn; each direction is serialised by its own mutex, since the
+// callbacks handed to RawConn keep their state in the connection (a
+// closure per call would allocate).
+type rawConn struct {
+	net.Conn // the accepted or dialed connection: Close, addresses, deadlines
+	rc       syscall.RawConn
+
+	rmu   sync.Mutex
+	rbuf  []byte
+	rn    int
+	rerr  error
+	rfunc func(fd uintptr) bool
+
+	wmu   sync.Mutex
+	wbuf  []byte
+	wn    int
+	werr  error
+	wfunc func(fd uintptr) bool
+}
+
+var _ net.Conn = (*rawConn)(nil)
+
+// newRawConn wraps c, a TCP connection or a wrapper of one that hands it
+// out through NetConn (as the restart's drain listener does); Close,
+// addresses and deadlines stay c's. Any other connection is returned as it
+// is.
+func newRawConn(c net.Conn) net.Conn {
+	inner := c
+	for {
+		w, ok := inner.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		inner = w.NetConn()
+	}
+	tc, ok := inner.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	r := &rawConn{Conn: c, rc: rc}
+	r.rfunc, r.wfunc = r.readFD, r.writeFD
+	return r
+}
+
+func (c *rawConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.rbuf, c.rn, c.rerr = p, 0, nil
+	err := c.rc.Read(c.rfunc)
+	c.rbuf = nil
+	if err != nil {
+		// A deadline, or the connection closed: the poller's error, as
+		// net.Conn's Read returns it.
+		return 0, err
+	}
+	return c.rn, c.rerr
+}
+
+// readFD reads once into rbuf; it returns false to wait for the socket to
+// become readable.
+func (c *rawConn) readFD(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rbuf[0])), uintptr(len(c.rbuf)))
+		switch e {
+		case 0:
+			if n == 0 {
+				c.rerr = io.EOF
+			}
+			c.rn = int(n)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		c.rerr = c.opError("read", e)
+		return true
+	}
+}
+
+func (c *rawConn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf, c.wn, c.werr = p, 0, nil
+	err := c.rc.Write(c.wfunc)
+	c.wbuf = nil
+	if err != nil {
+		return c.wn, err
+	}
+	return c.wn, c.werr
+}
+
+// writeFD writes what is left of wbuf; it returns false to wait for the
+// socket to become writable.
+func (c *rawConn) writeFD(fd uintptr) bool {
+	for c.wn < len(c.wbuf) {
+		rest := c.wbuf[c.wn:]
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&rest[0])), uintptr(len(rest)))
+		switch e {
+		case 0:
+			c.wn += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			c.werr = c.opError("write", e)
+			return true
+		}
+	}
+	return true
+}
+
+// opError is err as net.Conn's Read and Write report it.
+func (c *rawConn) opError(op string, err syscall.Errno) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+}
+
+// rawListener hands out its listener's TCP connections as rawConns.
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newRawConn(c), nil
+}
