@@ -276,7 +276,7 @@ func TestWorkerKilledRejoinsAtClusterVersion(t *testing.T) {
 		t.Errorf("the restarted worker answered none of 200 connections")
 	}
 
-	// The dead worker's row expires with its lease (3s TTL).
+	// The dead worker's row expires with its lease (the gate's, 5s TTL).
 	for {
 		f, ok := s.status()
 		if ok && !slices.ContainsFunc(f.Workers, func(r row) bool { return r.PID == victim.PID }) {

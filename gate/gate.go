@@ -121,6 +121,13 @@ func (g *Gate) timings() {
 // ID returns the worker's ID in the claims.
 func (g *Gate) ID() string { return g.id }
 
+// Lease returns the lease this worker's claims live on. It changes when
+// the Gate replaces a lease that expired while etcd was away. Other keys
+// of the same process may live on it (propagate.WithSharedLease), so
+// that one keep-alive per process keeps all of them; they go with the
+// claims when the Gate closes or the process dies.
+func (g *Gate) Lease() clientv3.LeaseID { return clientv3.LeaseID(g.lease.Load()) }
+
 // Degraded reports whether the worker has lost contact with etcd and runs
 // its limiters on local shares.
 func (g *Gate) Degraded() bool { return g.phase(g.now()) >= cutEarly }

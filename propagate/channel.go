@@ -338,21 +338,28 @@ func recordTooLarge(err error) bool {
 // reads the key's version alone and the record only when it is newer, so
 // that the followers' periodic resync costs a few bytes, not a whole
 // configuration, per worker and second. An Update not newer than have
-// carries no record.
-func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev int64, err error) {
+// carries no record. In the same read it counts this worker's row, so
+// that a row that vanished while its lease lives is noticed (row false).
+func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev int64, row bool, err error) {
 	rctx, cancel := c.reqCtx(ctx)
-	resp, err := c.cli.Get(rctx, c.Key(), clientv3.WithKeysOnly())
+	tx, err := c.cli.Txn(rctx).Then(
+		clientv3.OpGet(c.Key(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()),
+	).Commit()
 	cancel()
 	if err != nil {
-		return Update{}, 0, unreachable("read", err)
+		return Update{}, 0, false, unreachable("read", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Update{}, resp.Header.Revision, nil
+	row = tx.Responses[1].GetResponseRange().Count > 0
+	kvs := tx.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return Update{}, tx.Header.Revision, row, nil
 	}
-	if kv := resp.Kvs[0]; uint64(kv.Version) <= have {
-		return Update{Version: uint64(kv.Version), Revision: kv.ModRevision}, resp.Header.Revision, nil
+	if kv := kvs[0]; uint64(kv.Version) <= have {
+		return Update{Version: uint64(kv.Version), Revision: kv.ModRevision}, tx.Header.Revision, row, nil
 	}
-	return c.Latest(ctx)
+	u, rev, err = c.Latest(ctx)
+	return u, rev, row, err
 }
 
 func unreachable(op string, err error) error {

@@ -50,6 +50,7 @@ type options struct {
 	logger     *slog.Logger
 	noWatch    bool // tests: rely on the resync alone
 	history    *History
+	lease      func() clientv3.LeaseID // WithSharedLease; nil: the follower keeps its own
 }
 
 // WithResyncInterval sets how often the follower reads the key as a safety
@@ -74,7 +75,8 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithLeaseTTL sets the TTL of the worker row's lease (default 3s, rounded
 // up to whole seconds; etcd may raise it to its minimum, 1.5 election
-// timeouts). A dead worker's row disappears within about this long.
+// timeouts). A dead worker's row disappears within about this long. It
+// has no effect with WithSharedLease (the lease's owner sets its TTL).
 func WithLeaseTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -84,6 +86,19 @@ func WithLeaseTTL(d time.Duration) Option {
 			}
 		}
 	}
+}
+
+// WithSharedLease puts the worker's row on a lease the process already
+// keeps alive, such as its concurrency gate's (gate.Gate.Lease), instead
+// of a lease of the follower's own: one keep-alive then keeps all of a
+// process's keys alive. lease returns the current lease ID; when it
+// changes (the owner replaced an expired lease) the follower writes its
+// row again under the new one, within a third of DefaultLeaseTTL. The
+// follower never renews or revokes that lease: Close deletes the row
+// alone, and the owner must keep the lease alive until then. The row of
+// a worker that dies disappears within the owner's TTL.
+func WithSharedLease(lease func() clientv3.LeaseID) Option {
+	return func(o *options) { o.lease = lease }
 }
 
 // WithHistory folds each of this worker's applies of a version (not the
@@ -121,9 +136,14 @@ type Follower struct {
 	dirty  chan struct{} // the row changed; presence writes it
 
 	rowVersion atomic.Uint64 // applied version in the row last written
+	rowGone    atomic.Bool   // a resync found no row: write it again
+
+	// Owned by the presence goroutine (and Follow before it starts).
+	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
+	written  WorkerRow        // the row last written, heartbeat cleared
+	rowLease clientv3.LeaseID // the lease it was written under
 
 	closeMu sync.Mutex // serializes Close
-	lease   clientv3.LeaseID
 	revoked bool
 
 	mu         sync.Mutex // guards the fields below; never held while calling out
@@ -152,8 +172,12 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	}
 	f.o.logger = f.o.logger.With(slog.String("worker_id", ch.id))
 	f.host, _ = os.Hostname()
-	if err := f.grant(ctx); err != nil {
-		return nil, err
+	if f.o.lease == nil {
+		if err := f.grant(ctx); err != nil {
+			return nil, err
+		}
+	} else if f.o.lease() == 0 {
+		return nil, errors.New("propagate: the shared lease is not granted")
 	}
 	if err := f.putRow(ctx); err != nil {
 		f.revoke(ctx)
@@ -173,9 +197,10 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 }
 
 // Close stops the follower, waits for its goroutines and revokes the row's
-// lease, so the row disappears at once (if etcd cannot be reached, it
-// expires within the TTL). It honours ctx and may be called again after a
-// deadline; after it succeeds it returns nil.
+// lease (with WithSharedLease, deletes the row), so the row disappears at
+// once (if etcd cannot be reached, it expires within the TTL). It honours
+// ctx and may be called again after a deadline; after it succeeds it
+// returns nil.
 func (f *Follower) Close(ctx context.Context) error {
 	f.closeMu.Lock()
 	defer f.closeMu.Unlock()
@@ -195,11 +220,18 @@ func (f *Follower) Close(ctx context.Context) error {
 }
 
 func (f *Follower) revoke(ctx context.Context) {
+	rctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	if f.o.lease != nil {
+		// The lease is the process's: take the row off it, leave the lease.
+		if _, err := f.ch.cli.Delete(rctx, f.ch.rowKey()); err != nil {
+			f.o.logger.Warn("propagate: deleting the worker row failed; it expires with the shared lease", "error", err)
+		}
+		return
+	}
 	if f.lease == 0 {
 		return
 	}
-	rctx, cancel := f.ch.reqCtx(ctx)
-	defer cancel()
 	if _, err := f.ch.cli.Revoke(rctx, f.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		f.o.logger.Warn("propagate: revoking the worker row's lease failed; the row expires with its TTL", "error", err)
 	}
@@ -225,7 +257,7 @@ func (f *Follower) run() {
 		f.mu.Lock()
 		have := f.latest.Version
 		f.mu.Unlock()
-		u, rev, err := f.ch.latestAfter(f.ctx, have)
+		u, rev, row, err := f.ch.latestAfter(f.ctx, have)
 		if err != nil {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)
@@ -233,6 +265,10 @@ func (f *Follower) run() {
 			return
 		}
 		f.readOK()
+		if !row {
+			f.rowGone.Store(true)
+			f.markDirty()
+		}
 		if f.consider(u) {
 			waiting, backoff = false, f.o.minBackoff
 		}
@@ -520,11 +556,18 @@ func (f *Follower) Row() WorkerRow {
 	return r
 }
 
-// presence keeps the row alive: a lease keep-alive and a row write every
-// third of the TTL, and a write whenever the row changes.
+// presence keeps the row alive: a lease keep-alive every third of the TTL
+// (none with a shared lease, whose owner renews it), and a row write only
+// when the row changed (applied version, state, error), its lease was
+// replaced, the last write failed or a resync found the row gone. An idle
+// worker writes nothing: its row lives on its lease.
 func (f *Follower) presence() {
 	defer f.wg.Done()
-	tick := time.NewTicker(f.o.ttl / 3)
+	ttl := f.o.ttl
+	if f.o.lease != nil {
+		ttl = DefaultLeaseTTL
+	}
+	tick := time.NewTicker(ttl / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -540,7 +583,7 @@ func (f *Follower) presence() {
 
 func (f *Follower) heartbeat(keepAlive bool) {
 	err := func() error {
-		if keepAlive && f.lease != 0 {
+		if keepAlive && f.o.lease == nil && f.lease != 0 {
 			ctx, cancel := f.ch.reqCtx(f.ctx)
 			_, err := f.ch.cli.KeepAliveOnce(ctx, f.lease)
 			cancel()
@@ -550,10 +593,16 @@ func (f *Follower) heartbeat(keepAlive bool) {
 				return err
 			}
 		}
-		if f.lease == 0 {
+		if f.o.lease == nil && f.lease == 0 {
 			if err := f.grant(f.ctx); err != nil {
 				return err
 			}
+		}
+		f.mu.Lock()
+		failedBefore := f.writeErr
+		f.mu.Unlock()
+		if !failedBefore && !f.rowGone.Load() && f.currentLease() == f.rowLease && sameRow(f.Row(), f.written) {
+			return nil
 		}
 		return f.putRow(f.ctx)
 	}()
@@ -583,21 +632,38 @@ func (f *Follower) grant(ctx context.Context) error {
 	return nil
 }
 
+// currentLease is the lease the row must live on.
+func (f *Follower) currentLease() clientv3.LeaseID {
+	if f.o.lease != nil {
+		return f.o.lease()
+	}
+	return f.lease
+}
+
+// sameRow reports whether two rows differ in nothing but the heartbeat.
+func sameRow(a, b WorkerRow) bool {
+	a.Heartbeat, b.Heartbeat = time.Time{}, time.Time{}
+	return a == b
+}
+
 func (f *Follower) putRow(ctx context.Context) error {
-	row := f.Row()
+	row, lease := f.Row(), f.currentLease()
 	b, err := json.Marshal(row)
 	if err != nil {
 		return err
 	}
+	f.rowGone.Store(false) // a resync that finds the row gone after this write sets it again
 	ctx, cancel := f.ch.reqCtx(ctx)
 	defer cancel()
-	if _, err := f.ch.cli.Put(ctx, f.ch.rowKey(), string(b), clientv3.WithLease(f.lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if _, err := f.ch.cli.Put(ctx, f.ch.rowKey(), string(b), clientv3.WithLease(lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
 			f.lease = 0
 		}
 		return unreachable("write worker row", err)
 	}
 	f.rowVersion.Store(row.AppliedVersion)
+	row.Heartbeat = time.Time{}
+	f.written, f.rowLease = row, lease
 	return nil
 }
 

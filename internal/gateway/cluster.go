@@ -51,7 +51,8 @@ type ClusterOptions struct {
 	// GateTTL is the lease time of the worker's concurrency claims
 	// (default gate.DefaultTTL): the slots of a worker that dies come back
 	// to the fleet within it, and a worker cut off from etcd falls back
-	// to its local share after a quarter of it.
+	// to its local share after a quarter of it. The worker's presence
+	// row lives on the same lease, so it too disappears within it.
 	GateTTL time.Duration
 }
 
@@ -164,7 +165,10 @@ func workerID(slot string) string {
 
 // follow starts the follower once the runtime has joined.
 func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], log *slog.Logger) error {
-	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history))
+	// The row lives on the gate's lease: one keep-alive per worker, no
+	// second lease, and the row goes with the claims when the worker dies.
+	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
+		propagate.WithSharedLease(c.gate.Lease))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
 	}
