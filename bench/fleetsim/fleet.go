@@ -28,7 +28,7 @@ const (
 	modeGateway = "gateway"
 	// modeRuntime is the propagation path alone: a reconf runtime of
 	// reconfd's configuration type with a follower, no consumer and no
-	// gate; followers may share etcd clients (-clients).
+	// gate. In either mode followers may share etcd clients (-clients).
 	modeRuntime = "runtime"
 )
 
@@ -75,7 +75,7 @@ type fleet struct {
 // Member 0 reads pubPath, the others folPath.
 func startFleet(ctx context.Context, mode string, endpoints []string, n, clients int, pubPath, folPath string, log *slog.Logger) (*fleet, error) {
 	fl := &fleet{members: make([]member, n+1), track: newTracker(n + 1)}
-	if mode == modeRuntime && clients > 0 && clients < n+1 {
+	if clients > 0 && clients < n+1 {
 		for range clients {
 			cli, err := propagate.Connect(endpoints, log)
 			if err != nil {
@@ -95,7 +95,7 @@ func startFleet(ctx context.Context, mode string, endpoints []string, n, clients
 		switch mode {
 		case modeGateway:
 			g, err := gateway.New(ctx, path,
-				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1)}),
+				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Client: fl.sharedClient(i), Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1)}),
 				gateway.WithLogger(log.With("follower", i)),
 				gateway.WithRuntimeOptions(obs))
 			if err != nil {

@@ -44,10 +44,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -113,7 +115,7 @@ func main() {
 		c         config
 	)
 	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
-	flag.IntVar(&c.clients, "clients", 0, "runtime mode: etcd clients the fleet shares (0: one per follower)")
+	flag.IntVar(&c.clients, "clients", 0, "etcd clients (connections) the fleet shares (0: one per follower)")
 	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
 	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
 	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
@@ -137,18 +139,40 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	// An interrupt ends the run in progress through its cleanup: the fleet
+	// stops, the etcd member (which gets the signal too) removes its data,
+	// the temporary directory goes. A second one is ignored while that runs.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	enc := json.NewEncoder(os.Stdout)
 	for _, n := range ns {
 		for _, s := range ss {
 			for range *runs {
 				c.followers, c.size = n, s
-				res, err := run(context.Background(), c, example)
+				res, err := run(ctx, c, example)
+				if ctx.Err() != nil {
+					stop()
+					fmt.Fprintln(os.Stderr, "fleetsim: interrupted; cleaned up")
+					os.Exit(130)
+				}
 				if err != nil {
 					fail(fmt.Errorf("%d followers, %d bytes: %w", n, s, err))
 				}
 				_ = enc.Encode(res)
 			}
 		}
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -208,7 +232,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, ConfigBytes: len(docs[0]), Reloads: c.reloads}
-	if c.mode == modeGateway || c.clients == 0 || c.clients > c.followers+1 {
+	if c.clients == 0 || c.clients > c.followers+1 {
 		res.Clients = c.followers + 1
 	}
 	t0 := time.Now()
@@ -224,12 +248,16 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	res.StartupS = time.Since(t0).Seconds()
 
 	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint()}
-	time.Sleep(c.settle) // let the start-up writes settle
+	if err := sleep(ctx, c.settle); err != nil { // let the start-up writes settle
+		return res, err
+	}
 	idle, err := m.sample(ctx)
 	if err != nil {
 		return res, err
 	}
-	time.Sleep(c.idle)
+	if err := sleep(ctx, c.idle); err != nil {
+		return res, err
+	}
 	busy, err := m.sample(ctx)
 	if err != nil {
 		return res, err
@@ -258,6 +286,8 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 		select {
 		case <-done:
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
 		case <-time.After(c.timeout):
 			_, left := fl.track.result()
 			res.Unconverged++
@@ -271,7 +301,9 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		if _, _, err := reload(i); err != nil {
 			return res, err
 		}
-		time.Sleep(c.interval)
+		if err := sleep(ctx, c.interval); err != nil {
+			return res, err
+		}
 	}
 	fl.track.takeApplies()
 
@@ -287,7 +319,9 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 			return res, err
 		}
 		conv, answers = append(conv, d), append(answers, a)
-		time.Sleep(c.interval)
+		if err := sleep(ctx, c.interval); err != nil {
+			return res, err
+		}
 	}
 	after, err := m.sample(ctx)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -37,11 +38,18 @@ type Process struct {
 
 // RunIfChild runs the member and returns true with its exit code when this
 // process is a member started by Start; it returns false otherwise. The
-// member serves until its stdin closes.
+// member serves until its stdin closes (its parent stopped it or died) or
+// it gets SIGTERM; either way it shuts down and removes its data
+// directory. SIGINT is ignored: a terminal's Ctrl-C reaches the whole
+// process group, and the parent, cleaning up, still needs the member
+// until it closes the member's stdin.
 func RunIfChild() (int, bool) {
 	if os.Getenv(childEnv) == "" {
 		return 0, false
 	}
+	signal.Ignore(syscall.SIGINT)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	s, err := embedded.Start(context.Background(), embedded.Config{Logger: log})
 	if err != nil {
@@ -49,7 +57,12 @@ func RunIfChild() (int, bool) {
 		return 1, true
 	}
 	fmt.Printf("endpoint %s\n", s.Endpoints()[0])
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(eof) }()
+	select {
+	case <-eof:
+	case <-sig:
+	}
 	s.Close()
 	return 0, true
 }

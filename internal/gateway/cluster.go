@@ -36,6 +36,12 @@ type ClusterOptions struct {
 	TLS *tls.Config
 	// Username and Password authenticate to etcd when Username is set.
 	Username, Password string
+	// Client, when set, is the etcd client the worker uses instead of
+	// connecting to Endpoints; the gateway does not close it. It lets
+	// several gateways in one process share one connection (the fleet
+	// simulation in bench/fleetsim does, as hosts' workers would share a
+	// local proxy's).
+	Client *clientv3.Client
 	// Prefix is the channel's key prefix (server.cluster_prefix).
 	Prefix string
 	// Worker is the worker's slot on its host, "1" to "N", for a worker
@@ -84,6 +90,7 @@ func WithClusterCheck() Option { return func(o *options) { o.clusterCheck = true
 type clusterState struct {
 	slot     string
 	cli      *clientv3.Client
+	ownCli   bool // the gateway connected cli and closes it
 	ch       *propagate.Channel
 	follower *propagate.Follower
 	gate     *gate.Gate
@@ -94,7 +101,7 @@ type clusterState struct {
 // concurrency gate, which takes a lease: it fails if etcd does not grant
 // one within propagate.DefaultRequestTimeout.
 func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clusterState, error) {
-	if len(c.Endpoints) == 0 {
+	if len(c.Endpoints) == 0 && c.Client == nil {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
 	}
 	if c.Prefix == "" {
@@ -103,14 +110,19 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.Worker == "" {
 		c.Worker = "1"
 	}
-	cli, err := propagate.ConnectWith(propagate.ClientConfig{Endpoints: c.Endpoints, TLS: c.TLS, Username: c.Username, Password: c.Password}, log)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
+	cli, own := c.Client, c.Client == nil
+	if own {
+		var err error
+		cli, err = propagate.ConnectWith(propagate.ClientConfig{Endpoints: c.Endpoints, TLS: c.TLS, Username: c.Username, Password: c.Password}, log)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
+		}
 	}
 	id := workerID(c.Worker)
+	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own}
 	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker))
 	if err != nil {
-		cli.Close()
+		st.closeClient()
 		return nil, err
 	}
 	opts := []gate.Option{gate.WithWorkerID(id), gate.WithPrefix(gatePrefix(c.Prefix)), gate.WithLogger(log)}
@@ -121,10 +133,19 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	defer cancel()
 	gt, err := gate.New(gctx, cli, opts...)
 	if err != nil {
-		cli.Close()
+		st.closeClient()
 		return nil, fmt.Errorf("gateway: join the concurrency gate: %w", err)
 	}
-	return &clusterState{slot: c.Worker, cli: cli, ch: ch, gate: gt}, nil
+	st.ch, st.gate = ch, gt
+	return st, nil
+}
+
+// closeClient closes the etcd client if the gateway connected it.
+func (c *clusterState) closeClient() error {
+	if !c.ownCli {
+		return nil
+	}
+	return c.cli.Close()
 }
 
 // abandon undoes joinCluster after a failed start: it releases the
@@ -136,7 +157,7 @@ func (c *clusterState) abandon(ctx context.Context) {
 	if c.history != nil {
 		_ = c.history.Close(ctx)
 	}
-	c.cli.Close()
+	_ = c.closeClient()
 }
 
 // gatePrefix is the etcd prefix of the concurrency claims under a

@@ -302,7 +302,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			if err := g.cluster.history.Close(closeCtx); err != nil {
 				errs = append(errs, err)
 			}
-			if err := g.cluster.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			if err := g.cluster.closeClient(); err != nil && !errors.Is(err, context.Canceled) {
 				errs = append(errs, fmt.Errorf("gateway: close the cluster client: %w", err))
 			}
 		}
