@@ -272,6 +272,12 @@ func (b *backend) decode(v []byte) record {
 
 // summarize recomputes n and sumOthers from the view and re-applies the
 // capacity.
+//
+// While this worker is cut off (its renewals fail), n never falls: records
+// that vanish meanwhile are most likely those of workers as cut off as
+// this one (starved, or behind the same failure), whose leases expired
+// while they still serve their shares. Read from the shrunken view, every
+// such worker would take a share of the whole limit.
 func (b *backend) summarize() {
 	sum := 0
 	for _, r := range b.view {
@@ -284,9 +290,13 @@ func (b *backend) summarize() {
 			break
 		}
 	}
+	now := b.g.now()
 	b.mu.Lock()
+	if n < b.n && b.g.phase(now) >= cutEarly {
+		n = b.n
+	}
 	b.n, b.sumOthers = n, sum
-	b.applyLocked(b.g.now())
+	b.applyLocked(now)
 	b.mu.Unlock()
 }
 

@@ -71,7 +71,7 @@
 // that succeeded (etcd's expiry is at least TTL after it):
 //
 //	contact + TTL/4   capacity drops to min(claim, floor(L/N)); Degraded
-//	contact + TTL/2   capacity is floor(L/N) (N: workers last seen)
+//	contact + TTL/2   capacity is floor(L/N) (N: workers last seen in contact)
 //	contact + TTL     etcd may expire the lease; others reclaim the slots
 //
 // When contact comes back, the worker cuts its claim to min(claim,

@@ -1,0 +1,131 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// failingRenewals is a fault-injection wrapper of a client's lease API:
+// while fail is set, every KeepAliveOnce fails as a renewal that timed out
+// does, and everything else passes through. It stands for a worker too
+// starved of CPU to renew its lease within its period while its
+// connection, and its watch, still work.
+type failingRenewals struct {
+	clientv3.Lease
+	fail atomic.Bool
+}
+
+var errRenewalTimeout = errors.New("fault injection: keep-alive timed out")
+
+func (f *failingRenewals) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	if f.fail.Load() {
+		return nil, errRenewalTimeout
+	}
+	return f.Lease.KeepAliveOnce(ctx, id)
+}
+
+// TestClusterStarvedWorkersKeepTheirShare: every worker stops renewing
+// (starved, as under heavy load) while etcd stays up. Each falls back to
+// its share floor(L/N); their leases then expire and their watches
+// deliver the deletion of the others' records. Those workers are not
+// gone, they are on their shares too: a view that shrinks while this
+// worker is cut off must not raise its share (with N read from the
+// shrunken view every worker took the whole limit: peak 16 under 4).
+func TestClusterStarvedWorkersKeepTheirShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	ws := make([]*worker, 4)
+	faults := make([]*failingRenewals, len(ws))
+	for i := range ws {
+		cli := newClient(t, c.Endpoints())
+		faults[i] = &failingRenewals{Lease: cli.Lease}
+		cli.Lease = faults[i] // before the Gate's goroutines read it
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g, err := New(ctx, cli, WithTTL(testTTL), WithLogger(quiet))
+		cancel()
+		if err != nil {
+			cli.Close()
+			t.Fatal(err)
+		}
+		ws[i] = &worker{g: g, cli: cli}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			g.Close(ctx)
+			cancel()
+			cli.Close()
+		})
+	}
+	ls := limiters(ws, "b")
+	var p peak
+	publish(ls, 4)
+	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
+	defer ld.stop()
+	waitEvenShares(t, ls)
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 before the renewals fail", m)
+	}
+
+	for _, f := range faults {
+		f.fail.Store(true)
+	}
+	starved := time.Now()
+	// Past the lease time and etcd's expiry check: every record is gone
+	// and every view has seen it go.
+	cli := newClient(t, c.Endpoints())
+	defer cli.Close()
+	if !eventually(testTTL+3*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	}) {
+		t.Fatalf("the starved workers' records did not expire: %+v", statsOf(ls))
+	}
+	t.Logf("records expired %v after the renewals stopped", time.Since(starved).Round(10*time.Millisecond))
+	time.Sleep(500 * time.Millisecond) // the watches deliver the deletions
+	for i, st := range statsOf(ls) {
+		if !st.Degraded || st.Capacity > 1 {
+			t.Errorf("worker %d, starved: %+v, want degraded on its share of 1", i, st)
+		}
+	}
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 while every worker was starved; stats %+v", m, statsOf(ls))
+	}
+
+	// They come back within a renewal period of each other, each with a
+	// new lease and no record: until the last one has written its honest
+	// claim, the first ones back may grow into slots the others still use
+	// on their shares, the documented bound for workers cut off alone
+	// (L plus the sum of their shares: 4 + 3).
+	for _, f := range faults {
+		f.fail.Store(false)
+	}
+	if !eventually(10*time.Second, func() bool {
+		for _, l := range ls {
+			if l.Stats().Degraded {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("still degraded after the renewals came back: %+v", statsOf(ls))
+	}
+	time.Sleep(time.Second)
+	if m := p.max.Load(); m > 4+3 {
+		t.Fatalf("peak %d > 7 across the rejoin; stats %+v", m, statsOf(ls))
+	}
+	t.Logf("peak across the rejoin %d (bound 7)", p.max.Load())
+	time.Sleep(200 * time.Millisecond) // the excess (20ms requests) drains
+	p.reset()
+	time.Sleep(time.Second)
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 once every worker is back; stats %+v", m, statsOf(ls))
+	}
+}
