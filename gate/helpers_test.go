@@ -91,7 +91,12 @@ func startWorkers(t testing.TB, endpoints []string, n int, opts ...Option) []*wo
 
 func startWorker(t testing.TB, endpoints []string, opts ...Option) *worker {
 	t.Helper()
-	cli := newClient(t, endpoints)
+	return startWorkerOn(t, newClient(t, endpoints), opts...)
+}
+
+// startWorkerOn starts a gate on cli, which it closes at cleanup.
+func startWorkerOn(t testing.TB, cli *clientv3.Client, opts ...Option) *worker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	g, err := New(ctx, cli, append([]Option{WithTTL(testTTL), WithLogger(quiet)}, opts...)...)
 	cancel()

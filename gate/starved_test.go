@@ -47,20 +47,7 @@ func TestClusterStarvedWorkersKeepTheirShare(t *testing.T) {
 		cli := newClient(t, c.Endpoints())
 		faults[i] = &failingRenewals{Lease: cli.Lease}
 		cli.Lease = faults[i] // before the Gate's goroutines read it
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		g, err := New(ctx, cli, WithTTL(testTTL), WithLogger(quiet))
-		cancel()
-		if err != nil {
-			cli.Close()
-			t.Fatal(err)
-		}
-		ws[i] = &worker{g: g, cli: cli}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			g.Close(ctx)
-			cancel()
-			cli.Close()
-		})
+		ws[i] = startWorkerOn(t, cli)
 	}
 	ls := limiters(ws, "b")
 	var p peak

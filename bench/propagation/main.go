@@ -111,17 +111,28 @@ model_aliases:
   gpt-4o-mini: stub
 `
 
+// workDir makes the runs' temporary directory and, unless bin names one,
+// builds reconfd into it. The caller removes dir.
+func workDir(bin string) (dir, reconfd string, err error) {
+	dir, err = os.MkdirTemp("", "reconf-propagation-")
+	if err != nil {
+		return "", "", err
+	}
+	if bin == "" {
+		if bin, err = build(dir); err != nil {
+			os.RemoveAll(dir)
+			return "", "", err
+		}
+	}
+	return dir, bin, nil
+}
+
 func run(workerList string, reloads, warmup int, interval time.Duration, cluster, clusterOnly bool, bin string) error {
-	dir, err := os.MkdirTemp("", "reconf-propagation-")
+	dir, bin, err := workDir(bin)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if bin == "" {
-		if bin, err = build(dir); err != nil {
-			return err
-		}
-	}
 	fmt.Printf("propagation: %d reloads per run after %d warm-up, %v apart\n\n", reloads, warmup, interval)
 	if !clusterOnly {
 		for _, s := range strings.Split(workerList, ",") {

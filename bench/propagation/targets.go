@@ -30,16 +30,11 @@ const margin = 0.20
 // runTargets runs every target row runs times and prints one line per
 // run, then whether every run met its target with margin.
 func runTargets(runs, reloads, warmup int, interval time.Duration, bin string) error {
-	dir, err := os.MkdirTemp("", "reconf-propagation-")
+	dir, bin, err := workDir(bin)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if bin == "" {
-		if bin, err = build(dir); err != nil {
-			return err
-		}
-	}
 	start := time.Now()
 	fmt.Printf("propagation targets: trigger -> applied on every worker, %d runs of %d reloads (after %d warm-up, %v apart)\n", runs, reloads, warmup, interval)
 	fmt.Printf("met: p50 under its target and p99 at least %.0f%% under its target\n\n", 100*margin)
