@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
@@ -55,10 +56,14 @@ var _ net.Conn = (*rawConn)(nil)
 // newRawConn wraps c, a TCP connection or a wrapper of one that hands it
 // out through NetConn (as the restart's drain listener does); Close,
 // addresses and deadlines stay c's. Any other connection is returned as it
-// is.
+// is, and so is a TLS connection at any depth: its NetConn is the
+// ciphertext, and reading the socket beneath would bypass TLS.
 func newRawConn(c net.Conn) net.Conn {
 	inner := c
 	for {
+		if _, isTLS := inner.(*tls.Conn); isTLS {
+			return c
+		}
 		w, ok := inner.(interface{ NetConn() net.Conn })
 		if !ok {
 			break

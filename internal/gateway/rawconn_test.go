@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -75,6 +76,20 @@ func TestRawConnWrapsOnlyTCP(t *testing.T) {
 	defer b.Close()
 	if got := newRawConn(a); got != a {
 		t.Fatalf("a pipe was wrapped: %T", got)
+	}
+	// TLS hands out its socket through NetConn too, but reading that
+	// socket would read ciphertext: a TLS connection, bare or inside a
+	// drain wrapper, is never unwrapped.
+	for name, wrap := range map[string]func(net.Conn) net.Conn{
+		"tls":          func(c net.Conn) net.Conn { return tls.Server(c, &tls.Config{}) },
+		"tls in drain": func(c net.Conn) net.Conn { return &wrapper{Conn: tls.Server(c, &tls.Config{})} },
+		"drain in tls": func(c net.Conn) net.Conn { return tls.Server(&wrapper{Conn: c}, &tls.Config{}) },
+	} {
+		var outer net.Conn
+		got, _ := tcpPair(t, func(c net.Conn) net.Conn { outer = wrap(c); return newRawConn(outer) })
+		if got != outer {
+			t.Errorf("%s: wrapped as %T", name, got)
+		}
 	}
 }
 
