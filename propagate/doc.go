@@ -25,8 +25,11 @@
 // and Publish writes held+1 only if the key's version is still held; a
 // loser gets busy with reason superseded. The key is never deleted.
 //
-// Each worker keeps a row at P/workers/<id> under a lease (see WorkerRow);
-// Channel.Fleet reads the cluster version and every row at one revision.
+// Each worker keeps a row at P/workers/<id> under a lease (see WorkerRow):
+// its own, or one the process already keeps alive (WithSharedLease). The
+// lease keeps the row alive; the row is written only when it changes, so
+// an idle fleet writes nothing. Channel.Fleet reads the cluster version
+// and every row at one revision.
 //
 // # Following
 //
@@ -50,6 +53,6 @@
 // # Concurrency
 //
 // Channel and Follower are safe for concurrent use. A Follower owns two
-// goroutines (the apply loop and the presence heartbeat) and Close joins
+// goroutines (the apply loop and the presence loop) and Close joins
 // them. Neither holds its mutex while calling etcd or the runtime.
 package propagate

@@ -78,7 +78,10 @@ type WorkerRow struct {
 	// newer than AppliedVersion, or channel_unreachable; empty when none.
 	LastError   reconf.Reason `json:"last_error,omitempty"`
 	Fingerprint string        `json:"bootstrap_fingerprint"`
-	Heartbeat   time.Time     `json:"heartbeat"`
+	// Heartbeat is when the row was last written: rows are written when
+	// they change (for a new version, right after the apply), not on a
+	// timer; the lease keeps them alive.
+	Heartbeat time.Time `json:"heartbeat"`
 	// BootstrapDrift is set by Fleet on a row whose fingerprint differs
 	// from the majority's (or on every row when there is no majority). It
 	// is never stored.
