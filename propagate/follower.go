@@ -345,14 +345,18 @@ func (f *Follower) run() {
 
 // consider vets a version read from the channel and, if it passes, offers
 // it; it reports whether it was newer than any version seen. A version
-// older than the newest seen (the key was deleted and written again) and
-// one whose publisher had no presence row are refused and reported.
+// older than the newest seen, written after it (the key was deleted and
+// written again), and one whose publisher had no presence row are refused
+// and reported. An older version at an older revision is a late delivery
+// (a slow watcher's replay, a read answered late) and is ignored.
 func (f *Follower) consider(u Update) bool {
 	f.mu.Lock()
-	latest, refused := f.latest.Version, f.refusedRev == u.Revision
+	latest, latestRev, refused := f.latest.Version, f.latest.Revision, f.refusedRev == u.Revision
 	f.mu.Unlock()
 	switch {
 	case u.Version == 0 || u.Version == latest || refused:
+		return false
+	case u.Version < latest && u.Revision <= latestRev:
 		return false
 	case u.Version < latest:
 		f.badRecord(fmt.Errorf("%w: the channel holds version %d, older than version %d already seen; the key was deleted and written again, and this worker never goes back",

@@ -114,3 +114,32 @@ func TestDeletedRowIsRestored(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "the deleted row is written again", func() bool { return len(rowKV(t, w).Kvs) == 1 })
 }
+
+// TestStaleDeliveryIsNotADeletion: an older version delivered again
+// after a newer one (a slow watcher's replay, or a read answered late)
+// carries an older revision too; it is ignored, not reported as a key
+// that went back (record_older), which only a newer write of a lower
+// version means. Seen with 1,000 followers on an overloaded member: 118
+// of them refused version 2 after version 3 and said failing until the
+// next publish.
+func TestStaleDeliveryIsNotADeletion(t *testing.T) {
+	s := startServer(t)
+	w := startWorker(t, s.Endpoints(), newPrefix(), "w", workerOpts{})
+	ctx := context.Background()
+	old, _, err := w.ch.Latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.reload(t, configYAML("gw", 5, "KEY1"))
+	waitFor(t, 5*time.Second, "version 2 seen", func() bool {
+		w.f.mu.Lock()
+		defer w.f.mu.Unlock()
+		return w.f.latest.Version == 2
+	})
+	if w.f.consider(old) {
+		t.Fatal("an older version was offered")
+	}
+	if r := w.f.Row(); r.State != StateOK || r.LastError != "" {
+		t.Fatalf("a stale delivery of version %d was reported: %+v", old.Version, r)
+	}
+}
