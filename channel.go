@@ -35,7 +35,9 @@ type Record struct {
 	// Files maps the path of each `reconf:",file"` field to the SHA-256 of
 	// the referenced file's content on the publisher, so a worker whose
 	// copy differs refuses the version instead of running different
-	// content under the same number.
+	// content under the same number. A `reconf:",hostfile"` field (a
+	// listener's certificate) is not in it: each host holds its own file,
+	// which a worker reads and validates itself when it applies a version.
 	Files map[string]string `json:"files,omitempty"`
 	// Trigger is what started the publishing attempt (startup for a
 	// channel's first version). It is provenance only: a worker that

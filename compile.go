@@ -32,9 +32,10 @@ type candidate[T any] struct {
 	cfg       *T
 	files     map[string]string // file field path -> content digest
 	fileClass map[string]Class
-	read      *attemptFiles // the file fields' bytes, handed to Prepare
-	data      []byte        // the local source bytes it was compiled from
-	live      []byte        // the cluster record's live fields applied on data, if any
+	local     map[string]bool // hostfile field paths: digests that stay on this host
+	read      *attemptFiles   // the file fields' bytes, handed to Prepare
+	data      []byte          // the local source bytes it was compiled from
+	live      []byte          // the cluster record's live fields applied on data, if any
 }
 
 // compile returns a candidate or an *Error (or ctx's error). It never
@@ -70,7 +71,7 @@ func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte) (cand 
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, read: r.read, data: data, live: live}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, live: live}, nil
 }
 
 // finish runs every step after decoding. doc is the decoded document,
@@ -111,7 +112,7 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 	if n, ok := any(cfg).(Normalizer); ok {
 		n.Normalize()
 	}
-	var ch checker
+	ch := checker{ctx: withFiles(ctx, r.read)}
 	ch.walker().walk(root, v)
 	if len(ch.probs) > 0 {
 		return nil, locateAll(doc, &Error{Reason: ReasonValidation, Message: "the configuration is not valid; fix the fields listed", Problems: ch.probs})
@@ -124,6 +125,7 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 type resolver struct {
 	files      map[string]string // path of each file field -> content digest
 	fileClass  map[string]Class
+	local      map[string]bool // paths of the hostfile fields among files
 	baseDir    string
 	lookupEnv  func(string) (string, bool)
 	propagated bool
@@ -195,6 +197,12 @@ func (r *resolver) enter(w *walker, n *node, v reflect.Value) bool {
 			return false
 		}
 		r.files[p], r.fileClass[p] = d, n.class
+		if n.local {
+			if r.local == nil {
+				r.local = map[string]bool{}
+			}
+			r.local[p] = true
+		}
 	}
 	return true
 }

@@ -36,6 +36,15 @@
 // from FileContent in Prepare, so the file cannot change between the diff
 // and the consumer.
 //
+// A field tagged `reconf:",hostfile"` is a file field whose content is
+// each host's own (a listener's certificate and key): its digest decides
+// whether the field changed on this host exactly as for a file field, but
+// it is not carried in cluster records, so a follower applying a version
+// reads and judges its own file instead of refusing a content that
+// differs from the publisher's. A type that must check the content of its
+// files (a certificate that parses and matches its key) implements
+// ContextValidator and reads them with FileContent.
+//
 // Every file read on behalf of a configuration (the source, ${file:}
 // secrets, file fields) must be a regular file after symlinks and is read
 // with a size bound checked while reading (WithMaxSourceBytes, 2 MiB by
@@ -69,6 +78,7 @@
 //	reconf:"live"          the class: live, restart or derived; inherited
 //	reconf:",key"          the field that names a list element (else "name")
 //	reconf:",file"         a path whose file content is part of the configuration
+//	reconf:",hostfile"     a file field whose content is each host's own
 //	default:"30s"          the value when no layer sets the field
 //	env:"NAME"             an environment variable that overrides the file
 //	validate:"min=1,max=9" rules, comma-separated:

@@ -741,5 +741,5 @@ func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, read: r.read, data: data}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data}, nil
 }

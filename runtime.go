@@ -555,7 +555,24 @@ func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
 	if err != nil {
 		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.files}, nil
+	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.sharedFiles()}, nil
+}
+
+// sharedFiles returns the digests a record carries: every file field's
+// but the hostfile ones, whose content is each host's own (a listener's
+// certificate), so a follower reads and judges its own file instead of
+// comparing it with the publisher's.
+func (c *candidate[T]) sharedFiles() map[string]string {
+	if len(c.local) == 0 {
+		return c.files
+	}
+	out := make(map[string]string, len(c.files))
+	for p, d := range c.files {
+		if !c.local[p] {
+			out[p] = d
+		}
+	}
+	return out
 }
 
 // publish writes cand to the channel as version held+1, naming the

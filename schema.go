@@ -66,6 +66,7 @@ type node struct {
 	env    string
 	rules  []rule
 	file   bool // a path whose file content is part of the configuration
+	local  bool // a file field whose content is this host's own (hostfile)
 	flags  flags
 	*shape
 }
@@ -81,7 +82,7 @@ type shape struct {
 	slots     int                 // len(keys)
 	key       int                 // list of structs: field index of the element key, or -1
 	keyName   string              // the key field's YAML name
-	validator bool                // *typ implements Validator
+	validator bool                // *typ implements Validator or ContextValidator
 	flags     flags
 	building  bool
 }
@@ -102,6 +103,7 @@ var (
 	textUnmarshal = reflect.TypeFor[encoding.TextUnmarshaler]()
 	yamlUnmarshal = reflect.TypeFor[yaml.Unmarshaler]()
 	validatorType = reflect.TypeFor[Validator]()
+	ctxValidType  = reflect.TypeFor[ContextValidator]()
 )
 
 // schemaEntry is a cached schema with the tag mistakes found building it.
@@ -164,7 +166,8 @@ func (b *builder) shapeOf(t reflect.Type, c Class, inElem string) *shape {
 	b.shapes[k] = s
 	defer func() { s.building = false }()
 	s.custom = t != secretType && reflect.PointerTo(t).Implements(yamlUnmarshal)
-	s.validator = reflect.PointerTo(t).Implements(validatorType) || t.Implements(validatorType)
+	s.validator = reflect.PointerTo(t).Implements(validatorType) || t.Implements(validatorType) ||
+		reflect.PointerTo(t).Implements(ctxValidType) || t.Implements(ctxValidType)
 	switch {
 	case t == secretType:
 		s.kind = kSecret
@@ -271,13 +274,13 @@ func (b *builder) structFields(s *shape, inherited Class, inElem string) {
 		for _, p := range parts[1:] {
 			switch p {
 			case "key", "":
-			case "file":
+			case "file", "hostfile":
 				if sf.Type.Kind() != reflect.String {
-					b.fail(t, sf.Name, "the file option needs a string field")
+					b.fail(t, sf.Name, "the %s option needs a string field", p)
 				}
-				f.file = true
+				f.file, f.local = true, p == "hostfile"
 			default:
-				b.fail(t, sf.Name, "unknown reconf tag option %q; valid: key, file", p)
+				b.fail(t, sf.Name, "unknown reconf tag option %q; valid: key, file, hostfile", p)
 			}
 		}
 		if !f.inline {

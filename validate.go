@@ -2,6 +2,7 @@ package reconf
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -14,6 +15,17 @@ import (
 // by path (see FieldError) and must never quote values.
 type Validator interface {
 	Validate() error
+}
+
+// ContextValidator is a Validator that needs the attempt: a check of the
+// content of the files that its `reconf:",file"` or `reconf:",hostfile"`
+// fields name (a certificate that must parse and match its key). ctx
+// carries the attempt, so FileContent(ctx, name) returns the bytes the
+// attempt read and digested, the same that Prepare will get; the check
+// must honour ctx and never quote file content. It is called where
+// Validate would be, and a type may implement both.
+type ContextValidator interface {
+	ValidateContext(ctx context.Context) error
 }
 
 // Normalizer is implemented by a configuration type that computes derived
@@ -209,7 +221,10 @@ func (r *rule) bound(sh *shape, v reflect.Value) string {
 
 // checker is the validation visitor: the rules of each field, unique keys
 // in keyed lists, and Validate methods (after the fields they span).
-type checker struct{ probs []Problem }
+type checker struct {
+	ctx   context.Context // the attempt, for ContextValidator; never nil
+	probs []Problem
+}
 
 func (c *checker) walker() *walker {
 	return &walker{mask: fCheck, sorted: true, enter: c.enter, leave: c.leave}
@@ -245,26 +260,27 @@ func (c *checker) leave(w *walker, n *node, v reflect.Value) {
 	if !n.validator || n.kind != kStruct {
 		return
 	}
-	var val Validator
+	x := v.Interface()
 	if v.CanAddr() {
-		val, _ = v.Addr().Interface().(Validator)
-	} else {
-		val, _ = v.Interface().(Validator)
+		x = v.Addr().Interface()
 	}
-	if val != nil {
-		c.probs = append(c.probs, validatorProblems(val, w.path())...)
+	if val, ok := x.(Validator); ok {
+		c.probs = append(c.probs, validatorProblems(val.Validate, w.path())...)
+	}
+	if val, ok := x.(ContextValidator); ok {
+		c.probs = append(c.probs, validatorProblems(func() error { return val.ValidateContext(c.ctx) }, w.path())...)
 	}
 }
 
 // validatorProblems runs a Validate method; field paths it reports are
 // relative to the struct it was called on.
-func validatorProblems(val Validator, path string) (out []Problem) {
+func validatorProblems(validate func() error, path string) (out []Problem) {
 	defer func() {
 		if p := recover(); p != nil {
 			out = []Problem{{Path: path, Detail: "Validate panicked"}}
 		}
 	}()
-	err := val.Validate()
+	err := validate()
 	if err == nil {
 		return nil
 	}
