@@ -45,6 +45,11 @@ type ServerConfig struct {
 	// worker of one service uses the same one, and two services sharing an
 	// etcd cluster use different ones.
 	ClusterPrefix string `yaml:"cluster_prefix" default:"/reconf/reconfd"`
+	// TLS, when set, makes the data plane serve HTTPS. It is live: a
+	// reload that names other files, or finds new content in the same
+	// ones, makes new connections present the new certificate (and one
+	// that sets or clears it turns TLS on or off for new connections).
+	TLS TLSConfig `yaml:"tls" reconf:"live"`
 }
 
 // Clustered reports whether the configuration makes serve a worker of a

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/source"
 )
@@ -162,6 +163,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithObserver(observe),
 		reconf.WithConsumer(routesKey, cons, consumerPaths...),
 		reconf.WithConsumer(reconf.Name("logging"), levelConsumer(level), "logging.level"),
+		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
 		reconf.WithBaseDir(cons.dir),
 	}
 	if o.env != nil {
@@ -219,15 +221,17 @@ func (g *Gateway) Listen() (net.Listener, error) {
 }
 
 // Serve serves the data plane on ln until Shutdown, logging the bound
-// address first ("listening address=HOST:PORT"). ln may be any listener:
-// a TCP one, an inherited socket, or a TLS listener (whose configuration
-// must offer only http/1.1 in ALPN: the data plane speaks HTTP/1.1). A
-// TCP connection it accepts (or one a wrapper hands out through NetConn)
-// is read and written with raw system calls (rawConn). It returns nil
-// after Shutdown and the listener's error otherwise.
+// address first ("listening address=HOST:PORT"). ln is a plain listener
+// (a TCP one, an inherited socket, a wrapper of one): a TCP connection it
+// accepts (or one a wrapper hands out through NetConn) is read and
+// written with raw system calls (rawConn), and above that wrapped in TLS
+// while the active generation sets server.tls, with the generation's
+// certificate and only http/1.1 offered in ALPN (the data plane speaks
+// HTTP/1.1). It returns nil after Shutdown and the listener's error
+// otherwise.
 func (g *Gateway) Serve(ln net.Listener) error {
-	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID())
-	err := g.srv.Serve(rawListener{ln})
+	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID(), "tls", g.TLSEnabled())
+	err := g.srv.Serve(&tlsListener{Listener: rawListener{ln}, g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
 	if g.draining.Load() {
 		return nil
 	}

@@ -63,12 +63,19 @@ func (ca *CA) write(path, kind string, der []byte) {
 // name for 127.0.0.1 and localhost, usable by a server and a client.
 func (ca *CA) Issue(name string) (certFile, keyFile string) {
 	ca.t.Helper()
+	return ca.IssueValid(name, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter
+// (an expired one, for a test of its refusal).
+func (ca *CA) IssueValid(name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	ca.t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		ca.t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(ca.serial.Add(1)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: notBefore, NotAfter: notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
