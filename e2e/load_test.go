@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,6 +37,11 @@ type load struct {
 // clients with a new connection per request, and streams clients that
 // read whole streams, until stop.
 func startLoad(t testing.TB, url string, keepAlive, fresh, streams int) *load {
+	return startLoadTLS(t, url, nil, keepAlive, fresh, streams)
+}
+
+// startLoadTLS is startLoad over https, with tlsConf as every client's.
+func startLoadTLS(t testing.TB, url string, tlsConf *tls.Config, keepAlive, fresh, streams int) *load {
 	l := &load{t: t, url: url, stop: make(chan struct{})}
 	run := func(c *http.Client, stream bool) {
 		defer l.wg.Done()
@@ -59,7 +65,7 @@ func startLoad(t testing.TB, url string, keepAlive, fresh, streams int) *load {
 		}
 	}
 	for i := range keepAlive + fresh + streams {
-		tr := &http.Transport{DisableKeepAlives: i >= keepAlive && i < keepAlive+fresh, MaxIdleConnsPerHost: 1}
+		tr := &http.Transport{DisableKeepAlives: i >= keepAlive && i < keepAlive+fresh, MaxIdleConnsPerHost: 1, TLSClientConfig: tlsConf}
 		l.wg.Add(1)
 		go run(&http.Client{Transport: tr, Timeout: 30 * time.Second}, i >= keepAlive+fresh)
 	}
