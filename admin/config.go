@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,8 +38,12 @@ type Config struct {
 	// be read again on every reload; empty when the token came from
 	// EnvToken.
 	TokenFile string
+	// TLS names the listener's TLS files (EnvTLSCertFile, EnvTLSKeyFile,
+	// EnvClientCAFile, EnvClientAuth); zero means plain HTTP.
+	TLS TLSFiles
 
 	tokenErr error // reading TokenFile failed; Check returns it
+	tlsErr   error // EnvClientAuth does not parse; Check returns it
 }
 
 // ConfigFromEnv reads EnvAddress and EnvToken, or the file EnvTokenFile
@@ -56,6 +61,9 @@ func ConfigFromEnv(lookup func(string) (string, bool)) Config {
 	if v, ok := lookup(EnvToken); ok && v != "" {
 		c.Token = reconf.NewSecret(v)
 	}
+	get := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
+	c.TLS = TLSFiles{CertFile: get(EnvTLSCertFile), KeyFile: get(EnvTLSKeyFile), ClientCAFile: get(EnvClientCAFile)}
+	c.TLS.ClientAuth, c.tlsErr = ParseClientAuth(get(EnvClientAuth))
 	if v, ok := lookup(EnvTokenFile); ok && v != "" {
 		c.TokenFile = v
 		if c.Token.IsZero() {
@@ -78,22 +86,35 @@ func (c Config) AcceptedTokens() []Token {
 }
 
 // Check is CheckAddress(c.Address, token) for the first accepted token,
-// after the token file's error if reading it failed.
+// after the token file's error if reading it failed and the TLS
+// settings' if they do not parse; with a client CA file, client
+// certificates are a credential and a non-loopback address without a
+// token may serve. It does not read the TLS files (TLSFiles.Load does).
 func (c Config) Check() error {
-	if c.tokenErr != nil && c.Address != "" {
+	if c.Address == "" {
+		return ErrNotConfigured
+	}
+	if c.tokenErr != nil {
 		return c.tokenErr
+	}
+	if c.tlsErr != nil {
+		return c.tlsErr
 	}
 	var first string
 	if toks := c.AcceptedTokens(); len(toks) > 0 {
 		first = toks[0].Secret.Reveal()
 	}
-	return CheckAddress(c.Address, first)
+	err := CheckAddress(c.Address, first)
+	if errors.Is(err, ErrManagementDisabled) && c.TLS.ClientCAFile != "" {
+		return nil
+	}
+	return err
 }
 
 // LogValue shows the address and how many tokens are set, never a token.
 func (c Config) LogValue() slog.Value {
 	n := len(c.AcceptedTokens())
-	return slog.GroupValue(slog.String("address", c.Address), slog.Bool("token_set", n > 0), slog.Int("tokens", n))
+	return slog.GroupValue(slog.String("address", c.Address), slog.Bool("token_set", n > 0), slog.Int("tokens", n), slog.Bool("tls", c.TLS.Enabled()))
 }
 
 // CheckAddress decides whether management may serve on addr with token (""

@@ -27,6 +27,12 @@ var (
 	// used: missing, not a regular file, oversize or empty; or when both
 	// EnvToken and EnvTokenFile are set. Management does not start.
 	ErrTokenFile = errors.New("admin: management token file")
+	// ErrTLS is wrapped when the management listener's TLS files cannot
+	// be used (missing, not a regular file, a certificate that does not
+	// parse, does not match its key or has expired, a CA file without a
+	// certificate) or its settings do not fit together. The error names
+	// the file, never its content.
+	ErrTLS = errors.New("admin: management TLS")
 	// ErrBadAddress is wrapped when a management address is not host:port.
 	ErrBadAddress = errors.New("admin: management address must be host:port")
 	// ErrBadOrigin is wrapped by New when an allowed origin is not of the

@@ -124,10 +124,33 @@ func (s *Server) check(r *http.Request, methods []string, acc access) error {
 	if methods != nil && !slices.Contains(methods, r.Method) {
 		return errMethod
 	}
-	if s.hasToken && acc != noCredential && !s.authorized(r) && !(acc == tokenSession && s.validSession(r, time.Now())) {
+	if acc != noCredential && !s.credentialed(r, acc) {
 		return errUnauthorized
 	}
 	return nil
+}
+
+// credentialed reports whether r carries what authorizes it: the token
+// (or, where acc allows, a status page session); with client
+// certificates on, a verified one instead of the token (CertOrToken) or
+// with it (CertAndToken). With neither a token nor client certificates
+// (a loopback listener), nothing is needed.
+func (s *Server) credentialed(r *http.Request, acc access) bool {
+	token := s.hasToken && (s.authorized(r) || (acc == tokenSession && s.validSession(r, time.Now())))
+	certs, mode := s.clientCerts()
+	switch {
+	case !certs:
+		return !s.hasToken || token
+	case mode == CertAndToken:
+		return verifiedCert(r) && token
+	}
+	return verifiedCert(r) || token
+}
+
+// verifiedCert reports whether r's connection presented a client
+// certificate that its handshake verified against the client CAs.
+func verifiedCert(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
 }
 
 // sameOrigin reports whether a normalized origin is the request's own:

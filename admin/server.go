@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,7 @@ type options struct {
 	logger       *slog.Logger
 	timeouts     Timeouts
 	restarter    Restarter
+	tls          *TLS
 }
 
 // WithToken sets the bearer token every request must carry
@@ -127,6 +129,8 @@ type Server struct {
 	hosts    map[string]bool // hosts of allowed origins
 	http     *http.Server
 	loopback atomic.Bool // the listener is on a loopback address
+	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
+	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
 
 	mu    sync.Mutex
 	state int // stateNew, stateServing, stateClosed
@@ -164,6 +168,14 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 		s.tokens.Store(set)
 		// CheckAddress asks whether there is a token at all.
 		s.o.token = tokens[0].Secret.Reveal()
+	}
+	if s.o.tls != nil {
+		c, err := s.handshakeConfig(s.o.tls)
+		if err != nil {
+			return nil, err
+		}
+		s.tlsConf.Store(c)
+		s.tlsMat.Store(s.o.tls)
 	}
 	for _, o := range s.o.origins {
 		n, host, err := normalizeOrigin(o)
@@ -220,7 +232,7 @@ func normalizeOrigin(o string) (origin, host string, err error) {
 // management must stay off (nothing is opened), a listen error, or
 // ErrStarted / ErrClosed when called twice or after Shutdown.
 func (s *Server) Start(addr string) error {
-	if err := CheckAddress(addr, s.o.token); err != nil {
+	if err := s.checkAddress(addr); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -233,7 +245,7 @@ func (s *Server) Start(addr string) error {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(s.wrapTLS(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.o.logger.Error("admin: management listener stopped", "error", err)
 		}
 	}()
@@ -249,14 +261,24 @@ func (s *Server) Serve(ln net.Listener) error {
 	if err := s.begin(ln, false); err != nil {
 		return err
 	}
-	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := s.http.Serve(s.wrapTLS(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("admin: serve: %w", err)
 	}
 	return nil
 }
 
+// checkAddress is CheckAddress, but client certificates are a credential
+// as the token is: with them a non-loopback address may serve.
+func (s *Server) checkAddress(addr string) error {
+	err := CheckAddress(addr, s.o.token)
+	if on, _ := s.clientCerts(); on && errors.Is(err, ErrManagementDisabled) {
+		return nil
+	}
+	return err
+}
+
 func (s *Server) begin(ln net.Listener, owned bool) error {
-	if err := CheckAddress(ln.Addr().String(), s.o.token); err != nil {
+	if err := s.checkAddress(ln.Addr().String()); err != nil {
 		return err
 	}
 	s.mu.Lock()
