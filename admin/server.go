@@ -128,7 +128,7 @@ type Server struct {
 	origins  map[string]bool // normalized allowed origins
 	hosts    map[string]bool // hosts of allowed origins
 	http     *http.Server
-	loopback atomic.Bool // the listener is on a loopback address
+	loopback atomic.Bool                // the listener is on a loopback address
 	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
 	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +21,8 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/safefile"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -26,6 +30,10 @@ import (
 type clientFlags struct {
 	address, token, output string
 	timeout                time.Duration
+	// An https management listener: the CA that signed its certificate
+	// (default: the system's roots) and, where it asks for one, this
+	// client's certificate and key.
+	caFile, certFile, keyFile string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -33,7 +41,17 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.token, "token", "", "management bearer token (default $"+admin.EnvToken+", else the one reconfd serve generated)")
 	cmd.Flags().StringVar(&f.output, "output", "text", "output format: text or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 90*time.Second, "how long to wait for the answer")
+	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "CA bundle (PEM) that signed an https management listener's certificate (default $"+envClientCA+", else the system's roots)")
+	cmd.Flags().StringVar(&f.certFile, "cert", "", "client certificate (PEM) for a management listener that asks for one (default $"+envClientCert+")")
+	cmd.Flags().StringVar(&f.keyFile, "key", "", "client certificate's key (PEM) (default $"+envClientKey+")")
 }
+
+// The CLI's environment for an https management listener.
+const (
+	envClientCA   = "RECONF_MANAGEMENT_CA_FILE"
+	envClientCert = "RECONF_MANAGEMENT_CLIENT_CERT_FILE"
+	envClientKey  = "RECONF_MANAGEMENT_CLIENT_KEY_FILE"
+)
 
 // resolve fills address and token from the environment and checks them.
 func (f *clientFlags) resolve(lookup env) (string, error) {
@@ -45,6 +63,14 @@ func (f *clientFlags) resolve(lookup env) (string, error) {
 	}
 	if f.token == "" {
 		f.token = lookup.get(admin.EnvToken)
+	}
+	for p, name := range map[*string]string{&f.caFile: envClientCA, &f.certFile: envClientCert, &f.keyFile: envClientKey} {
+		if *p == "" {
+			*p = lookup.get(name)
+		}
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return "", usage("--cert and --key go together")
 	}
 	addr, token, err := discover(lookup, f.address, f.token)
 	if err != nil {
@@ -72,7 +98,13 @@ func (f *clientFlags) call(ctx context.Context, method, url string, body []byte)
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
 	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	tr := &http.Transport{DisableKeepAlives: true}
+	if strings.HasPrefix(url, "https://") {
+		if tr.TLSClientConfig, err = f.tlsConfig(ctx); err != nil {
+			return 0, nil, err
+		}
+	}
+	client := &http.Client{Transport: tr}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("the management API cannot be reached: %w", err)
@@ -83,6 +115,30 @@ func (f *clientFlags) call(ctx context.Context, method, url string, body []byte)
 		return 0, nil, fmt.Errorf("reading the management API's answer: %w", err)
 	}
 	return resp.StatusCode, b, nil
+}
+
+// tlsConfig is the client's TLS: the CA bundle and client pair from
+// their files, read with the bounded reader.
+func (f *clientFlags) tlsConfig(ctx context.Context) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.caFile != "" {
+		pem, err := safefile.ReadFile(ctx, f.caFile, certfile.MaxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("the CA file %s: %s", f.caFile, certfile.ReadCause(err))
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the CA file %s holds no PEM certificate", f.caFile)
+		}
+	}
+	if f.certFile != "" {
+		pair, err := certfile.Read(ctx, f.certFile, f.keyFile, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("the client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{*pair}
+	}
+	return c, nil
 }
 
 // get reads one JSON document (what names it in errors) into v and

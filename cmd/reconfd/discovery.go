@@ -47,6 +47,9 @@ const (
 // the discovery file must carry it.
 func managementSettings(f serveFlags, lookup env) (cfg admin.Config, generated bool, err error) {
 	cfg = admin.ConfigFromEnv(lookup)
+	if err := f.mgmtTLS.apply(&cfg); err != nil {
+		return cfg, false, err
+	}
 	if f.managementAddr != "" {
 		cfg.Address = f.managementAddr
 	}
@@ -80,6 +83,7 @@ func newToken() (string, error) {
 type discovery struct {
 	PID     int       `json:"pid"`
 	Address string    `json:"address"`
+	Scheme  string    `json:"scheme,omitempty"` // https on a TLS listener; empty: http
 	Token   string    `json:"token,omitempty"`
 	Config  string    `json:"config"`
 	Started time.Time `json:"started"`
@@ -218,7 +222,7 @@ func discover(lookup env, address, token string) (string, string, error) {
 	if address != "" {
 		if token == "" && err == nil {
 			for _, d := range ds {
-				if d.Address == strings.TrimPrefix(address, "http://") {
+				if d.Address == strings.TrimPrefix(strings.TrimPrefix(address, "http://"), "https://") {
 					token = d.Token
 				}
 			}
@@ -234,6 +238,9 @@ func discover(lookup env, address, token string) (string, string, error) {
 	case 1:
 		if token == "" {
 			token = ds[0].Token
+		}
+		if ds[0].Scheme == "https" {
+			return "https://" + ds[0].Address, token, nil
 		}
 		return ds[0].Address, token, nil
 	}
@@ -255,6 +262,9 @@ func announce(f serveFlags, lookup env, log *slog.Logger, address string, cfg ad
 	}
 	if generated {
 		d.Token = cfg.Token.Reveal()
+	}
+	if cfg.TLS.Enabled() {
+		d.Scheme = "https"
 	}
 	path, err := writeDiscovery(lookup, d)
 	if err != nil {

@@ -39,6 +39,7 @@ type serveFlags struct {
 	clusterPrefix string
 	dataDir       string
 	access        clusterAccess // TLS and credentials of an external cluster
+	mgmtTLS       mgmtTLSFlags  // the management listener's TLS
 
 	// Set by a supervisor on the workers it starts (hidden flag).
 	worker string // the worker's slot
@@ -97,6 +98,7 @@ in flight across all of them together.`,
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
 	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
 	f.access.register(fl)
+	f.mgmtTLS.register(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
 	fl.StringVar(&f.worker, "worker", "", "internal: run as this worker slot of a supervisor")
 	_ = fl.MarkHidden("worker")
@@ -170,7 +172,8 @@ func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env,
 	}
 	m := metrics.New("reconf")
 	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
-		gateway.WithRuntimeOptions(reconf.WithObserver(m), reconf.WithObserver(reconf.ObserverFunc(managementToken.observe)), reconf.WithMutationCheck(mode))}, opts...)
+		gateway.WithRuntimeOptions(reconf.WithObserver(m), reconf.WithObserver(reconf.ObserverFunc(managementToken.observe)),
+			reconf.WithObserver(reconf.ObserverFunc(managementTLS.observe)), reconf.WithMutationCheck(mode))}, opts...)
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
 		// Stopping on request is a clean exit, as the supervisor's is.
@@ -538,6 +541,13 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	}
 	opts := append([]admin.Option{admin.WithTokens(cfg.AcceptedTokens()...), admin.WithLogger(log), admin.WithMetrics(reg),
 		admin.WithStatusFields(status), admin.WithHistory(g.History)}, extra...)
+	var mat *admin.TLS
+	if cfg.TLS.Enabled() && cfg.Check() == nil {
+		if mat, err = loadManagementTLS(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("management API: %w", err)
+		}
+		opts = append(opts, admin.WithTLS(mat))
+	}
 	srv, err := admin.New(rt, opts...)
 	if err != nil {
 		log.Error("management API is off", "error", err)
@@ -548,6 +558,9 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	err = cfg.Check()
 	if err == nil && cfg.TokenFile != "" {
 		managementToken.bind(srv, cfg.TokenFile, cfg.Tokens, log)
+	}
+	if err == nil && mat != nil {
+		managementTLS.bind(srv, cfg.TLS, mat, log)
 	}
 	if err == nil {
 		if listen == nil {
@@ -572,7 +585,10 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 	case err != nil:
 		return nil, fmt.Errorf("management API: %w", err)
 	}
-	attrs := []any{"address", bound, "tokens", len(cfg.AcceptedTokens())}
+	attrs := []any{"address", bound, "tokens", len(cfg.AcceptedTokens()), "tls", mat != nil}
+	if mat != nil && mat.ClientCAs != nil {
+		attrs = append(attrs, "client_auth", cfg.TLS.ClientAuth.String())
+	}
 	if f.worker == "" { // a supervisor's workers: the supervisor writes it
 		m.discovery = announce(f, lookup, log, bound, cfg, generated)
 		attrs = append(attrs, "discovery_file", m.discovery)

@@ -102,6 +102,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	case err != nil:
 		return fail("management API: %v", err)
 	default:
+		if mcfg.TLS.Enabled() {
+			// Checked once here rather than by N failing workers, which
+			// read the files themselves (and again on every reload).
+			if _, err := loadManagementTLS(mcfg.TLS); err != nil {
+				return fail("management API: %v", err)
+			}
+		}
 		if mgmtAddr, err = hold(listenerManagement, "the management address", mcfg.Address); err != nil {
 			return fail("management API: %v", err)
 		}
@@ -179,6 +186,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		// user only.
 		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
 	}
+	env = append(env, tlsEnv(mcfg.TLS)...)
 	sup, err = supervisor.Start(stopCtx, supervisor.Config{
 		Workers:   m.workers,
 		Logger:    log,
@@ -219,7 +227,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		if file != "" {
 			cleanup = append(cleanup, func() { os.Remove(file) })
 		}
-		log.Info("management listening", "address", mgmtAddr, "tokens", len(mcfg.AcceptedTokens()), "workers", m.workers, "discovery_file", file)
+		log.Info("management listening", "address", mgmtAddr, "tokens", len(mcfg.AcceptedTokens()), "tls", mcfg.TLS.Enabled(), "workers", m.workers, "discovery_file", file)
 	}
 
 	var stopped chan error
