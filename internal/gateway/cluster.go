@@ -240,6 +240,9 @@ func (g *Gateway) WorkerID() string {
 // call. It is safe for concurrent use.
 func (g *Gateway) StatusFields() map[string]any {
 	m := map[string]any{"concurrency": g.concurrency()}
+	if t := g.tlsStatus(); t != nil {
+		m["data_plane_tls"] = t
+	}
 	if g.cluster == nil {
 		return m
 	}

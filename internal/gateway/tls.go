@@ -153,3 +153,19 @@ func (g *Gateway) TLSEnabled() bool {
 	s := tlsKey.Get(g.rt.Current())
 	return s != nil && s.cert != nil
 }
+
+// TLSStatus is the data plane's certificate as status shows it: whom it
+// names and until when it is valid, never the key.
+type TLSStatus struct {
+	Subject  string    `json:"subject"`
+	NotAfter time.Time `json:"not_after"`
+}
+
+// tlsStatus returns the active generation's certificate, or nil.
+func (g *Gateway) tlsStatus() *TLSStatus {
+	s := tlsKey.Get(g.rt.Current())
+	if s == nil || s.cert == nil || s.cert.Leaf == nil {
+		return nil
+	}
+	return &TLSStatus{Subject: s.cert.Leaf.Subject.String(), NotAfter: s.cert.Leaf.NotAfter.UTC()}
+}

@@ -123,6 +123,9 @@ func TestTLSRotatedByReload(t *testing.T) {
 	if cn != "second" {
 		t.Fatalf("a new connection was presented %q, want second", cn)
 	}
+	if st, _ := tg.StatusFields()["data_plane_tls"].(*TLSStatus); st == nil || st.Subject != "CN=second" || st.NotAfter.IsZero() {
+		t.Fatalf("status data_plane_tls = %+v", st)
+	}
 	if st := old.ConnectionState(); st.PeerCertificates[0].Subject.CommonName != "first" || get(t, old) != 200 {
 		t.Fatal("the connection made before the reload lost its certificate or its service")
 	}
