@@ -5,9 +5,10 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // hostConfig has a host-local file (a listener's certificate) whose
@@ -39,16 +40,7 @@ func (h *hostTLS) ValidateContext(ctx context.Context) error {
 	return nil
 }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
+var writeFile = testkit.WriteAtomic
 
 // TestHostFileStaysOnItsHost: a hostfile's digest is a change on the
 // host whose file changed, is left out of the record, and a follower

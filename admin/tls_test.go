@@ -34,12 +34,7 @@ func newMTLS(t *testing.T, mode admin.ClientAuth) *mtls {
 		clientCA: testkit.NewCA(t, mkdir(t, dir, "client")), otherCA: testkit.NewCA(t, mkdir(t, dir, "other"))}
 	cert, key := m.serverCA.Issue("management")
 	m.files = admin.TLSFiles{CertFile: cert, KeyFile: key, ClientCAFile: m.clientCA.File, ClientAuth: mode}
-	m.roots = x509.NewCertPool()
-	pem, err := os.ReadFile(m.serverCA.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.roots.AppendCertsFromPEM(pem)
+	m.roots = m.serverCA.Pool()
 	return m
 }
 

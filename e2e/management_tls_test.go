@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -50,9 +49,7 @@ func TestManagementMutualTLS(t *testing.T) {
 		"--management-tls-cert", certFile, "--management-tls-key", keyFile, "--management-client-ca", clientCA.File},
 		"RECONF_MANAGEMENT_TOKEN="+token, "XDG_RUNTIME_DIR="+runtimeDir)
 
-	roots := x509.NewCertPool()
-	pem, _ := os.ReadFile(serverCA.File)
-	roots.AppendCertsFromPEM(pem)
+	roots := serverCA.Pool()
 	client := func(certFile, keyFile string) *http.Client {
 		c := &tls.Config{RootCAs: roots}
 		if certFile != "" {

@@ -28,12 +28,7 @@ type servingPair struct {
 
 func newServingPair(t *testing.T, dir, first string) *servingPair {
 	ca := testkit.NewCA(t, dir)
-	pem, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &servingPair{t: t, ca: ca, pool: x509.NewCertPool(), handshakes: map[string]int{}, cert: filepath.Join(dir, "tls.pem"), key: filepath.Join(dir, "tls-key.pem")}
-	p.pool.AppendCertsFromPEM(pem)
+	p := &servingPair{t: t, ca: ca, pool: ca.Pool(), handshakes: map[string]int{}, cert: filepath.Join(dir, "tls.pem"), key: filepath.Join(dir, "tls-key.pem")}
 	p.rotate(first)
 	return p
 }

@@ -2,11 +2,9 @@ package gateway
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,12 +26,7 @@ func BenchmarkTLS(b *testing.B) {
 	dir := b.TempDir()
 	ca := testkit.NewCA(b, dir)
 	cert, key := ca.Issue("bench")
-	pem, err := os.ReadFile(ca.File)
-	if err != nil {
-		b.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
+	roots := ca.Pool()
 	cfg := strings.Replace(baseConfig, "level: debug", "level: error", 1)
 	cfg = strings.Replace(cfg, "max_concurrency: 8", "max_concurrency: 0", 1)
 	tlsCfg := strings.Replace(cfg, "  address: 127.0.0.1:0\n", "  address: 127.0.0.1:0\n  tls:\n    cert_file: "+cert+"\n    key_file: "+key+"\n", 1)

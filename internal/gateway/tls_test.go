@@ -30,13 +30,7 @@ type tlsFixture struct {
 func newTLSFixture(t *testing.T) *tlsFixture {
 	dir := t.TempDir()
 	ca := testkit.NewCA(t, dir)
-	pool := x509.NewCertPool()
-	pem, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.AppendCertsFromPEM(pem)
-	f := &tlsFixture{t: t, ca: ca, pool: pool, dir: dir, cert: filepath.Join(dir, "serving.pem"), key: filepath.Join(dir, "serving-key.pem")}
+	f := &tlsFixture{t: t, ca: ca, pool: ca.Pool(), dir: dir, cert: filepath.Join(dir, "serving.pem"), key: filepath.Join(dir, "serving-key.pem")}
 	f.use("first")
 	return f
 }

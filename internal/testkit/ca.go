@@ -53,6 +53,14 @@ func NewCA(t testing.TB, dir string) *CA {
 	return ca
 }
 
+// Pool returns a pool that trusts the CA, for a client's RootCAs or a
+// server's ClientCAs.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
 func (ca *CA) write(path, kind string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		ca.t.Fatal(err)
