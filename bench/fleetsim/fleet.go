@@ -73,7 +73,8 @@ type fleet struct {
 
 // startFleet starts the publisher and n followers, several at a time.
 // Member 0 reads pubPath, the others folPath.
-func startFleet(ctx context.Context, mode string, endpoints []string, n, clients int, pubPath, folPath string, log *slog.Logger) (*fleet, error) {
+func startFleet(ctx context.Context, c config, endpoints []string, pubPath, folPath string, log *slog.Logger) (*fleet, error) {
+	mode, n, clients := c.mode, c.followers, c.clients
 	fl := &fleet{members: make([]member, n+1), track: newTracker(n + 1)}
 	if clients > 0 && clients < n+1 {
 		for range clients {
@@ -95,7 +96,7 @@ func startFleet(ctx context.Context, mode string, endpoints []string, n, clients
 		switch mode {
 		case modeGateway:
 			g, err := gateway.New(ctx, path,
-				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Client: fl.sharedClient(i), Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1)}),
+				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Client: fl.sharedClient(i), Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1), GateTTL: c.gateTTL}),
 				gateway.WithLogger(log.With("follower", i)),
 				gateway.WithRuntimeOptions(obs))
 			if err != nil {

@@ -63,7 +63,8 @@ type config struct {
 	mode      string
 	clients   int // runtime mode: etcd clients shared by the fleet (0: one each)
 	size      int
-	gate      bool // keep the example's concurrency limits
+	gate      bool          // keep the example's concurrency limits
+	gateTTL   time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
 	reloads   int
 	warmup    int
 	interval  time.Duration
@@ -116,6 +117,7 @@ func main() {
 	)
 	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
 	flag.IntVar(&c.clients, "clients", 0, "etcd clients (connections) the fleet shares (0: one per follower)")
+	flag.DurationVar(&c.gateTTL, "gate-ttl", 0, "gateway mode: the concurrency gate's lease time, which the presence row shares (0: the default, 5s; renewals every eighth of it)")
 	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
 	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
 	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
@@ -236,7 +238,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		res.Clients = c.followers + 1
 	}
 	t0 := time.Now()
-	fl, err := startFleet(ctx, c.mode, []string{etcd.Endpoint()}, c.followers, c.clients, pub, fol, log)
+	fl, err := startFleet(ctx, c, []string{etcd.Endpoint()}, pub, fol, log)
 	if err != nil {
 		return res, fmt.Errorf("starting the fleet: %w", err)
 	}
