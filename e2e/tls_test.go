@@ -104,7 +104,8 @@ func TestTLSCertificateRotatedUnderLoad(t *testing.T) {
 	}{{"one process", nil}, {"two workers", []string{"--workers", "2"}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			pair := newServingPair(t, t.TempDir(), "first")
-			s := startServer(t, withTLS(config(4, "1ms"), pair.cert, pair.key), mode.args)
+			runtimeDir := "XDG_RUNTIME_DIR=" + t.TempDir()
+			s := startServer(t, withTLS(config(4, "1ms"), pair.cert, pair.key), mode.args, runtimeDir)
 			addr := strings.TrimPrefix(s.url, "http://")
 			s.url = "https://" + addr
 			s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: pair.clientConfig()}, Timeout: 30 * time.Second}
@@ -132,6 +133,9 @@ func TestTLSCertificateRotatedUnderLoad(t *testing.T) {
 			}
 			time.Sleep(700 * time.Millisecond)
 			l.finish()
+			if code, out, errOut := reconfd(t, []string{runtimeDir}, "status"); code != 0 || !strings.Contains(out, "data plane TLS:       CN=second, valid until") {
+				t.Errorf("reconfd status: exit %d, want the new certificate named\n%s%s", code, out, errOut)
+			}
 			if pair.count("first") == 0 || pair.count("second") == 0 {
 				t.Errorf("handshakes under load: %d with the first certificate, %d with the second; want both", pair.count("first"), pair.count("second"))
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/safefile"
 	"github.com/reconfhq/reconf/propagate"
 )
@@ -272,8 +273,20 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.Source)
+	printTLS(w, st.Extra)
 	printConcurrency(w, st.Extra)
 	printFleet(w, st.Extra)
+}
+
+// printTLS prints the data plane's certificate in service, when it
+// serves HTTPS.
+func printTLS(w io.Writer, extra map[string]any) {
+	raw, _ := extra["data_plane_tls"].(json.RawMessage)
+	var t gateway.TLSStatus
+	if raw == nil || json.Unmarshal(raw, &t) != nil {
+		return
+	}
+	fmt.Fprintf(w, "data plane TLS:       %s, valid until %s\n", t.Subject, t.NotAfter.Format(time.RFC3339))
 }
 
 // printConcurrency prints each backend's limiter as the answering process
