@@ -104,6 +104,9 @@ func (c Config) Check() error {
 	if toks := c.AcceptedTokens(); len(toks) > 0 {
 		first = toks[0].Secret.Reveal()
 	}
+	if c.TLS.ClientAuth == CertAndToken && first == "" {
+		return fmt.Errorf("%w: client auth both needs a token (%s or %s)", ErrTLS, EnvToken, EnvTokenFile)
+	}
 	err := CheckAddress(c.Address, first)
 	if errors.Is(err, ErrManagementDisabled) && c.TLS.ClientCAFile != "" {
 		return nil

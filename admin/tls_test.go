@@ -227,3 +227,21 @@ func TestManagementTLSFilesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigBothNeedsAToken: client auth both without a token is refused
+// before anything listens.
+func TestConfigBothNeedsAToken(t *testing.T) {
+	env := map[string]string{admin.EnvAddress: "127.0.0.1:0", admin.EnvClientAuth: "both"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := admin.ConfigFromEnv(lookup).Check(); !errors.Is(err, admin.ErrTLS) {
+		t.Fatalf("both without a token: %v, want ErrTLS", err)
+	}
+	env[admin.EnvToken] = testToken
+	if err := admin.ConfigFromEnv(lookup).Check(); err != nil {
+		t.Fatalf("both with a token: %v", err)
+	}
+	env[admin.EnvClientAuth] = "sometimes"
+	if err := admin.ConfigFromEnv(lookup).Check(); !errors.Is(err, admin.ErrTLS) {
+		t.Fatalf("client auth sometimes: %v, want ErrTLS", err)
+	}
+}
