@@ -146,3 +146,27 @@ func TestTLSCertificateRotatedUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSAcrossRestart: reconfd restart hands the plain listening socket
+// to a new process, which wraps TLS above it itself: under HTTPS load no
+// request fails, and after certificate files replaced before the restart,
+// new connections meet the new process's certificate. Cost: about 5 s.
+func TestTLSAcrossRestart(t *testing.T) {
+	pair := newServingPair(t, t.TempDir(), "first")
+	r := startRestartable(t, binary, withTLS(config(4, "1ms"), pair.cert, pair.key))
+	addr := strings.TrimPrefix(r.url, "http://")
+	l := startLoadTLS(t, "https://"+addr, pair.clientConfig(), 3, 2, 2)
+	time.Sleep(500 * time.Millisecond)
+	pair.rotate("second")
+	if res, code := r.restart(); code != 0 || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart: exit %d, %+v", code, res)
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.finish()
+	if cn, proto := pair.presented(addr); cn != "second" || proto != "http/1.1" {
+		t.Fatalf("after the restart a new connection meets %q (ALPN %q), want second", cn, proto)
+	}
+	if pair.count("first") == 0 || pair.count("second") == 0 {
+		t.Errorf("handshakes under load: first %d, second %d; want both", pair.count("first"), pair.count("second"))
+	}
+}
