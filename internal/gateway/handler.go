@@ -148,7 +148,9 @@ func tooLarge(ctx *fasthttp.RequestCtx, limit int64) {
 // to a streamed body.
 func (g *Gateway) chat(x *exchange) bool {
 	ctx := x.ctx
-	st := routesKey.Get(x.pin)
+	// Through the pin's *Generation: a Pin (a struct) converted to the
+	// Holder interface would be allocated on every request.
+	st := routesKey.Get(x.pin.Generation())
 	// The key and the limit were checked against the active generation
 	// before the body was read; they are checked again under the pin,
 	// since a reload may have changed them meanwhile.
@@ -234,7 +236,7 @@ func timedOut(ctx *fasthttp.RequestCtx, backend string) {
 }
 
 func (g *Gateway) models(x *exchange) {
-	st := routesKey.Get(x.pin)
+	st := routesKey.Get(x.pin.Generation())
 	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(x.ctx.Request.Header.Peek("Authorization")) {
 		unauthorized(x.ctx)
 		return
