@@ -83,7 +83,13 @@ func statFields(pid int) []string {
 
 // cpuOf returns the CPU time (user + system) the processes have used.
 func cpuOf(pids []int) time.Duration {
-	var ticks int64
+	u, s := userSys(pids)
+	return u + s
+}
+
+// userSys returns the user and the system CPU time the processes have
+// used.
+func userSys(pids []int) (user, sys time.Duration) {
 	for _, pid := range pids {
 		f := statFields(pid)
 		if len(f) < 13 {
@@ -91,9 +97,10 @@ func cpuOf(pids []int) time.Duration {
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		user += time.Duration(u) * clockTick
+		sys += time.Duration(s) * clockTick
 	}
-	return time.Duration(ticks) * clockTick
+	return user, sys
 }
 
 // selfCPU is the CPU time of this process: the load generator.
@@ -153,7 +160,7 @@ type meter struct {
 	busy0              time.Duration
 	start              time.Time
 	perf               *perfStat
-	each0              map[int]time.Duration // per process of the server, with -v
+	each0              map[int][2]time.Duration // user and system time per process of the server, with -v
 	record             *exec.Cmd             // perf record, with -record
 }
 
@@ -169,9 +176,10 @@ func startMeter(t, up *target, withPerf bool) *meter {
 		m.record = startRecord(m.proxyPids, filepath.Join(recordDir, t.name+".perf.data"))
 	}
 	if verbose {
-		m.each0 = map[int]time.Duration{}
+		m.each0 = map[int][2]time.Duration{}
 		for _, p := range m.proxyPids {
-			m.each0[p] = cpuOf([]int{p})
+			u, s := userSys([]int{p})
+			m.each0[p] = [2]time.Duration{u, s}
 		}
 	}
 	m.proxy0, m.up0, m.self0 = cpuOf(m.proxyPids), cpuOf(m.upPids), selfCPU()
@@ -194,7 +202,9 @@ func (m *meter) stop(requests int) cost {
 	if m.each0 != nil {
 		for _, p := range slices.Sorted(maps.Keys(m.each0)) {
 			f := statFields(p)
-			fmt.Fprintf(os.Stderr, "  pid %d (parent %s): %s per request\n", p, f[1], (cpuOf([]int{p})-m.each0[p])/n)
+			u, s := userSys([]int{p})
+			u, s = (u-m.each0[p][0])/n, (s-m.each0[p][1])/n
+			fmt.Fprintf(os.Stderr, "  pid %d (parent %s): %s per request (user %s, system %s)\n", p, f[1], u+s, u, s)
 		}
 	}
 	if m.record != nil {

@@ -21,7 +21,7 @@
 //	cd bench && go run ./dataplane                      # 5 rounds of 8 s
 //	go run ./dataplane -rounds 7 -duration 10s
 //	go run ./dataplane -reconfd old=/tmp/reconfd-main   # add a second reconfd
-//	go run ./dataplane -reconfd "one=/tmp/reconfd;GOMAXPROCS=1"
+//	go run ./dataplane -reconfd "one=/tmp/reconfd;GOMAXPROCS=1;workers=1"
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
 //
 // -profile D runs reconfd's gateway in one process (no workers) under a
@@ -80,7 +80,7 @@ func main() {
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured load before each measurement")
 	flag.IntVar(&f.concurrency, "concurrency", 32, "keep-alive clients")
 	flag.IntVar(&f.workers, "workers", 2, "nginx worker_processes and reconfd --workers")
-	flag.Func("reconfd", "name=path[;KEY=VALUE...] of a reconfd binary to compare, with settings of its environment (repeatable; default: build one from the repository)", func(s string) error {
+	flag.Func("reconfd", "name=path[;KEY=VALUE...][;workers=N] of a reconfd binary to compare, with settings of its environment and its number of workers (repeatable; default: build one from the repository)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return errors.New("want name=path")
 		}
@@ -183,7 +183,18 @@ func run(f flags, w io.Writer) error {
 		name, rest, _ := strings.Cut(nb, "=")
 		// path, then optional ;KEY=VALUE settings of the environment.
 		parts := strings.Split(rest, ";")
-		t, err := startReconfd(dir, name, parts[0], upURL, f.workers, parts[1:]...)
+		workers, env := f.workers, []string{}
+		for _, kv := range parts[1:] {
+			// workers=N runs this one with N workers instead of -workers.
+			if n, ok := strings.CutPrefix(kv, "workers="); ok {
+				if _, err := fmt.Sscan(n, &workers); err != nil {
+					return fmt.Errorf("-reconfd %s: %v", nb, err)
+				}
+				continue
+			}
+			env = append(env, kv)
+		}
+		t, err := startReconfd(dir, name, parts[0], upURL, workers, env...)
 		if err != nil {
 			return err
 		}
