@@ -161,7 +161,7 @@ type meter struct {
 	start              time.Time
 	perf               *perfStat
 	each0              map[int][2]time.Duration // user and system time per process of the server, with -v
-	record             *exec.Cmd             // perf record, with -record
+	record             *exec.Cmd                // perf record, with -record
 }
 
 func startMeter(t, up *target, withPerf bool) *meter {
