@@ -21,10 +21,11 @@ import (
 // Modes of a follower.
 const (
 	// modeGateway is a whole reconfd worker, as `reconfd serve` builds it
-	// (gateway.New with a cluster): its own etcd client, the channel, the
-	// follower with its presence row and lease, the concurrency gate with
-	// its own lease, and the backends consumer preparing routing state on
-	// every apply. Only the listener is missing.
+	// (gateway.New with a cluster): its own etcd client (or a shared one,
+	// -clients), the channel, the concurrency gate with its lease, the
+	// follower with its presence row on that lease, the history, and the
+	// backends consumer preparing routing state on every apply. Only the
+	// listener is missing.
 	modeGateway = "gateway"
 	// modeRuntime is the propagation path alone: a reconf runtime of
 	// reconfd's configuration type with a follower, no consumer and no

@@ -10,9 +10,10 @@
 // It starts one etcd member in a child process (the member a reconfd
 // supervisor embeds: loopback, no fsync), then in this process a publisher
 // and N followers. By default each is a whole reconfd worker
-// (gateway.New with a cluster: its own etcd client, the runtime, the
-// follower with its presence row and lease, the concurrency gate, the
-// backends consumer), lacking only its listener. Each reads
+// (gateway.New with a cluster: its own etcd client, or one of -clients
+// shared ones, the runtime, the follower with its presence row on the
+// concurrency gate's lease, the history, the backends consumer), lacking
+// only its listener. Each reads
 // examples/local-stub.yaml, grown to -size bytes with stub backends and
 // aliases. The publisher then reloads -reloads times, alternating
 // routing.max_attempts between 2 and 3, and after each reload waits until
