@@ -83,6 +83,10 @@ type RestartResult struct {
 	// OldPIDs were replaced by NewPIDs (in a fleet, in worker order).
 	OldPIDs []int `json:"old_pids"`
 	NewPIDs []int `json:"new_pids"`
+	// OldSupervisorPID and NewSupervisorPID are set when a fleet's
+	// supervisor was replaced too (its executable changed on disk).
+	OldSupervisorPID int `json:"old_supervisor_pid,omitempty"`
+	NewSupervisorPID int `json:"new_supervisor_pid,omitempty"`
 	// PreviousGeneration was active before; Generation is active now.
 	PreviousGeneration uint64    `json:"previous_generation"`
 	Generation         uint64    `json:"generation"`

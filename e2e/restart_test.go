@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -90,6 +91,9 @@ func (r *restartable) restart() (admin.RestartResult, int) {
 		r.t.Fatalf("reconfd restart: exit %d, not a result: %s %s\n%s", code, out, errOut, r.logs.String())
 	}
 	r.pids = append(r.pids, res.NewPIDs...)
+	if res.NewSupervisorPID != 0 {
+		r.pids = append(r.pids, res.NewSupervisorPID)
+	}
 	return res, code
 }
 
@@ -371,5 +375,139 @@ func TestRestartSingleToFleet(t *testing.T) {
 	}
 	if len(workers) != 2 || workers[""] {
 		t.Errorf("answered by workers %v, want 1 and 2", workers)
+	}
+}
+
+// buildVersion builds reconfd (with -race, like binary; only the link
+// differs, so the build cache makes it cheap) with another version string
+// and returns its path.
+func buildVersion(t *testing.T, v string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "reconfd")
+	build := exec.Command("go", "build", "-race", "-ldflags", "-X main.version="+v, "-o", out, "github.com/reconfhq/reconf/cmd/reconfd")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build reconfd %s: %v\n%s", v, err, b)
+	}
+	return out
+}
+
+// installExe puts a copy of src at dst with a rename, as a deployment
+// does (the running image stays intact).
+func installExe(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst+".new", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst+".new", dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartFleetBinaryUpgradeUnderLoad deploys a rebuilt binary with
+// another version string over a running fleet's executable and restarts
+// it under load (kept-alive clients, a new connection per request,
+// streams): the supervisor sees its executable changed and hands the
+// sockets and the embedded etcd to a new supervisor, which starts new
+// workers; then the old supervisor drains its workers and exits 0. No
+// request fails, the old processes are gone, status reports the new
+// version, the generation and the history go on (the channel's data
+// survived), and the channel came back (its downtime is logged). Before
+// that, a new supervisor that fails after it took the etcd over (its
+// TMPDIR is gone) ends the restart with restart-failed: the old fleet
+// serves on and its etcd resumes (a reload publishes). A second restart
+// with the same binary rolls the workers and keeps the supervisor.
+// Cost: 40-70 s on a loaded 2-core machine (a link of a race build, three
+// fleets).
+func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
+	requireBinary(t)
+	upgraded := buildVersion(t, "e2e-upgraded")
+	exe := filepath.Join(t.TempDir(), "reconfd")
+	installExe(t, binary, exe)
+	cfg := strings.Replace(config(6, "5ms"), "server:\n", "server:\n  workers: 2\n", 1)
+	r := startRestartable(t, exe, cfg)
+	oldSup := r.cmd.Process.Pid
+	st := r.status()
+	if v, _ := st["version"].(string); strings.Contains(v, "e2e-upgraded") {
+		t.Fatalf("status version before the upgrade: %q", v)
+	}
+	// A reload, so that the generation to carry on is past the first.
+	writeAtomic(t, r.path, strings.Replace(cfg, "tokens: 6", "tokens: 5", 1))
+	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
+		t.Fatalf("reload: exit %d %s", code, out)
+	}
+	l := startLoad(t, r.url, 3, 2, 3)
+	time.Sleep(500 * time.Millisecond)
+
+	script := fmt.Sprintf("#!/bin/sh\nTMPDIR=/nonexistent/reconfd-e2e exec %s \"$@\"\n", upgraded)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	res, code := r.restart()
+	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady || !alive(oldSup) {
+		t.Fatalf("restart with a new supervisor that fails: exit %d, %+v", code, res)
+	}
+	writeAtomic(t, r.path, strings.Replace(cfg, "tokens: 6", "tokens: 4", 1))
+	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
+		t.Fatalf("reload after a failed hand-over (the etcd must have resumed): exit %d %s", code, out)
+	}
+
+	installExe(t, upgraded, exe)
+	res, code = r.restart()
+	if code != 0 || res.Outcome != admin.Restarted || res.OldSupervisorPID != oldSup || res.NewSupervisorPID == 0 ||
+		res.NewSupervisorPID == oldSup || len(res.OldPIDs) != 2 || len(res.NewPIDs) != 2 || res.Generation < 3 {
+		t.Fatalf("restart with a new binary: exit %d, %+v", code, res)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the old supervisor did not exit after the hand-over")
+	}
+	if c := r.cmd.ProcessState.ExitCode(); c != 0 {
+		t.Errorf("the old supervisor exited %d, want 0", c)
+	}
+	for _, pid := range res.OldPIDs {
+		r.waitGone(pid, 30*time.Second)
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.finish()
+	// The last one: the failed supervisor took the channel over too.
+	if m := regexp.MustCompile(`channel_down_ms=(\d+)`).FindAllStringSubmatch(r.logs.String(), -1); len(m) != 2 {
+		t.Errorf("the new supervisors logged the channel's downtime %d times, want 2", len(m))
+	} else {
+		t.Logf("the embedded channel was down %s ms during the hand-over (race build)", m[1][1])
+	}
+	st = r.status()
+	if v, _ := st["version"].(string); !strings.Contains(v, "e2e-upgraded") {
+		t.Errorf("status version after the upgrade: %q, want e2e-upgraded", v)
+	}
+	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
+		t.Errorf("status active generation %v, want %d", st["active_generation"], res.Generation)
+	}
+	var h admin.HistoryResponse
+	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	var triggers []string
+	for _, e := range h.Entries {
+		triggers = append(triggers, string(e.Trigger))
+	}
+	if !slices.Contains(triggers, "api") || !slices.Contains(triggers, "restart") {
+		t.Errorf("history after the upgrade %v: want the reload before it (api) and the restart", triggers)
+	}
+
+	newSup := res.NewSupervisorPID
+	res2, code := r.restart()
+	if code != 0 || res2.Outcome != admin.Restarted || res2.NewSupervisorPID != 0 || !alive(newSup) {
+		t.Fatalf("a restart with the same binary: exit %d, %+v (want a roll under supervisor %d)", code, res2, newSup)
 	}
 }

@@ -320,9 +320,11 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// withRestart adds the restart state to status fields.
+// withRestart adds the restart state and this process's version to
+// status fields.
 func withRestart(m map[string]any, st restartState) map[string]any {
 	m["restart"] = st
+	m["version"] = versionString()
 	return m
 }
 

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	if err != nil {
 		return fail("%v", err)
 	}
+	// A supervisor that replaces a supervisor (an upgrade) also takes over
+	// its embedded etcd's directories and its fleet.
+	ho, err := takeHandover(lookup)
+	if err != nil {
+		return fail("%v", err)
+	}
 	hold := func(name, what, addr string) (string, error) {
 		ln := inherited[name]
 		if ln == nil {
@@ -93,6 +100,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	mcfg, generated, err := managementSettings(f, lookup)
 	if err != nil {
 		return fail("management API: %v", err)
+	}
+	if ho != nil && ho.TokenGenerated {
+		generated = true // the predecessor's, kept (and written for the CLI)
 	}
 	var mgmtAddr string
 	switch err := mcfg.Check(); {
@@ -122,15 +132,38 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			return fail("--cluster: %v", err)
 		}
 	}
+	succ := &supervisorSuccessor{log: log, sockets: sockets, args: os.Args[1:], exe: exe, timeout: successorReadyTimeout, done: make(chan struct{})}
+	// The directories of a member taken over stay the predecessor's until
+	// this supervisor is ready: one that fails before leaves them to the
+	// predecessor, whose member resumes from them.
+	var owner atomic.Bool
+	owner.Store(ho == nil)
 	if len(endpoints) == 0 {
 		ecfg := embedded.Config{Logger: log}
-		if f.dataDir != "" {
+		switch {
+		case ho != nil && ho.EtcdSocket != "":
+			ecfg.Dir, ecfg.SocketDir, succ.ownsData = ho.EtcdData, ho.EtcdSocket, ho.OwnsData
+		case f.dataDir != "":
 			dir, err := os.MkdirTemp(f.dataDir, "reconfd-etcd-")
 			if err != nil {
 				return fail("--data-dir: %v", err)
 			}
-			cleanup = append(cleanup, func() { os.RemoveAll(dir) })
-			ecfg.Dir = dir
+			ecfg.Dir, succ.ownsData = dir, true
+		}
+		if dir := ecfg.Dir; succ.ownsData {
+			cleanup = append(cleanup, func() {
+				if owner.Load() && !succ.releasedData() {
+					os.RemoveAll(dir)
+				}
+			})
+		}
+		var down time.Time
+		if ho != nil && ho.ReleaseFD != 0 {
+			// Everything else is ready: the channel is down from here
+			// for the start of a member only.
+			if down, err = ho.awaitMember(); err != nil {
+				return fail("%v", err)
+			}
 		}
 		etcd, err := embedded.Start(stopCtx, ecfg)
 		if err != nil {
@@ -140,10 +173,23 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			}
 			return fail("start the embedded etcd: %v", err)
 		}
-		cleanup = append(cleanup, func() { etcd.Close() })
+		cleanup = append(cleanup, func() {
+			if !owner.Load() {
+				etcd.Release()
+			}
+			etcd.Close()
+		})
 		endpoints = etcd.Endpoints()
+		succ.member = etcd
+		if ho != nil {
+			log.Info("embedded etcd taken over from the previous supervisor", "channel_down_ms", time.Since(down).Milliseconds())
+		}
 	}
 	fleet := newFleetID()
+	if ho != nil {
+		fleet = ho.Fleet
+	}
+	succ.fleet = fleet
 	log.Info("cluster channel", "endpoints", strings.Join(endpoints, ","), "embedded", len(m.cluster) == 0, "prefix", m.prefix, "fleet", fleet)
 
 	// Caught before the workers start, so none is lost; the outer
@@ -153,8 +199,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	defer signal.Stop(sigs)
 
 	var sup *supervisor.Supervisor
+	// Ends a restart in progress (its roll, or the wait for a new
+	// supervisor) when this supervisor is told to stop.
+	rollCtx, cancelRoll := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRoll()
 	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
-		rollFleet(f, m, server, sup, track, run, log, lookup)
+		rollFleet(rollCtx, f, m, server, sup, succ, track, run, log, lookup)
 	})
 	if err != nil {
 		return fail("%v", err)
@@ -185,8 +235,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		// The environment, unlike the command line, is readable by this
 		// user only.
 		env = append(env, admin.EnvToken+"="+mcfg.Token.Reveal())
+		succ.generated = mcfg.Token.Reveal()
 	}
 	env = append(env, tlsEnv(mcfg.TLS)...)
+	// A supervisor that replaced one has the first worker it starts
+	// publish the file's live part, as a roll's first new worker does.
+	var publish atomic.Bool
+	publish.Store(ho != nil)
 	sup, err = supervisor.Start(stopCtx, supervisor.Config{
 		Workers:   m.workers,
 		Logger:    log,
@@ -202,6 +257,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			}
 			cmd := exec.Command(exe, args...)
 			cmd.Env = env
+			if slot == 1 && publish.CompareAndSwap(true, false) {
+				cmd.Env = append(slices.Clip(env), envRestartPublish+"=1")
+			}
 			cmd.Stderr = stderr
 			return cmd
 		},
@@ -214,10 +272,15 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("the workers could not start: %v", err)
 	}
 	log.Info("listening", "address", dataAddr, "workers", m.workers)
-	if ws := sup.Workers(); len(ws) > 0 {
-		if err := handoff.Ready(ws[0].Status); err != nil {
-			log.Warn("could not tell the previous process the fleet is ready", "error", err)
-		}
+	var statuses []string
+	var pids []int
+	for _, w := range sup.Workers() {
+		statuses, pids = append(statuses, w.Status), append(pids, w.PID)
+	}
+	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {
+		log.Warn("could not tell the previous process the fleet is ready", "error", err)
+	} else {
+		owner.Store(true)
 	}
 	if err := handoff.NotifyReady(); err != nil {
 		log.Warn("could not notify systemd", "error", err)
@@ -231,11 +294,27 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	}
 
 	var stopped chan error
+	stopWorkers := func() {
+		cancelRoll()
+		stopped = make(chan error, 1)
+		go func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout+workerStopGrace)
+			defer cancel()
+			stopped <- sup.Shutdown(sctx)
+		}()
+	}
+	handedOff := succ.done
 	for {
 		select {
+		case <-handedOff:
+			handedOff = nil
+			if stopped == nil {
+				log.Info("a new supervisor serves; stopping this one's workers, which drain in-flight requests", "timeout", f.shutdownTimeout.String())
+				stopWorkers()
+			}
 		case sig := <-sigs:
 			switch {
-			case sig == syscall.SIGHUP && stopped == nil && (ctl.track.running() || sup.Rolling()):
+			case sig == syscall.SIGHUP && stopped == nil && (ctl.track.running() || sup.Rolling() || isClosed(succ.done)):
 				log.Warn("SIGHUP dropped: a restart is in progress (busy); reload when it ends")
 			case sig == syscall.SIGHUP && stopped == nil:
 				if slot := sup.SignalOne(syscall.SIGHUP); slot == 0 {
@@ -247,12 +326,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 				// Shutting down: dropped, as a single process drops it.
 			case stopped == nil:
 				log.Info("shutting down: stopping the workers, which drain in-flight requests", "timeout", f.shutdownTimeout.String())
-				stopped = make(chan error, 1)
-				go func() {
-					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout+workerStopGrace)
-					defer cancel()
-					stopped <- sup.Shutdown(sctx)
-				}()
+				stopWorkers()
 			default:
 				log.Info("a second signal: the workers stop at once")
 				sup.SignalAll(sig.(syscall.Signal))
@@ -276,16 +350,18 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 // that took the request: it reads the file again for the fleet's shape
 // (server.workers; a new server.address or cluster is refused, since the
 // sockets and the channel outlive the restart), then rolls the workers;
-// the first new worker publishes the file's live part.
-func rollFleet(f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, track *restartTracker,
-	run *restartRun, log *slog.Logger, lookup env) {
+// the first new worker publishes the file's live part. When the
+// executable on disk is another program than this supervisor's, the
+// supervisor is replaced instead, fleet and all (see supervisorSuccessor).
+// ctx ends when this supervisor is told to stop.
+func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, succ *supervisorSuccessor,
+	track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
 	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
 		res := track.finish(run, fn)
 		log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
 			"old_pids", res.OldPIDs, "new_pids", res.NewPIDs, "generation", res.Generation, "duration_ms", res.DurationMS)
 		return res
 	}
-	ctx := context.Background()
 	chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
 	if err != nil {
 		finish(func(r *admin.RestartResult) {
@@ -308,6 +384,10 @@ func rollFleet(f serveFlags, m mode, server gateway.ServerConfig, sup *superviso
 			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonClusterChanged
 			r.Message = "server.cluster or server.cluster_prefix changed: a restart keeps the fleet's channel; stop the fleet and start it again to join another"
 		})
+		return
+	}
+	if executableChanged(succ.exe) {
+		replaceSupervisor(ctx, sup, succ, finish, log)
 		return
 	}
 	log.Info("restart: rolling the workers", "workers", nm.workers)
@@ -337,7 +417,7 @@ func rollFleet(f serveFlags, m mode, server gateway.ServerConfig, sup *superviso
 			switch {
 			case errors.Is(err, supervisor.ErrRolling):
 				r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
-			case errors.Is(err, supervisor.ErrStopping):
+			case errors.Is(err, supervisor.ErrStopping), ctx.Err() != nil:
 				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartCanceled
 			default:
 				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
@@ -382,4 +462,39 @@ func newFleetID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// replaceSupervisor replaces this supervisor and its workers with a new
+// supervisor of the executable on disk (see supervisorSuccessor) and
+// finishes the restart with the result.
+func replaceSupervisor(ctx context.Context, sup *supervisor.Supervisor, succ *supervisorSuccessor,
+	finish func(func(*admin.RestartResult)) admin.RestartResult, log *slog.Logger) {
+	var old []int
+	for _, w := range sup.Workers() {
+		old = append(old, w.PID)
+	}
+	log.Info("restart: the executable changed; handing the sockets and the channel to a new supervisor", "executable", succ.exe)
+	res, err := succ.replace(ctx)
+	if err != nil {
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
+			switch {
+			case errors.Is(err, errNotStarted):
+				r.Reason = admin.ReasonRestartNotStarted
+			case ctx.Err() != nil:
+				r.Reason = admin.ReasonRestartCanceled
+			}
+			r.OldSupervisorPID, r.NewSupervisorPID = os.Getpid(), res.pid
+			r.Message = err.Error() + "; this supervisor and its workers keep serving"
+		})
+		return
+	}
+	finish(func(r *admin.RestartResult) {
+		r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+		r.OldPIDs, r.NewPIDs = old, res.workers
+		r.OldSupervisorPID, r.NewSupervisorPID = os.Getpid(), res.pid
+		r.Generation = max(res.generation, r.PreviousGeneration)
+		r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its %d workers drain and exit",
+			res.pid, len(res.workers), r.Generation, os.Getpid(), len(old))
+	})
 }

@@ -91,6 +91,13 @@ type Config struct {
 	// HTTPS and require a client certificate signed by TLS.TrustedCAFile.
 	// Start ignores it (its socket is private already).
 	TLS *TLSFiles
+	// SocketDir, for Start, is an existing private directory to listen
+	// in instead of a new one: the one a member of a previous process
+	// left with Stop, so that a successor's member listens on the same
+	// socket path and clients of the previous member reconnect to it. It
+	// must be a directory owned by this user with mode 0700, or Start
+	// refuses it.
+	SocketDir string
 }
 
 // TLSFiles names the PEM files of a member's client TLS.
@@ -128,7 +135,12 @@ type Server struct {
 // returns once it serves clients. Close stops it and removes the
 // directory.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	priv, err := privateDir(cfg.RuntimeDir)
+	priv, err := cfg.SocketDir, error(nil)
+	if priv == "" {
+		priv, err = privateDir(cfg.RuntimeDir)
+	} else {
+		err = checkPrivate(priv)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +188,16 @@ func privateDir(parent string) (string, error) {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("embedded: private directory: %w", err)
 	}
+	if err := checkPrivate(dir); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// checkPrivate checks that dir is a directory (not a symbolic link)
+// owned by this user with mode 0700.
+func checkPrivate(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err == nil {
 		st, ok := fi.Sys().(*syscall.Stat_t)
@@ -187,10 +209,9 @@ func privateDir(parent string) (string, error) {
 		}
 	}
 	if err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("embedded: private directory: %w", err)
+		return fmt.Errorf("embedded: private directory: %w", err)
 	}
-	return dir, nil
+	return nil
 }
 
 func newServer(cfg Config, name string, client, peer url.URL) (*Server, error) {
@@ -343,16 +364,55 @@ func (s *Server) stop(hard bool) {
 	e.Close()
 }
 
+// SocketDir returns the private directory holding a Start member's
+// socket ("" for a member of StartCluster).
+func (s *Server) SocketDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.private
+}
+
+// DataDir returns the member's data directory.
+func (s *Server) DataDir() string { return s.dir }
+
+// Stop stops the member and keeps its data directory and its private
+// directory: a successor process can start a member from them (Config.Dir
+// and Config.SocketDir), and Resume starts this one again. Clients keep
+// their endpoint and reconnect once a member serves again. It is
+// idempotent.
+func (s *Server) Stop() { s.stop(false) }
+
+// Resume starts a stopped member again from its data directory and waits
+// until it serves (see Stop).
+func (s *Server) Resume(ctx context.Context) error {
+	if err := s.start(); err != nil {
+		return err
+	}
+	return s.wait(ctx)
+}
+
+// Release stops the member and hands its directories over: Close then
+// removes nothing, since a successor's member owns them now.
+func (s *Server) Release() {
+	s.stop(false)
+	s.mu.Lock()
+	s.tmp, s.private = false, ""
+	s.mu.Unlock()
+}
+
 // Close stops the member and removes its data directory if Start created
 // it, and its private directory. It is idempotent.
 func (s *Server) Close() error {
 	s.stop(false)
+	s.mu.Lock()
+	tmp, private := s.tmp, s.private
+	s.mu.Unlock()
 	var errs []error
-	if s.tmp {
+	if tmp {
 		errs = append(errs, os.RemoveAll(s.dir))
 	}
-	if s.private != "" {
-		errs = append(errs, os.RemoveAll(s.private))
+	if private != "" {
+		errs = append(errs, os.RemoveAll(private))
 	}
 	return errors.Join(errs...)
 }

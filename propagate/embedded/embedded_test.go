@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -167,4 +168,72 @@ func listeningTCP(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// TestStopAndTakeOver: a member stopped with Stop keeps its data and its
+// socket directory; a second member started from them (a successor
+// process) listens on the same endpoint and holds the data, and a client
+// of the first reconnects to it; Release leaves the directories to the
+// second. A SocketDir that is not private is refused.
+func TestStopAndTakeOver(t *testing.T) {
+	ctx := context.Background()
+	a, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: a.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop()
+	if _, err := os.Stat(a.DataDir()); err != nil {
+		t.Fatalf("data directory after Stop: %v", err)
+	}
+	if err := a.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	sockDir := a.SocketDir()
+	a.Release()
+	if a.SocketDir() != "" {
+		t.Fatalf("SocketDir after Release: %q, want none", a.SocketDir())
+	}
+	began := time.Now()
+	b, err := Start(ctx, Config{Dir: a.DataDir(), SocketDir: sockDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a successor's member served after %v", time.Since(began))
+	if got, want := b.Endpoints(), a.Endpoints(); got[0] != want[0] {
+		t.Fatalf("successor endpoint %v, want %v", got, want)
+	}
+	// The first member's client reconnects to the same endpoint.
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(gctx, "k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v1" {
+		t.Fatalf("the data through the old client after the take-over: %v %v", resp, err)
+	}
+	a.Close() // released: removes nothing
+	if _, err := os.Stat(b.SocketDir()); err != nil {
+		t.Fatalf("the released member's Close removed the successor's directory: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(b.SocketDir()); !os.IsNotExist(err) {
+		t.Fatalf("socket directory after the successor's Close: %v", err)
+	}
+
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(ctx, Config{SocketDir: open}); err == nil || !strings.Contains(err.Error(), "mode 0700") {
+		t.Fatalf("Start with a SocketDir of mode 0755: %v", err)
+	}
 }

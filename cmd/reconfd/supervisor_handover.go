@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// envSupervisorHandover carries a supervisorHandover (JSON) to the
+// supervisor that replaces this one.
+const envSupervisorHandover = "RECONF_SUPERVISOR_HANDOVER"
+
+// supervisorHandover is what a supervisor hands to its successor besides
+// the listening sockets: the embedded etcd's directories (the successor's
+// member listens on the same socket, so every client, the old workers'
+// included, reconnects to it, and starts from the same data: the cluster
+// version, the history), the fleet's ID, and whether the management token
+// was generated (the successor keeps it, and writes it for the CLI).
+type supervisorHandover struct {
+	EtcdData   string `json:"etcd_data,omitempty"`
+	EtcdSocket string `json:"etcd_socket,omitempty"`
+	// OwnsData: the data directory is one serve created under --data-dir,
+	// which its owner removes at exit.
+	OwnsData       bool   `json:"owns_data,omitempty"`
+	Fleet          string `json:"fleet"`
+	TokenGenerated bool   `json:"token_generated,omitempty"`
+	// ReleaseFD is the successor's end of a socket pair on which it asks
+	// for the member when it is about to start its own (everything else
+	// is ready by then, so the channel is down for a member's start
+	// only), and reads when the predecessor's member stopped.
+	ReleaseFD int `json:"release_fd,omitempty"`
+}
+
+// maxReleaseWait bounds how long a successor waits for its predecessor
+// to release the embedded etcd.
+const maxReleaseWait = 30 * time.Second
+
+// awaitMember asks the predecessor to stop its member and waits until it
+// did; it returns when the member stopped.
+func (h *supervisorHandover) awaitMember() (time.Time, error) {
+	f := os.NewFile(uintptr(h.ReleaseFD), "etcd-release")
+	if f == nil {
+		return time.Time{}, fmt.Errorf("%s: descriptor %d", envSupervisorHandover, h.ReleaseFD)
+	}
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the previous supervisor's release socket: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(maxReleaseWait))
+	if _, err := io.WriteString(c, "release\n"); err != nil {
+		return time.Time{}, fmt.Errorf("asking the previous supervisor for the embedded etcd: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+	word, at, _ := strings.Cut(strings.TrimSpace(line), " ")
+	ns, perr := strconv.ParseInt(at, 10, 64)
+	if err != nil || word != "released" || perr != nil {
+		return time.Time{}, fmt.Errorf("the previous supervisor did not release the embedded etcd (%q, %v)", line, err)
+	}
+	return time.Unix(0, ns), nil
+}
+
+// takeHandover reads and unsets envSupervisorHandover: nil when this
+// supervisor replaces none.
+func takeHandover(lookup env) (*supervisorHandover, error) {
+	v, ok := lookup(envSupervisorHandover)
+	if !ok {
+		return nil, nil
+	}
+	os.Unsetenv(envSupervisorHandover) // not the workers'
+	var h supervisorHandover
+	if err := json.Unmarshal([]byte(v), &h); err != nil || h.Fleet == "" {
+		return nil, fmt.Errorf("%s is malformed", envSupervisorHandover)
+	}
+	return &h, nil
+}
+
+// executableChanged reports whether the executable at path is another
+// program than the one this process runs: not the same file (device and
+// inode of the running image, which /proc/self/exe still reaches after
+// the path was replaced), and not the same bytes either (a copy of the
+// same build is no upgrade). A file that cannot be read counts as
+// changed: the restart then starts it, and reports why it failed.
+func executableChanged(path string) bool {
+	var self, disk syscall.Stat_t
+	if syscall.Stat("/proc/self/exe", &self) != nil || syscall.Stat(path, &disk) != nil {
+		return true
+	}
+	if self.Dev == disk.Dev && self.Ino == disk.Ino {
+		return false
+	}
+	a, aerr := fileDigest("/proc/self/exe")
+	b, berr := fileDigest(path)
+	return aerr != nil || berr != nil || a != b
+}
+
+// fileDigest returns the SHA-256 of a regular file, read in a stream.
+func fileDigest(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return sum, fmt.Errorf("%s is not a regular file", path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// supervisorSuccessor replaces a fleet's supervisor with a new process of
+// the executable on disk (an upgrade): the new supervisor takes the
+// listening sockets and the embedded etcd's directories, starts its own
+// workers (the first publishes the file's live part) and says it is ready;
+// only then does this supervisor drain its workers and exit. While the new
+// one starts, the old workers serve: the data plane has no gap. The
+// channel is down from this supervisor's Release of its member until the
+// successor's member serves on the same socket (measured by the e2e test,
+// well under a second). If the successor does not become ready, it is
+// killed, this supervisor's member resumes from the same data, and the old
+// fleet serves on. It is used by one restart at a time.
+type supervisorSuccessor struct {
+	exe     string
+	args    []string
+	log     *slog.Logger
+	sockets *handoff.Set
+	member  *embedded.Server // nil with an external cluster
+	fleet   string
+	// ownsData: the member's data directory is serve's own (--data-dir).
+	ownsData  bool
+	generated string // the generated management token, or ""
+	timeout   time.Duration
+
+	mu        sync.Mutex
+	handedOff bool
+	done      chan struct{} // closed once a successor serves
+}
+
+// successorResult is what the successor said when it was ready.
+type successorResult struct {
+	pid        int
+	workers    []int
+	generation uint64
+}
+
+// replace starts the successor and waits until it is ready; ctx ends the
+// wait (a shutdown of this supervisor), killing the successor. On success
+// the member's directories belong to the successor and done is closed.
+func (s *supervisorSuccessor) replace(ctx context.Context) (successorResult, error) {
+	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != ""}
+	cmd := exec.Command(s.exe, s.args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	var release net.Conn // this end of the release socket pair
+	if s.member != nil {
+		h.EtcdData, h.EtcdSocket = s.member.DataDir(), s.member.SocketDir()
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return successorResult{}, fmt.Errorf("%w: a socket pair: %w", errNotStarted, err)
+		}
+		ours, theirs := os.NewFile(uintptr(fds[0]), "etcd-release"), os.NewFile(uintptr(fds[1]), "etcd-release")
+		defer theirs.Close()
+		release, err = net.FileConn(ours)
+		ours.Close()
+		if err != nil {
+			return successorResult{}, fmt.Errorf("%w: %w", errNotStarted, err)
+		}
+		defer release.Close()
+		h.ReleaseFD = 3 + len(cmd.ExtraFiles)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
+	}
+	b, _ := json.Marshal(h)
+	cmd.Env = append(os.Environ(), envSupervisorHandover+"="+string(b))
+	if s.generated != "" {
+		cmd.Env = append(cmd.Env, admin.EnvToken+"="+s.generated)
+	}
+	var stopped atomic.Bool
+	resume := func() {
+		if !stopped.Load() {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.member.Resume(rctx); err != nil {
+			s.log.Error("restart: the embedded etcd did not resume; the workers serve on without their channel", "error", err)
+		}
+	}
+	p, err := handoff.Start(cmd, s.sockets)
+	if err != nil {
+		resume()
+		return successorResult{}, fmt.Errorf("%w: %w", errNotStarted, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	asked := make(chan struct{})
+	if release == nil {
+		close(asked)
+	} else {
+		// The data directory can have one member at a time: when the
+		// successor asks, this one stops, keeping both directories, and
+		// the successor starts its own on them.
+		go func() {
+			defer close(asked)
+			line, err := bufio.NewReader(io.LimitReader(release, 64)).ReadString('\n')
+			if err != nil || line != "release\n" {
+				return // it exited, or the restart ended (release closed)
+			}
+			s.member.Stop()
+			stopped.Store(true)
+			_, _ = fmt.Fprintf(release, "released %d\n", time.Now().UnixNano())
+		}()
+	}
+	status, err := p.WaitReady(wctx)
+	if err != nil {
+		select {
+		case <-p.Exited():
+		default:
+			p.Kill() // its workers see their supervisor gone and stop
+		}
+		if release != nil {
+			release.Close() // ends the goroutine above, if it still waits
+		}
+		<-asked
+		resume()
+		if errors.Is(err, handoff.ErrNotReady) {
+			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) exited before it was ready (%s); see its log lines above", p.PID(), p.State())
+		}
+		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) was not ready within %v (%w); it was stopped", p.PID(), s.timeout, err)
+	}
+	if s.member != nil {
+		s.member.Release()
+	}
+	s.mu.Lock()
+	s.handedOff = true
+	s.mu.Unlock()
+	close(s.done)
+	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
+}
+
+// errNotStarted marks a successor that could not be started at all.
+var errNotStarted = errors.New("the new supervisor could not be started")
+
+// releasedData reports whether the data directory went to a successor.
+func (s *supervisorSuccessor) releasedData() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handedOff
+}
+
+// supervisorReadyStatus is what a supervisor says when its fleet serves:
+// the highest generation its workers serve and their pids.
+func supervisorReadyStatus(statuses []string, pids []int) string {
+	var gen uint64
+	for _, st := range statuses {
+		gen = max(gen, generationOf(st, 0))
+	}
+	ps := make([]string, len(pids))
+	for i, p := range pids {
+		ps[i] = strconv.Itoa(p)
+	}
+	return fmt.Sprintf("generation=%d workers=%s", gen, strings.Join(ps, ","))
+}
+
+// pidsOf reads "workers=1,2,3" from a ready status.
+func pidsOf(status string) []int {
+	var out []int
+	for _, f := range strings.Fields(status) {
+		if v, ok := strings.CutPrefix(f, "workers="); ok {
+			for _, p := range strings.Split(v, ",") {
+				if n, err := strconv.Atoi(p); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
