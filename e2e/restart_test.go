@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 )
 
@@ -164,6 +165,32 @@ func (r *restartable) status() map[string]any {
 	return m
 }
 
+// checkGeneration fails the test unless status reports gen as the active
+// generation, and returns the status.
+func (r *restartable) checkGeneration(gen uint64) map[string]any {
+	r.t.Helper()
+	st := r.status()
+	if g, _ := st["active_generation"].(float64); uint64(g) != gen {
+		r.t.Errorf("status active generation %v, want %d", st["active_generation"], gen)
+	}
+	return st
+}
+
+// history returns the history's entries, newest first.
+func (r *restartable) history() []reconf.HistoryEntry {
+	r.t.Helper()
+	var h admin.HistoryResponse
+	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		r.t.Fatalf("history: %v", err)
+	}
+	return h.Entries
+}
+
 // TestRestartSingleProcessUnderLoad restarts one process under load
 // (kept-alive clients, a new connection per request, streams): auth.mode
 // is a restart field, so a reload refuses the switch to api_keys and a
@@ -206,21 +233,11 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	st := r.status()
-	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
-		t.Errorf("status active generation %v, want %d", st["active_generation"], res.Generation)
-	}
+	r.checkGeneration(res.Generation)
 	// The history went on in the new process: the first process's startup
 	// load, the refused reload, then the restart and the new startup load.
-	var h admin.HistoryResponse
-	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
 	var seq []string
-	for _, e := range h.Entries {
+	for _, e := range r.history() {
 		seq = append(seq, fmt.Sprintf("%s/%s/%d", e.Trigger, e.Outcome, e.Generation))
 	}
 	want := []string{"startup/published/2", "restart/restarted/2", "api/restart-required/1", "startup/published/1"}
@@ -483,22 +500,12 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 	} else {
 		t.Logf("the embedded channel was down %s ms during the hand-over (race build)", m[1][1])
 	}
-	st = r.status()
+	st = r.checkGeneration(res.Generation)
 	if v, _ := st["version"].(string); !strings.Contains(v, "e2e-upgraded") {
 		t.Errorf("status version after the upgrade: %q, want e2e-upgraded", v)
 	}
-	if g, _ := st["active_generation"].(float64); uint64(g) != res.Generation {
-		t.Errorf("status active generation %v, want %d", st["active_generation"], res.Generation)
-	}
-	var h admin.HistoryResponse
-	resp, err := httpClient.Get("http://" + r.mgmt + admin.HistoryPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
 	var triggers []string
-	for _, e := range h.Entries {
+	for _, e := range r.history() {
 		triggers = append(triggers, string(e.Trigger))
 	}
 	if !slices.Contains(triggers, "api") || !slices.Contains(triggers, "restart") {
