@@ -121,13 +121,17 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Like a reload, the restart does not depend on the client staying.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), wait)
-	defer cancel()
-	res, err := s.o.restarter.Restart(ctx, s.actor(r))
+	// Like a reload, the restart does not depend on the client staying;
+	// ?wait= bounds the wait for its result only, not its check (which the
+	// runtime's attempt timeout bounds) nor its start: a short wait gets
+	// 202, never a canceled restart.
+	begin := context.WithoutCancel(r.Context())
+	res, err := s.o.restarter.Restart(begin, s.actor(r))
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(begin, wait)
+	defer cancel()
 	if !res.Done {
 		if got, ok := s.o.restarter.WaitRestart(ctx, res.ID); ok {
 			res = got

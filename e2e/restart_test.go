@@ -518,3 +518,106 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 		t.Fatalf("a restart with the same binary: exit %d, %+v (want a roll under supervisor %d)", code, res2, newSup)
 	}
 }
+
+// TestRestartInProgressIsBusy makes a restart last (the executable at the
+// path sleeps 3 s before it runs reconfd) and, while it runs, checks that
+// a reload through the API, a SIGHUP and a second restart answer busy, and
+// that status and the metrics show the restart in progress; once it
+// finished, the new processes' metrics count it (restarts_total carries
+// on across the hand-over) with its duration. For one process and for a
+// fleet (whose supervisor is replaced, since the executable changed).
+// Cost: 15-40 s per case on a loaded 2-core machine.
+func TestRestartInProgressIsBusy(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			requireBinary(t)
+			exe := filepath.Join(t.TempDir(), "reconfd")
+			installExe(t, binary, exe)
+			cfg := strings.Replace(config(2, "0s"), "server:\n", fmt.Sprintf("server:\n  workers: %d\n", workers), 1)
+			r := startRestartable(t, exe, cfg)
+			script := fmt.Sprintf("#!/bin/sh\nsleep 3\nexec %s \"$@\"\n", binary)
+			if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(exe+".new", exe); err != nil {
+				t.Fatal(err)
+			}
+			mgmt := "http://" + r.mgmt
+			post := func(path string) (int, map[string]any) {
+				resp, err := httpClient.Post(mgmt+path, "application/json", strings.NewReader("{}"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var m map[string]any
+				b, _ := io.ReadAll(resp.Body)
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+				}
+				return resp.StatusCode, m
+			}
+			metrics := func() string {
+				resp, err := httpClient.Get(mgmt + admin.MetricsPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return string(b)
+			}
+			code, res := post(admin.RestartPath + "?wait=1ms")
+			id, _ := res["id"].(string)
+			if code != http.StatusAccepted || id == "" {
+				t.Fatalf("restart: %d %v, want 202 with an id", code, res)
+			}
+			if code, m := post(admin.ReloadPath); code != http.StatusConflict || m["outcome"] != "busy" {
+				t.Errorf("reload during a restart: %d %v, want 409 busy", code, m)
+			}
+			if code, m := post(admin.RestartPath); code != http.StatusConflict || m["outcome"] != "busy" {
+				t.Errorf("a second restart during a restart: %d %v, want 409 busy", code, m)
+			}
+			_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGHUP)
+			if st, _ := r.status()["restart"].(map[string]any); st["in_progress"] != true {
+				t.Errorf("status during a restart: %v, want in_progress", st)
+			}
+			if m := metrics(); !strings.Contains(m, "reconfd_restart_in_progress 1") {
+				t.Errorf("metrics during a restart lack reconfd_restart_in_progress 1:\n%s", grepLines(m, "reconfd_restart"))
+			}
+			resp, err := httpClient.Get(mgmt + admin.RestartPath + "/" + id + "?wait=60s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var done admin.RestartResult
+			json.NewDecoder(resp.Body).Decode(&done)
+			resp.Body.Close()
+			r.pids = append(append(r.pids, done.NewPIDs...), done.NewSupervisorPID)
+			if done.Outcome != admin.Restarted {
+				t.Fatalf("the restart: %+v", done)
+			}
+			if !regexp.MustCompile(`SIGHUP[^\n]*busy`).MatchString(r.logs.String()) {
+				t.Errorf("no busy answer to the SIGHUP in the logs")
+			}
+			select {
+			case <-r.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the old process did not exit")
+			}
+			m := metrics()
+			if !strings.Contains(m, `reconfd_restarts_total{outcome="restarted"} 1`) || !strings.Contains(m, "reconfd_restart_in_progress 0") ||
+				!strings.Contains(m, "reconfd_restart_last_duration_seconds 3") {
+				t.Errorf("metrics after the restart (want restarted 1, in progress 0, a last duration of 3.x s):\n%s", grepLines(m, "reconfd_restart"))
+			}
+		})
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
@@ -25,18 +26,22 @@ const maxHandedHistory = 8 << 20
 type handedHistory struct {
 	Entries []reconf.HistoryEntry `json:"entries"`
 	Restart reconf.HistoryEntry   `json:"restart"`
+	// Restarts are the predecessor's restart counts (restartState.Counts).
+	Restarts map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
+	// RestartID names the restart that starts the successor.
+	RestartID string `json:"restart_id,omitempty"`
 }
 
 // writeHistory writes g's history and the restart's entry to a new
 // private file and returns its path.
-func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.HistoryEntry) (string, error) {
+func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.HistoryEntry, id string, counts map[admin.RestartOutcome]uint64) (string, error) {
 	entries, err := g.History(ctx, 0)
 	if err != nil {
 		return "", err
 	}
 	entries = slices.Clone(entries)
 	slices.Reverse(entries)
-	b, err := json.Marshal(handedHistory{Entries: entries, Restart: restart})
+	b, err := json.Marshal(handedHistory{Entries: entries, Restart: restart, Restarts: counts, RestartID: id})
 	if err != nil {
 		return "", err
 	}
@@ -53,28 +58,29 @@ func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.Histor
 }
 
 // readHistory reads a predecessor's history for gateway.WithHistorySeed:
-// its entries, then the restart's, completed with its duration so far.
-func readHistory(path string) ([]reconf.HistoryEntry, error) {
+// its entries, then the restart's, completed with its duration so far;
+// and its restart counts.
+func readHistory(path string) ([]reconf.HistoryEntry, handedHistory, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, handedHistory{}, err
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+		return nil, handedHistory{}, fmt.Errorf("%s is not a regular file", path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxHandedHistory+1))
 	if err != nil {
-		return nil, err
+		return nil, handedHistory{}, err
 	}
 	if len(b) > maxHandedHistory {
-		return nil, fmt.Errorf("%s is over %d bytes", path, maxHandedHistory)
+		return nil, handedHistory{}, fmt.Errorf("%s is over %d bytes", path, maxHandedHistory)
 	}
 	var h handedHistory
 	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, err
+		return nil, handedHistory{}, err
 	}
 	h.Restart.DurationMS = reconf.Milliseconds(time.Since(h.Restart.Time))
 	h.Restart.Message += fmt.Sprintf("; pid %d took them", os.Getpid())
-	return append(h.Entries, h.Restart), nil
+	return append(h.Entries, h.Restart), h, nil
 }

@@ -87,7 +87,7 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 	// so the successor records it from the result it is handed).
 	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: triggerRestart, Actor: actor,
 		Outcome: string(admin.Restarted), Reason: admin.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
-		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())})
+		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())}, run.id(&r.track), r.track.state().Counts)
 	if err != nil {
 		r.log.Warn("restart: the history cannot be handed on; the new process starts with its own", "error", err)
 	} else {

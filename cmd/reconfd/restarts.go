@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ type restartTracker struct {
 	last  *restartRun // the last finished one
 	runs  map[string]*restartRun
 	order []string
+	// counts holds the restarts that began (their check passed), by how
+	// they ended; a successor carries its predecessor's on (seed).
+	counts map[admin.RestartOutcome]uint64
 }
 
 type restartRun struct {
@@ -72,11 +76,25 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 	fn(&r.res)
 	r.res.Done = true
 	r.res.DurationMS = float64(time.Since(r.res.Started).Microseconds()) / 1000
+	switch r.res.Outcome {
+	case admin.Restarted, admin.RestartFailed, admin.RestartRefused:
+		if t.counts == nil {
+			t.counts = map[admin.RestartOutcome]uint64{}
+		}
+		t.counts[r.res.Outcome]++
+	}
 	if t.cur == r {
 		t.cur, t.last = nil, r
 	}
 	close(r.done)
 	return r.res
+}
+
+// id returns r's ID.
+func (r *restartRun) id(t *restartTracker) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res.ID
 }
 
 // started returns when r began.
@@ -115,12 +133,35 @@ type restartState struct {
 	InProgress bool                 `json:"in_progress"`
 	Current    *admin.RestartResult `json:"current,omitempty"`
 	Last       *admin.RestartResult `json:"last,omitempty"`
+	// Counts holds the restarts that began, by outcome (restarted,
+	// restart-failed, restart-refused), this process's predecessors'
+	// included.
+	Counts map[admin.RestartOutcome]uint64 `json:"counts"`
+}
+
+// seed adds a predecessor's counts, and one restarted: the restart that
+// started this process, which its predecessor finishes after handing on;
+// it becomes the last restart, begun at started and finished now.
+func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string, started time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last = &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted,
+		Reason: admin.ReasonRestarted, Message: "this process was started by the restart", Started: started,
+		DurationMS: reconf.Milliseconds(time.Since(started))}}
+	close(t.last.done)
+	if t.counts == nil {
+		t.counts = map[admin.RestartOutcome]uint64{}
+	}
+	for o, n := range counts {
+		t.counts[o] += n
+	}
+	t.counts[admin.Restarted]++
 }
 
 func (t *restartTracker) state() restartState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var st restartState
+	st := restartState{Counts: maps.Clone(t.counts)}
 	if t.cur != nil {
 		res := t.cur.res
 		st.InProgress, st.Current = true, &res

@@ -214,10 +214,13 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
 		}
 	}
+	var handed handedHistory
+	successor := false
 	if path := lookup.get(envHistory); path != "" {
 		// ... and its history.
-		if seed, err := readHistory(path); err == nil {
+		if seed, h, err := readHistory(path); err == nil {
 			first = append(first, gateway.WithHistorySeed(seed))
+			handed, successor = h, true
 		} else {
 			fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
 		}
@@ -276,6 +279,10 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	rs := &selfRestarter{g: g, log: log, exe: exe, args: os.Args[1:], sockets: sockets,
 		timeout: successorReadyTimeout, handedOff: make(chan struct{})}
+	if successor {
+		rs.track.seed(handed.Restarts, handed.RestartID, handed.Restart.Time)
+	}
+	reg.MustRegister(restartCollector{state: func() (restartState, bool) { return rs.track.state(), true }})
 	guard := restartGuard{Runtime: g.Runtime(), running: rs.track.running}
 	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
 		mln := lns[listenerManagement]
@@ -376,6 +383,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	}
 	rs := newFleetRestarter(g, lookup.get(envControl))
 	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
+	reg.MustRegister(restartCollector{state: rs.state})
 	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()

@@ -210,6 +210,10 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("%v", err)
 	}
 	cleanup = append(cleanup, ctl.close)
+	succ.track = &ctl.track
+	if ho != nil {
+		ctl.track.seed(ho.Restarts, ho.RestartID, ho.RestartStarted)
+	}
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
 	env := append(workerEnv(), envFleetID+"="+fleet, envControl+"="+ctl.path)
@@ -387,7 +391,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 		return
 	}
 	if executableChanged(succ.exe) {
-		replaceSupervisor(ctx, sup, succ, finish, log)
+		replaceSupervisor(ctx, sup, succ, run, finish, log)
 		return
 	}
 	log.Info("restart: rolling the workers", "workers", nm.workers)
@@ -467,14 +471,14 @@ func newFleetID() string {
 // replaceSupervisor replaces this supervisor and its workers with a new
 // supervisor of the executable on disk (see supervisorSuccessor) and
 // finishes the restart with the result.
-func replaceSupervisor(ctx context.Context, sup *supervisor.Supervisor, succ *supervisorSuccessor,
+func replaceSupervisor(ctx context.Context, sup *supervisor.Supervisor, succ *supervisorSuccessor, run *restartRun,
 	finish func(func(*admin.RestartResult)) admin.RestartResult, log *slog.Logger) {
 	var old []int
 	for _, w := range sup.Workers() {
 		old = append(old, w.PID)
 	}
 	log.Info("restart: the executable changed; handing the sockets and the channel to a new supervisor", "executable", succ.exe)
-	res, err := succ.replace(ctx)
+	res, err := succ.replace(ctx, run)
 	if err != nil {
 		finish(func(r *admin.RestartResult) {
 			r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady

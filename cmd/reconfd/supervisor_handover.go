@@ -49,6 +49,12 @@ type supervisorHandover struct {
 	// is ready by then, so the channel is down for a member's start
 	// only), and reads when the predecessor's member stopped.
 	ReleaseFD int `json:"release_fd,omitempty"`
+	// Restarts are the predecessor's restart counts (restartState.Counts);
+	// RestartID and RestartStarted name the restart that starts the
+	// successor.
+	Restarts       map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
+	RestartID      string                          `json:"restart_id,omitempty"`
+	RestartStarted time.Time                       `json:"restart_started"`
 }
 
 // maxReleaseWait bounds how long a successor waits for its predecessor
@@ -156,6 +162,7 @@ type supervisorSuccessor struct {
 	ownsData  bool
 	generated string // the generated management token, or ""
 	timeout   time.Duration
+	track     *restartTracker // whose counts the successor carries on
 
 	mu        sync.Mutex
 	handedOff bool
@@ -172,8 +179,9 @@ type successorResult struct {
 // replace starts the successor and waits until it is ready; ctx ends the
 // wait (a shutdown of this supervisor), killing the successor. On success
 // the member's directories belong to the successor and done is closed.
-func (s *supervisorSuccessor) replace(ctx context.Context) (successorResult, error) {
-	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != ""}
+func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
+	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
+		RestartID: run.id(s.track), RestartStarted: run.started(s.track)}
 	cmd := exec.Command(s.exe, s.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	var release net.Conn // this end of the release socket pair

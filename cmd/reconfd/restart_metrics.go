@@ -1,0 +1,56 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reconfhq/reconf/admin"
+)
+
+// restartCollector exports the restart state (this process's tracker, or
+// a worker's supervisor's) as Prometheus metrics at each scrape:
+//
+//	reconfd_restarts_total{outcome}           restarts that began, by how they ended
+//	reconfd_restart_in_progress               1 while a restart runs
+//	reconfd_restart_last_duration_seconds     the last finished restart's duration
+//
+// A worker whose supervisor does not answer exports none of them for
+// that scrape rather than a wrong zero.
+type restartCollector struct {
+	state func() (restartState, bool)
+}
+
+var (
+	descRestarts = prometheus.NewDesc("reconfd_restarts_total",
+		"Restarts that began (their check passed), by outcome: restarted, restart-failed, restart-refused; a restart's new processes carry the count on.",
+		[]string{"outcome"}, nil)
+	descRestartInProgress = prometheus.NewDesc("reconfd_restart_in_progress",
+		"1 while a restart runs (reloads and restarts then answer busy), else 0.", nil, nil)
+	descRestartLastDuration = prometheus.NewDesc("reconfd_restart_last_duration_seconds",
+		"Duration of the last finished restart, from its request to its result.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c restartCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRestarts
+	ch <- descRestartInProgress
+	ch <- descRestartLastDuration
+}
+
+// Collect implements prometheus.Collector.
+func (c restartCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := c.state()
+	if !ok {
+		return
+	}
+	for _, o := range []admin.RestartOutcome{admin.Restarted, admin.RestartFailed, admin.RestartRefused} {
+		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(st.Counts[o]), string(o))
+	}
+	running := 0.0
+	if st.InProgress {
+		running = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descRestartInProgress, prometheus.GaugeValue, running)
+	if st.Last != nil {
+		ch <- prometheus.MustNewConstMetric(descRestartLastDuration, prometheus.GaugeValue, st.Last.DurationMS/1000)
+	}
+}
