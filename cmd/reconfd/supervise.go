@@ -199,12 +199,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	defer signal.Stop(sigs)
 
 	var sup *supervisor.Supervisor
+	procs := newWorkerProcs(m.workers)
 	// Ends a restart in progress (its roll, or the wait for a new
 	// supervisor) when this supervisor is told to stop.
 	rollCtx, cancelRoll := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRoll()
 	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
-		rollFleet(rollCtx, f, m, server, sup, succ, track, run, log, lookup)
+		rollFleet(rollCtx, f, m, server, sup, succ, procs, track, run, log, lookup)
 	})
 	if err != nil {
 		return fail("%v", err)
@@ -227,13 +228,6 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"))
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
-	}
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
-		// Each worker schedules on its share of the CPUs unless the
-		// operator says otherwise: workers that each run on every core
-		// contend for them (bench/README.md, data plane: 2 workers on 2
-		// cores serve more, with a lower p99, at GOMAXPROCS=1 each).
-		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/m.workers)))
 	}
 	if generated {
 		// The environment, unlike the command line, is readable by this
@@ -260,9 +254,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 				args = append(args, "--management-address", mgmtAddr)
 			}
 			cmd := exec.Command(exe, args...)
-			cmd.Env = env
+			cmd.Env = procs.env(env, 0)
 			if slot == 1 && publish.CompareAndSwap(true, false) {
-				cmd.Env = append(slices.Clip(env), envRestartPublish+"=1")
+				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
 			cmd.Stderr = stderr
 			return cmd
@@ -359,7 +353,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 // supervisor is replaced instead, fleet and all (see supervisorSuccessor).
 // ctx ends when this supervisor is told to stop.
 func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, succ *supervisorSuccessor,
-	track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
+	procs *workerProcs, track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
 	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
 		res := track.finish(run, fn)
 		log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
@@ -399,12 +393,14 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 	_, err = sup.Roll(ctx, supervisor.RollOptions{
 		Workers: nm.workers,
 		Prepare: func(slot int, cmd *exec.Cmd) {
+			cmd.Env = procs.env(cmd.Env, nm.workers) // the new fleet's share
 			if slot == 1 {
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
 		},
 		OnReady: func(rr supervisor.RollResult) {
 			finished = true
+			procs.resized(nm.workers) // a slot that restarts later gets the new share
 			finish(func(r *admin.RestartResult) {
 				r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
 				r.OldPIDs, r.NewPIDs = rr.OldPIDs, rr.NewPIDs
@@ -502,3 +498,39 @@ func replaceSupervisor(ctx context.Context, sup *supervisor.Supervisor, succ *su
 			res.pid, len(res.workers), r.Generation, os.Getpid(), len(old))
 	})
 }
+
+// workerProcs sets each worker's GOMAXPROCS to its share of the CPUs, for
+// the fleet's current size, unless the operator set GOMAXPROCS (which the
+// workers then inherit unchanged): workers that each run on every core
+// contend for them (bench/README.md, data plane: 2 workers on 2 cores
+// serve more, with a lower p99, at GOMAXPROCS=1 each). It is safe for
+// concurrent use.
+type workerProcs struct {
+	user bool // GOMAXPROCS is set in the supervisor's environment
+	cpus int
+	size atomic.Int64 // the fleet's size, for a worker that restarts
+}
+
+func newWorkerProcs(workers int) *workerProcs {
+	_, user := os.LookupEnv("GOMAXPROCS")
+	p := &workerProcs{user: user, cpus: runtime.GOMAXPROCS(0)}
+	p.size.Store(int64(workers))
+	return p
+}
+
+// env returns a worker's environment with GOMAXPROCS for a fleet of n
+// workers (0: the current size), replacing an earlier entry; env itself is
+// not modified.
+func (p *workerProcs) env(env []string, n int) []string {
+	if p.user {
+		return env
+	}
+	if n <= 0 {
+		n = int(p.size.Load())
+	}
+	out := slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") })
+	return append(out, "GOMAXPROCS="+strconv.Itoa(max(1, p.cpus/n)))
+}
+
+// resized records the fleet's new size after a roll.
+func (p *workerProcs) resized(n int) { p.size.Store(int64(n)) }

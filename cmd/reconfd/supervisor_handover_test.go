@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -67,5 +68,47 @@ func TestSupervisorReadyStatus(t *testing.T) {
 	}
 	if p := pidsOf("generation=3"); p != nil {
 		t.Errorf("pids of a status without workers: %v", p)
+	}
+}
+
+// TestWorkerProcs: a worker's GOMAXPROCS is its share of the CPUs for the
+// fleet's size (a roll's new size for its new workers, then for any
+// worker that restarts), never below 1, and left alone when the operator
+// set it.
+func TestWorkerProcs(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	os.Unsetenv("GOMAXPROCS")
+	p := newWorkerProcs(2)
+	p.cpus = 8
+	base := []string{"A=1", "GOMAXPROCS=4"}
+	procs := func(env []string) []string {
+		var out []string
+		for _, e := range env {
+			if v, ok := strings.CutPrefix(e, "GOMAXPROCS="); ok {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	if got := procs(p.env(base, 0)); !slices.Equal(got, []string{"4"}) {
+		t.Errorf("2 workers on 8 CPUs: GOMAXPROCS %v, want [4]", got)
+	}
+	if got := procs(p.env(base, 4)); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("a roll to 4 workers: GOMAXPROCS %v, want [2]", got)
+	}
+	if got := procs(p.env(base, 0)); !slices.Equal(got, []string{"4"}) {
+		t.Errorf("a restart before the roll finished: GOMAXPROCS %v, want [4]", got)
+	}
+	p.resized(16)
+	if got := procs(p.env(base, 0)); !slices.Equal(got, []string{"1"}) {
+		t.Errorf("16 workers on 8 CPUs: GOMAXPROCS %v, want [1]", got)
+	}
+	if base[1] != "GOMAXPROCS=4" {
+		t.Errorf("env modified the environment it was given: %v", base)
+	}
+	t.Setenv("GOMAXPROCS", "3")
+	u := newWorkerProcs(2)
+	if got := u.env([]string{"GOMAXPROCS=3"}, 4); !slices.Equal(got, []string{"GOMAXPROCS=3"}) {
+		t.Errorf("an operator's GOMAXPROCS: %v, want it kept", got)
 	}
 }
