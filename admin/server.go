@@ -131,6 +131,7 @@ type Server struct {
 	loopback atomic.Bool                // the listener is on a loopback address
 	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
 	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
+	draining atomic.Bool                // answers carry Connection: close (Drain)
 
 	mu    sync.Mutex
 	state int // stateNew, stateServing, stateClosed
@@ -198,8 +199,15 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	if t.Reload >= t.Write {
 		t.Reload = t.Write - t.Write/10
 	}
+	routes := s.routes()
 	s.http = &http.Server{
-		Handler:           s.routes(),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.draining.Load() {
+				// net/http closes the connection after this answer.
+				w.Header().Set("Connection", "close")
+			}
+			routes.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
@@ -251,6 +259,14 @@ func (s *Server) Start(addr string) error {
 	}()
 	return nil
 }
+
+// Drain makes every further answer carry "Connection: close", so that a
+// client on a kept-alive connection moves to a new one, which another
+// process holding the same listening socket accepts (see
+// handoff.DrainListener): a drain that loses no request, where Shutdown
+// alone closes idle connections on which a client may be sending. Call it
+// before the listener stops accepting; it is safe for concurrent use.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // Serve serves on ln until Shutdown, then returns nil. It first checks the
 // listener's address like CheckAddress and returns ErrManagementDisabled

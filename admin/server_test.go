@@ -184,6 +184,50 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// TestDrainClosesAfterEachAnswer: after Drain, an answer on a kept-alive
+// connection says Connection: close and the server closes the connection,
+// so the client's next request goes on a new one; before, the connection
+// is kept.
+func TestDrainClosesAfterEachAnswer(t *testing.T) {
+	e := newRuntime(t, setup{})
+	srv, err := admin.New(e.rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func() *http.Response {
+		t.Helper()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", admin.StatusPath, srv.Addr())
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := get(); resp.Close {
+		t.Fatal("an answer before Drain closes the connection")
+	}
+	srv.Drain()
+	if resp := get(); !resp.Close {
+		t.Fatal("an answer after Drain does not say Connection: close")
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection after a draining answer: %v, want EOF", err)
+	}
+}
+
 func TestAuthMatrix(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -461,7 +461,7 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	if s.shared() {
-		drainShared(sctx, g, s.data)
+		drainShared(sctx, g, s.data, s.mgmt)
 	}
 	var errs []error
 	if err := g.Shutdown(sctx); err != nil {
@@ -488,20 +488,33 @@ func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f
 	return nil
 }
 
-// drainShared moves the data plane's clients to the other processes that
-// hold its socket before Shutdown: it stops accepting (queued connections
-// stay in the shared queue for the others), answers every further request
-// with Connection: close, and waits until the accepted connections have
-// closed or drainIdleGrace has passed for those that stay idle. Streams
-// still running then are Shutdown's to wait for.
-func drainShared(ctx context.Context, g *gateway.Gateway, ln *handoff.DrainListener) {
+// drainShared moves the clients of the data plane and of management (when
+// serve holds its socket) to the other processes that hold the sockets
+// before Shutdown: it answers every further request with Connection:
+// close, stops accepting (queued connections stay in the shared queue for
+// the others), and waits until the accepted connections have closed or
+// drainIdleGrace has passed for those that stay idle. Streams still
+// running then are Shutdown's to wait for. Both listeners drain the same
+// way and at once: net/http's Shutdown alone would close management's
+// idle keep-alive connections, on which a client (a scraper, the CLI)
+// may be sending at that instant.
+func drainShared(ctx context.Context, g *gateway.Gateway, data *handoff.DrainListener, mgmt *managementServer) {
+	lns := map[string]*handoff.DrainListener{"data-plane": data}
 	g.Drain()
-	if err := ln.StopAccepting(); err != nil {
-		g.Logger().Warn("drain: closing this process's data-plane socket", "error", err)
+	if mgmt != nil && mgmt.ln != nil {
+		mgmt.Drain()
+		lns["management"] = mgmt.ln
 	}
 	wctx, cancel := context.WithTimeout(ctx, drainIdleGrace)
 	defer cancel()
-	_ = ln.Wait(wctx)
+	var wg sync.WaitGroup
+	for name, ln := range lns {
+		if err := ln.StopAccepting(); err != nil {
+			g.Logger().Warn("drain: closing this process's socket", "listener", name, "error", err)
+		}
+		wg.Go(func() { _ = ln.Wait(wctx) })
+	}
+	wg.Wait()
 }
 
 // readyStatus is what a worker or a successor says when it is ready: the
@@ -515,6 +528,10 @@ func readyStatus(g *gateway.Gateway) string {
 type managementServer struct {
 	*admin.Server
 	served chan error // nil when admin.Server.Start owns the goroutine
+	// ln is the listener serve opened or inherited (nil when
+	// admin.Server.Start opened it): a drain moves its clients to the
+	// other holders of the socket as the data plane's (drainShared).
+	ln *handoff.DrainListener
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
@@ -581,8 +598,9 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 			var ln net.Listener
 			if ln, err = listen(cfg.Address); err == nil {
 				bound = ln.Addr().String()
+				m.ln = handoff.NewDrainListener(ln)
 				m.served = make(chan error, 1)
-				go func() { m.served <- srv.Serve(ln) }()
+				go func() { m.served <- srv.Serve(m.ln) }()
 			}
 		}
 	}
