@@ -1,6 +1,8 @@
 // Command restart measures restarts under load: reconfd restarted with
 // --workers 4, with workers: 1, and upgraded to a rebuilt binary (another
-// version string), side by side with nginx -s reload and nginx's binary
+// version string) with workers: 1 (upgrade) and with 4 workers (upgrade4,
+// which replaces the supervisor too and reports how long the embedded
+// channel was down), side by side with nginx -s reload and nginx's binary
 // upgrade (USR2, WINCH, QUIT), under the same client policy in one run.
 //
 // Each mode runs two phases: kept-alive connections, then a new connection
@@ -43,7 +45,7 @@ func main() {
 	flag.IntVar(&f.streamEvery, "stream-every", 4, "every Nth client reads streams (0: none)")
 	flag.DurationVar(&f.duration, "duration", 10*time.Second, "length of each half phase (before, during)")
 	flag.IntVar(&f.actions, "actions", 3, "restarts (or reloads, upgrades) during a phase")
-	flag.StringVar(&f.modes, "modes", "workers4,workers1,upgrade,nginx-reload,nginx-upgrade", "modes to run, comma-separated")
+	flag.StringVar(&f.modes, "modes", "workers4,workers1,upgrade,upgrade4,nginx-reload,nginx-upgrade", "modes to run, comma-separated")
 	flag.Parse()
 	rows, err := run(f, os.Stderr)
 	printTable(os.Stdout, rows)

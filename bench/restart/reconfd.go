@@ -139,6 +139,9 @@ type restartResult struct {
 	Message    string  `json:"message"`
 	NewPIDs    []int   `json:"new_pids"`
 	DurationMS float64 `json:"duration_ms"`
+	// NewSupervisorPID is set when a fleet's supervisor was replaced (its
+	// executable changed).
+	NewSupervisorPID int `json:"new_supervisor_pid"`
 }
 
 // restart restarts through the management API and returns the result's
@@ -155,14 +158,17 @@ func (r *reconfd) restart() (restartResult, error) {
 		return res, fmt.Errorf("restart answered %d: %s", resp.StatusCode, b)
 	}
 	r.pids = append(r.pids, res.NewPIDs...)
+	if res.NewSupervisorPID != 0 {
+		r.pids = append(r.pids, res.NewSupervisorPID)
+	}
 	return res, nil
 }
 
 // serving waits until pid logged that it is ready with version.
 func (r *reconfd) serving(pid int, version string) error {
-	want := fmt.Sprintf("msg=ready pid=%d version=\"reconfd %s ", pid, version)
+	want := regexp.MustCompile(fmt.Sprintf(`msg=ready (worker=\d+ )?pid=%d version="reconfd %s `, pid, regexp.QuoteMeta(version)))
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(r.logs.String(), want) {
+	for !want.MatchString(r.logs.String()) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pid %d did not log that it serves version %s", pid, version)
 		}
@@ -191,4 +197,14 @@ func (r *reconfd) stop() {
 func zombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err != nil || strings.Contains(string(b), ") Z ")
+}
+
+// channelDown returns the embedded channel's downtimes that the new
+// supervisors of fleet upgrades logged, in milliseconds.
+func (r *reconfd) channelDown() []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`channel_down_ms=(\d+)`).FindAllStringSubmatch(r.logs.String(), -1) {
+		out = append(out, m[1])
+	}
+	return out
 }

@@ -34,7 +34,7 @@ func run(f flags, w io.Writer) ([]row, error) {
 				return rows, err
 			}
 			fmt.Fprintf(w, "restart bench: %s, new connection per request %v\n", mode, fresh)
-			r, err := runMode(mode, sub, v1, v2, f, fresh)
+			r, err := runMode(mode, sub, v1, v2, f, fresh, w)
 			if errors.Is(err, exec.ErrNotFound) {
 				fmt.Fprintf(w, "restart bench: %s left out: nginx is not on PATH\n", mode)
 				break
@@ -49,11 +49,11 @@ func run(f flags, w io.Writer) ([]row, error) {
 	return rows, errors.Join(errs...)
 }
 
-func runMode(mode, dir, v1, v2 string, f flags, fresh bool) (row, error) {
+func runMode(mode, dir, v1, v2 string, f flags, fresh bool, w io.Writer) (row, error) {
 	switch mode {
-	case "workers4", "workers1", "upgrade":
+	case "workers4", "workers1", "upgrade", "upgrade4":
 		workers := 1
-		if mode == "workers4" {
+		if mode == "workers4" || mode == "upgrade4" {
 			workers = 4
 		}
 		r, err := startReconfd(dir, v1, workers)
@@ -61,11 +61,14 @@ func runMode(mode, dir, v1, v2 string, f flags, fresh bool) (row, error) {
 			return row{}, err
 		}
 		defer r.stop()
+		if mode == "upgrade4" {
+			defer func() { fmt.Fprintf(w, "restart bench: %s: the embedded channel was down (ms) %v\n", mode, r.channelDown()) }()
+		}
 		next := []string{v2, v1}
 		n := 0
 		return measure(mode, r.url, f, fresh, func() (time.Duration, error) {
 			version := ""
-			if mode == "upgrade" {
+			if strings.HasPrefix(mode, "upgrade") {
 				src := next[n%2]
 				n++
 				if err := install(src, r.exe); err != nil {
@@ -83,6 +86,9 @@ func runMode(mode, dir, v1, v2 string, f flags, fresh bool) (row, error) {
 			}
 			if err != nil {
 				return 0, err
+			}
+			if mode == "upgrade4" && res.NewSupervisorPID == 0 {
+				return 0, fmt.Errorf("a fleet upgrade kept its supervisor: %+v", res)
 			}
 			if version != "" {
 				for _, pid := range res.NewPIDs {
