@@ -221,12 +221,14 @@ func (m *meter) stop(requests int) cost {
 }
 
 // perfEvents are what -perf counts in a server's processes: every system
-// call, the ones a proxied request is made of, the ones that are the Go
-// scheduler's own (futex: waking and parking threads; nanosleep: sysmon),
+// call, the ones a proxied request is made of (Go reads and writes, nginx
+// receives and writes vectors; Go waits in epoll_pwait, nginx in
+// epoll_wait), the ones that are the Go scheduler's own (futex: waking and parking threads; nanosleep: sysmon),
 // and context switches.
 var perfEvents = []string{
 	"raw_syscalls:sys_enter",
-	"syscalls:sys_enter_read", "syscalls:sys_enter_write", "syscalls:sys_enter_epoll_pwait",
+	"syscalls:sys_enter_read", "syscalls:sys_enter_recvfrom", "syscalls:sys_enter_write", "syscalls:sys_enter_writev",
+	"syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_epoll_pwait",
 	"syscalls:sys_enter_futex", "syscalls:sys_enter_nanosleep",
 	"context-switches",
 }

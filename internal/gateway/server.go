@@ -77,6 +77,7 @@ func (g *Gateway) newServer() *fasthttp.Server {
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true,
+		LazyRequestTime:              true, // the handler keeps its own start time
 		// Connection errors are a client's doing (a reset, garbage, a
 		// timeout); logged at debug so a hostile client cannot flood the
 		// log.
