@@ -45,6 +45,14 @@ func TestShutdownRefusesTriggersFirst(t *testing.T) {
 				stopped <- tg.Shutdown(ctx)
 			}()
 			waitFor(t, "the drain", func() bool { return tg.draining.Load() })
+			// The drain flag goes up just before Refuse; a reload in between
+			// would be the attempt in flight that Refuse cancels (or, if
+			// quick enough, completes). Wait until triggers are refused, with
+			// dry runs that publish nothing.
+			waitFor(t, "the runtime to refuse triggers", func() bool {
+				_, err := tg.Runtime().Check(context.Background())
+				return errors.Is(err, reconf.ErrClosed)
+			})
 
 			writeAtomic(t, tg.path, edited)
 			res, err := tg.Reload(context.Background(), reconf.TriggerAPI)
