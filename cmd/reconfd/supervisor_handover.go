@@ -185,6 +185,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	cmd := exec.Command(s.exe, s.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	var release net.Conn // this end of the release socket pair
+	closeTheirs := func() error { return nil }
 	if s.member != nil {
 		h.EtcdData, h.EtcdSocket = s.member.DataDir(), s.member.SocketDir()
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -192,7 +193,10 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 			return successorResult{}, fmt.Errorf("%w: a socket pair: %w", errNotStarted, err)
 		}
 		ours, theirs := os.NewFile(uintptr(fds[0]), "etcd-release"), os.NewFile(uintptr(fds[1]), "etcd-release")
+		// Closed once the successor has its copy (below), so that its
+		// exit ends this end's read; on every path.
 		defer theirs.Close()
+		closeTheirs = theirs.Close
 		release, err = net.FileConn(ours)
 		ours.Close()
 		if err != nil {
@@ -219,6 +223,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		}
 	}
 	p, err := handoff.Start(cmd, s.sockets)
+	_ = closeTheirs()
 	if err != nil {
 		resume()
 		return successorResult{}, fmt.Errorf("%w: %w", errNotStarted, err)
