@@ -19,6 +19,8 @@ type Key[V any] string
 type Name = Key[any]
 
 // Holder is what consumer values are read from: a Pin or a *Generation.
+// A Pin is two words, so passing one as a Holder allocates; on a hot path
+// (once per request) pass pin.Generation() instead, which does not.
 type Holder interface {
 	value(name string) any
 }
