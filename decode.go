@@ -37,13 +37,9 @@ import (
 
 // Problem details the decoder writes.
 const (
-	detailUnknown   = "unknown field"
 	detailDuplicate = "duplicate mapping key"
 	detailNull      = "null cannot go into this field; remove the key to use its default"
 )
-
-// maxProblems bounds the problems one decode reports.
-const maxProblems = 64
 
 // decodeYAML decodes data into v (of schema root) and returns the parsed
 // document (nil for an empty one), used to locate later problems.
@@ -72,7 +68,7 @@ func parseOne(ctx context.Context, data []byte) (*yaml.Node, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, syntaxError(err)
+		return nil, syntaxError(err, data)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
@@ -117,12 +113,11 @@ type decoder struct {
 	ctx       context.Context
 	budget    int          // node visits left
 	visits    int          // node visits so far
-	expanding []*yaml.Node // aliases being expanded
+	expanding []*yaml.Node // aliases being expanded, outermost first
 	buf       []byte       // the current path
 	defaults  *walker
 
-	unknown, mismatch, secret, derived, dup []Problem
-	count                                   int
+	unknown, mismatch, secret, derived, dup problemList
 }
 
 func (d *decoder) run(root *node, v reflect.Value, doc *yaml.Node) (err error) {
@@ -141,35 +136,34 @@ func (d *decoder) run(root *node, v reflect.Value, doc *yaml.Node) (err error) {
 
 // result turns the problems found into one *Error, or nil.
 func (d *decoder) result() error {
-	var e *Error
 	switch {
-	case len(d.dup) > 0:
-		e = Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
-		e.Problems = d.dup
-	case len(d.unknown) > 0:
-		e = Errorf(ReasonUnknownField, "the configuration has a field this version does not know; remove it or check its spelling and indentation")
-		e.Problems = append(d.unknown, d.mismatch...)
-	case len(d.mismatch) > 0:
-		e = Errorf(ReasonFieldType, "a value has the wrong type for its field")
-		e.Problems = d.mismatch
-	case len(d.secret) > 0:
-		e = Errorf(ReasonSecretUnresolved, "a secret is malformed; write a literal, ${env:NAME} or ${file:/abs/path}")
-		e.Problems = d.secret
-	case len(d.derived) > 0:
-		e = Errorf(ReasonDerivedSet, "a derived field is computed and must not be set in the source; remove it")
-		e.Problems = d.derived
-	default:
-		return nil
+	case d.dup.n > 0:
+		return d.dup.errorOf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+	case d.unknown.n > 0:
+		// Type mismatches found beside the unknown fields are listed too,
+		// after them, so one answer shows everything to fix.
+		both := d.unknown
+		for _, p := range d.mismatch.list {
+			both.add(p)
+		}
+		both.n += d.mismatch.n - len(d.mismatch.list)
+		return both.errorOf(ReasonUnknownField, "the configuration has a field this version does not know; remove it or check its spelling and indentation")
+	case d.mismatch.n > 0:
+		return d.mismatch.errorOf(ReasonFieldType, "a value has the wrong type for its field")
+	case d.secret.n > 0:
+		return d.secret.errorOf(ReasonSecretUnresolved, "a secret is malformed; write a literal, ${env:NAME} or ${file:/abs/path}")
+	case d.derived.n > 0:
+		return d.derived.errorOf(ReasonDerivedSet, "a derived field is computed and must not be set in the source; remove it")
 	}
-	return e
+	return nil
 }
 
-func (d *decoder) problem(list *[]Problem, y *yaml.Node, path, detail string) {
-	if d.count >= maxProblems {
+func (d *decoder) problem(list *problemList, y *yaml.Node, path, detail string) {
+	if len(list.list) >= MaxListedProblems {
+		list.n++ // counted, not listed: no path built
 		return
 	}
-	d.count++
-	*list = append(*list, Problem{Path: path, Line: y.Line, Column: y.Column, Detail: detail})
+	list.add(Problem{Path: path, Line: y.Line, Column: y.Column, Detail: detail})
 }
 
 func (d *decoder) mismatch1(y *yaml.Node, detail string) {
@@ -180,7 +174,13 @@ func (d *decoder) mismatch1(y *yaml.Node, detail string) {
 func (d *decoder) tick() {
 	d.visits++
 	if d.visits > d.budget {
-		panic(abort{malformed(nil, "excessive aliasing")})
+		// The outermost alias being expanded is the one the document
+		// uses; its line is where the expansion that blew up starts.
+		var at *yaml.Node
+		if len(d.expanding) > 0 {
+			at = d.expanding[0]
+		}
+		panic(abort{malformed(at, "excessive aliasing: expanding this alias visits more nodes than the document allows")})
 	}
 	if d.visits&1023 == 0 {
 		if err := d.ctx.Err(); err != nil {
@@ -206,14 +206,14 @@ func (d *decoder) deref(y *yaml.Node) *yaml.Node {
 		return y
 	}
 	for _, a := range d.expanding {
-		if a == y.Alias {
+		if a.Alias == y.Alias {
 			panic(abort{malformed(y, "an alias contains itself")})
 		}
 	}
 	if y.Alias == nil {
 		panic(abort{malformed(y, "unknown anchor")})
 	}
-	d.expanding = append(d.expanding, y.Alias)
+	d.expanding = append(d.expanding, y)
 	return y.Alias // an anchor is never on an alias
 }
 
@@ -495,8 +495,7 @@ func (d *decoder) field(st *structState, k, val *yaml.Node, merged bool) {
 		d.buf = append(d.buf, '.')
 	}
 	if !known {
-		d.buf = appendSafe(d.buf, name)
-		d.problem(&d.unknown, k, string(d.buf), detailUnknown)
+		d.unknownField(st.n, k, name, mark)
 		d.buf = d.buf[:mark]
 		return
 	}
@@ -665,9 +664,21 @@ var yamlSyntaxPhrases = []string{
 }
 
 // syntaxError reduces a parser error to its line and a fixed description.
-func syntaxError(err error) error {
+// A directive the parser refuses has no line in its error: the line is
+// found in data (the first line that starts with the directive).
+func syntaxError(err error, data []byte) error {
 	msg := err.Error()
 	e := Errorf(ReasonMalformed, "the YAML is malformed; fix the syntax at the line given")
+	switch {
+	case strings.Contains(msg, "found incompatible YAML document"):
+		e.Message = "the file declares a YAML version this decoder does not read; remove the %YAML line (YAML 1.1 is read, and a 1.2 document almost always reads the same without the directive)"
+		e.Problems = []Problem{{Line: directiveLine(data, "%YAML"), Column: 1, Detail: "unsupported %YAML version"}}
+		return e
+	case strings.Contains(msg, "found unknown directive name"):
+		e.Message = "the file starts with a directive the decoder does not know; only %YAML 1.1 and %TAG are read, remove the line"
+		e.Problems = []Problem{{Line: directiveLine(data, "%"), Column: 1, Detail: "unknown directive"}}
+		return e
+	}
 	detail := "syntax error"
 	for _, p := range yamlSyntaxPhrases {
 		if strings.Contains(msg, p) {
@@ -677,6 +688,22 @@ func syntaxError(err error) error {
 	}
 	e.Problems = []Problem{{Line: errLine(msg), Detail: detail}}
 	return e
+}
+
+// directiveLine returns the 1-based line of the first line of data that
+// starts with prefix, or 0.
+func directiveLine(data []byte, prefix string) int {
+	for i, line := 1, data; len(line) > 0; i++ {
+		if bytes.HasPrefix(line, []byte(prefix)) {
+			return i
+		}
+		j := bytes.IndexByte(line, '\n')
+		if j < 0 {
+			break
+		}
+		line = line[j+1:]
+	}
+	return 0
 }
 
 // safeTypeName keeps a Go type name only if it looks like one.

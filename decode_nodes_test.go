@@ -87,12 +87,72 @@ func TestDuplicateKeys(t *testing.T) {
 }
 
 // TestUnknownFieldPosition: an unknown field names its path, line and
-// column; every unknown field is listed.
+// column, with the nearest known field as a hint when one is close; every
+// unknown field is listed.
 func TestUnknownFieldPosition(t *testing.T) {
-	e := wantReason(t, mustFail(compileTest("routing:\n  default_route: stub\n  colour: red\nbackends:\n  - name: a\n    wieght: 3\n")), ReasonUnknownField)
-	want := []Problem{{Path: "routing.colour", Line: 3, Column: 3, Detail: detailUnknown}, {Path: "backends[a].wieght", Line: 6, Column: 5, Detail: detailUnknown}}
+	e := wantReason(t, mustFail(compileTest("routing:\n  default_route: stub\n  colour: red\nbackends:\n  - name: a\n    wieght: 3\n    Time-out: 1s\n")), ReasonUnknownField)
+	want := []Problem{
+		{Path: "routing.colour", Line: 3, Column: 3, Detail: "unknown field"},
+		{Path: "backends[a].wieght", Line: 6, Column: 5, Detail: `unknown field; did you mean "weight"?`},
+		{Path: "backends[a].Time-out", Line: 7, Column: 5, Detail: `unknown field; did you mean "timeout"?`},
+	}
 	if fmt.Sprint(e.Problems) != fmt.Sprint(want) {
 		t.Errorf("problems = %v, want %v", e.Problems, want)
+	}
+}
+
+// TestUnknownKeyNotContent: a key that is not a plausible field name (a
+// line of a system file, a token, a sentence) is never quoted: the problem
+// gives the parent's path, the line and the column.
+func TestUnknownKeyNotContent(t *testing.T) {
+	for _, tt := range []struct {
+		key       string
+		path      string
+		line, col int
+	}{
+		{"root:x:0:0:root:/root:/bin/bash", "", 1, 1},
+		{"sk-CANARY0123456789abcdefghijklmnopqrstuvwxyz", "", 1, 1},
+		{"the quick brown fox", "", 1, 1},
+		{"9lives", "", 1, 1},
+		{"\"quoted key\"", "", 1, 1},
+	} {
+		src := tt.key + ": 1\n"
+		e := wantReason(t, mustFail(compileTest(src)), ReasonUnknownField)
+		p := e.Problems[0]
+		if p.Path != tt.path || p.Line != tt.line || p.Column != tt.col {
+			t.Errorf("%q: problem = %+v, want path %q at %d:%d", tt.key, p, tt.path, tt.line, tt.col)
+		}
+		key := strings.Trim(tt.key, `"`)
+		for _, part := range strings.FieldsFunc(key, func(r rune) bool { return r == ':' || r == ' ' || r == '/' }) {
+			if len(part) >= 4 && strings.Contains(e.Error(), part) {
+				t.Errorf("%q: error quotes %q: %v", tt.key, part, e)
+			}
+		}
+	}
+	// Nested: the path is the parent's.
+	e := wantReason(t, mustFail(compileTest("routing:\n  default_route: stub\n  x y z: 1\n")), ReasonUnknownField)
+	if p := e.Problems[0]; p.Path != "routing" || p.Line != 3 || p.Column != 3 {
+		t.Errorf("nested: problem = %+v, want path routing at 3:3", p)
+	}
+}
+
+// TestProblemsCapped: ten thousand unknown keys make a short error that
+// lists MaxListedProblems of them and counts them all.
+func TestProblemsCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("routing:\n  default_route: stub\n")
+	for i := range 10000 {
+		fmt.Fprintf(&b, "k%d: 1\n", i)
+	}
+	e := wantReason(t, mustFail(compileTest(b.String())), ReasonUnknownField)
+	if len(e.Problems) != MaxListedProblems || e.Count() != 10000 {
+		t.Fatalf("listed %d, count %d; want %d and 10000", len(e.Problems), e.Count(), MaxListedProblems)
+	}
+	if !strings.HasSuffix(e.Error(), fmt.Sprintf("; and %d more", 10000-MaxListedProblems)) {
+		t.Errorf("error does not give the rest's count: ...%s", e.Error()[len(e.Error())-60:])
+	}
+	if n := len(e.Error()); n > 8<<10 {
+		t.Errorf("error is %d bytes", n)
 	}
 }
 
@@ -125,6 +185,27 @@ type bombConfig struct {
 	M map[string]nest `yaml:"m"`
 }
 
+// TestDirectives: a %YAML directive other than 1.1 and an unknown
+// directive are named, with their line, instead of a bare syntax error.
+func TestDirectives(t *testing.T) {
+	for _, tt := range []struct {
+		src, detail string
+		line        int
+	}{
+		{"%YAML 1.2\n---\nrouting: {default_route: a}\n", "unsupported %YAML version", 1},
+		{"# a comment\n%YAML 1.2\n---\nrouting: {default_route: a}\n", "unsupported %YAML version", 2},
+		{"%FOO bar\n---\nrouting: {default_route: a}\n", "unknown directive", 1},
+	} {
+		e := wantReason(t, mustFail(compileTest(tt.src)), ReasonMalformed)
+		if p := e.Problems[0]; p.Detail != tt.detail || p.Line != tt.line || !strings.Contains(e.Message, "%") {
+			t.Errorf("%q: %v, want %q at line %d", tt.src, e, tt.detail, tt.line)
+		}
+	}
+	if _, err := compileTest("%YAML 1.1\n---\nrouting: {default_route: stub}\nbackends: [{name: stub}]\n"); err != nil {
+		t.Errorf("%%YAML 1.1 refused: %v", err)
+	}
+}
+
 // TestAliasBounds: a billion-laughs document and an alias that contains
 // itself are refused as malformed, at once.
 func TestAliasBounds(t *testing.T) {
@@ -143,8 +224,9 @@ func TestAliasBounds(t *testing.T) {
 	c := compiler[bombConfig]{lookupEnv: noEnv}
 	_, err := c.compile(context.Background(), []byte(b.String()))
 	e := wantReason(t, err, ReasonMalformed)
-	if e.Problems[0].Detail != "excessive aliasing" {
-		t.Errorf("problem = %v, want excessive aliasing", e.Problems[0])
+	// The line and column of an alias the document uses (lines 3 to 11).
+	if p := e.Problems[0]; !strings.HasPrefix(p.Detail, "excessive aliasing") || p.Line < 3 || p.Line > 11 || p.Column == 0 {
+		t.Errorf("problem = %v, want excessive aliasing at an alias of lines 3-11", p)
 	}
 	// A few aliases are fine.
 	if _, err := c.compile(context.Background(), []byte("m:\n  a: &a [[], []]\n  b: [*a, *a]\n")); err != nil {

@@ -161,8 +161,14 @@ func Reasons() []Reason {
 	return out
 }
 
+// MaxListedProblems is how many problems an Error, a Result and every
+// answer built from them list; ProblemCount gives the full number, so a
+// file with ten thousand unknown keys makes a short answer.
+const MaxListedProblems = 64
+
 // Problem is one located defect in a candidate: a field path and, where the
 // YAML source is known, the line and column. It never carries file content.
+// Its JSON keys are the management API's (lowercase, empty ones left out).
 type Problem struct {
 	Path   string `json:"path,omitempty"`   // e.g. "backends[stub].timeout"; empty when not known
 	Line   int    `json:"line,omitempty"`   // 1-based; 0 when not known
@@ -200,10 +206,16 @@ func (p Problem) String() string {
 // written for an operator and must never contain configuration content or a
 // secret.
 type Error struct {
-	Reason   Reason
-	Message  string
+	Reason  Reason
+	Message string
+	// Problems lists at most MaxListedProblems defects (errors built by
+	// reconf; one built elsewhere is cut to that length when it becomes a
+	// Result).
 	Problems []Problem
-	Err      error // optional cause; never shown to clients
+	// ProblemCount is the number of defects found when it is more than
+	// Problems lists; zero means len(Problems). Use Count.
+	ProblemCount int
+	Err          error // optional cause; never shown to clients
 }
 
 // Errorf returns an *Error with reason r and a formatted safe message.
@@ -227,7 +239,48 @@ func (e *Error) Error() string {
 		}
 		b.WriteString(p.String())
 	}
+	if more := e.Count() - len(e.Problems); more > 0 {
+		fmt.Fprintf(&b, "; and %d more", more)
+	}
 	return b.String()
+}
+
+// Count returns the number of problems found, listed or not.
+func (e *Error) Count() int { return max(e.ProblemCount, len(e.Problems)) }
+
+// capped returns e with at most MaxListedProblems problems listed and the
+// full count kept. It copies e when it must cut the list.
+func (e *Error) capped() *Error {
+	if len(e.Problems) <= MaxListedProblems {
+		return e
+	}
+	c := *e
+	c.ProblemCount = e.Count()
+	c.Problems = e.Problems[:MaxListedProblems:MaxListedProblems]
+	return &c
+}
+
+// problemList collects problems up to MaxListedProblems and counts them
+// all, so that memory stays bounded whatever the input.
+type problemList struct {
+	list []Problem
+	n    int
+}
+
+func (l *problemList) add(p Problem) {
+	l.n++
+	if len(l.list) < MaxListedProblems {
+		l.list = append(l.list, p)
+	}
+}
+
+// errorOf returns an *Error with reason r, message msg and l's problems.
+func (l *problemList) errorOf(r Reason, msg string) *Error {
+	e := &Error{Reason: r, Message: msg, Problems: l.list}
+	if l.n > len(l.list) {
+		e.ProblemCount = l.n
+	}
+	return e
 }
 
 // Unwrap returns the cause.

@@ -11,7 +11,9 @@ import (
 // not their place in the file; locateAll finds it in the decoded document.
 
 // locateAll adds line and column to every problem that has a path.
+// It cuts the list to MaxListedProblems first, keeping the count.
 func locateAll(doc *yaml.Node, e *Error) *Error {
+	e = e.capped()
 	if doc == nil {
 		return e
 	}

@@ -3,6 +3,7 @@ package reconf
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -108,7 +109,7 @@ func nearestPaths(p string, known map[string]bool) []string {
 	}
 	var cs []cand
 	for k := range known {
-		cs = append(cs, cand{k, editDistance(p, k)})
+		cs = append(cs, cand{k, editDistance(p, k, math.MaxInt)})
 	}
 	slices.SortFunc(cs, func(a, b cand) int {
 		if a.d != b.d {
@@ -121,25 +122,4 @@ func nearestPaths(p string, known map[string]bool) []string {
 		out = append(out, c.path)
 	}
 	return out
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -52,7 +52,10 @@ type Result struct {
 	Changed       int      `json:"changed_field_count"`
 	ChangedFields []string `json:"changed_fields,omitempty"`
 
-	Problems []Problem `json:"problems,omitempty"`
+	// Problems lists at most MaxListedProblems defects of an invalid
+	// candidate; ProblemCount is the full number when more were found.
+	Problems     []Problem `json:"problems,omitempty"`
+	ProblemCount int       `json:"problem_count,omitempty"`
 
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`

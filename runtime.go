@@ -654,14 +654,18 @@ func (r *Runtime[T]) failed(ctx context.Context, res Result, err error) Result {
 		res.Outcome, res.Reason = PreparationFailed, ReasonConsumerRefused
 		res.Message = ce.Error() + "; the previous generation stays active"
 	case errors.As(err, &e):
+		e = e.capped()
 		res.Outcome, res.Reason = e.Reason.Outcome(), e.Reason
 		res.Problems = e.Problems
+		if e.Count() > len(e.Problems) {
+			res.ProblemCount = e.Count()
+		}
 		res.Message = e.Message
 		if len(e.Problems) > 0 {
 			var b strings.Builder
 			for i, p := range e.Problems {
 				if i == 5 {
-					fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
+					fmt.Fprintf(&b, "; and %d more", e.Count()-i)
 					break
 				}
 				if i > 0 {

@@ -18,6 +18,7 @@ func newCheckCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var classes bool
 	var workers int
 	var cluster []string
+	var access clusterAccess
 	cmd := &cobra.Command{
 		Use:   "check-config --config PATH [--against PATH] [--output json]",
 		Short: "Validate a configuration file without serving it",
@@ -37,6 +38,12 @@ secret_not_propagatable, since only ${env:NAME} and ${file:/path}
 references can travel between workers. --workers N (above 1) or --cluster
 URLS check any file that way, as serve with those flags would load it.
 
+The cluster's URLs (--cluster, else server.cluster) and its access
+(--cluster-ca, --cluster-cert, --cluster-key, --cluster-user,
+--cluster-password, --cluster-insecure and their RECONF_CLUSTER_*
+variables) are checked as serve checks them: a URL serve refuses is
+refused here too, and a password is never printed.
+
 Exit status: 0 valid, 1 invalid, 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +59,9 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			if workers < 0 {
 				return usage("--workers must be at least 1")
 			}
+			if err := checkClusterURLs(cluster); err != nil {
+				return err
+			}
 			opts := []gateway.Option{gateway.WithEnv(lookup)}
 			if workers > 1 || len(cluster) > 0 {
 				opts = append(opts, gateway.WithClusterCheck())
@@ -59,6 +69,17 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			rep, err := gateway.Check(cmd.Context(), config, against, opts...)
 			if err != nil {
 				return fail("%v", err)
+			}
+			eps := cluster
+			if len(eps) == 0 {
+				eps = rep.ClusterEndpoints
+			}
+			if rep.Valid && len(eps) > 0 {
+				// What serve checks after loading the file, before it
+				// joins: TLS files, the password reference, plain http.
+				if _, err := access.withEnv(lookup).options(eps, lookup); err != nil {
+					return fail("--cluster: %v", err)
+				}
 			}
 			if output == "json" {
 				b, _ := json.MarshalIndent(rep, "", "  ")
@@ -78,6 +99,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 	cmd.Flags().BoolVar(&classes, "classes", false, "print every field's class and exit")
 	cmd.Flags().IntVar(&workers, "workers", 0, "check as serve --workers N would load the file (above 1: as a cluster worker)")
 	cmd.Flags().StringSliceVar(&cluster, "cluster", nil, "check as serve --cluster URLS would load the file (as a cluster worker)")
+	access.register(cmd.Flags())
 	return cmd
 }
 
@@ -121,9 +143,7 @@ func printOne(w io.Writer, prefix string, rep *gateway.CheckReport) {
 		return
 	}
 	fmt.Fprintf(w, "%s%s: %s (%s)%s: %s\n", prefix, rep.Config, rep.Outcome, rep.Reason, mode, rep.Message)
-	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "  %s\n", p)
-	}
+	printProblems(w, rep.Problems, rep.ProblemCount)
 }
 
 func printClasses(w io.Writer, output string) error {

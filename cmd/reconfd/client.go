@@ -212,12 +212,17 @@ func printReload(w io.Writer, r reconf.Result) {
 	if r.RestartRequiredCount > 0 {
 		fmt.Fprintf(w, "  restart-required fields (%d): %s\n", r.RestartRequiredCount, strings.Join(r.RestartRequiredFields, ", "))
 	}
-	for _, p := range r.Problems {
-		loc := p.Path
-		if p.Line > 0 {
-			loc += fmt.Sprintf(" (line %d, column %d)", p.Line, p.Column)
-		}
-		fmt.Fprintf(w, "  %s: %s\n", strings.TrimSpace(loc), p.Detail)
+	printProblems(w, r.Problems, r.ProblemCount)
+}
+
+// printProblems writes one problem a line and, when the list was cut, how
+// many more there are.
+func printProblems(w io.Writer, probs []reconf.Problem, count int) {
+	for _, p := range probs {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	if more := count - len(probs); more > 0 {
+		fmt.Fprintf(w, "  ... and %d more\n", more)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 
 	"github.com/spf13/pflag"
 
@@ -104,3 +105,24 @@ func (a clusterAccess) options(endpoints []string, lookup env) (gateway.ClusterO
 	}
 	return o, nil
 }
+
+// checkClusterURLs checks --cluster values the one way serve and
+// check-config both accept them. A refused URL is named without its
+// credentials.
+func checkClusterURLs(endpoints []string) error {
+	for _, ep := range endpoints {
+		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
+			return usage("--cluster %q: %s", redactURLs(ep), msg)
+		}
+	}
+	return nil
+}
+
+// userinfo matches the credentials of a URL (user:password@), up to the
+// last '@' before a space, so a password holding '/', '@' or ':' goes too.
+var userinfo = regexp.MustCompile(`://[^\s]*@`)
+
+// redactURLs replaces the credentials of every URL in s. Every message the
+// command prints goes through it: a usage error quoting a flag's value
+// (pflag quotes it) must not print a password given in a URL.
+func redactURLs(s string) string { return userinfo.ReplaceAllString(s, "://REDACTED@") }

@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(stderr, "reconfd:", ee.msg)
+			fmt.Fprintln(stderr, "reconfd:", redactURLs(ee.msg))
 		}
 		if ee.code == exitUsage {
 			fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	}
 	// Anything else comes from cobra itself: an unknown command or flag, a
 	// missing required flag, wrong arguments.
-	fmt.Fprintln(stderr, "reconfd:", err)
+	fmt.Fprintln(stderr, "reconfd:", redactURLs(err.Error()))
 	fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
 	return exitUsage
 }

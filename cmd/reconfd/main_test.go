@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,6 +117,54 @@ func TestCheckConfigJSON(t *testing.T) {
 	}
 }
 
+// TestCheckConfigJSONProblems: problems in check-config's JSON have the
+// management API's keys (lowercase), and a long list is cut with a count.
+func TestCheckConfigJSONProblems(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(valid)
+	for i := range 100 {
+		fmt.Fprintf(&b, "extra_%d: 1\n", i)
+	}
+	bad := writeFile(t, b.String())
+	code, out, _ := runCmd(t, noEnv, "check-config", "--config", bad, "--output", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	var rep struct {
+		Reason       string           `json:"reason"`
+		Problems     []map[string]any `json:"problems"`
+		ProblemCount int              `json:"problem_count"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Reason != string(reconf.ReasonUnknownField) || len(rep.Problems) != reconf.MaxListedProblems || rep.ProblemCount != 100 {
+		t.Fatalf("reason %s, %d problems, count %d; want %s, %d, 100", rep.Reason, len(rep.Problems), rep.ProblemCount, reconf.ReasonUnknownField, reconf.MaxListedProblems)
+	}
+	// The same keys the API answers with.
+	api, _ := json.Marshal(reconf.Result{Problems: []reconf.Problem{{Path: "a", Line: 1, Column: 2, Detail: "d"}}, ProblemCount: 70})
+	var apiDoc struct {
+		Problems     []map[string]any
+		ProblemCount int `json:"problem_count"`
+	}
+	_ = json.Unmarshal(api, &apiDoc)
+	if apiDoc.ProblemCount != 70 {
+		t.Errorf("the API's answer has no problem_count: %s", api)
+	}
+	for k := range rep.Problems[0] {
+		if _, ok := apiDoc.Problems[0][k]; !ok {
+			t.Errorf("check-config problem key %q is not one of the API's %v", k, apiDoc.Problems[0])
+		}
+	}
+	if p := rep.Problems[0]; p["path"] != "extra_0" || p["line"] != float64(5) || p["column"] != float64(1) || p["detail"] == nil {
+		t.Errorf("first problem = %v", p)
+	}
+	code, out, _ = runCmd(t, noEnv, "check-config", "--config", bad)
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("... and %d more", 100-reconf.MaxListedProblems)) {
+		t.Errorf("text output lacks the rest's count (exit %d):\n%s", code, out)
+	}
+}
+
 // TestReloadClient checks the reload and status clients against a fake
 // management API: exit codes follow the outcome, output formats, errors.
 func TestReloadClient(t *testing.T) {
@@ -204,5 +253,45 @@ func TestMutationModeFromEnv(t *testing.T) {
 	}
 	if _, err := mutationMode(func(string) (string, bool) { return "loud", true }); err == nil {
 		t.Error("an unknown mode was accepted")
+	}
+}
+
+// TestClusterURLNeverPrinted: a password in a cluster URL is refused and
+// never printed, by serve and check-config alike, whichever check refuses
+// it (the URL check, or pflag's own parse error quoting the value); and
+// check-config refuses what serve refuses (plain http to a host that is
+// not loopback) and accepts what it accepts.
+func TestClusterURLNeverPrinted(t *testing.T) {
+	const pw = "Pa55CANARY"
+	good := writeFile(t, valid)
+	remote := writeFile(t, valid+"server: {cluster: ['http://10.255.0.1:2379']}\n")
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"serve", "--config", good, "--cluster", "http://user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http://user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "https://user:" + pw + "/x@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
+		{[]string{"serve", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "ftp://127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
+		{[]string{"check-config", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
+		{[]string{"check-config", "--config", remote}, 1},
+		{[]string{"check-config", "--config", remote, "--cluster-insecure"}, 0},
+		{[]string{"check-config", "--config", good, "--cluster", "http://10.255.0.1:2379", "--cluster-insecure"}, 0},
+		{[]string{"check-config", "--config", good, "--cluster", "http://127.0.0.1:2379"}, 0},
+		{[]string{"check-config", "--config", good, "--cluster", "https://127.0.0.1:2379", "--cluster-ca", "/nonexistent/ca.pem"}, 1},
+		{[]string{"check-config", "--config", good, "--cluster", "https://127.0.0.1:2379", "--cluster-user", "u", "--cluster-password", pw}, 1},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := runCmd(t, noEnv, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\n%s%s", code, tc.code, out, errOut)
+			}
+			if strings.Contains(out+errOut, pw) {
+				t.Errorf("output holds the password:\n%s%s", out, errOut)
+			}
+		})
 	}
 }

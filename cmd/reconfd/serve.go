@@ -110,10 +110,8 @@ func (f *serveFlags) check() error {
 	if f.workers < 0 || f.workers > 256 {
 		return usage("--workers must be between 1 and 256")
 	}
-	for _, ep := range f.cluster {
-		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
-			return usage("--cluster %q: %s", ep, msg)
-		}
+	if err := checkClusterURLs(f.cluster); err != nil {
+		return err
 	}
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
@@ -666,6 +664,9 @@ func loadError(err error) string {
 		s := fmt.Sprintf("%s (%s): %s", e.Outcome(), e.Reason, e.Message)
 		for _, p := range e.Problems {
 			s += "\n  " + p.String()
+		}
+		if more := e.Count() - len(e.Problems); more > 0 {
+			s += fmt.Sprintf("\n  ... and %d more", more)
 		}
 		return s
 	}

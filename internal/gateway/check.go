@@ -19,14 +19,22 @@ type CheckReport struct {
 	// Outcome is how loading the file ended: published when it is valid,
 	// else the failure's outcome (invalid, source-integrity-failed,
 	// preparation-failed...).
-	Outcome  reconf.Outcome   `json:"outcome"`
-	Reason   reconf.Reason    `json:"reason"`
-	Message  string           `json:"message"`
-	Problems []reconf.Problem `json:"problems,omitempty"`
+	Outcome reconf.Outcome `json:"outcome"`
+	Reason  reconf.Reason  `json:"reason"`
+	Message string         `json:"message"`
+	// Problems lists at most reconf.MaxListedProblems defects;
+	// ProblemCount is the full number when more were found. Both have the
+	// management API's shape (lowercase keys).
+	Problems     []reconf.Problem `json:"problems,omitempty"`
+	ProblemCount int              `json:"problem_count,omitempty"`
 	// Cluster is true when the file was checked as a cluster worker would
 	// load it (server.workers > 1, server.cluster, or WithClusterCheck):
 	// literal secrets are then refused with secret_not_propagatable.
 	Cluster bool `json:"cluster,omitempty"`
+	// ClusterEndpoints is the file's server.cluster, when it names one
+	// (validated URLs: the file refuses credentials in them), so that a
+	// caller can check the cluster's access as serve would.
+	ClusterEndpoints []string `json:"cluster_endpoints,omitempty"`
 
 	// Against is the baseline's report, when one was given.
 	Against *CheckReport `json:"against,omitempty"`
@@ -112,6 +120,7 @@ func checkOne(ctx context.Context, path string, opts []Option) (*CheckReport, *C
 	}
 	defer g.rt.Close(context.WithoutCancel(ctx))
 	cfg := g.rt.Current().Config()
+	rep.ClusterEndpoints = cfg.Server.Cluster
 	rep.Valid = true
 	rep.Outcome, rep.Reason = reconf.Published, reconf.ReasonDryRunOK
 	rep.Message = "the configuration is valid"
@@ -125,6 +134,9 @@ func describe(rep *CheckReport, err error) {
 	switch {
 	case errors.As(err, &e):
 		rep.Outcome, rep.Reason, rep.Message, rep.Problems = e.Outcome(), e.Reason, e.Message, e.Problems
+		if n := e.Count(); n > len(e.Problems) {
+			rep.ProblemCount = n
+		}
 	case errors.As(err, &ce):
 		rep.Outcome, rep.Reason, rep.Message = reconf.PreparationFailed, reconf.ReasonConsumerRefused, ce.Error()
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
