@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // EnvListeners names the inherited listening sockets in a child's
@@ -48,33 +46,6 @@ func NewSet() *Set {
 // (*net.TCPListener, *net.UnixListener).
 type rawConner interface {
 	SyscallConn() (syscall.RawConn, error)
-}
-
-// dup duplicates ln's descriptor. Not with File: exec.Cmd calls Fd on
-// each of ExtraFiles, and Fd on a File that a listener's File returned
-// puts the descriptor in blocking mode, which is a property of the socket
-// shared with every holder: an accept blocked in the kernel is then not
-// woken by Close, and a drain hangs.
-func dup(name string, ln net.Listener) (*os.File, error) {
-	rc, ok := ln.(rawConner)
-	if !ok {
-		return nil, fmt.Errorf("handoff: listener %q (%T) has no file descriptor to hand over", name, ln)
-	}
-	raw, err := rc.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("handoff: listener %q: %w", name, err)
-	}
-	nfd := -1
-	var derr error
-	if err := raw.Control(func(fd uintptr) {
-		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, err)
-	}
-	if derr != nil {
-		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, derr)
-	}
-	return os.NewFile(uintptr(nfd), name), nil
 }
 
 // Add duplicates ln's socket into the Set under name, replacing a socket
@@ -182,8 +153,8 @@ func Inherited() (map[string]net.Listener, error) {
 		if _, dup := out[name]; dup {
 			return fail("%q is named twice", name)
 		}
-		if on, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || on != 1 {
-			return fail("descriptor %d (%s) is not a listening socket", fd, name)
+		if err := checkListening(fd); err != nil {
+			return fail("descriptor %d (%s): %v", fd, name, err)
 		}
 		f := os.NewFile(uintptr(fd), name)
 		ln, err := net.FileListener(f)

@@ -37,6 +37,9 @@ type Process struct {
 // pipe, and returns at once. cmd must not have started; its ExtraFiles may
 // hold other descriptors, which keep their numbers.
 func Start(cmd *exec.Cmd, set *Set) (*Process, error) {
+	if !Supported {
+		return nil, ErrUnsupported
+	}
 	if set != nil {
 		set.Pass(cmd)
 	}

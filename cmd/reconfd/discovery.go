@@ -13,11 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // The quickstart's management defaults: with no management address set,
@@ -107,11 +107,10 @@ func runtimeDir(lookup env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("runtime directory %s: %w", dir, err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case !fi.IsDir():
 		return "", fmt.Errorf("runtime directory %s is not a directory", dir)
-	case !ok || int(st.Uid) != os.Getuid():
+	case !safefile.OwnedByMe(fi):
 		return "", fmt.Errorf("runtime directory %s belongs to another user", dir)
 	case fi.Mode().Perm()&0o077 != 0:
 		return "", fmt.Errorf("runtime directory %s is open to other users (mode %o); it must be 0700", dir, fi.Mode().Perm())
@@ -172,7 +171,7 @@ func readDiscoveries(lookup env) ([]discovery, string, error) {
 		if err != nil {
 			continue
 		}
-		if err := syscall.Kill(d.PID, 0); errors.Is(err, syscall.ESRCH) {
+		if processGone(d.PID) {
 			_ = os.Remove(name) // its server died without cleaning up
 			continue
 		}
@@ -184,7 +183,7 @@ func readDiscoveries(lookup env) ([]discovery, string, error) {
 
 func readDiscovery(name string) (discovery, error) {
 	var d discovery
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(name, os.O_RDONLY|openNoFollow, 0)
 	if err != nil {
 		return d, err
 	}
@@ -193,7 +192,7 @@ func readDiscovery(name string) (discovery, error) {
 	if err != nil {
 		return d, err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Getuid() {
+	if !fi.Mode().IsRegular() || !safefile.OwnedByMe(fi) {
 		return d, errors.New("not a regular file of this user")
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxDiscoveryBytes+1))

@@ -41,6 +41,9 @@ const workerStopGrace = 15 * time.Second
 // be ready, then prints the bound addresses. SIGHUP goes to one worker in
 // turn; SIGTERM or SIGINT stops every worker (each drains), then etcd.
 func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Logger, stderr io.Writer, lookup env) error {
+	if !handoff.Supported {
+		return fail("several workers (--workers or server.workers above 1) need Linux or another Unix: the workers share the listening sockets as inherited file descriptors; run one process here")
+	}
 	// The workers refuse what a cluster cannot carry (a literal secret);
 	// say so now rather than from N failing workers.
 	chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())

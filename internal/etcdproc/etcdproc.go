@@ -1,10 +1,13 @@
+//go:build unix
+
 // Package etcdproc runs the embedded etcd member (the one a reconfd
 // supervisor embeds) in a child process: the calling test or benchmark
 // binary re-executed. A test can then stop it (SIGSTOP), continue it or
 // kill it as an operator's etcd fails, and a benchmark can measure its
 // memory and CPU apart from its clients.
 //
-// The binary must call RunIfChild first thing (in TestMain or main).
+// The binary must call RunIfChild first thing (in TestMain or main). The
+// package is for Unix systems only: its faults are Unix signals.
 package etcdproc
 
 import (

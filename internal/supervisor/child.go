@@ -6,8 +6,6 @@ import (
 	"os"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/reconfhq/reconf/handoff"
 )
 
@@ -23,14 +21,12 @@ type Parent struct {
 // process was not started by a Supervisor (descriptor 3 is not its pipe or
 // the readiness variable is missing).
 func Attach() (*Parent, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(ParentFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO || os.Getenv(handoff.EnvReadyFD) == "" {
+	if !handoff.Supported {
+		return nil, handoff.ErrUnsupported
+	}
+	if !parentPipe() || os.Getenv(handoff.EnvReadyFD) == "" {
 		return nil, errors.New("supervisor: not started by a supervisor (file descriptor 3 is not its pipe)")
 	}
-	unix.CloseOnExec(ParentFD)
-	// Non-blocking, so that the runtime's poller owns the read and Close
-	// can interrupt it.
-	_ = unix.SetNonblock(ParentFD, true)
 	p := &Parent{life: os.NewFile(ParentFD, "supervisor-life"), gone: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {

@@ -96,6 +96,9 @@ func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 	if cfg.Workers < 1 || cfg.Command == nil {
 		return nil, errors.New("supervisor: at least one worker and a command are required")
 	}
+	if !handoff.Supported {
+		return nil, handoff.ErrUnsupported
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -299,10 +302,7 @@ func (s *Supervisor) startLocked(slot int, prepare func(int, *exec.Cmd)) (*hando
 		prepare(slot, cmd)
 	}
 	cmd.ExtraFiles = []*os.File{lifeR} // ParentFD
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Setpgid = true
+	ownProcessGroup(cmd)
 	p, err := handoff.Start(cmd, s.cfg.Listeners)
 	lifeR.Close()
 	if err != nil {

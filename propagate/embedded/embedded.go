@@ -48,14 +48,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/reconfhq/reconf/internal/safefile"
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
 )
 
@@ -135,6 +136,9 @@ type Server struct {
 // returns once it serves clients. Close stops it and removes the
 // directory.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if runtime.GOOS == "windows" {
+		return nil, errors.New("embedded: the member's socket is a unix socket in a directory of mode 0700, a privacy Windows does not give; run the fleet on Linux or another Unix, or join an external cluster")
+	}
 	priv, err := cfg.SocketDir, error(nil)
 	if priv == "" {
 		priv, err = privateDir(cfg.RuntimeDir)
@@ -200,12 +204,11 @@ func privateDir(parent string) (string, error) {
 func checkPrivate(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err == nil {
-		st, ok := fi.Sys().(*syscall.Stat_t)
 		switch {
 		case !fi.IsDir() || fi.Mode().Perm() != 0o700:
 			err = fmt.Errorf("%s is not a directory of mode 0700", dir)
-		case ok && int(st.Uid) != os.Geteuid():
-			err = fmt.Errorf("%s is owned by uid %d, not by this process's user", dir, st.Uid)
+		case !safefile.OwnedByMe(fi):
+			err = fmt.Errorf("%s is owned by another user, not by this process's", dir)
 		}
 	}
 	if err != nil {

@@ -1,0 +1,53 @@
+//go:build unix
+
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether this system can hand sockets (and the
+// readiness pipe) to another process as inherited file descriptors. Where
+// it is false (Windows), Start and Inherited with EnvListeners set return
+// ErrUnsupported, and Set.Add only records the socket's address.
+const Supported = true
+
+// dup duplicates ln's descriptor. Not with File: exec.Cmd calls Fd on
+// each of ExtraFiles, and Fd on a File that a listener's File returned
+// puts the descriptor in blocking mode, which is a property of the socket
+// shared with every holder: an accept blocked in the kernel is then not
+// woken by Close, and a drain hangs.
+func dup(name string, ln net.Listener) (*os.File, error) {
+	rc, ok := ln.(rawConner)
+	if !ok {
+		return nil, fmt.Errorf("handoff: listener %q (%T) has no file descriptor to hand over", name, ln)
+	}
+	raw, err := rc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("handoff: listener %q: %w", name, err)
+	}
+	nfd := -1
+	var derr error
+	if err := raw.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, err)
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("handoff: duplicate listener %q: %w", name, derr)
+	}
+	return os.NewFile(uintptr(nfd), name), nil
+}
+
+// checkListening returns an error unless fd is a listening socket.
+func checkListening(fd int) error {
+	if on, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || on != 1 {
+		return errors.New("not a listening socket")
+	}
+	return nil
+}
