@@ -1,3 +1,5 @@
+//go:build unix
+
 package gateway
 
 import (
@@ -160,15 +162,4 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 // opError is err as net.Conn's Read and Write report it.
 func (c *rawConn) opError(op string, err syscall.Errno) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, err)}
-}
-
-// rawListener hands out its listener's TCP connections as rawConns.
-type rawListener struct{ net.Listener }
-
-func (l rawListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return newRawConn(c), nil
 }
