@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -337,5 +338,22 @@ func TestTextTypes(t *testing.T) {
 	a, b := &textConfig{IP: net.ParseIP("10.0.0.1")}, &textConfig{IP: net.ParseIP("10.0.0.2")}
 	if d := Diff(a, b); len(d) != 1 || d[0].Path != "ip" {
 		t.Errorf("Diff = %v, want ip", d)
+	}
+}
+
+// TestValidationProblemsInDocumentOrder: problems a Validate method finds
+// ranging over a map come in document order, so the same file gives the
+// same answer every time.
+func TestValidationProblemsInDocumentOrder(t *testing.T) {
+	src := "routing: {default_route: stub}\nbackends: [{name: stub}]\nmodel_aliases:\n  c: x\n  a: x\n  b: x\n  d: x\n"
+	for range 20 {
+		e := wantReason(t, mustFail(compileTest(src)), ReasonValidation)
+		var got []int
+		for _, p := range e.Problems {
+			got = append(got, p.Line)
+		}
+		if !slices.Equal(got, []int{4, 5, 6, 7}) {
+			t.Fatalf("problem lines %v, want 4 5 6 7", got)
+		}
 	}
 }

@@ -5,8 +5,14 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -169,8 +175,21 @@ func TestEnvOverrideErrorIsSafe(t *testing.T) {
 	}
 }
 
-// FuzzCompile feeds arbitrary bytes to the compiler: it must not panic, and
-// no scalar value of the input may appear in an error message.
+// FuzzCompile feeds arbitrary bytes to the compiler and checks each answer
+// against an oracle:
+//
+//   - accepted: the configuration written back as YAML (the encoding a
+//     cluster record uses) compiles again, to the same configuration;
+//   - refused: an *Error whose reason is in the closed set with outcome
+//     invalid, the same error for the same input (problems in a stable
+//     order), problem lines inside the file, paths made of safe text, and
+//     no scalar value of the input in the message or a detail unless that
+//     text is part of the package's own vocabulary (its string literals
+//     and field names): values may be named only in paths (a list
+//     element's key).
+//
+// CI runs the seed corpus; `go test -run XXX -fuzz FuzzCompile -fuzztime
+// 5m .` is the long form (see bench/README.md).
 func FuzzCompile(f *testing.F) {
 	f.Add([]byte(baseYAML(1)))
 	f.Add([]byte("a: [1\n"))
@@ -178,30 +197,143 @@ func FuzzCompile(f *testing.F) {
 	f.Add([]byte("backends:\n  - name: q\n    timeout: zzzzzzz\n"))
 	f.Add([]byte("backends:\n  - name: q\n    api_key: ${env:ZZZZZZZZ}\n"))
 	f.Add([]byte("model_aliases: {a: &x b, c: *x}\n"))
+	f.Add([]byte(baseYAML(2) + "abcdefghij: abcdefgh\n"))
+	f.Add([]byte("%YAML 1.2\n---\nrouting: {default_route: stub}\n"))
+	f.Add([]byte("routing: {default_route: stub, max_attemps: 3}\nbackends: [{name: stub, api_key: literal-secret}]\n"))
+	f.Add([]byte("model_aliases: {zzzzzzzz1: nowhere11, zzzzzzzz2: nowhere22, zzzzzzzz3: nowhere33}\nrouting: {default_route: stub}\nbackends: [{name: stub}]\n"))
+	vocab := packageVocabulary(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := compiler[testConfig]{lookupEnv: noEnv}
-		_, err := c.compile(context.Background(), data)
+		cand, err := c.compile(context.Background(), data)
 		if err == nil {
+			checkRoundTrip(t, &c, cand)
 			return
 		}
-		var e *Error
-		if !errors.As(err, &e) {
-			t.Fatalf("error is not *Error: %T", err)
-		}
-		if e.Reason.Outcome() != Invalid {
-			t.Fatalf("reason %s is not an invalid outcome", e.Reason)
-		}
-		msg := e.Error()
-		for _, v := range scalarValues(data) {
-			if len(v) >= 8 && strings.Contains(msg, v) && !strings.Contains(knownWords, v) {
-				t.Fatalf("message %q quotes the input value %q", msg, v)
-			}
-		}
+		checkRefusal(t, &c, data, err, vocab)
 	})
 }
 
-// knownWords are texts a message may hold whatever the input.
-const knownWords = "default_route model_aliases max_attempts restart_required_field the configuration is not valid must name a backend"
+// checkRoundTrip: an accepted candidate, encoded as a record encodes it,
+// compiles to the same configuration. A literal secret is written as
+// empty by that encoding (only references travel), so it is compared
+// cleared.
+func checkRoundTrip(t *testing.T, c *compiler[testConfig], cand *candidate[testConfig]) {
+	t.Helper()
+	root := mustSchema(reflect.TypeFor[testConfig]())
+	out, err := yaml.Marshal(plain(root, reflect.ValueOf(cand.cfg).Elem()))
+	if err != nil {
+		t.Fatalf("encoding an accepted configuration: %v", err)
+	}
+	again, err := c.compile(context.Background(), out)
+	if err != nil {
+		t.Fatalf("the accepted configuration, written back, is refused: %v\n%s", err, out)
+	}
+	want := *cand.cfg
+	want.Backends = slices.Clone(want.Backends)
+	for i := range want.Backends {
+		if want.Backends[i].APIKey.IsLiteral() {
+			want.Backends[i].APIKey = Secret{}
+		}
+	}
+	a, b := flatten(root, reflect.ValueOf(&want).Elem()), flatten(root, reflect.ValueOf(again.cfg).Elem())
+	if p, differ := firstDifference(a, b); differ {
+		t.Fatalf("the round trip changed %s\n%s", p, out)
+	}
+}
+
+// checkRefusal is the oracle for a refused input.
+func checkRefusal(t *testing.T, c *compiler[testConfig], data []byte, err error, vocab []string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error is not *Error: %T %v", err, err)
+	}
+	if !slices.Contains(Reasons(), e.Reason) || e.Reason.Outcome() != Invalid || e.Message == "" {
+		t.Fatalf("reason %q (outcome %s, message %q) is not an invalid outcome's reason of the closed set", e.Reason, e.Reason.Outcome(), e.Message)
+	}
+	if len(e.Problems) > MaxListedProblems || e.Count() < len(e.Problems) {
+		t.Fatalf("%d problems listed, count %d", len(e.Problems), e.Count())
+	}
+	_, err2 := c.compile(context.Background(), data)
+	if err2 == nil || err2.Error() != e.Error() {
+		t.Fatalf("the same input gave another answer:\n%v\n%v", e, err2)
+	}
+	lines := bytes.Count(data, []byte("\n")) + 1
+	for _, p := range e.Problems {
+		if p.Line < 0 || p.Line > lines || p.Column < 0 {
+			t.Fatalf("problem %v is outside the file's %d lines", p, lines)
+		}
+		if strings.IndexFunc(p.Path, func(r rune) bool { return !safePathRune(r) }) >= 0 {
+			t.Fatalf("path %q holds text a path never holds", p.Path)
+		}
+	}
+	for _, v := range scalarValues(data) {
+		if len(v) < 8 || inVocabulary(vocab, v) {
+			continue
+		}
+		if strings.Contains(e.Message, v) {
+			t.Fatalf("message %q quotes the input value %q", e.Message, v)
+		}
+		for _, p := range e.Problems {
+			if strings.Contains(p.Detail, v) {
+				t.Fatalf("problem %v quotes the input value %q", p, v)
+			}
+		}
+	}
+}
+
+// safePathRune is what a path is made of: appendSafe's characters, '?'
+// for any other, and the separators.
+func safePathRune(r rune) bool {
+	return r == '_' || r == '-' || r == '.' || r == '/' || r == ':' || r == '@' || r == '?' || r == '[' || r == ']' ||
+		r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+// packageVocabulary returns the texts a message may hold whatever the
+// input: every string literal of the package's (non-test) source and the
+// test configuration's field names.
+func packageVocabulary(tb testing.TB) []string {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if s, err := strconv.Unquote(lit.Value); err == nil {
+					out = append(out, s)
+				}
+			}
+			return true
+		})
+	}
+	for _, fc := range Classes[testConfig]() {
+		out = append(out, fc.Path)
+	}
+	return append(out, knownWords)
+}
+
+func inVocabulary(vocab []string, v string) bool {
+	for _, w := range vocab {
+		if strings.Contains(w, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// knownWords are texts a message may hold whatever the input: the test
+// configuration's own rule messages.
+const knownWords = "must name a backend"
 
 // scalarValues returns the non-key scalars of data, if it parses.
 func scalarValues(data []byte) []string {

@@ -1,6 +1,8 @@
 package reconf
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,21 +12,31 @@ import (
 // Problems found after decoding (validation, secrets) know their path but
 // not their place in the file; locateAll finds it in the decoded document.
 
-// locateAll adds line and column to every problem that has a path.
-// It cuts the list to MaxListedProblems first, keeping the count.
+// locateAll adds line and column to every problem that has a path, puts
+// the problems in document order (those without a place last, by path),
+// so that the same file always gives the same answer whatever order a
+// validator found them in (a Validate ranging over a map), then cuts the
+// list to MaxListedProblems, keeping the count.
 func locateAll(doc *yaml.Node, e *Error) *Error {
-	e = e.capped()
-	if doc == nil {
-		return e
-	}
-	idx := indexNodes(doc)
-	for i := range e.Problems {
-		p := &e.Problems[i]
-		if p.Line == 0 && p.Path != "" {
-			p.Line, p.Column = idx.locate(p.Path)
+	if doc != nil {
+		idx := indexNodes(doc)
+		for i := range e.Problems {
+			p := &e.Problems[i]
+			if p.Line == 0 && p.Path != "" {
+				p.Line, p.Column = idx.locate(p.Path)
+			}
 		}
 	}
-	return e
+	slices.SortStableFunc(e.Problems, func(a, b Problem) int {
+		if (a.Line == 0) != (b.Line == 0) {
+			if a.Line == 0 {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column), strings.Compare(a.Path, b.Path))
+	})
+	return e.capped()
 }
 
 // nodeLoc is a YAML node's configuration path and position.
