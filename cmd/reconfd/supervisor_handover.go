@@ -16,10 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
@@ -109,11 +106,7 @@ func takeHandover(lookup env) (*supervisorHandover, error) {
 // same build is no upgrade). A file that cannot be read counts as
 // changed: the restart then starts it, and reports why it failed.
 func executableChanged(path string) bool {
-	var self, disk syscall.Stat_t
-	if syscall.Stat("/proc/self/exe", &self) != nil || syscall.Stat(path, &disk) != nil {
-		return true
-	}
-	if self.Dev == disk.Dev && self.Ino == disk.Ino {
+	if sameFile("/proc/self/exe", path) {
 		return false
 	}
 	a, aerr := fileDigest("/proc/self/exe")
@@ -188,11 +181,10 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	closeTheirs := func() error { return nil }
 	if s.member != nil {
 		h.EtcdData, h.EtcdSocket = s.member.DataDir(), s.member.SocketDir()
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		ours, theirs, err := socketPair("etcd-release")
 		if err != nil {
 			return successorResult{}, fmt.Errorf("%w: a socket pair: %w", errNotStarted, err)
 		}
-		ours, theirs := os.NewFile(uintptr(fds[0]), "etcd-release"), os.NewFile(uintptr(fds[1]), "etcd-release")
 		// Closed once the successor has its copy (below), so that its
 		// exit ends this end's read; on every path.
 		defer theirs.Close()
