@@ -28,6 +28,24 @@ func publish(ls []*Limiter, n int) {
 
 // waitEvenShares lets a fleet of four settle under a limit of four: every
 // worker knows the others and holds one slot.
+// loadAtLimit4 gives backend "b" a fleet-wide limit of 4 on ws, runs 8
+// clients that hold a slot 20 ms each (stopped with the test), and returns
+// once the shares are even, with the peak still within the limit: the
+// start of every fault test, before what it breaks.
+func loadAtLimit4(t *testing.T, ws []*worker, before string) ([]*Limiter, *peak, *load) {
+	t.Helper()
+	ls := limiters(ws, "b")
+	p := &peak{}
+	publish(ls, 4)
+	ld := startLoad(ls, 8, 20*time.Millisecond, p)
+	t.Cleanup(ld.stop)
+	waitEvenShares(t, ls)
+	if m := p.max.Load(); m > 4 {
+		t.Fatalf("peak %d > 4 before %s", m, before)
+	}
+	return ls, p, ld
+}
+
 func waitEvenShares(t *testing.T, ls []*Limiter) {
 	t.Helper()
 	if !eventually(10*time.Second, func() bool {
@@ -167,15 +185,7 @@ func TestClusterEtcdStopped(t *testing.T) {
 	}
 	c := startEtcd(t)
 	ws := startWorkers(t, c.Endpoints(), 4)
-	ls := limiters(ws, "b")
-	var p peak
-	publish(ls, 4)
-	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
-	defer ld.stop()
-	waitEvenShares(t, ls)
-	if m := p.max.Load(); m > 4 {
-		t.Fatalf("peak %d > 4 before the cut", m)
-	}
+	ls, p, ld := loadAtLimit4(t, ws, "the cut")
 
 	c.Stop(0)
 	stopped := time.Now()
@@ -342,15 +352,7 @@ func TestClusterPartitionedWorker(t *testing.T) {
 	c := startEtcd(t)
 	px := startProxy(t, c.Endpoints()[0])
 	ws := append([]*worker{startWorker(t, px.endpoint())}, startWorkers(t, c.Endpoints(), 3)...)
-	ls := limiters(ws, "b")
-	var p peak
-	publish(ls, 4)
-	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
-	defer ld.stop()
-	waitEvenShares(t, ls)
-	if m := p.max.Load(); m > 4 {
-		t.Fatalf("peak %d > 4 before the partition", m)
-	}
+	ls, p, _ := loadAtLimit4(t, ws, "the partition")
 
 	px.cut()
 	cut := time.Now()

@@ -49,15 +49,7 @@ func TestClusterStarvedWorkersKeepTheirShare(t *testing.T) {
 		cli.Lease = faults[i] // before the Gate's goroutines read it
 		ws[i] = startWorkerOn(t, cli)
 	}
-	ls := limiters(ws, "b")
-	var p peak
-	publish(ls, 4)
-	ld := startLoad(ls, 8, 20*time.Millisecond, &p)
-	defer ld.stop()
-	waitEvenShares(t, ls)
-	if m := p.max.Load(); m > 4 {
-		t.Fatalf("peak %d > 4 before the renewals fail", m)
-	}
+	ls, p, _ := loadAtLimit4(t, ws, "the renewals fail")
 
 	for _, f := range faults {
 		f.fail.Store(true)
