@@ -62,7 +62,9 @@ func runMode(mode, dir, v1, v2 string, f flags, fresh bool, w io.Writer) (row, e
 		}
 		defer r.stop()
 		if mode == "upgrade4" {
-			defer func() { fmt.Fprintf(w, "restart bench: %s: the embedded channel was down (ms) %v\n", mode, r.channelDown()) }()
+			defer func() {
+				fmt.Fprintf(w, "restart bench: %s: the embedded channel was down (ms) %v\n", mode, r.channelDown())
+			}()
 		}
 		next := []string{v2, v1}
 		n := 0
