@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/internal/certfile"
-	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // The environment variables of the management listener's TLS. A service
@@ -89,13 +88,8 @@ func (f TLSFiles) Load(ctx context.Context) (*TLS, error) {
 	}
 	t := &TLS{Cert: cert, ClientAuth: f.ClientAuth}
 	if f.ClientCAFile != "" {
-		pem, err := safefile.ReadFile(ctx, f.ClientCAFile, certfile.MaxBytes)
-		if err != nil {
-			return nil, fmt.Errorf("%w: the client CA file %s: %s", ErrTLS, f.ClientCAFile, certfile.ReadCause(err))
-		}
-		t.ClientCAs = x509.NewCertPool()
-		if !t.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: the client CA file %s holds no PEM certificate", ErrTLS, f.ClientCAFile)
+		if t.ClientCAs, err = certfile.ReadPool(ctx, f.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("%w: the client CA file %w", ErrTLS, err)
 		}
 	} else if f.ClientAuth == CertAndToken {
 		return nil, fmt.Errorf("%w: client auth both needs %s", ErrTLS, EnvClientCAFile)

@@ -3,12 +3,12 @@ package propagate
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 
+	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -31,14 +31,11 @@ const maxPEMBytes = 1 << 20
 func (f TLSFiles) Config() (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.CAFile != "" {
-		pem, err := safefile.ReadFile(context.Background(), f.CAFile, maxPEMBytes)
+		pool, err := certfile.ReadPool(context.Background(), f.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("propagate: cluster CA: %w", err)
+			return nil, fmt.Errorf("propagate: cluster CA %w", err)
 		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("propagate: cluster CA %s holds no PEM certificate", f.CAFile)
-		}
+		c.RootCAs = pool
 	}
 	switch {
 	case (f.CertFile == "") != (f.KeyFile == ""):

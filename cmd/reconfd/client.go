@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/gateway"
-	"github.com/reconfhq/reconf/internal/safefile"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -123,14 +121,11 @@ func (f *clientFlags) call(ctx context.Context, method, url string, body []byte)
 func (f *clientFlags) tlsConfig(ctx context.Context) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.caFile != "" {
-		pem, err := safefile.ReadFile(ctx, f.caFile, certfile.MaxBytes)
+		pool, err := certfile.ReadPool(ctx, f.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("the CA file %s: %s", f.caFile, certfile.ReadCause(err))
+			return nil, fmt.Errorf("the CA file %w", err)
 		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("the CA file %s holds no PEM certificate", f.caFile)
-		}
+		c.RootCAs = pool
 	}
 	if f.certFile != "" {
 		pair, err := certfile.Read(ctx, f.certFile, f.keyFile, time.Now())

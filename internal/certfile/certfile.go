@@ -201,3 +201,18 @@ func ServerConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), 
 		},
 	}
 }
+
+// ReadPool reads a bundle of PEM CA certificates from file, with the
+// bounded reader, into a new pool: a management client's or server's CAs,
+// or a cluster's. The error names the file and never quotes it.
+func ReadPool(ctx context.Context, file string) (*x509.CertPool, error) {
+	b, err := safefile.ReadFile(ctx, file, MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", file, ReadCause(err))
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return pool, nil
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,5 +94,29 @@ func TestReadRefusesHostileFiles(t *testing.T) {
 	}
 	if c, err := Read(context.Background(), cert, key, time.Now()); err != nil || c == nil {
 		t.Fatalf("a good pair: %v", err)
+	}
+}
+
+// TestReadPool: a CA bundle reads into a pool; a file that is missing, a
+// FIFO, a device or not PEM is refused naming the file, never quoting it.
+func TestReadPool(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, dir)
+	if pool, err := ReadPool(context.Background(), ca.File); err != nil || pool == nil {
+		t.Fatalf("a CA bundle: %v", err)
+	}
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("canary-content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(dir, "none"), fifo, "/dev/zero", garbage} {
+		_, err := ReadPool(context.Background(), f)
+		if err == nil || !strings.Contains(err.Error(), f) || strings.Contains(err.Error(), "canary") {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }
