@@ -1,9 +1,13 @@
 package reconf
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +27,10 @@ type Generation[T any] struct {
 
 	fpOnce      sync.Once
 	fingerprint string // of the bootstrap fields, computed on first use
+
+	shared     map[string]string // digests of the files a record carries (not hostfile ones)
+	liveOnce   sync.Once
+	liveDigest string // of the live fields as a record carries them, computed on first use
 
 	// values are the consumers' per-generation attachments, by consumer
 	// index; a consumer that did not change shares its predecessor's.
@@ -63,6 +71,33 @@ func (g *Generation[T]) bootstrapFingerprint() string {
 		g.fingerprint = fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(g.cfg).Elem()), nil)
 	})
 	return g.fingerprint
+}
+
+// appliedDigest digests the generation's live fields as a record carries
+// them (canonical JSON, secrets as their references) and the digests of
+// the shared files they name. Every worker that holds the same version
+// of the same configuration reports the same value, so a fleet can check
+// that a version is byte-identical wherever it was applied. It is safe to
+// show: no secret value enters it, and the payload it digests travels in
+// the record anyway.
+func (g *Generation[T]) appliedDigest() string {
+	g.liveOnce.Do(func() {
+		h := sha256.New()
+		live, format, err := encodePayload(g.cfg)
+		if err != nil {
+			g.liveDigest = "unencodable"
+			return
+		}
+		h.Write([]byte(format))
+		h.Write([]byte{0})
+		h.Write(live)
+		h.Write([]byte{0})
+		for _, p := range slices.Sorted(maps.Keys(g.shared)) {
+			h.Write([]byte(p + "\x00" + g.shared[p] + "\x00"))
+		}
+		g.liveDigest = hex.EncodeToString(h.Sum(nil)[:16])
+	})
+	return g.liveDigest
 }
 
 // Value returns the value consumer name attached to this generation (see
