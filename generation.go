@@ -1,13 +1,9 @@
 package reconf
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"log/slog"
-	"maps"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,29 +69,19 @@ func (g *Generation[T]) bootstrapFingerprint() string {
 	return g.fingerprint
 }
 
-// appliedDigest digests the generation's live fields as a record carries
-// them (canonical JSON, secrets as their references) and the digests of
-// the shared files they name. Every worker that holds the same version
-// of the same configuration reports the same value, so a fleet can check
-// that a version is byte-identical wherever it was applied. It is safe to
-// show: no secret value enters it, and the payload it digests travels in
-// the record anyway.
+// appliedDigest is the Digest of the record the generation's
+// configuration makes (its live fields and shared file digests): every
+// worker that holds the same version of the same configuration reports
+// the same value, so a fleet can check that a version is byte-identical
+// wherever it was applied.
 func (g *Generation[T]) appliedDigest() string {
 	g.liveOnce.Do(func() {
-		h := sha256.New()
 		live, format, err := encodePayload(g.cfg)
 		if err != nil {
 			g.liveDigest = "unencodable"
 			return
 		}
-		h.Write([]byte(format))
-		h.Write([]byte{0})
-		h.Write(live)
-		h.Write([]byte{0})
-		for _, p := range slices.Sorted(maps.Keys(g.shared)) {
-			h.Write([]byte(p + "\x00" + g.shared[p] + "\x00"))
-		}
-		g.liveDigest = hex.EncodeToString(h.Sum(nil)[:16])
+		g.liveDigest = Record{Live: live, Format: format, Files: g.shared}.Digest()
 	})
 	return g.liveDigest
 }

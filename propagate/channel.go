@@ -151,7 +151,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		return 0, reconf.Record{}, err
 	}
 	row, err := json.Marshal(WorkerRow{ID: c.id, PID: c.pid, Host: c.host, Worker: c.worker, Fleet: c.fleet,
-		AppliedVersion: 1, State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
+		AppliedVersion: 1, AppliedDigest: local.Digest(), State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
 	if err != nil {
 		return 0, reconf.Record{}, err
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
 )
 
 // rowKV reads a worker's row as etcd holds it (nil when absent).
@@ -197,4 +199,29 @@ func TestRowCarriesAppliedDigest(t *testing.T) {
 		t.Fatalf("another secret reference, same digest %s", d4)
 	}
 	assertNoCanary(t, ws[0].cli)
+}
+
+// TestJoinRowCarriesDigest: the row that Join writes with version 1 (the
+// first worker of an empty channel, before its follower takes the row
+// over) already carries the digest of the record it seeds, so no row of
+// a fleet ever shows a version without one.
+func TestJoinRowCarriesDigest(t *testing.T) {
+	s := startServer(t)
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ch, err := NewChannel(cli, newPrefix(), WithWorkerID("j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}
+	if v, _, err := ch.Join(context.Background(), rec); err != nil || v != 1 {
+		t.Fatalf("Join: version %d, %v", v, err)
+	}
+	r, ok := rowOf(fleetOf(t, ch), "j")
+	if !ok || r.AppliedVersion != 1 || r.AppliedDigest == "" || r.AppliedDigest != rec.Digest() {
+		t.Fatalf("the join row %+v: want version 1 with digest %s", r, rec.Digest())
+	}
 }
