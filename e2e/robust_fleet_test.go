@@ -90,7 +90,7 @@ func TestRobustnessFleet(t *testing.T) {
 	faultsDone()
 	stopClients()
 	l.finish()
-	f.checkConverged("the end", 0)
+	f.checkConverged("the end")
 	rec.stop()
 	rec.report()
 	t.Logf("file steps %v; refusals by reason %v; answers %v; reloads lost with a killed worker %d; stalling clients %d",
@@ -305,25 +305,31 @@ func (f *fleetRun) injectFaults(seed uint64) (stop func()) {
 				if pid == 0 {
 					continue
 				}
-				f.faults.begin("kill-9", slot, pid)
+				end := f.faults.begin("kill-9", slot, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
-				f.checkConverged("kill -9 of worker "+slot, pid)
+				for alive(pid) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				end()
+				f.checkConverged("kill -9 of worker " + slot)
 			case 1:
 				slot, pid := f.rec.liveWorker(rng, f.faults)
 				if pid == 0 {
 					continue
 				}
-				f.faults.begin("sigstop-worker", slot, pid)
+				end := f.faults.begin("sigstop-worker", slot, pid)
 				_ = syscall.Kill(pid, syscall.SIGSTOP)
 				time.Sleep(hold)
 				_ = syscall.Kill(pid, syscall.SIGCONT)
-				f.checkConverged("SIGSTOP of worker "+slot, 0)
+				end()
+				f.checkConverged("SIGSTOP of worker " + slot)
 			default:
-				f.faults.begin("sigstop-etcd", "", 0)
+				end := f.faults.begin("sigstop-etcd", "", 0)
 				_ = f.etcd.Signal(syscall.SIGSTOP)
 				time.Sleep(hold)
 				_ = f.etcd.Signal(syscall.SIGCONT)
-				f.checkConverged("SIGSTOP of etcd", 0)
+				end()
+				f.checkConverged("SIGSTOP of etcd")
 			}
 		}
 	}()
@@ -333,7 +339,7 @@ func (f *fleetRun) injectFaults(seed uint64) (stop func()) {
 // checkConverged waits until every slot's newest worker (not the killed
 // pid) holds at least the cluster version of the moment it is called,
 // and fails the test past convergeBound.
-func (f *fleetRun) checkConverged(after string, killed int) {
+func (f *fleetRun) checkConverged(after string) {
 	healed := time.Now()
 	v := f.rec.version()
 	if !f.rec.waitAll(v, convergeBound) {
@@ -355,19 +361,30 @@ type faultLog struct {
 	kinds  map[string]int
 }
 
+// fault is one fault: from the moment it was injected to the moment the
+// process was gone (a kill) or continued (a stop). The zero until means
+// it has not healed yet.
 type fault struct {
-	kind string
-	slot string // "" for etcd
-	at   time.Time
+	kind      string
+	slot      string // "" for etcd
+	at, until time.Time
 }
 
-func (l *faultLog) begin(kind, slot string, pid int) {
+// begin records a fault about to be injected; end records that it
+// healed.
+func (l *faultLog) begin(kind, slot string, pid int) (end func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.list = append(l.list, fault{kind, slot, time.Now()})
+	l.list = append(l.list, fault{kind: kind, slot: slot, at: time.Now()})
+	i := len(l.list) - 1
 	l.kinds[kind]++
 	if kind == "kill-9" {
 		l.killed[pid] = true
+	}
+	return func() {
+		l.mu.Lock()
+		l.list[i].until = time.Now()
+		l.mu.Unlock()
 	}
 }
 
@@ -389,14 +406,15 @@ func (l *faultLog) killedSince(t time.Time) bool {
 	return false
 }
 
-// explains reports whether a failed request on a connection opened at
-// opened to worker slot (empty when no answer came on it yet) is
-// explained by a worker killed or stopped while the connection was open.
-func (l *faultLog) explains(slot string, opened time.Time) bool {
+// explains reports whether a request that failed at failed, on a
+// connection opened at opened to worker slot (empty when no answer came on
+// it yet), is explained by a worker killed or stopped while the
+// connection was open.
+func (l *faultLog) explains(slot string, opened, failed time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, f := range l.list {
-		if f.slot == "" || f.at.Before(opened) {
+		if f.slot == "" || f.at.After(failed) || !f.until.IsZero() && f.until.Before(opened) {
 			continue
 		}
 		if f.slot == slot || slot == "" && f.kind == "kill-9" {
@@ -490,7 +508,7 @@ func (r *channelRecord) published(v uint64, value []byte) {
 	var live struct {
 		Backends []struct {
 			Stub struct {
-				Tokens int `json:"tokens"`
+				Tokens *int `json:"tokens"` // absent: the default, 16
 			} `json:"stub"`
 		} `json:"backends"`
 	}
@@ -504,7 +522,10 @@ func (r *channelRecord) published(v uint64, value []byte) {
 		r.violate("version %d: the record does not hold one stub backend (%v)", v, err)
 		return
 	}
-	k := live.Backends[0].Stub.Tokens
+	k := 16
+	if n := live.Backends[0].Stub.Tokens; n != nil {
+		k = *n
+	}
 	if v != r.latest+1 {
 		r.violate("version %d published after version %d: versions are not dense", v, r.latest)
 	}
@@ -640,37 +661,80 @@ func (r *channelRecord) report() {
 	}
 }
 
-// processFigures is one process's file descriptors and, for a worker, its
+// processFigures is one process's open files and, for a worker, its
 // goroutines.
 type processFigures struct {
-	fds        int
-	goroutines int // -1 for the supervisor, which serves no metrics
+	fds        []string // what each descriptor points at
+	goroutines int      // -1 for the supervisor, which serves no metrics
 }
+
+func (p processFigures) String() string { return fmt.Sprintf("%d/%d", len(p.fds), p.goroutines) }
 
 // baseline takes the figures of the supervisor and every worker, after a
 // little traffic so that lazily started parts are counted.
+// The warm-up is the run's load for 2 s: the data plane's pool of idle
+// connection goroutines (fasthttp keeps a worker idle up to 10 s) is then
+// as large as the run leaves it, and each worker has made its first scrape
+// (which opens its connection to the supervisor).
 func (f *fleetRun) baseline() map[int]processFigures {
-	for range 20 {
-		f.s.fresh("POST", "/v1/chat/completions", chatBody("gpt-4o-mini", false))
-	}
+	l := startFleetLoad(f.t, f.s.url, f.faults, 3, 1, 1)
+	var n atomic.Int64
+	stop := stallingClients(strings.TrimPrefix(f.s.url, "http://"), 1, &n)
+	f.goroutines()
+	time.Sleep(2 * time.Second)
+	stop()
+	l.finish()
+	time.Sleep(time.Second)
 	return f.figures()
 }
 
+// figures scrapes every worker, then reads the open files of the
+// supervisor and the workers.
 func (f *fleetRun) figures() map[int]processFigures {
-	out := map[int]processFigures{f.s.pid(): {fds: fdCount(f.t, f.s.pid()), goroutines: -1}}
-	for id, n := range f.goroutines() {
+	g := f.goroutines()
+	out := map[int]processFigures{f.s.pid(): {fds: openFiles(f.s.pid()), goroutines: -1}}
+	for id, n := range g {
 		pid, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
-		out[pid] = processFigures{fds: fdCount(f.t, pid), goroutines: n}
+		out[pid] = processFigures{fds: openFiles(pid), goroutines: n}
 	}
 	return out
 }
 
-func fdCount(t *testing.T, pid int) int {
-	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+// openFiles lists what pid's file descriptors point at (sockets and pipes
+// by kind only: their inode numbers change without meaning).
+func openFiles(pid int) []string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	es, err := os.ReadDir(dir)
 	if err != nil {
-		return -1
+		return nil
 	}
-	return len(es)
+	var out []string
+	for _, e := range es {
+		l, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		if i := strings.IndexByte(l, ':'); i > 0 && strings.HasSuffix(l, "]") {
+			l = l[:i]
+		}
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// added returns the entries of now that base does not have.
+func added(base, now []string) []string {
+	left := map[string]int{}
+	for _, b := range base {
+		left[b]++
+	}
+	var out []string
+	for _, n := range now {
+		if left[n] > 0 {
+			left[n]--
+		} else {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 var (
@@ -703,20 +767,26 @@ func (f *fleetRun) goroutines() map[string]int {
 
 // checkBaseline checks that each process that lived through the run is
 // back to its baseline file descriptors and goroutines, waiting up to
-// 15 s for connections to close.
+// 25 s for connections to close and idle pools to shrink. A worker over its baseline is sent
+// SIGQUIT, so that its goroutines are in the output.
 func (f *fleetRun) checkBaseline(base map[int]processFigures) {
 	t := f.t
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(25 * time.Second)
 	for {
 		now := f.figures()
 		var over []string
+		var quit []int
 		for pid, b := range base {
 			n, ok := now[pid]
 			if !ok {
 				continue // killed during the run
 			}
-			if n.fds > b.fds || n.goroutines > b.goroutines {
-				over = append(over, fmt.Sprintf("pid %d: fds %d -> %d, goroutines %d -> %d", pid, b.fds, n.fds, b.goroutines, n.goroutines))
+			if len(n.fds) > len(b.fds) || n.goroutines > b.goroutines {
+				over = append(over, fmt.Sprintf("pid %d: fds %d -> %d (new: %v), goroutines %d -> %d",
+					pid, len(b.fds), len(n.fds), added(b.fds, n.fds), b.goroutines, n.goroutines))
+				if n.goroutines > b.goroutines {
+					quit = append(quit, pid)
+				}
 			}
 		}
 		if len(over) == 0 {
@@ -724,7 +794,11 @@ func (f *fleetRun) checkBaseline(base map[int]processFigures) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("not back to the baseline 15 s after the load stopped:\n%s", strings.Join(over, "\n"))
+			t.Errorf("not back to the baseline 25 s after the load stopped:\n%s", strings.Join(over, "\n"))
+			for _, pid := range quit {
+				_ = syscall.Kill(pid, syscall.SIGQUIT)
+			}
+			time.Sleep(2 * time.Second)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -781,8 +855,8 @@ func startFleetLoad(t *testing.T, url string, faults *faultLog, keepAlive, fresh
 				switch {
 				case err == nil:
 					fl.ok.Add(1)
-				case last != nil && fl.faults.explains(last.slot.Load().(string), last.opened),
-					last == nil && fl.faults.explains("", started):
+				case last != nil && fl.faults.explains(last.slot.Load().(string), last.opened, time.Now()),
+					last == nil && fl.faults.explains("", started, time.Now()):
 					fl.explained.Add(1)
 				default:
 					fl.failed.Add(1)
