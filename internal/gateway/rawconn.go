@@ -4,11 +4,13 @@ package gateway
 
 import (
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -32,25 +34,31 @@ import (
 // non-blocking read or write cannot block, so keeping the P through it
 // loses nothing; see bench/README.md for the measurements.
 //
+// Its deadlines are lazy (lazyDeadline): handed to the poller only when a
+// read or write waits and the poller holds a later one.
+//
 // Reads and writes may run concurrently with each other, as on any
 // net.Conn; each direction is serialised by its own mutex, since the
 // callbacks handed to RawConn keep their state in the connection (a
 // closure per call would allocate).
 type rawConn struct {
-	net.Conn // the accepted or dialed connection: Close, addresses, deadlines
+	net.Conn // the accepted or dialed connection: Close, addresses
 	rc       syscall.RawConn
+	rd, wd   lazyDeadline
 
-	rmu   sync.Mutex
-	rbuf  []byte
-	rn    int
-	rerr  error
-	rfunc func(fd uintptr) bool
+	rmu     sync.Mutex
+	rbuf    []byte
+	rn      int
+	rerr    error
+	rwaited bool // readFD found nothing and waited
+	rfunc   func(fd uintptr) bool
 
-	wmu   sync.Mutex
-	wbuf  []byte
-	wn    int
-	werr  error
-	wfunc func(fd uintptr) bool
+	wmu     sync.Mutex
+	wbuf    []byte
+	wn      int
+	werr    error
+	wwaited bool
+	wfunc   func(fd uintptr) bool
 }
 
 var _ net.Conn = (*rawConn)(nil)
@@ -82,8 +90,20 @@ func newRawConn(c net.Conn) net.Conn {
 	}
 	r := &rawConn{Conn: c, rc: rc}
 	r.rfunc, r.wfunc = r.readFD, r.writeFD
+	r.rd.set, r.wd.set = c.SetReadDeadline, c.SetWriteDeadline
 	return r
 }
+
+// SetDeadline sets the read and write deadlines (see lazyDeadline).
+func (c *rawConn) SetDeadline(t time.Time) error {
+	return errors.Join(c.rd.Set(t), c.wd.Set(t))
+}
+
+// SetReadDeadline sets the deadline of reads (see lazyDeadline).
+func (c *rawConn) SetReadDeadline(t time.Time) error { return c.rd.Set(t) }
+
+// SetWriteDeadline sets the deadline of writes (see lazyDeadline).
+func (c *rawConn) SetWriteDeadline(t time.Time) error { return c.wd.Set(t) }
 
 func (c *rawConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
@@ -93,6 +113,13 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	defer c.rmu.Unlock()
 	c.rbuf, c.rn, c.rerr = p, 0, nil
 	err := c.rc.Read(c.rfunc)
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.rd.stale() {
+		err = c.rc.Read(c.rfunc)
+	}
+	if c.rwaited {
+		c.rwaited = false
+		c.rd.done()
+	}
 	c.rbuf = nil
 	if err != nil {
 		// A deadline, or the connection closed: the poller's error, as
@@ -117,6 +144,11 @@ func (c *rawConn) readFD(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			c.rwaited = true
+			if err := c.rd.wait(); err != nil {
+				c.rerr = err
+				return true
+			}
 			return false
 		}
 		c.rerr = c.opError("read", e)
@@ -132,6 +164,13 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	defer c.wmu.Unlock()
 	c.wbuf, c.wn, c.werr = p, 0, nil
 	err := c.rc.Write(c.wfunc)
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.wd.stale() {
+		err = c.rc.Write(c.wfunc)
+	}
+	if c.wwaited {
+		c.wwaited = false
+		c.wd.done()
+	}
 	c.wbuf = nil
 	if err != nil {
 		return c.wn, err
@@ -150,6 +189,11 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 			c.wn += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			c.wwaited = true
+			if err := c.wd.wait(); err != nil {
+				c.werr = err
+				return true
+			}
 			return false
 		default:
 			c.werr = c.opError("write", e)
