@@ -1,6 +1,12 @@
 package reconf
 
-import "context"
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"slices"
+)
 
 // Channel is a cluster's shared, totally ordered record of the live
 // configuration. With a Channel (WithChannel) every publish goes through
@@ -45,4 +51,22 @@ type Record struct {
 	Trigger Trigger `json:"trigger,omitempty"`
 	// Actor names who asked for the publishing attempt (see WithActor).
 	Actor string `json:"actor,omitempty"`
+}
+
+// Digest returns a short hex digest of what a worker applies from the
+// record: its live fields (in their format) and the digests of the files
+// they name; not the fingerprint, trigger or actor, which are about the
+// publisher. It is what Runtime.Applied reports for a generation whose
+// configuration makes this record. It is safe to show: the record holds
+// secrets only as references.
+func (r Record) Digest() string {
+	h := sha256.New()
+	h.Write([]byte(r.Format))
+	h.Write([]byte{0})
+	h.Write(r.Live)
+	h.Write([]byte{0})
+	for _, p := range slices.Sorted(maps.Keys(r.Files)) {
+		h.Write([]byte(p + "\x00" + r.Files[p] + "\x00"))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }

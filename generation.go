@@ -24,6 +24,10 @@ type Generation[T any] struct {
 	fpOnce      sync.Once
 	fingerprint string // of the bootstrap fields, computed on first use
 
+	shared     map[string]string // digests of the files a record carries (not hostfile ones)
+	liveOnce   sync.Once
+	liveDigest string // of the live fields as a record carries them, computed on first use
+
 	// values are the consumers' per-generation attachments, by consumer
 	// index; a consumer that did not change shares its predecessor's.
 	values []*attachment
@@ -63,6 +67,23 @@ func (g *Generation[T]) bootstrapFingerprint() string {
 		g.fingerprint = fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(g.cfg).Elem()), nil)
 	})
 	return g.fingerprint
+}
+
+// appliedDigest is the Digest of the record the generation's
+// configuration makes (its live fields and shared file digests): every
+// worker that holds the same version of the same configuration reports
+// the same value, so a fleet can check that a version is byte-identical
+// wherever it was applied.
+func (g *Generation[T]) appliedDigest() string {
+	g.liveOnce.Do(func() {
+		live, format, err := encodePayload(g.cfg)
+		if err != nil {
+			g.liveDigest = "unencodable"
+			return
+		}
+		g.liveDigest = Record{Live: live, Format: format, Files: g.shared}.Digest()
+	})
+	return g.liveDigest
 }
 
 // Value returns the value consumer name attached to this generation (see

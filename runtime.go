@@ -338,7 +338,7 @@ func (r *Runtime[T]) digest(cand *candidate[T]) uint64 {
 }
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
-	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
+	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
 		logger: r.o.logger, data: c.data, live: c.live}
 	g.seen.Store(digest)
 	return g
@@ -792,6 +792,19 @@ func (r *Runtime[T]) Status() Status {
 // restart-class fields. Two processes started with the same bootstrap
 // configuration report the same fingerprint.
 func (r *Runtime[T]) BootstrapFingerprint() string { return r.cur.Load().bootstrapFingerprint() }
+
+// Applied returns the active generation's ID and a digest of the live
+// configuration it holds, read from one generation so the two always
+// agree. In a fleet every worker that applied a version reports the same
+// digest for it (the digest covers the live fields as a record carries
+// them and the digests of the files it names, with this host's
+// overrides applied), so a differing one means a worker runs other
+// content under the same number. The digest is hex, safe to show, and
+// computed once per generation. Safe for concurrent use.
+func (r *Runtime[T]) Applied() (generation uint64, digest string) {
+	g := r.cur.Load()
+	return g.id, g.appliedDigest()
+}
 
 // Close is the one shutdown path: it refuses new triggers, cancels an
 // in-flight attempt and waits for it, retires the active generation, waits

@@ -47,12 +47,7 @@ var (
 // reason); -robust.seed replays a run.
 func TestRobustness(t *testing.T) {
 	requireBinary(t)
-	seed := *robustSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -robust.seed %d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	rng := robustRNG(t)
 
 	r := &robust{t: t, rng: rng, gen: 1, tokens: map[int]int{1: 4}, current: 4,
 		kinds: map[string]int{}, reasons: map[reconf.Reason]int{}}
@@ -79,6 +74,17 @@ func TestRobustness(t *testing.T) {
 	if code := r.s.wait(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
+}
+
+// robustRNG returns the random source of a robustness run, seeded by
+// -robust.seed or the clock, and logs the seed so a run can be replayed.
+func robustRNG(t *testing.T) *rand.Rand {
+	seed := *robustSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -robust.seed %d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed>>1|1))
 }
 
 type robust struct {
@@ -181,11 +187,13 @@ func (r *robust) hostile() string {
 	return kind
 }
 
-// valid writes a valid file with other tokens than the active ones.
+// valid writes a valid file with other tokens than the active ones. The
+// tokens are even, and no hostile file has an even number of tokens, so a
+// version published from a hostile file shows in what etcd holds.
 func (r *robust) valid() int {
-	k := 2 + r.rng.IntN(30)
+	k := 2 * (1 + r.rng.IntN(30))
 	if k == r.current {
-		k++
+		k += 2
 	}
 	writeAtomic(r.t, r.s.config, config(k, "0s"))
 	return k
@@ -348,10 +356,16 @@ func (r *robust) probe() {
 // connections of their own, until the returned stop is called: half a
 // body then silence, a stream never read, a request cut mid-headers.
 func (r *robust) hostileClients() (stop func()) {
+	return stallingClients(strings.TrimPrefix(r.s.url, "http://"), r.rng.Uint64(), &r.clients)
+}
+
+// stallingClients runs 3 clients against addr that each open a connection,
+// break their request on it (half a body, an answer never read, headers
+// cut short), hold it up to 3 s and close it, counting connections in n,
+// until the returned stop is called.
+func stallingClients(addr string, seed uint64, n *atomic.Int64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	addr := strings.TrimPrefix(r.s.url, "http://")
-	seed := r.rng.Uint64()
 	for i := range 3 {
 		wg.Add(1)
 		go func() {
@@ -367,7 +381,7 @@ func (r *robust) hostileClients() (stop func()) {
 				if err != nil {
 					continue
 				}
-				r.clients.Add(1)
+				n.Add(1)
 				body := chatBody("gpt-4o-mini", rng.IntN(2) == 0)
 				head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
 				switch rng.IntN(3) {

@@ -36,6 +36,7 @@ type Gate struct {
 	prefix string
 	log    *slog.Logger
 	ttl    time.Duration
+	faults *faults
 
 	// Derived from ttl; see timings.
 	period, grace, late time.Duration
@@ -49,7 +50,8 @@ type Gate struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	kaKick chan struct{} // ask the keep-alive loop to check now
+	kaKick chan struct{} // ask the keep-alive loop to renew now
+	kaLost chan struct{} // etcd answered a renewal "not found": take a new lease
 	wdKick chan struct{} // ask the watchdog to re-apply capacities now
 
 	mu       sync.Mutex // guards backends and closed
@@ -81,8 +83,10 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 		prefix:   o.prefix,
 		log:      o.log,
 		ttl:      o.ttl,
+		faults:   o.faults,
 		epoch:    time.Now(),
 		kaKick:   make(chan struct{}, 1),
+		kaLost:   make(chan struct{}, 1),
 		wdKick:   make(chan struct{}, 1),
 		backends: make(map[string]*backend),
 	}
@@ -235,42 +239,6 @@ func (g *Gate) phase(now time.Duration) phase {
 	return connected
 }
 
-// keepAlive renews the lease every period. The send time of a renewal that
-// succeeds is the contact time: etcd's expiry of the lease is at least TTL
-// after it. A lease found expired is replaced by a new one (the old claims
-// are gone), which counts as a rejoin.
-func (g *Gate) keepAlive() {
-	t := time.NewTimer(g.period)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		case <-g.kaKick:
-		}
-		sent := g.now()
-		ctx, cancel := context.WithTimeout(g.ctx, g.period)
-		_, err := g.cli.KeepAliveOnce(ctx, clientv3.LeaseID(g.lease.Load()))
-		cancel()
-		switch {
-		case err == nil:
-			g.contact(sent, 0)
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			g.regrant()
-		case g.ctx.Err() == nil:
-			g.log.Debug("gate: keep-alive failed", "worker", g.id, "err", err)
-		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(max(0, sent+g.period-g.now()))
-	}
-}
-
 // contact records a successful renewal sent at sent; a non-zero lease
 // replaces the current one.
 func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
@@ -287,7 +255,14 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 	if lease != 0 {
 		g.lease.Store(int64(lease))
 	}
-	g.lastContact.Store(int64(sent))
+	// Renewals are answered in order, but a new lease's grant and a
+	// renewal's answer may race: contact only moves forward.
+	for {
+		lc := g.lastContact.Load()
+		if int64(sent) <= lc || g.lastContact.CompareAndSwap(lc, int64(sent)) {
+			break
+		}
+	}
 	kick(g.wdKick)
 }
 

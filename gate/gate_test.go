@@ -476,3 +476,40 @@ func TestClusterStaggeredRejoin(t *testing.T) {
 	}
 	t.Logf("peak %d across the staggered rejoin; stats %+v", p.max.Load(), statsOf(ls))
 }
+
+// TestClusterSlowEtcdKeepsContact: a worker whose etcd answers later than
+// a renewal period (every byte 150ms late each way, a round trip of at
+// least 300ms against a period of 250ms) keeps contact: a renewal counts
+// from when it was sent, however late its answer, so the worker stays off
+// its local share and keeps its lease. When each renewal had to be
+// answered within a period it never was: the worker ran on its share
+// while etcd kept renewing its lease.
+func TestClusterSlowEtcdKeepsContact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	p := startSlowProxy(t, c.Endpoints()[0], 150*time.Millisecond)
+	w := startWorker(t, p.endpoint())
+	g := w.g
+	lease := g.Lease()
+	// From the first renewal on: the grant's own contact is as old as the
+	// connection's set-up through the proxy, several round trips.
+	first := g.lastContact.Load()
+	if !eventually(testTTL, func() bool { return g.lastContact.Load() != first }) {
+		t.Fatalf("no renewal answered within the TTL")
+	}
+	var worst time.Duration
+	for end := time.Now().Add(3 * testTTL / 2); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		worst = max(worst, g.now()-time.Duration(g.lastContact.Load()))
+	}
+	if g.Lease() != lease {
+		t.Errorf("the lease was replaced: it expired while the worker renewed it")
+	}
+	// Contact is at most a period plus a round trip old; the local share
+	// starts at grace+late (half the TTL).
+	if worst >= g.grace+g.late {
+		t.Fatalf("contact was %v old at worst, want under %v (a period %v plus a round trip)", worst.Round(time.Millisecond), g.grace+g.late, g.period)
+	}
+	t.Logf("contact at worst %v old (period %v, local share from %v)", worst.Round(time.Millisecond), g.period, g.grace+g.late)
+}

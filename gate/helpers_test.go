@@ -121,6 +121,7 @@ func startWorkerOn(t testing.TB, cli *clientv3.Client, opts ...Option) *worker {
 // test can partition one worker from etcd while the others still reach it.
 type proxy struct {
 	target, addr string
+	delay        time.Duration // added to every byte, each way (slowProxy)
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -131,6 +132,22 @@ type proxy struct {
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	p := &proxy{target: strings.TrimPrefix(target, "http://"), conns: make(map[net.Conn]struct{})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.cut)
+	return p
+}
+
+// startSlowProxy is a fault injection: a proxy that delivers every byte
+// d late in each direction, as an etcd too loaded to answer within a
+// renewal period would; throughput is not limited.
+func startSlowProxy(t testing.TB, target string, d time.Duration) *proxy {
+	t.Helper()
+	p := &proxy{target: strings.TrimPrefix(target, "http://"), delay: d, conns: make(map[net.Conn]struct{})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +178,47 @@ func (p *proxy) serve(ln net.Listener) {
 			p.mu.Lock()
 			p.conns[c], p.conns[u] = struct{}{}, struct{}{}
 			p.mu.Unlock()
-			p.wg.Go(func() { io.Copy(u, c); u.Close(); c.Close() })
-			p.wg.Go(func() { io.Copy(c, u); u.Close(); c.Close() })
+			p.wg.Go(func() { p.pipe(u, c); u.Close(); c.Close() })
+			p.wg.Go(func() { p.pipe(c, u); u.Close(); c.Close() })
 		}
 	})
+}
+
+// pipe copies src to dst, each chunk p.delay after it was read.
+func (p *proxy) pipe(dst, src net.Conn) {
+	if p.delay == 0 {
+		io.Copy(dst, src)
+		return
+	}
+	type chunk struct {
+		due time.Time
+		b   []byte
+	}
+	ch := make(chan chunk, 4096)
+	p.wg.Go(func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				ch <- chunk{time.Now().Add(p.delay), buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	broken := false
+	for c := range ch { // drained to the end, so that the reader never blocks
+		if broken {
+			continue
+		}
+		time.Sleep(time.Until(c.due))
+		if _, err := dst.Write(c.b); err != nil {
+			broken = true
+			src.Close()
+		}
+	}
 }
 
 // cut closes the listener and every connection: the worker's client sees

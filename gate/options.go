@@ -2,6 +2,7 @@ package gate
 
 import (
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,7 @@ type options struct {
 	id     string
 	prefix string
 	log    *slog.Logger
+	faults *faults // tests only
 }
 
 // DefaultTTL is the default lease time: the bound on how long the slots of
@@ -40,3 +42,16 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// faults are fault injections for tests; a nil *faults injects none.
+type faults struct {
+	// noRenewals stops the keep-alive from sending renewals, as a worker
+	// too starved of CPU to renew does, while its connection and watches
+	// still work.
+	noRenewals atomic.Bool
+}
+
+func (f *faults) renewalsStopped() bool { return f != nil && f.noRenewals.Load() }
+
+// withFaults injects faults (tests only).
+func withFaults(f *faults) Option { return func(o *options) { o.faults = f } }

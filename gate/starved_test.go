@@ -2,32 +2,11 @@ package gate
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// failingRenewals is a fault-injection wrapper of a client's lease API:
-// while fail is set, every KeepAliveOnce fails as a renewal that timed out
-// does, and everything else passes through. It stands for a worker too
-// starved of CPU to renew its lease within its period while its
-// connection, and its watch, still work.
-type failingRenewals struct {
-	clientv3.Lease
-	fail atomic.Bool
-}
-
-var errRenewalTimeout = errors.New("fault injection: keep-alive timed out")
-
-func (f *failingRenewals) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	if f.fail.Load() {
-		return nil, errRenewalTimeout
-	}
-	return f.Lease.KeepAliveOnce(ctx, id)
-}
 
 // TestClusterStarvedWorkersKeepTheirShare: every worker stops renewing
 // (starved, as under heavy load) while etcd stays up. Each falls back to
@@ -42,17 +21,15 @@ func TestClusterStarvedWorkersKeepTheirShare(t *testing.T) {
 	}
 	c := startEtcd(t)
 	ws := make([]*worker, 4)
-	faults := make([]*failingRenewals, len(ws))
+	fs := make([]*faults, len(ws))
 	for i := range ws {
-		cli := newClient(t, c.Endpoints())
-		faults[i] = &failingRenewals{Lease: cli.Lease}
-		cli.Lease = faults[i] // before the Gate's goroutines read it
-		ws[i] = startWorkerOn(t, cli)
+		fs[i] = new(faults)
+		ws[i] = startWorker(t, c.Endpoints(), withFaults(fs[i]))
 	}
 	ls, p, _ := loadAtLimit4(t, ws, "the renewals fail")
 
-	for _, f := range faults {
-		f.fail.Store(true)
+	for _, f := range fs {
+		f.noRenewals.Store(true)
 	}
 	starved := time.Now()
 	// Past the lease time and etcd's expiry check: every record is gone
@@ -83,8 +60,8 @@ func TestClusterStarvedWorkersKeepTheirShare(t *testing.T) {
 	// claim, the first ones back may grow into slots the others still use
 	// on their shares, the documented bound for workers cut off alone
 	// (L plus the sum of their shares: 4 + 3).
-	for _, f := range faults {
-		f.fail.Store(false)
+	for _, f := range fs {
+		f.noRenewals.Store(false)
 	}
 	if !eventually(10*time.Second, func() bool {
 		for _, l := range ls {

@@ -43,6 +43,7 @@ type Channel struct {
 	now     func() time.Time
 
 	joinLease atomic.Int64 // the lease of the row Join wrote; a Follower takes it over
+	ownRev    atomic.Int64 // the revision of this worker's last write of the record, which vet trusts
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -151,7 +152,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		return 0, reconf.Record{}, err
 	}
 	row, err := json.Marshal(WorkerRow{ID: c.id, PID: c.pid, Host: c.host, Worker: c.worker, Fleet: c.fleet,
-		AppliedVersion: 1, State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
+		AppliedVersion: 1, AppliedDigest: local.Digest(), State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
 	if err != nil {
 		return 0, reconf.Record{}, err
 	}
@@ -174,6 +175,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	}
 	if resp.Succeeded {
 		c.joinLease.Store(int64(lease.ID))
+		c.ownRev.Store(resp.Header.Revision)
 		return 1, local, nil
 	}
 	_, _ = c.cli.Revoke(tctx, lease.ID) // expires with its TTL if this fails
@@ -203,10 +205,27 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // the fleet has been running on it since. An unknown publisher is an
 // error wrapping ErrUnknownPublisher; an etcd failure wraps
 // ErrUnreachable.
+//
+// A record this worker wrote itself (its own revision) needs no read: the
+// transaction that wrote it required the row. Any other is read at its
+// revision from the member the client talks to, without a round of raft
+// (a serializable read): what a revision held never changes once it is
+// committed, so a member that has applied it answers as the leader would,
+// and one that has not yet (a read that went to another member than the
+// watch, in a cluster) says so and the leader is asked. The linearizable
+// read cost every follower a raft round per version, behind the rows
+// and history entries the other workers were writing at that moment.
 func (c *Channel) vet(ctx context.Context, u Update) error {
+	if u.PublishedBy == c.id && u.Revision != 0 && u.Revision == c.ownRev.Load() {
+		return nil
+	}
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.WorkersPrefix()+u.PublishedBy, clientv3.WithRev(u.Revision), clientv3.WithCountOnly())
+	key := c.WorkersPrefix() + u.PublishedBy
+	resp, err := c.cli.Get(ctx, key, clientv3.WithRev(u.Revision), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		resp, err = c.cli.Get(ctx, key, clientv3.WithRev(u.Revision), clientv3.WithCountOnly())
+	}
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return nil
@@ -255,6 +274,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		return 0, reconf.Errorf(reconf.ReasonSuperseded,
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
+	c.ownRev.Store(resp.Header.Revision)
 	return held + 1, nil
 }
 
@@ -292,6 +312,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	if err != nil || !tx.Succeeded {
 		return 0, false
 	}
+	c.ownRev.Store(tx.Header.Revision)
 	return cur + 1, true
 }
 

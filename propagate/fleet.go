@@ -73,7 +73,12 @@ type WorkerRow struct {
 	// AppliedVersion is the cluster version of the worker's active
 	// generation.
 	AppliedVersion uint64 `json:"applied_version"`
-	State          State  `json:"state"`
+	// AppliedDigest digests the live configuration the worker applied
+	// (see reconf.Runtime.Applied): every worker at one version reports
+	// the same digest, so a differing one shows a worker running other
+	// content under the same number.
+	AppliedDigest string `json:"applied_digest,omitempty"`
+	State         State  `json:"state"`
 	// LastError is the reason of the last failed apply of a version still
 	// newer than AppliedVersion, or channel_unreachable; empty when none.
 	LastError   reconf.Reason `json:"last_error,omitempty"`

@@ -37,6 +37,10 @@ type Runtime interface {
 	Status() reconf.Status
 	// BootstrapFingerprint digests the restart-class fields.
 	BootstrapFingerprint() string
+	// Applied returns the active generation's ID and the digest of the
+	// live configuration it holds (see reconf.Runtime.Applied), read
+	// together so a row never pairs one version with another's digest.
+	Applied() (generation uint64, digest string)
 }
 
 // Option configures a Follower.
@@ -544,9 +548,9 @@ func (f *Follower) markDirty() {
 // Row returns this worker's row as the follower currently sees it (the
 // row in etcd may lag it by one heartbeat).
 func (f *Follower) Row() WorkerRow {
-	st := f.rt.Status()
+	applied, digest := f.rt.Applied()
 	r := WorkerRow{
-		ID: f.ch.id, PID: f.pid, Host: f.host, Worker: f.ch.worker, Fleet: f.ch.fleet, AppliedVersion: st.ActiveGeneration,
+		ID: f.ch.id, PID: f.pid, Host: f.host, Worker: f.ch.worker, Fleet: f.ch.fleet, AppliedVersion: applied, AppliedDigest: digest,
 		Fingerprint: f.rt.BootstrapFingerprint(), Heartbeat: time.Now().UTC(), State: StateOK,
 	}
 	f.mu.Lock()

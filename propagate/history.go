@@ -44,10 +44,11 @@ type History struct {
 	queue chan func(context.Context)
 	done  chan struct{}
 
-	mu       sync.Mutex
-	closed   bool
-	tries    map[uint64]int // applies of the newest versions seen, by version
-	dropWarn bool
+	mu        sync.Mutex
+	closed    bool
+	tries     map[uint64]int // applies of the newest versions seen, by version
+	dropWarn  bool
+	sinceTrim int // writes since the last trim
 }
 
 // HistoryOption configures a History.
@@ -104,11 +105,16 @@ func (h *History) Observe(res reconf.Result) {
 	e := reconf.HistoryEntryOf(res)
 	h.enqueue(func(ctx context.Context) {
 		// A start-up joins at the cluster's version; only a publish is
-		// this worker's apply of its own version.
+		// this worker's apply of its own version, written in the entry's
+		// transaction.
+		var apply []clientv3.Op
+		var newest uint64
 		if res.Trigger != reconf.TriggerStartup && res.Outcome == reconf.Published && res.Generation > res.PreviousGeneration {
-			h.putApply(ctx, res.Generation, res)
+			if op, ok := h.applyOp(res.Generation, res); ok {
+				apply, newest = []clientv3.Op{op}, res.Generation
+			}
 		}
-		if err := h.Record(ctx, e); err != nil {
+		if err := h.record(ctx, e, newest, apply...); err != nil {
 			h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", err)
 		}
 	})
@@ -118,10 +124,23 @@ func (h *History) Observe(res reconf.Result) {
 // The Follower calls it after every apply that is not busy; a retried
 // apply replaces the worker's earlier one and counts its attempts.
 func (h *History) Applied(version uint64, res reconf.Result) {
-	h.enqueue(func(ctx context.Context) { h.putApply(ctx, version, res) })
+	h.enqueue(func(ctx context.Context) {
+		op, ok := h.applyOp(version, res)
+		if !ok {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, h.timeout)
+		_, err := h.cli.Do(rctx, op)
+		cancel()
+		if err != nil {
+			h.log.Warn("propagate: this worker's apply could not be written to the fleet's history", "version", version, "error", err)
+		}
+	})
 }
 
-func (h *History) putApply(ctx context.Context, version uint64, res reconf.Result) {
+// applyOp is the put of this worker's apply of version; it counts the
+// worker's attempts at that version.
+func (h *History) applyOp(version uint64, res reconf.Result) (clientv3.Op, bool) {
 	h.mu.Lock()
 	h.tries[version]++
 	tries := h.tries[version]
@@ -136,14 +155,11 @@ func (h *History) putApply(ctx context.Context, version uint64, res reconf.Resul
 		Reason: res.Reason, Attempts: tries, DurationMS: reconf.Milliseconds(res.Duration),
 	}
 	b, err := json.Marshal(a)
-	if err == nil {
-		rctx, cancel := context.WithTimeout(ctx, h.timeout)
-		_, err = h.cli.Put(rctx, h.appliesKey(version)+h.worker, string(b))
-		cancel()
-	}
 	if err != nil {
 		h.log.Warn("propagate: this worker's apply could not be written to the fleet's history", "version", version, "error", err)
+		return clientv3.Op{}, false
 	}
+	return clientv3.OpPut(h.appliesKey(version)+h.worker, string(b)), true
 }
 
 func (h *History) enqueue(fn func(context.Context)) {
@@ -192,6 +208,13 @@ func (h *History) Close(ctx context.Context) error {
 // to its limit. A service records with it what the runtime does not see
 // (a restart of the fleet).
 func (h *History) Record(ctx context.Context, e reconf.HistoryEntry) error {
+	return h.record(ctx, e, 0)
+}
+
+// record writes e together with more (this worker's apply of the version
+// it published) in one transaction, then trims the log when it is due.
+// newest is the version e published, 0 if none.
+func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint64, more ...clientv3.Op) error {
 	if e.Worker == "" {
 		e.Worker = h.worker
 	}
@@ -203,50 +226,77 @@ func (h *History) Record(ctx context.Context, e reconf.HistoryEntry) error {
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	key := fmt.Sprintf("%s%020d-%s", h.entriesPrefix(), e.Time.UnixNano(), e.Worker)
-	if _, err := h.cli.Put(rctx, key, string(b)); err != nil {
+	if _, err := h.cli.Txn(rctx).Then(append([]clientv3.Op{clientv3.OpPut(key, string(b))}, more...)...).Commit(); err != nil {
 		return unreachable("write history", err)
 	}
-	return h.trim(rctx)
+	if !h.trimDue() {
+		return nil
+	}
+	return h.trim(rctx, newest)
+}
+
+// trimDue says whether this write is one that trims: every write while
+// the limit is small, else one in limit/8. Trimming costs reads of the
+// whole log's keys; done on every publish of a 256-entry log it was five
+// requests, one of them a sorted read of every worker's applies, in the
+// middle of the fleet applying the version. So the log may hold up to
+// limit/8 entries more per worker between trims; reads show the newest
+// limit.
+func (h *History) trimDue() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sinceTrim++
+	if h.sinceTrim < max(1, h.limit/8) {
+		return false
+	}
+	h.sinceTrim = 0
+	return true
 }
 
 // trim deletes the entries past the limit, oldest first, and the applies
 // of versions older than any entry can still name: entries and versions
 // grow together, so with at most limit entries none names a version more
-// than limit below the newest.
-func (h *History) trim(ctx context.Context) error {
-	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+// than limit below the newest. newest is the newest version when the
+// caller knows it (0: read it). The reads are serializable: what they
+// find only decides what to delete, and a member a little behind the
+// leader deletes a little less.
+func (h *History) trim(ctx context.Context, newest uint64) error {
+	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
 	if err != nil {
 		return unreachable("count history", err)
 	}
-	excess := resp.Count - int64(h.limit)
-	if excess <= 0 {
+	if excess := resp.Count - int64(h.limit); excess > 0 {
+		old, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
+		if err != nil {
+			return unreachable("trim history", err)
+		}
+		if len(old.Kvs) > 0 {
+			last := string(old.Kvs[len(old.Kvs)-1].Key)
+			if _, err := h.cli.Delete(ctx, h.entriesPrefix(), clientv3.WithRange(last+"\x00")); err != nil {
+				return unreachable("trim history", err)
+			}
+		}
+	}
+	if newest == 0 {
+		resp, err := h.cli.Get(ctx, h.appliesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			return unreachable("trim history", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		v, ok := appliedVersion(h.appliesPrefix(), string(resp.Kvs[0].Key))
+		if !ok {
+			return nil
+		}
+		newest = v
+	}
+	if newest <= uint64(h.limit) {
 		return nil
 	}
-	old, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
-	if err != nil {
-		return unreachable("trim history", err)
-	}
-	if len(old.Kvs) == 0 {
-		return nil
-	}
-	last := string(old.Kvs[len(old.Kvs)-1].Key)
-	if _, err := h.cli.Delete(ctx, h.entriesPrefix(), clientv3.WithRange(last+"\x00")); err != nil {
-		return unreachable("trim history", err)
-	}
-	newest, err := h.cli.Get(ctx, h.appliesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
-	if err != nil {
-		return unreachable("trim history", err)
-	}
-	if len(newest.Kvs) == 0 {
-		return nil
-	}
-	v, ok := appliedVersion(h.appliesPrefix(), string(newest.Kvs[0].Key))
-	if !ok || v <= uint64(h.limit) {
-		return nil
-	}
-	if _, err := h.cli.Delete(ctx, h.appliesPrefix(), clientv3.WithRange(h.appliesKey(v-uint64(h.limit)))); err != nil {
+	if _, err := h.cli.Delete(ctx, h.appliesPrefix(), clientv3.WithRange(h.appliesKey(newest-uint64(h.limit)))); err != nil {
 		return unreachable("trim history", err)
 	}
 	return nil

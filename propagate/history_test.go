@@ -151,3 +151,46 @@ func TestFleetHistoryBounded(t *testing.T) {
 		t.Errorf("the newest version's apply is gone: %v", keys)
 	}
 }
+
+// TestFleetHistoryTrimsInSteps: a larger log is trimmed once every
+// limit/8 writes, not on every publish, and never holds more than that
+// many entries past its limit; the newest limit are always there.
+func TestFleetHistoryTrimsInSteps(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	const limit = 16 // trims every second write
+	w := startWorker(t, srv.Endpoints(), prefix, "a", workerOpts{history: []HistoryOption{WithHistoryLimit(limit)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	count := func(p string) int64 {
+		resp, err := w.cli.Get(ctx, prefix+p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	var most int64
+	for i := 2; i <= 3*limit; i++ {
+		if res := w.reload(t, configYAML("gw", i, "KEY1")); res.Outcome != reconf.Published {
+			t.Fatalf("reload %d: %s", i, res.Outcome)
+		}
+		waitFor(t, 5*time.Second, "the entry is written", func() bool {
+			es, err := w.h.Entries(ctx, 1)
+			return err == nil && len(es) == 1 && es[0].Generation == uint64(i)
+		})
+		most = max(most, count("/history/entries/"))
+	}
+	if most > limit+2 {
+		t.Errorf("the log held %d entries, want at most %d (its limit and one step)", most, limit+2)
+	}
+	if most <= limit {
+		t.Errorf("the log never held more than its limit (%d): it is trimmed on every write", most)
+	}
+	es := entries(t, w, 0)
+	if len(es) != limit || es[0].Generation != 3*limit || es[limit-1].Generation != 2*limit+1 {
+		t.Errorf("Entries shows %d entries from generation %d, want the newest %d from %d", len(es), es[0].Generation, limit, 3*limit)
+	}
+	if n := count("/history/applies/"); n > limit+2 {
+		t.Errorf("%d applies kept, want at most %d", n, limit+2)
+	}
+}

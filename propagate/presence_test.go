@@ -2,11 +2,15 @@ package propagate
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
 )
 
 // rowKV reads a worker's row as etcd holds it (nil when absent).
@@ -141,5 +145,83 @@ func TestStaleDeliveryIsNotADeletion(t *testing.T) {
 	}
 	if r := w.f.Row(); r.State != StateOK || r.LastError != "" {
 		t.Fatalf("a stale delivery of version %d was reported: %+v", old.Version, r)
+	}
+}
+
+// TestRowCarriesAppliedDigest: every worker's row carries a digest of the
+// live configuration it applied, equal across workers at one version
+// (whoever published it, whatever secret values each resolves locally),
+// different for other content, and equal again for the same content under
+// a later version: it names content, not a version number.
+func TestRowCarriesAppliedDigest(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	ws := []*worker{
+		startWorker(t, s.Endpoints(), p, "a", workerOpts{}),
+		startWorker(t, s.Endpoints(), p, "b", workerOpts{}),
+		// Another value behind the same reference: the digest covers the
+		// reference, never the value.
+		startWorker(t, s.Endpoints(), p, "c", workerOpts{env: newEnv("KEY1", "another-value-of-key1", "KEY2", "x")}),
+	}
+	digests := func(v uint64) string {
+		t.Helper()
+		var fl Fleet
+		waitFor(t, 5*time.Second, fmt.Sprintf("every row at version %d", v), func() bool {
+			fl = fleetOf(t, ws[0].ch)
+			return fl.Converged && fl.ClusterVersion == v && len(fl.Workers) == len(ws)
+		})
+		d := fl.Workers[0].AppliedDigest
+		if len(d) != 32 || strings.Trim(d, "0123456789abcdef") != "" {
+			t.Fatalf("version %d: digest %q, want 32 hex digits", v, d)
+		}
+		for _, r := range fl.Workers {
+			if r.AppliedDigest != d {
+				t.Fatalf("version %d: rows disagree on the digest: %+v", v, fl.Workers)
+			}
+			if _, own := ws[0].rt.Applied(); r.ID == "a" && own != d {
+				t.Fatalf("row digest %q, the runtime's %q", d, own)
+			}
+		}
+		return d
+	}
+	d1 := digests(1)
+	ws[1].reload(t, configYAML("gw", 9, "KEY1"))
+	d2 := digests(2)
+	if d2 == d1 {
+		t.Fatalf("versions 1 and 2 differ in content but share digest %s", d1)
+	}
+	ws[2].reload(t, configYAML("gw", 1, "KEY1"))
+	if d3 := digests(3); d3 != d1 {
+		t.Fatalf("version 3 has version 1's content but digest %s, not %s", d3, d1)
+	}
+	ws[0].reload(t, configYAML("gw", 1, "KEY2"))
+	if d4 := digests(4); d4 == d1 {
+		t.Fatalf("another secret reference, same digest %s", d4)
+	}
+	assertNoCanary(t, ws[0].cli)
+}
+
+// TestJoinRowCarriesDigest: the row that Join writes with version 1 (the
+// first worker of an empty channel, before its follower takes the row
+// over) already carries the digest of the record it seeds, so no row of
+// a fleet ever shows a version without one.
+func TestJoinRowCarriesDigest(t *testing.T) {
+	s := startServer(t)
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ch, err := NewChannel(cli, newPrefix(), WithWorkerID("j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}
+	if v, _, err := ch.Join(context.Background(), rec); err != nil || v != 1 {
+		t.Fatalf("Join: version %d, %v", v, err)
+	}
+	r, ok := rowOf(fleetOf(t, ch), "j")
+	if !ok || r.AppliedVersion != 1 || r.AppliedDigest == "" || r.AppliedDigest != rec.Digest() {
+		t.Fatalf("the join row %+v: want version 1 with digest %s", r, rec.Digest())
 	}
 }

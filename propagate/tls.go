@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"time"
 
 	"github.com/reconfhq/reconf/internal/certfile"
-	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // TLSFiles names the PEM files a worker uses to reach an external etcd
@@ -19,11 +19,6 @@ import (
 type TLSFiles struct {
 	CAFile, CertFile, KeyFile string
 }
-
-// maxPEMBytes bounds each certificate, key and CA file: a bundle of a few
-// hundred certificates fits; a FIFO or /dev/zero named by mistake is
-// refused at once instead of read forever.
-const maxPEMBytes = 1 << 20
 
 // Config builds the client's TLS configuration from the files. It fails
 // with a message naming the file for one that cannot be read or parsed,
@@ -41,19 +36,15 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	case (f.CertFile == "") != (f.KeyFile == ""):
 		return nil, errors.New("propagate: a cluster client certificate needs both its certificate and its key file")
 	case f.CertFile != "":
-		certPEM, err := safefile.ReadFile(context.Background(), f.CertFile, maxPEMBytes)
+		// The same reading and checks as the management listener's pair:
+		// a file named in the error, a key that matches, and no expired
+		// certificate, which the cluster would refuse at every handshake
+		// while the worker reported only "unreachable".
+		cert, err := certfile.Read(context.Background(), f.CertFile, f.KeyFile, time.Now())
 		if err != nil {
-			return nil, fmt.Errorf("propagate: cluster client certificate: %w", err)
+			return nil, fmt.Errorf("propagate: cluster client %w", err)
 		}
-		keyPEM, err := safefile.ReadFile(context.Background(), f.KeyFile, maxPEMBytes)
-		if err != nil {
-			return nil, fmt.Errorf("propagate: cluster client key: %w", err)
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("propagate: cluster client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+		c.Certificates = []tls.Certificate{*cert}
 	}
 	return c, nil
 }

@@ -2,6 +2,8 @@ package propagate
 
 import (
 	"context"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +109,29 @@ func TestTLSFilesHostile(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%+v: Config still reading after 10s", f)
 		}
+	}
+}
+
+// An expired or mismatched client pair is refused at start with the file
+// it concerns: before, tls.X509KeyPair accepted an expired certificate and
+// the worker could only report the cluster unreachable at every handshake.
+func TestTLSFilesClientPairChecked(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, dir)
+	old, oldKey := ca.IssueValid("old", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	good, goodKey := ca.Issue("good")
+	for _, tc := range []struct {
+		name, cert, key, want string
+	}{
+		{"expired", old, oldKey, "expired"},
+		{"another certificate's key", good, oldKey, "does not match"},
+	} {
+		_, err := (TLSFiles{CertFile: tc.cert, KeyFile: tc.key}).Config()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), filepath.Base(tc.cert)) && !strings.Contains(err.Error(), filepath.Base(tc.key)) {
+			t.Errorf("%s: %v, want a refusal naming the file, %q", tc.name, err, tc.want)
+		}
+	}
+	if c, err := (TLSFiles{CertFile: good, KeyFile: goodKey}).Config(); err != nil || len(c.Certificates) != 1 {
+		t.Errorf("a valid pair: %v", err)
 	}
 }

@@ -26,14 +26,19 @@
 //   - publish_p50_ms, apply_p50_ms, apply_p99_ms: the publisher's whole
 //     attempt, and one follower's apply (Result.Duration);
 //   - cpu_per_apply_ms: this process's CPU over the reloads, less the
-//     idle rate measured before them, per follower apply (the publisher's
-//     attempts, the applies, the row writes and the etcd client work);
-//     etcd_cpu_per_reload_ms: the member's, per reload, less its idle rate;
+//     idle rate, per follower apply (the publisher's attempts, the
+//     applies, the row writes and the etcd client work);
+//     etcd_cpu_per_reload_ms: the member's, per reload, less its idle
+//     rate; the *_gross_ms figures are the same without the idle rate
+//     taken off;
 //   - wire_bytes_per_reload: gRPC message bytes between etcd and every
 //     client per reload (etcd's own counters), less the idle rate;
-//   - idle_*: the steady state of the fleet doing nothing (heartbeats,
-//     lease keep-alives, resync reads): CPU percent of one core, etcd
-//     writes and wire bytes per second;
+//   - idle_*: the steady state of the fleet doing nothing (lease
+//     keep-alives, resync reads): CPU percent of one core, etcd writes and
+//     wire bytes per second; the lower of two windows, one before the
+//     reloads and one after;
+//   - noisy: a figure less its idle rate came out below zero (reported
+//     as zero): the machine's other load is larger than the figure;
 //   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory.
 package main
 
@@ -60,50 +65,54 @@ import (
 
 // config is one run's parameters.
 type config struct {
-	followers int
-	mode      string
-	clients   int // runtime mode: etcd clients shared by the fleet (0: one each)
-	size      int
-	gate      bool          // keep the example's concurrency limits
-	gateTTL   time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
-	reloads   int
-	warmup    int
-	interval  time.Duration
-	idle      time.Duration
-	settle    time.Duration // after start-up, before the idle window
-	timeout   time.Duration // per reload
+	followers  int
+	mode       string
+	clients    int // runtime mode: etcd clients shared by the fleet (0: one each)
+	size       int
+	gate       bool          // keep the example's concurrency limits
+	gateTTL    time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
+	reloads    int
+	warmup     int
+	interval   time.Duration
+	idle       time.Duration
+	settle     time.Duration // after start-up, before the idle window
+	timeout    time.Duration // per reload
+	cpuProfile string        // this process's CPU profile of the first idle window
 }
 
 // result is one run's JSON line.
 type result struct {
-	Followers          int     `json:"followers"`
-	Mode               string  `json:"mode"`
-	Clients            int     `json:"clients"`
-	Gate               bool    `json:"gate"`
-	ConfigBytes        int     `json:"config_bytes"`
-	RecordBytes        int     `json:"record_bytes"`
-	Reloads            int     `json:"reloads"`
-	Unconverged        int     `json:"unconverged"`
-	FailedApplies      int     `json:"failed_applies"`
-	P50                float64 `json:"p50_ms"`
-	P99                float64 `json:"p99_ms"`
-	Max                float64 `json:"max_ms"`
-	PublishP50         float64 `json:"publish_p50_ms"`
-	ApplyP50           float64 `json:"apply_p50_ms"`
-	ApplyP99           float64 `json:"apply_p99_ms"`
-	CPUPerApply        float64 `json:"cpu_per_apply_ms"`
-	EtcdCPUPerReload   float64 `json:"etcd_cpu_per_reload_ms"`
-	WirePerReload      float64 `json:"wire_bytes_per_reload"`
-	IdleProcessCPU     float64 `json:"idle_process_cpu_pct"`
-	IdleEtcdCPU        float64 `json:"idle_etcd_cpu_pct"`
-	IdleWritesPerS     float64 `json:"idle_etcd_writes_per_s"`
-	IdleWirePerS       float64 `json:"idle_wire_bytes_per_s"`
-	ProcessRSS         float64 `json:"process_rss_mb"`
-	ProcessPeak        float64 `json:"process_peak_rss_mb"`
-	EtcdRSS            float64 `json:"etcd_rss_mb"`
-	EtcdPeak           float64 `json:"etcd_peak_rss_mb"`
-	StartupS           float64 `json:"startup_s"`
-	FirstFailureReason string  `json:"first_failure_reason,omitempty"`
+	Followers             int     `json:"followers"`
+	Mode                  string  `json:"mode"`
+	Clients               int     `json:"clients"`
+	Gate                  bool    `json:"gate"`
+	ConfigBytes           int     `json:"config_bytes"`
+	RecordBytes           int     `json:"record_bytes"`
+	Reloads               int     `json:"reloads"`
+	Unconverged           int     `json:"unconverged"`
+	FailedApplies         int     `json:"failed_applies"`
+	P50                   float64 `json:"p50_ms"`
+	P99                   float64 `json:"p99_ms"`
+	Max                   float64 `json:"max_ms"`
+	PublishP50            float64 `json:"publish_p50_ms"`
+	ApplyP50              float64 `json:"apply_p50_ms"`
+	ApplyP99              float64 `json:"apply_p99_ms"`
+	CPUPerApply           float64 `json:"cpu_per_apply_ms"`
+	CPUPerApplyGross      float64 `json:"cpu_per_apply_gross_ms"`
+	EtcdCPUPerReload      float64 `json:"etcd_cpu_per_reload_ms"`
+	EtcdCPUPerReloadGross float64 `json:"etcd_cpu_per_reload_gross_ms"`
+	Noisy                 bool    `json:"noisy,omitempty"`
+	WirePerReload         float64 `json:"wire_bytes_per_reload"`
+	IdleProcessCPU        float64 `json:"idle_process_cpu_pct"`
+	IdleEtcdCPU           float64 `json:"idle_etcd_cpu_pct"`
+	IdleWritesPerS        float64 `json:"idle_etcd_writes_per_s"`
+	IdleWirePerS          float64 `json:"idle_wire_bytes_per_s"`
+	ProcessRSS            float64 `json:"process_rss_mb"`
+	ProcessPeak           float64 `json:"process_peak_rss_mb"`
+	EtcdRSS               float64 `json:"etcd_rss_mb"`
+	EtcdPeak              float64 `json:"etcd_peak_rss_mb"`
+	StartupS              float64 `json:"startup_s"`
+	FirstFailureReason    string  `json:"first_failure_reason,omitempty"`
 }
 
 func main() {
@@ -126,6 +135,7 @@ func main() {
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "steady-state window measured before the reloads")
 	flag.DurationVar(&c.settle, "settle", time.Second, "pause after start-up, before the idle window")
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof)")
 	flag.Parse()
 	if c.mode != modeGateway && c.mode != modeRuntime {
 		fail(fmt.Errorf("-mode %q: want gateway or runtime", c.mode))
@@ -251,25 +261,10 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	res.StartupS = time.Since(t0).Seconds()
 
 	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint()}
-	if err := sleep(ctx, c.settle); err != nil { // let the start-up writes settle
-		return res, err
-	}
-	idle, err := m.sample(ctx)
+	idleBefore, err := m.idle(ctx, c.settle, c.idle, c.cpuProfile)
 	if err != nil {
 		return res, err
 	}
-	if err := sleep(ctx, c.idle); err != nil {
-		return res, err
-	}
-	busy, err := m.sample(ctx)
-	if err != nil {
-		return res, err
-	}
-	rate := busy.sub(idle)
-	res.IdleProcessCPU = pct(rate.cpu, rate.wall)
-	res.IdleEtcdCPU = pct(rate.etcdCPU, rate.wall)
-	res.IdleWritesPerS = rate.writes / rate.wall.Seconds()
-	res.IdleWirePerS = rate.wire / rate.wall.Seconds()
 
 	version := uint64(1)
 	reload := func(i int) (time.Duration, time.Duration, error) {
@@ -330,21 +325,43 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if err != nil {
 		return res, err
 	}
+	// A second idle window after the reloads: the background rate taken
+	// off the reloads' figures is the lower of the two, per counter. One
+	// window alone may hold the tail of the start-up (garbage collection,
+	// first resyncs) and overstate the background, which made the
+	// per-reload figures negative at 1,000 followers.
+	idleAfter, err := m.idle(ctx, c.settle, c.idle, "")
+	if err != nil {
+		return res, err
+	}
+	rate := idleBefore.lower(idleAfter)
+	res.IdleProcessCPU = pct(rate.cpu, rate.wall)
+	res.IdleEtcdCPU = pct(rate.etcdCPU, rate.wall)
+	res.IdleWritesPerS = rate.writes / rate.wall.Seconds()
+	res.IdleWirePerS = rate.wire / rate.wall.Seconds()
 	applies, failed := fl.track.takeApplies()
 	res.FailedApplies = len(failed)
 	if len(failed) > 0 {
 		res.FirstFailureReason = failed[0]
 	}
 
-	used := after.sub(before).less(rate)
+	gross := after.sub(before)
+	used := gross.less(rate)
 	res.P50, res.P99, res.Max = ms(quantile(conv, 0.5)), ms(quantile(conv, 0.99)), ms(quantile(conv, 1))
 	res.PublishP50 = ms(quantile(answers, 0.5))
 	res.ApplyP50, res.ApplyP99 = ms(quantile(applies, 0.5)), ms(quantile(applies, 0.99))
 	if len(applies) > 0 {
 		res.CPUPerApply = ms(used.cpu) / float64(len(applies))
+		res.CPUPerApplyGross = ms(gross.cpu) / float64(len(applies))
 	}
 	res.EtcdCPUPerReload = ms(used.etcdCPU) / float64(c.reloads)
+	res.EtcdCPUPerReloadGross = ms(gross.etcdCPU) / float64(c.reloads)
 	res.WirePerReload = used.wire / float64(c.reloads)
+	// Below zero, the reloads' window was quieter than the quieter idle
+	// window: the rest of the machine's noise is larger than the figure.
+	// Say so and report zero rather than a negative cost.
+	res.Noisy = res.CPUPerApply < 0 || res.EtcdCPUPerReload < 0 || res.WirePerReload < 0
+	res.CPUPerApply, res.EtcdCPUPerReload, res.WirePerReload = max(res.CPUPerApply, 0), max(res.EtcdCPUPerReload, 0), max(res.WirePerReload, 0)
 	res.ProcessRSS, res.ProcessPeak, _ = memory(os.Getpid())
 	res.EtcdRSS, res.EtcdPeak, _ = memory(etcd.Pid())
 	res.RecordBytes, err = recordSize(ctx, []string{etcd.Endpoint()})
@@ -406,6 +423,46 @@ func (s sample) less(rate sample) sample {
 	s.wire -= rate.wire * f
 	s.writes -= rate.writes * f
 	return s
+}
+
+// lower returns, counter by counter, the lower rate of two idle windows,
+// over s's wall time.
+func (s sample) lower(o sample) sample {
+	f := float64(s.wall) / float64(o.wall)
+	s.cpu = min(s.cpu, time.Duration(float64(o.cpu)*f))
+	s.etcdCPU = min(s.etcdCPU, time.Duration(float64(o.etcdCPU)*f))
+	s.wire = min(s.wire, o.wire*f)
+	s.writes = min(s.writes, o.writes*f)
+	return s
+}
+
+// idle waits settle, then measures the fleet doing nothing for d and
+// returns what it used. With profile set it writes this process's CPU
+// profile of the window there.
+func (m *meter) idle(ctx context.Context, settle, d time.Duration, profile string) (sample, error) {
+	if err := sleep(ctx, settle); err != nil {
+		return sample{}, err
+	}
+	start, err := m.sample(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	stop, err := startProfile(profile)
+	if err != nil {
+		return sample{}, err
+	}
+	err = sleep(ctx, d)
+	if perr := stop(); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return sample{}, err
+	}
+	end, err := m.sample(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	return end.sub(start), nil
 }
 
 func pct(d, wall time.Duration) float64 { return 100 * float64(d) / float64(wall) }

@@ -346,33 +346,40 @@ func watchFleet(endpoints []string, prefix string, want int) (*fleet, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fl.cancel = cancel
-	wch := cli.Watch(ctx, channelPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	// Two watches, the record and the rows, rather than the whole prefix:
+	// the history and the gate write under it too, and decoding their
+	// events cost this program CPU on the cores the workers share.
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		for wr := range wch {
+		defer wg.Done()
+		for wr := range cli.Watch(ctx, configKey, clientv3.WithRev(rev+1)) {
 			at := time.Now()
 			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
+				var rec struct {
+					Version     uint64    `json:"version"`
+					PublishedBy string    `json:"published_by"`
+					PublishedAt time.Time `json:"published_at"`
 				}
-				if string(ev.Kv.Key) == configKey {
-					var rec struct {
-						Version     uint64    `json:"version"`
-						PublishedBy string    `json:"published_by"`
-						PublishedAt time.Time `json:"published_at"`
-					}
-					if json.Unmarshal(ev.Kv.Value, &rec) == nil {
-						fl.events <- rowEvent{row: row{AppliedVersion: rec.Version}, config: true, by: rec.PublishedBy, pubAt: rec.PublishedAt, at: at}
-					}
-					continue
+				if ev.Type == clientv3.EventTypePut && json.Unmarshal(ev.Kv.Value, &rec) == nil {
+					fl.events <- rowEvent{row: row{AppliedVersion: rec.Version}, config: true, by: rec.PublishedBy, pubAt: rec.PublishedAt, at: at}
 				}
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			at := time.Now()
+			for _, ev := range wr.Events {
 				var r row
-				if json.Unmarshal(ev.Kv.Value, &r) == nil {
+				if ev.Type == clientv3.EventTypePut && json.Unmarshal(ev.Kv.Value, &r) == nil {
 					fl.events <- rowEvent{row: r, at: at}
 				}
 			}
 		}
-		close(fl.events)
 	}()
+	go func() { wg.Wait(); close(fl.events) }()
 	return fl, nil
 }
 
@@ -538,9 +545,8 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration) (*
 }
 
 const (
-	channelPrefix = "/reconf/reconfd/"
-	configKey     = channelPrefix + "config"
-	prefix        = channelPrefix + "workers/"
+	configKey = "/reconf/reconfd/config"
+	prefix    = "/reconf/reconfd/workers/"
 )
 
 func later(a, b time.Time) time.Time {

@@ -381,7 +381,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	}
 	rs := newFleetRestarter(g, lookup.get(envControl))
 	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
-	reg.MustRegister(restartCollector{state: rs.state})
+	reg.MustRegister(restartCollector{state: rs.state}, workerInfo(f.worker, g.WorkerID()))
 	ln := handoff.NewDrainListener(lns[listenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
@@ -671,4 +671,18 @@ func loadError(err error) string {
 		return s
 	}
 	return err.Error()
+}
+
+// workerInfo names the worker that answers a scrape of the fleet's shared
+// management address, which any worker may accept: its slot and its row ID
+// (HOST-wSLOT-PID, as status shows it), so a scraper can tell whose
+// go_goroutines and process_open_fds it read.
+func workerInfo(slot, id string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "reconfd_worker_info",
+		Help:        "1, labelled with the slot and row ID of the worker that answered this scrape.",
+		ConstLabels: prometheus.Labels{"worker": slot, "worker_id": id},
+	})
+	g.Set(1)
+	return g
 }

@@ -1,0 +1,127 @@
+package propagate
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// recordingKV wraps a client's KV for fault injection: it records every
+// read at a past revision (the vetting reads) and, with futureRev set,
+// answers each serializable one with ErrFutureRev, as a member that has
+// not applied that revision yet does.
+type recordingKV struct {
+	clientv3.KV
+	futureRev bool
+
+	mu    sync.Mutex
+	reads []clientv3.Op
+}
+
+func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if op := clientv3.OpGet(key, opts...); op.Rev() != 0 {
+		k.mu.Lock()
+		k.reads = append(k.reads, op)
+		k.mu.Unlock()
+		if k.futureRev && op.IsSerializable() {
+			return nil, rpctypes.ErrFutureRev
+		}
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k *recordingKV) revReads() []clientv3.Op {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]clientv3.Op(nil), k.reads...)
+}
+
+// recordingClient is a client whose KV is a recordingKV, installed before
+// anything uses the client.
+func recordingClient(t *testing.T, endpoints []string, futureRev bool) (*clientv3.Client, *recordingKV) {
+	t.Helper()
+	cli, err := Connect(endpoints, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	kv := &recordingKV{KV: cli.KV, futureRev: futureRev}
+	cli.KV = kv
+	return cli, kv
+}
+
+// TestVetReadsLocallyAndNotItsOwn: a follower vets another worker's
+// version with a serializable read at the record's revision (no raft
+// round on the critical path of every apply), and the publisher does not
+// vet its own version at all: its transaction required its row.
+func TestVetReadsLocallyAndNotItsOwn(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	acli, akv := recordingClient(t, s.Endpoints(), false)
+	bcli, bkv := recordingClient(t, s.Endpoints(), false)
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{cli: acli})
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{cli: bcli})
+	before := len(akv.revReads())
+	if res := a.reload(t, configYAML("gw", 2, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %s/%s", res.Outcome, res.Reason)
+	}
+	waitFor(t, 5*time.Second, "both hold version 2", converged([]*worker{a, b}, 2))
+	waitFor(t, 5*time.Second, "a's row shows version 2", func() bool {
+		r, _ := rowOf(fleetOf(t, a.ch), "a")
+		return r.AppliedVersion == 2
+	})
+	if got := akv.revReads()[before:]; len(got) != 0 {
+		t.Fatalf("the publisher made %d read(s) at a revision for its own version, want none", len(got))
+	}
+	reads := bkv.revReads()
+	if len(reads) == 0 {
+		t.Fatal("b applied version 2 without vetting its publisher")
+	}
+	for _, op := range reads {
+		if !op.IsSerializable() {
+			t.Fatalf("b vetted with a linearizable read at revision %d, want a serializable one", op.Rev())
+		}
+	}
+}
+
+// TestVetAsksTheLeaderWhenTheMemberLags: when the member a follower reads
+// from has not applied the record's revision yet, the vetting read goes
+// to the leader, and a version is still applied, or refused, on what the
+// revision held.
+func TestVetAsksTheLeaderWhenTheMemberLags(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	bcli, bkv := recordingClient(t, s.Endpoints(), true)
+	opts := workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}}
+	a := startWorker(t, s.Endpoints(), p, "a", opts)
+	opts.cli = bcli
+	b := startWorker(t, s.Endpoints(), p, "b", opts)
+	if res := a.reload(t, configYAML("gw", 2, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %s/%s", res.Outcome, res.Reason)
+	}
+	waitFor(t, 5*time.Second, "b applies version 2", converged([]*worker{a, b}, 2))
+	linearizable := 0
+	for _, op := range bkv.revReads() {
+		if !op.IsSerializable() {
+			linearizable++
+		}
+	}
+	if linearizable == 0 {
+		t.Fatal("b applied version 2 with no read at the leader after the member said the revision was in the future")
+	}
+	if _, err := a.cli.Put(context.Background(), a.ch.Key(), foreignRecord(3, "intruder", RecordFormat)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "b refuses the intruder's record", func() bool {
+		return b.f.Row().LastError == reconf.ReasonPublisherUnknown
+	})
+	if b.version() != 2 || b.limit() == 66 {
+		t.Fatalf("b moved to %d (limit %d)", b.version(), b.limit())
+	}
+}
