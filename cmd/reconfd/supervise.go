@@ -136,6 +136,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		}
 	}
 	succ := &supervisorSuccessor{log: log, sockets: sockets, args: os.Args[1:], exe: exe, timeout: successorReadyTimeout, done: make(chan struct{})}
+	if succ.image, err = openImage(exe); err != nil {
+		// Only an upgrade needs it: without it every restart is one.
+		log.Warn("cannot open reconfd's own executable; every restart will start the executable on disk", "error", err)
+	} else {
+		cleanup = append(cleanup, func() { succ.image.Close() })
+	}
 	// The directories of a member taken over stay the predecessor's until
 	// this supervisor is ready: one that fails before leaves them to the
 	// predecessor, whose member resumes from them.
@@ -387,7 +393,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 		})
 		return
 	}
-	if executableChanged(succ.exe) {
+	if executableChanged(succ.image, succ.exe) {
 		replaceSupervisor(ctx, sup, succ, run, finish, log)
 		return
 	}

@@ -48,10 +48,55 @@ func TestExecutableChanged(t *testing.T) {
 			want bool
 		}{link, false})
 	}
+	image, err := openImage(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer image.Close()
 	for _, c := range cases {
-		if got := executableChanged(c.path); got != c.want {
+		if got := executableChanged(image, c.path); got != c.want {
 			t.Errorf("executableChanged(%s) = %v, want %v", filepath.Base(c.path), got, c.want)
 		}
+	}
+}
+
+// TestExecutableChangedAfterRename: the image opened at start keeps
+// reaching the old file after a new build is renamed over its path, as
+// on a system without /proc (macOS), where comparing the path with itself
+// called every restart an upgrade. A rename of the same bytes is none.
+func TestExecutableChangedAfterRename(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	write := func(path, content string) {
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(exe, "build 1")
+	image, err := os.Open(exe) // what openImage does without /proc
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer image.Close()
+	if executableChanged(image, exe) {
+		t.Error("the running file itself counts as changed")
+	}
+	write(exe+".new", "build 1")
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	if executableChanged(image, exe) {
+		t.Error("the same bytes renamed over the path count as changed")
+	}
+	write(exe+".new", "build 2")
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	if !executableChanged(image, exe) {
+		t.Error("a new build renamed over the path counts as unchanged")
+	}
+	if !executableChanged(nil, exe) {
+		t.Error("without an image, the path is not called changed")
 	}
 }
 

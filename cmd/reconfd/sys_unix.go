@@ -24,13 +24,3 @@ func socketPair(name string) (a, b *os.File, err error) {
 	unix.CloseOnExec(fds[1])
 	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name), nil
 }
-
-// sameFile reports whether the two paths reach one file (device and
-// inode).
-func sameFile(a, b string) bool {
-	var sa, sb syscall.Stat_t
-	if syscall.Stat(a, &sa) != nil || syscall.Stat(b, &sb) != nil {
-		return false
-	}
-	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
-}
