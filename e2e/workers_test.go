@@ -19,6 +19,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -276,7 +277,7 @@ func TestWorkerKilledRejoinsAtClusterVersion(t *testing.T) {
 		t.Errorf("the restarted worker answered none of 200 connections")
 	}
 
-	// The dead worker's row expires with its lease (the gate's, 5s TTL).
+	// The dead worker's row expires with its lease (the gate's).
 	for {
 		f, ok := s.status()
 		if ok && !slices.ContainsFunc(f.Workers, func(r row) bool { return r.PID == victim.PID }) {
@@ -286,8 +287,8 @@ func TestWorkerKilledRejoinsAtClusterVersion(t *testing.T) {
 			t.Logf("the dead worker's row expired %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 			break
 		}
-		if time.Since(killed) > 15*time.Second {
-			t.Fatalf("the dead worker's row is still there after 15s: %+v", f.Workers)
+		if time.Since(killed) > gate.DefaultTTL+10*time.Second {
+			t.Fatalf("the dead worker's row is still there after %v: %+v", gate.DefaultTTL+10*time.Second, f.Workers)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
