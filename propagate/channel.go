@@ -42,8 +42,9 @@ type Channel struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	joinLease atomic.Int64 // the lease of the row Join wrote; a Follower takes it over
-	ownRev    atomic.Int64 // the revision of this worker's last write of the record, which vet trusts
+	joinLease atomic.Int64             // the lease of the row Join wrote; a Follower takes it over
+	ownRev    atomic.Int64             // the revision of this worker's last write of the record, which vet trusts
+	writing   atomic.Pointer[ownWrite] // the record this worker's publish is writing, which vet trusts too
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -206,7 +207,7 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // error wrapping ErrUnknownPublisher; an etcd failure wraps
 // ErrUnreachable.
 //
-// A record this worker wrote itself (its own revision) needs no read: the
+// A record this worker wrote itself (see own) needs no read: the
 // transaction that wrote it required the row. Any other is read at its
 // revision from the member the client talks to, without a round of raft
 // (a serializable read): what a revision held never changes once it is
@@ -216,7 +217,7 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // read cost every follower a raft round per version, behind the rows
 // and history entries the other workers were writing at that moment.
 func (c *Channel) vet(ctx context.Context, u Update) error {
-	if u.PublishedBy == c.id && u.Revision != 0 && u.Revision == c.ownRev.Load() {
+	if c.own(u) {
 		return nil
 	}
 	ctx, cancel := c.reqCtx(ctx)
@@ -238,6 +239,31 @@ func (c *Channel) vet(ctx context.Context, u Update) error {
 	return nil
 }
 
+// ownWrite names a record a publish is writing: its version and its
+// published_at, the publisher's clock to the nanosecond. Nobody else can
+// know that stamp before the record is in etcd, and once it is, any later
+// write has a higher version; so a record at that version with that stamp
+// and this worker's name is the one this worker wrote.
+type ownWrite struct {
+	version uint64
+	at      time.Time
+}
+
+// own reports whether u is a record this worker wrote: at the revision
+// its last publish returned, or, while the publish still waits for its
+// answer (the watch often delivers the record first), the record it is
+// writing.
+func (c *Channel) own(u Update) bool {
+	if u.PublishedBy != c.id || u.Revision == 0 {
+		return false
+	}
+	if u.Revision == c.ownRev.Load() {
+		return true
+	}
+	w := c.writing.Load()
+	return w != nil && w.version == u.Version && w.at.Equal(u.PublishedAt)
+}
+
 // takeJoinLease returns the lease of the row Join wrote, once.
 func (c *Channel) takeJoinLease() clientv3.LeaseID {
 	return clientv3.LeaseID(c.joinLease.Swap(0))
@@ -249,10 +275,12 @@ func (c *Channel) takeJoinLease() clientv3.LeaseID {
 // returned as an error wrapping ErrUnreachable (the runtime reports it as
 // cluster_unavailable).
 func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (uint64, error) {
-	val, err := encodeRecord(held+1, c.Publisher(), c.now(), rec)
+	at := c.now().UTC()
+	val, err := encodeRecord(held+1, c.Publisher(), at, rec)
 	if err != nil {
 		return 0, err
 	}
+	c.writing.Store(&ownWrite{version: held + 1, at: at})
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()

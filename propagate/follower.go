@@ -1,12 +1,14 @@
 package propagate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +108,8 @@ func WithSharedLease(lease func() clientv3.LeaseID) Option {
 }
 
 // WithHistory folds each of this worker's applies of a version (not the
-// busy ones) into the version's entry of the fleet's history.
+// busy ones) into the version's entry of the fleet's history. The entry
+// is written in the same transaction as the row the apply changed.
 func WithHistory(h *History) Option { return func(o *options) { o.history = h } }
 
 // withoutWatch makes the follower rely on its resync reads alone (tests of
@@ -155,8 +158,9 @@ type Follower struct {
 	readErr    bool       // the last read of the channel failed
 	writeErr   bool       // the last heartbeat failed
 	lastErr    reconf.Reason
-	malformed  bool  // the channel's head is refused (malformed, unknown publisher, newer format, older)
-	refusedRev int64 // the revision last refused, so a resync does not vet it again
+	applies    []clientv3.Op // history entries of applies, written with the next row
+	malformed  bool          // the channel's head is refused (malformed, unknown publisher, newer format, older)
+	refusedRev int64         // the revision last refused, so a resync does not vet it again
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
@@ -217,10 +221,25 @@ func (f *Follower) Close(ctx context.Context) error {
 		return fmt.Errorf("propagate: close: %w", ctx.Err())
 	}
 	if !f.revoked {
+		f.flushApplies(ctx)
 		f.revoke(ctx)
 		f.revoked = true
 	}
 	return nil
+}
+
+// flushApplies writes the history entries of applies that no row write
+// carried yet (the follower stopped first), so that Close loses none.
+func (f *Follower) flushApplies(ctx context.Context) {
+	ops := f.takeApplies()
+	if len(ops) == 0 {
+		return
+	}
+	rctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	if _, err := f.ch.cli.Txn(rctx).Then(ops...).Commit(); err != nil {
+		f.o.logger.Warn("propagate: this worker's applies could not be written to the fleet's history", "error", err)
+	}
 }
 
 func (f *Follower) revoke(ctx context.Context) {
@@ -433,7 +452,9 @@ func (f *Follower) step() stepResult {
 	}
 	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
 	if h := f.o.history; h != nil && err == nil && res.Outcome != reconf.Busy {
-		h.Applied(u.Version, res)
+		if op, ok := h.applyOp(u.Version, res); ok {
+			f.addApply(op)
+		}
 	}
 	switch {
 	case f.ctx.Err() != nil:
@@ -538,6 +559,43 @@ func (f *Follower) readOK() {
 	}
 }
 
+// addApply queues the history entry of an apply for the next row write,
+// replacing an earlier one of the same version (a retry), and asks for
+// that write.
+func (f *Follower) addApply(op clientv3.Op) {
+	f.mu.Lock()
+	f.applies = slices.DeleteFunc(f.applies, func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) })
+	f.applies = append(f.applies, op)
+	f.mu.Unlock()
+	f.markDirty()
+}
+
+func (f *Follower) appliesPending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.applies) > 0
+}
+
+func (f *Follower) takeApplies() []clientv3.Op {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ops := f.applies
+	f.applies = nil
+	return ops
+}
+
+// returnApplies puts back entries a failed write did not carry, unless a
+// newer entry of the same version was queued meanwhile.
+func (f *Follower) returnApplies(ops []clientv3.Op) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, op := range slices.Backward(ops) {
+		if !slices.ContainsFunc(f.applies, func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) }) {
+			f.applies = append([]clientv3.Op{op}, f.applies...)
+		}
+	}
+}
+
 func (f *Follower) markDirty() {
 	select {
 	case f.dirty <- struct{}{}:
@@ -609,7 +667,7 @@ func (f *Follower) heartbeat(keepAlive bool) {
 		f.mu.Lock()
 		failedBefore := f.writeErr
 		f.mu.Unlock()
-		if !failedBefore && !f.rowGone.Load() && f.currentLease() == f.rowLease && sameRow(f.Row(), f.written) {
+		if !failedBefore && !f.rowGone.Load() && f.currentLease() == f.rowLease && sameRow(f.Row(), f.written) && !f.appliesPending() {
 			return nil
 		}
 		return f.putRow(f.ctx)
@@ -663,7 +721,13 @@ func (f *Follower) putRow(ctx context.Context) error {
 	f.rowGone.Store(false) // a resync that finds the row gone after this write sets it again
 	ctx, cancel := f.ch.reqCtx(ctx)
 	defer cancel()
-	if _, err := f.ch.cli.Put(ctx, f.ch.rowKey(), string(b), clientv3.WithLease(lease)); err != nil {
+	// The history entries of this worker's applies travel with the row
+	// the apply changed: one request and one raft entry per worker and
+	// version instead of two.
+	applies := f.takeApplies()
+	ops := append([]clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}, applies...)
+	if _, err := f.ch.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		f.returnApplies(applies)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
 			f.lease = 0
 		}

@@ -120,9 +120,10 @@ func (h *History) Observe(res reconf.Result) {
 	})
 }
 
-// Applied folds this worker's apply of version into the version's entry.
-// The Follower calls it after every apply that is not busy; a retried
-// apply replaces the worker's earlier one and counts its attempts.
+// Applied folds this worker's apply of version into the version's entry,
+// written from the queue. (A Follower with WithHistory writes its
+// applies with its row instead.) A retried apply replaces the worker's
+// earlier one and counts its attempts.
 func (h *History) Applied(version uint64, res reconf.Result) {
 	h.enqueue(func(ctx context.Context) {
 		op, ok := h.applyOp(version, res)

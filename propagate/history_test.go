@@ -90,6 +90,39 @@ func TestFleetHistory(t *testing.T) {
 	assertNoCanary(t, d.cli)
 }
 
+// TestApplyEntryTravelsWithTheRow: a follower writes its apply's history
+// entry in the same transaction as the row that shows the version (one
+// write per worker and version, not two).
+func TestApplyEntryTravelsWithTheRow(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	wo := workerOpts{history: []HistoryOption{}}
+	a := startWorker(t, srv.Endpoints(), prefix, "a", wo)
+	b := startWorker(t, srv.Endpoints(), prefix, "b", wo)
+	if res := a.reload(t, configYAML("gw", 7, "KEY1")); res.Outcome != reconf.Published || res.Generation != 2 {
+		t.Fatalf("reload: %s %s", res.Outcome, res.Message)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var row, apply int64
+	waitFor(t, 5*time.Second, "b's row and apply entry for version 2", func() bool {
+		r, _ := rowOf(fleetOf(t, b.ch), "b")
+		resp, err := b.cli.Get(ctx, b.h.appliesKey(2)+"b")
+		if err != nil || len(resp.Kvs) == 0 || r.AppliedVersion != 2 {
+			return false
+		}
+		rr, err := b.cli.Get(ctx, b.ch.rowKey())
+		if err != nil || len(rr.Kvs) == 0 {
+			return false
+		}
+		row, apply = rr.Kvs[0].ModRevision, resp.Kvs[0].ModRevision
+		return true
+	})
+	if row != apply {
+		t.Fatalf("b's row was written at revision %d and its apply entry at %d, want one transaction", row, apply)
+	}
+}
+
 // TestFleetHistoryFailedApply: a worker that cannot apply a version shows
 // its failure, with its attempts, in the version's entry.
 func TestFleetHistoryFailedApply(t *testing.T) {

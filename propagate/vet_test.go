@@ -125,3 +125,30 @@ func TestVetAsksTheLeaderWhenTheMemberLags(t *testing.T) {
 		t.Fatalf("b moved to %d (limit %d)", b.version(), b.limit())
 	}
 }
+
+// TestOwnRecord: a record counts as this worker's own when it is at the
+// revision its last publish returned, or is the very record its publish
+// is writing (version and nanosecond stamp); anything else is vetted.
+func TestOwnRecord(t *testing.T) {
+	ch := channelOn(t, startServer(t).Endpoints())
+	at := time.Date(2026, 12, 2, 14, 0, 0, 123456789, time.UTC)
+	ch.ownRev.Store(40)
+	ch.writing.Store(&ownWrite{version: 7, at: at})
+	me := ch.ID()
+	for _, c := range []struct {
+		name string
+		u    Update
+		want bool
+	}{
+		{"the revision of its last publish", Update{Version: 6, Revision: 40, PublishedBy: me}, true},
+		{"the record being written", Update{Version: 7, Revision: 41, PublishedBy: me, PublishedAt: at}, true},
+		{"another stamp", Update{Version: 7, Revision: 41, PublishedBy: me, PublishedAt: at.Add(time.Nanosecond)}, false},
+		{"another version", Update{Version: 8, Revision: 42, PublishedBy: me, PublishedAt: at}, false},
+		{"another publisher", Update{Version: 7, Revision: 41, PublishedBy: "other", PublishedAt: at}, false},
+		{"another publisher at its revision", Update{Version: 6, Revision: 40, PublishedBy: "other"}, false},
+	} {
+		if got := ch.own(c.u); got != c.want {
+			t.Errorf("%s: own = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
