@@ -93,8 +93,8 @@ func TestRobustnessFleet(t *testing.T) {
 	f.checkConverged("end", "the end")
 	rec.stop()
 	rec.report()
-	t.Logf("file steps %v; refusals by reason %v; answers %v; reloads lost with a killed worker %d; stalling clients %d",
-		f.kinds, f.reasons, f.answers, f.lost, f.clients.Load())
+	t.Logf("file steps %v; refusals by reason %v; answers %v; reloads lost with a killed or stopped worker %d; published though answered cluster_unavailable %d; stalling clients %d",
+		f.kinds, f.reasons, f.answers, f.lost, f.unconfirmed, f.clients.Load())
 	t.Logf("faults %v; slowest convergence after a fault by kind %v (bound %v)", f.faults.kinds, f.worst, convergeBound)
 	f.checkBaseline(base)
 
@@ -117,7 +117,11 @@ type fleetRun struct {
 	etcd    *etcdproc.Process
 	faults  *faultLog
 	answers map[string]int // reload answers by outcome
-	lost    int            // reloads whose worker was killed before it answered
+	lost    int            // reloads whose worker was killed or stopped before it answered
+	// unconfirmed counts valid files published by an attempt that
+	// answered cluster_unavailable (etcd wrote the version, its answer
+	// did not come back in time).
+	unconfirmed int
 
 	worstMu sync.Mutex
 	worst   map[string]time.Duration // slowest convergence after a fault, by kind
@@ -162,14 +166,18 @@ func (f *fleetRun) step() {
 			t.Fatalf("a valid file was refused: %s (%s)", a.Outcome, a.Reason)
 		}
 	}
+	unconfirmed := validFile && ok && a.Reason == reconf.ReasonClusterUnavailable
 	if validFile && f.rec.latestTokens() == k {
+		if unconfirmed {
+			f.unconfirmed++
+		}
 		f.current = k
 		return
 	}
 	if !validFile {
 		k = f.valid()
 	}
-	f.publish(k)
+	f.publish(k, unconfirmed)
 }
 
 // validFaultAnswer reports whether a valid file's refusal is one a fault
@@ -184,10 +192,18 @@ func validFaultAnswer(a attempt) bool {
 }
 
 // publish reloads through the API until the valid file with k tokens is
-// the cluster's newest version.
-func (f *fleetRun) publish(k int) {
+// the cluster's newest version. unconfirmed says that the last attempt on
+// the file answered cluster_unavailable: if the file turns out published
+// with no attempt answering so, that attempt's write landed though etcd
+// never confirmed it, which is counted.
+func (f *fleetRun) publish(k int, unconfirmed bool) {
 	t := f.t
 	deadline := time.Now().Add(60 * time.Second)
+	defer func() {
+		if unconfirmed {
+			f.unconfirmed++
+		}
+	}()
 	for f.rec.latestTokens() != k {
 		if time.Now().After(deadline) {
 			t.Fatalf("a valid file (%d tokens) was not published within 60 s; the channel is at version %d", k, f.rec.version())
@@ -197,6 +213,7 @@ func (f *fleetRun) publish(k int) {
 			continue
 		}
 		f.answers[a.Outcome.String()]++
+		unconfirmed = a.Reason == reconf.ReasonClusterUnavailable
 		switch {
 		case a.Outcome == reconf.Published:
 			f.rec.waitTokens(a.Generation, k)
@@ -213,7 +230,9 @@ func (f *fleetRun) publish(k int) {
 }
 
 // viaAPI posts a reload on a new connection, which any worker may accept.
-// ok is false when that worker was killed before it answered.
+// ok is false when the connection failed while a worker was killed or
+// stopped (a worker continued after its server's read deadline passed
+// closes the connection it had accepted).
 func (f *fleetRun) viaAPI() (attempt, bool) {
 	t := f.t
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 60 * time.Second}
@@ -221,11 +240,11 @@ func (f *fleetRun) viaAPI() (attempt, bool) {
 	started := time.Now()
 	resp, err := c.Post("http://"+f.s.mgmt+"/admin/config/reload", "application/json", nil)
 	if err != nil {
-		if f.faults.killedSince(started) {
+		if f.faults.explains("", started, time.Now()) {
 			f.lost++
 			return attempt{}, false
 		}
-		t.Fatalf("reload: %v (no worker was killed meanwhile)", err)
+		t.Fatalf("reload: %v (no worker was killed or stopped meanwhile)", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -234,7 +253,7 @@ func (f *fleetRun) viaAPI() (attempt, bool) {
 		err = json.Unmarshal(b, &a)
 	}
 	if err != nil {
-		if f.faults.killedSince(started) {
+		if f.faults.explains("", started, time.Now()) {
 			f.lost++
 			return attempt{}, false
 		}
@@ -408,8 +427,8 @@ func (l *faultLog) killedSince(t time.Time) bool {
 
 // explains reports whether a request that failed at failed, on a
 // connection opened at opened to worker slot (empty when no answer came on
-// it yet), is explained by a worker killed or stopped while the
-// connection was open.
+// it yet: any worker), is explained by a worker killed or stopped while
+// the connection was open.
 func (l *faultLog) explains(slot string, opened, failed time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -417,7 +436,7 @@ func (l *faultLog) explains(slot string, opened, failed time.Time) bool {
 		if f.slot == "" || f.at.After(failed) || !f.until.IsZero() && f.until.Before(opened) {
 			continue
 		}
-		if f.slot == slot || slot == "" && f.kind == "kill-9" {
+		if f.slot == slot || slot == "" {
 			return true
 		}
 	}
