@@ -593,7 +593,7 @@ func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand 
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	default:
-		return 0, &Error{Reason: ReasonClusterUnavailable, Message: "the cluster channel could not be written; the previous generation stays active", Err: err}
+		return 0, &Error{Reason: ReasonClusterUnavailable, Message: "the cluster channel could not be written, or did not confirm the write; the previous generation stays active here (if the write landed after all, this worker applies it like every other: status shows the cluster version, and a retry answers no-op)", Err: err}
 	}
 }
 

@@ -290,6 +290,9 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
+		if !recordTooLarge(err) && c.landed(ctx, held+1, val) {
+			return held + 1, nil
+		}
 		return 0, writeFailed("publish", err, len(val))
 	}
 	if !resp.Succeeded {
@@ -304,6 +307,23 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	}
 	c.ownRev.Store(resp.Header.Revision)
 	return held + 1, nil
+}
+
+// landed reports whether a publish whose answer did not come back was
+// written all the same: the key holds version v with exactly val (which
+// names this worker and the publish's own time, so no other write can
+// match it). etcd commits a transaction whose reply is then lost when the
+// publishing worker is stopped after sending it, or etcd is stopped
+// between commit and reply; without this read the worker answered
+// cluster_unavailable for a version every worker then applied. One read:
+// if it fails too, or the key has moved past v, the outcome stays unknown
+// and the publish is reported unavailable (the runtime's message says the
+// write may have landed).
+func (c *Channel) landed(ctx context.Context, v uint64, val string) bool {
+	gctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(gctx, c.Key())
+	return err == nil && len(resp.Kvs) == 1 && uint64(resp.Kvs[0].Version) == v && string(resp.Kvs[0].Value) == val
 }
 
 // publishOverRefused writes rec over a newer version that no worker may
