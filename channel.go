@@ -24,6 +24,18 @@ type Channel interface {
 	Publish(ctx context.Context, held uint64, rec Record) (version uint64, err error)
 }
 
+// ChannelVersion is implemented by a Channel that can read its current
+// version cheaply (package propagate's does). A worker that finds its file
+// unchanged asks it before answering no-op: a worker behind the cluster
+// (stopped, cut off, or still applying) compared the file with an older
+// version than the fleet runs, and "unchanged" would tell the operator
+// that the file is in force when it is not.
+type ChannelVersion interface {
+	// Version returns the cluster's current version (0 for an empty
+	// channel), or an error when the channel cannot be read.
+	Version(ctx context.Context) (uint64, error)
+}
+
 // Record is what travels between workers: a whole snapshot of the live
 // fields, never a delta, so a worker that skipped versions just applies
 // the newest. Secrets travel only as references (${env:NAME},

@@ -482,6 +482,9 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	// Applying a cluster version always moves to its number, even when its
 	// content equals ours, so every worker names it the same way.
 	if live == 0 && version == 0 {
+		if err := r.confirmCurrent(ctx, prev.id, res.DryRun); err != nil {
+			return r.failed(ctx, *res, err)
+		}
 		res.Outcome, res.Reason, res.Message = NoOp, ReasonUnchanged, "the effective configuration is unchanged"
 		return *res
 	}
@@ -547,6 +550,30 @@ func commitSafely(l *slog.Logger, name string, p Prepared) {
 		}
 	}()
 	p.Commit()
+}
+
+// confirmCurrent checks, in a cluster whose channel tells its version
+// (ChannelVersion), that held is the cluster's version before a file
+// equal to it is answered no-op: a worker behind the cluster judged the
+// file against an older version, and is answered busy (superseded) until
+// it has caught up. A channel that cannot be read is cluster_unavailable.
+// A dry run (check-config) is judged against this worker's generation.
+func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) error {
+	cv, ok := r.o.channel.(ChannelVersion)
+	if !ok || dry {
+		return nil
+	}
+	v, err := cv.Version(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return &Error{Reason: ReasonClusterUnavailable, Message: "the file matches this worker's generation, but the cluster channel could not be read to confirm that it is the fleet's; retry", Err: err}
+	case v > held:
+		return &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+			"the file matches version %d, which this worker holds, but the cluster is at version %d: this worker is catching up, and the file is not in force; retry once it has (status shows it)", held, v)}
+	}
+	return nil
 }
 
 // record returns what a cluster publishes for cand.

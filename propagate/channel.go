@@ -48,6 +48,7 @@ type Channel struct {
 }
 
 var _ reconf.Channel = (*Channel)(nil)
+var _ reconf.ChannelVersion = (*Channel)(nil)
 
 // ChannelOption configures a Channel.
 type ChannelOption func(*Channel)
@@ -362,6 +363,22 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	}
 	c.ownRev.Store(tx.Header.Revision)
 	return cur + 1, true
+}
+
+// Version implements reconf.ChannelVersion: the key's current version (0
+// for an empty channel), read keys-only. An etcd failure wraps
+// ErrUnreachable.
+func (c *Channel) Version(ctx context.Context) (uint64, error) {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.Key(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, unreachable("read the version", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return uint64(resp.Kvs[0].Version), nil
 }
 
 // Latest reads the current version. An empty channel is Update{} (version
