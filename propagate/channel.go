@@ -291,7 +291,8 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly())).
 		Commit()
 	if err != nil {
-		if !recordTooLarge(err) && c.landed(ctx, held+1, val) {
+		if rev, ok := c.landed(ctx, held+1, val); ok && !recordTooLarge(err) {
+			c.ownRev.Store(rev)
 			return held + 1, nil
 		}
 		return 0, writeFailed("publish", err, len(val))
@@ -311,7 +312,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 }
 
 // landed reports whether a publish whose answer did not come back was
-// written all the same: the key holds version v with exactly val (which
+// written all the same, and at which revision: the key holds version v with exactly val (which
 // names this worker and the publish's own time, so no other write can
 // match it). etcd commits a transaction whose reply is then lost when the
 // publishing worker is stopped after sending it, or etcd is stopped
@@ -320,11 +321,14 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 // if it fails too, or the key has moved past v, the outcome stays unknown
 // and the publish is reported unavailable (the runtime's message says the
 // write may have landed).
-func (c *Channel) landed(ctx context.Context, v uint64, val string) bool {
+func (c *Channel) landed(ctx context.Context, v uint64, val string) (rev int64, ok bool) {
 	gctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	resp, err := c.cli.Get(gctx, c.Key())
-	return err == nil && len(resp.Kvs) == 1 && uint64(resp.Kvs[0].Version) == v && string(resp.Kvs[0].Value) == val
+	if err != nil || len(resp.Kvs) != 1 || uint64(resp.Kvs[0].Version) != v || string(resp.Kvs[0].Value) != val {
+		return 0, false
+	}
+	return resp.Kvs[0].ModRevision, true
 }
 
 // publishOverRefused writes rec over a newer version that no worker may
