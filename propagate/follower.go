@@ -561,11 +561,15 @@ func (f *Follower) readOK() {
 
 // addApply queues the history entry of an apply for the next row write,
 // replacing an earlier one of the same version (a retry), and asks for
-// that write.
+// that write. Like the history's own queue it is bounded (historyQueue):
+// while rows cannot be written the oldest entries are dropped.
 func (f *Follower) addApply(op clientv3.Op) {
 	f.mu.Lock()
 	f.applies = slices.DeleteFunc(f.applies, func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) })
 	f.applies = append(f.applies, op)
+	if n := len(f.applies) - historyQueue; n > 0 {
+		f.applies = slices.Delete(f.applies, 0, n)
+	}
 	f.mu.Unlock()
 	f.markDirty()
 }
