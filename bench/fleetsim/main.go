@@ -65,19 +65,20 @@ import (
 
 // config is one run's parameters.
 type config struct {
-	followers  int
-	mode       string
-	clients    int // runtime mode: etcd clients shared by the fleet (0: one each)
-	size       int
-	gate       bool          // keep the example's concurrency limits
-	gateTTL    time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
-	reloads    int
-	warmup     int
-	interval   time.Duration
-	idle       time.Duration
-	settle     time.Duration // after start-up, before the idle window
-	timeout    time.Duration // per reload
-	cpuProfile string        // this process's CPU profile of the first idle window
+	followers     int
+	mode          string
+	clients       int // runtime mode: etcd clients shared by the fleet (0: one each)
+	size          int
+	gate          bool          // keep the example's concurrency limits
+	gateTTL       time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
+	reloads       int
+	warmup        int
+	interval      time.Duration
+	idle          time.Duration
+	settle        time.Duration // after start-up, before the idle window
+	timeout       time.Duration // per reload
+	cpuProfile    string        // this process's CPU profile of the first idle window
+	reloadProfile string        // this process's CPU profile of the measured reloads
 }
 
 // result is one run's JSON line.
@@ -136,6 +137,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", time.Second, "pause after start-up, before the idle window")
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof)")
+	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file")
 	flag.Parse()
 	if c.mode != modeGateway && c.mode != modeRuntime {
 		fail(fmt.Errorf("-mode %q: want gateway or runtime", c.mode))
@@ -309,6 +311,10 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if err != nil {
 		return res, err
 	}
+	stopProfile, err := startProfile(c.reloadProfile)
+	if err != nil {
+		return res, err
+	}
 	conv := make([]time.Duration, 0, c.reloads)
 	answers := make([]time.Duration, 0, c.reloads)
 	for i := range c.reloads {
@@ -323,6 +329,9 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	}
 	after, err := m.sample(ctx)
 	if err != nil {
+		return res, err
+	}
+	if err := stopProfile(); err != nil {
 		return res, err
 	}
 	// A second idle window after the reloads: the background rate taken
