@@ -81,7 +81,11 @@ func TestRobustnessFleet(t *testing.T) {
 	base := f.baseline()
 	l := startFleetLoad(t, s.url, f.faults, 3, 1, 1)
 	stopClients := stallingClients(strings.TrimPrefix(s.url, "http://"), rng.Uint64(), &f.clients)
-	faultsDone := f.injectFaults(rng.Uint64())
+	// Deferred too: a step that fails the test with Fatal must still stop
+	// the injector, whose convergence checks would otherwise report into
+	// a finished test (a panic of the whole package).
+	faultsDone := sync.OnceFunc(f.injectFaults(rng.Uint64()))
+	defer faultsDone()
 
 	deadline := time.Now().Add(*robustFor)
 	for time.Now().Before(deadline) && !t.Failed() {
