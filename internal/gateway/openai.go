@@ -238,13 +238,27 @@ func errorBody(resp *fasthttp.Response) []byte {
 	return bytes.Clone(data)
 }
 
-// passedHeaders are the upstream headers a successful answer keeps.
-var passedHeaders = []string{fasthttp.HeaderContentType, fasthttp.HeaderCacheControl, "X-Request-Id", "Openai-Processing-Ms", "Openai-Model"}
+// passedHeaders are the upstream headers a successful answer keeps, in
+// fasthttp's canonical form (the form its parser stores them in).
+var passedHeaders = [][]byte{
+	[]byte(fasthttp.HeaderContentType), []byte(fasthttp.HeaderCacheControl),
+	[]byte("X-Request-Id"), []byte("Openai-Processing-Ms"), []byte("Openai-Model"),
+}
 
+// passHeaders copies passedHeaders from the upstream's answer, the first
+// value of each, in one walk over the answer's headers: a lookup by name
+// per header normalised the name and walked them all five times.
 func passHeaders(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
-	for _, h := range passedHeaders {
-		copyHeader(ctx, resp, h)
-	}
+	var seen uint8 // bit i: passedHeaders[i] copied
+	resp.Header.VisitAll(func(k, v []byte) {
+		for i, h := range passedHeaders {
+			if seen&(1<<i) == 0 && len(v) > 0 && bytes.Equal(k, h) {
+				seen |= 1 << i
+				ctx.Response.Header.SetCanonical(h, v)
+				return
+			}
+		}
+	})
 }
 
 func copyHeader(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, h string) {

@@ -35,6 +35,7 @@ type fakeOpenAI struct {
 	delay      time.Duration
 	badRequest bool
 	release    chan struct{} // when set, a stream waits on it after its first chunk
+	header     http.Header   // added to a whole answer
 }
 
 type recorded struct {
@@ -100,6 +101,11 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 	var stream bool
 	_ = json.Unmarshal(body["stream"], &stream)
 	if !stream {
+		for k, vs := range f.header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"up-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hello from upstream"},"finish_reason":"stop"}]}`, model)
 		return
@@ -432,4 +438,37 @@ func TestUpstreamClientLifecycle(t *testing.T) {
 		t.Errorf("the pinned stream did not finish: %q", ev)
 	}
 	waitFor(t, "the old client to close when its last request ended", func() bool { return closed.Load() == 1 })
+}
+
+// A whole answer keeps the upstream's Content-Type, Cache-Control,
+// X-Request-Id, Openai-Processing-Ms and Openai-Model (the first value of
+// each) and nothing else of the upstream's headers.
+func TestUpstreamHeadersPassed(t *testing.T) {
+	up := newFakeOpenAI(t, goodKey)
+	up.header = http.Header{
+		"X-Request-Id":         {"req-1", "req-2"},
+		"Openai-Model":         {"gpt-4o-mini-2024"},
+		"Openai-Processing-Ms": {"12"},
+		"Cache-Control":        {"no-store"},
+		"X-Upstream-Internal":  {"not for clients"},
+		"Set-Cookie":           {"upstream=1"},
+	}
+	tg := startGateway(t, upstreamConfig(up.host(), ""), WithEnv(envWith(goodKey)))
+	r := tg.chat("gpt-4o-mini")
+	if r.status != 200 {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	for k, want := range map[string]string{
+		"Content-Type": "application/json", "Cache-Control": "no-store", "X-Request-Id": "req-1",
+		"Openai-Processing-Ms": "12", "Openai-Model": "gpt-4o-mini-2024",
+	} {
+		if got := r.header.Values(k); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: got %q, want [%q]", k, got, want)
+		}
+	}
+	for _, k := range []string{"X-Upstream-Internal", "Set-Cookie"} {
+		if got := r.header.Values(k); len(got) != 0 {
+			t.Errorf("%s passed through: %q", k, got)
+		}
+	}
 }
