@@ -155,6 +155,7 @@ type Follower struct {
 
 	mu         sync.Mutex // guards the fields below; never held while calling out
 	latest     Update     // newest version seen on the channel and vetted
+	latestSeen arrival    // when latest arrived
 	readErr    bool       // the last read of the channel failed
 	writeErr   bool       // the last heartbeat failed
 	lastErr    reconf.Reason
@@ -292,7 +293,7 @@ func (f *Follower) run() {
 			f.rowGone.Store(true)
 			f.markDirty()
 		}
-		if f.consider(u) {
+		if f.consider(u, time.Now()) {
 			waiting, backoff = false, f.o.minBackoff
 		}
 		if wch == nil && !f.o.noWatch {
@@ -307,6 +308,7 @@ func (f *Follower) run() {
 			wch, wcancel = nil, func() {}
 			return
 		}
+		at := time.Now()
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.PUT {
 				continue
@@ -316,7 +318,7 @@ func (f *Follower) run() {
 				f.badRecord(err)
 				continue
 			}
-			if f.consider(u) {
+			if f.consider(u, at) {
 				waiting, backoff = false, f.o.minBackoff
 			}
 		}
@@ -372,7 +374,7 @@ func (f *Follower) run() {
 // written again), and one whose publisher had no presence row are refused
 // and reported. An older version at an older revision is a late delivery
 // (a slow watcher's replay, a read answered late) and is ignored.
-func (f *Follower) consider(u Update) bool {
+func (f *Follower) consider(u Update, at time.Time) bool {
 	f.mu.Lock()
 	latest, latestRev, refused := f.latest.Version, f.latest.Revision, f.refusedRev == u.Revision
 	f.mu.Unlock()
@@ -387,7 +389,10 @@ func (f *Follower) consider(u Update) bool {
 		f.refuse(u.Revision)
 		return false
 	}
-	if err := f.ch.vet(f.ctx, u); err != nil {
+	v0 := time.Now()
+	err := f.ch.vet(f.ctx, u)
+	seen := arrival{at: at, vet: time.Since(v0)}
+	if err != nil {
 		if errors.Is(err, ErrUnreachable) {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)
@@ -398,7 +403,16 @@ func (f *Follower) consider(u Update) bool {
 		f.refuse(u.Revision)
 		return false
 	}
-	return f.offer(u)
+	return f.offer(u, seen)
+}
+
+// arrival is when the follower received a version (the watch event or
+// the resync read) and how long vetting it took, for the apply's log
+// line: with the record's published_at they say where a version's time
+// went between the publisher and this worker.
+type arrival struct {
+	at  time.Time
+	vet time.Duration
 }
 
 // errOlder marks a channel whose key went back to an older version.
@@ -412,13 +426,13 @@ func (f *Follower) refuse(rev int64) {
 
 // offer records u if it is newer than any version seen; it reports whether
 // it was.
-func (f *Follower) offer(u Update) bool {
+func (f *Follower) offer(u Update, seen arrival) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if u.Version <= f.latest.Version {
 		return false
 	}
-	f.latest = u
+	f.latest, f.latestSeen = u, seen
 	if f.malformed {
 		f.malformed, f.lastErr = false, ""
 	}
@@ -443,7 +457,7 @@ const busyRetry = 2 * time.Millisecond
 // runtime holds, and says when to try again.
 func (f *Follower) step() stepResult {
 	f.mu.Lock()
-	u := f.latest
+	u, seen := f.latest, f.latestSeen
 	f.mu.Unlock()
 	held := f.rt.Status().ActiveGeneration
 	if u.Version <= held {
@@ -470,7 +484,11 @@ func (f *Follower) step() stepResult {
 			p := u.Provenance
 			f.o.logger.Info("propagate: applied a cluster version", "version", u.Version, "publisher", p.Publisher.ID,
 				"publisher_host", p.Publisher.Host, "publisher_pid", p.Publisher.PID, "publisher_worker", p.Publisher.Worker,
-				"publisher_fleet", p.Publisher.Fleet, "published_trigger", string(p.Trigger), "published_actor", p.Actor)
+				"publisher_fleet", p.Publisher.Fleet, "published_trigger", string(p.Trigger), "published_actor", p.Actor,
+				// Where the time went: received after the publisher's
+				// published_at (the two hosts' clocks), vetting, the apply.
+				"received_ms", reconf.Milliseconds(seen.at.Sub(u.PublishedAt)), "vet_ms", reconf.Milliseconds(seen.vet),
+				"apply_ms", reconf.Milliseconds(res.Duration))
 		}
 		f.settle(res.Generation)
 		return settled

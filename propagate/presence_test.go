@@ -140,7 +140,7 @@ func TestStaleDeliveryIsNotADeletion(t *testing.T) {
 		defer w.f.mu.Unlock()
 		return w.f.latest.Version == 2
 	})
-	if w.f.consider(old) {
+	if w.f.consider(old, time.Now()) {
 		t.Fatal("an older version was offered")
 	}
 	if r := w.f.Row(); r.State != StateOK || r.LastError != "" {

@@ -58,6 +58,14 @@ func TestRecordNamesItsPublisher(t *testing.T) {
 	waitFor(t, 3*time.Second, "b logs the publisher", func() bool {
 		return strings.Contains(testLogs.String(), `"msg":"propagate: applied a cluster version","worker_id":"b","version":2,"publisher":"a"`)
 	})
+	// and where the version's time went, for an operator and the
+	// propagation harness.
+	for _, l := range strings.Split(testLogs.String(), "\n") {
+		if strings.Contains(l, `"msg":"propagate: applied a cluster version","worker_id":"b","version":2,`) &&
+			!(strings.Contains(l, `"received_ms":`) && strings.Contains(l, `"vet_ms":`) && strings.Contains(l, `"apply_ms":`)) {
+			t.Errorf("b's apply line has no stage times: %s", l)
+		}
+	}
 }
 
 // foreignRecord is a well-formed record as a writer other than a worker
