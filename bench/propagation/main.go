@@ -181,6 +181,7 @@ type host struct {
 	mgmt     string
 	channel  []string
 	logs     *tail
+	applies  *applyLog
 	exited   chan struct{}
 	workers  int
 	variants [2][]byte
@@ -214,7 +215,7 @@ func (t *tail) String() string {
 }
 
 func startHost(bin, dir, name string, workers int, extra ...string) (*host, error) {
-	h := &host{config: filepath.Join(dir, name+".yaml"), logs: &tail{}, exited: make(chan struct{}), workers: workers}
+	h := &host{config: filepath.Join(dir, name+".yaml"), logs: &tail{}, applies: &applyLog{}, exited: make(chan struct{}), workers: workers}
 	h.variants = [2][]byte{[]byte(fmt.Sprintf(configTmpl, 4)), []byte(fmt.Sprintf(configTmpl, 5))}
 	if err := writeAtomic(h.config, h.variants[0]); err != nil {
 		return nil, err
@@ -233,6 +234,7 @@ func startHost(bin, dir, name string, workers int, extra ...string) (*host, erro
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			h.logs.add(sc.Text())
+			h.applies.add(sc.Text())
 			select {
 			case lines <- sc.Text():
 			default:
@@ -455,6 +457,9 @@ type result struct {
 	// cpuPerApply is the worker processes' CPU over the measured reloads,
 	// per reload and worker.
 	cpuPerApply time.Duration
+	// stages breaks the measured reloads down, from the workers' log
+	// lines.
+	stages *stages
 }
 
 func (r *result) print(setup string, workers int) {
@@ -468,6 +473,7 @@ func (r *result) print(setup string, workers int) {
 	line("trigger -> every row seen by a watcher", r.observed)
 	line("trigger -> publisher's own row seen", r.pubRow)
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
+	r.stages.print()
 	fmt.Println()
 }
 
@@ -487,11 +493,12 @@ func msStr(d time.Duration) string {
 }
 
 // measure triggers reloads on h and waits for every row each time.
-func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration) (*result, error) {
+func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, logs ...*applyLog) (*result, error) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	res := &result{}
 	var cpu0 time.Duration
+	var stamps []reloadStamps
 	for i := range warmup + reloads {
 		if i == warmup {
 			cpu0 = cpuOf(fl.pids)
@@ -535,12 +542,15 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration) (*
 			res.applied = append(res.applied, applied.Sub(t0))
 			res.fromPublish = append(res.fromPublish, others.Sub(publishedAt))
 			res.observed = append(res.observed, observed.Sub(t0))
+			stamps = append(stamps, reloadStamps{version: body.Generation, t0: t0, t1: t1, publisher: publisher, publishedAt: publishedAt, rows: rows})
 		}
 		time.Sleep(interval)
 	}
 	if n := len(fl.pids) * reloads; n > 0 {
 		res.cpuPerApply = (cpuOf(fl.pids) - cpu0) / time.Duration(n)
 	}
+	time.Sleep(200 * time.Millisecond) // the last log lines are still in the pipes
+	res.stages = stagesOf(stamps, logs...)
 	return res, nil
 }
 
@@ -567,7 +577,7 @@ func embeddedRun(bin, dir string, n, reloads, warmup int, interval time.Duration
 		return nil, err
 	}
 	defer fl.close()
-	return measure(h, fl, reloads, warmup, interval)
+	return measure(h, fl, reloads, warmup, interval, h.applies)
 }
 
 func clusterRun(bin, dir string, reloads, warmup int, interval time.Duration) (*result, error) {
@@ -595,5 +605,5 @@ func clusterRun(bin, dir string, reloads, warmup int, interval time.Duration) (*
 		return nil, err
 	}
 	defer fl.close()
-	return measure(a, fl, reloads, warmup, interval)
+	return measure(a, fl, reloads, warmup, interval, a.applies, b.applies)
 }

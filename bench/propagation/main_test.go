@@ -28,4 +28,9 @@ func TestPropagationSmoke(t *testing.T) {
 			t.Errorf("sample %d: applied %v, answered %v", i, d, res.answer[i])
 		}
 	}
+	// The other worker's log line of each apply was read: the stages
+	// have one sample per reload.
+	if st := res.stages; st == nil || st.missing != 0 || len(st.received) != 5 || len(st.vet) != 5 || len(st.toCAS) != 5 {
+		t.Fatalf("stages %+v, want 5 samples of each and none missing", st)
+	}
 }
