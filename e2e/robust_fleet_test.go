@@ -269,16 +269,22 @@ func (f *fleetRun) viaAPI() (attempt, bool) {
 	return a, true
 }
 
+// reForwarded matches the supervisor's line for a forwarded SIGHUP.
+var reForwarded = regexp.MustCompile(`msg="SIGHUP forwarded" worker=(\d+)`)
+
 // reAttempt matches a worker's log line for an attempt SIGHUP started.
 var reAttempt = regexp.MustCompile(`msg="config attempt"[^\n]*? outcome=(\S+) reason=(\S+) trigger=sighup [^\n]*? generation=(\d+)`)
 
 // viaSIGHUP signals the supervisor, which forwards the signal to one
 // worker, and returns that worker's attempt as it logged it. ok is false
-// when no attempt was logged and a worker was killed meanwhile (the one
-// that had the signal, before it read the file).
+// when no attempt was logged and the worker it went to was killed (up to
+// 2 s before the signal: the supervisor forwards to a worker it has not
+// yet seen die) or any worker was killed meanwhile.
 func (f *fleetRun) viaSIGHUP() (attempt, bool) {
 	t := f.t
-	before := len(reAttempt.FindAllStringSubmatchIndex(f.s.logs.String(), -1))
+	logs := f.s.logs.String()
+	before := len(reAttempt.FindAllStringSubmatchIndex(logs, -1))
+	forwardedBefore := len(reForwarded.FindAllStringSubmatchIndex(logs, -1))
 	started := time.Now()
 	f.s.signal(syscall.SIGHUP)
 	for {
@@ -293,11 +299,17 @@ func (f *fleetRun) viaSIGHUP() (attempt, bool) {
 			return a, true
 		}
 		if time.Since(started) > 20*time.Second {
-			if f.faults.killedSince(started) {
+			slot := ""
+			if all := reForwarded.FindAllStringSubmatch(f.s.logs.String(), -1); len(all) > forwardedBefore {
+				slot = all[forwardedBefore][1]
+			}
+			// The supervisor forwards to a worker it has not yet seen die:
+			// a kill up to 2 s before the signal counts.
+			if f.faults.killedSince(started) || slot != "" && f.faults.killedIn(slot, started.Add(-2*time.Second)) {
 				f.lost++
 				return attempt{}, false
 			}
-			t.Fatalf("no attempt logged within 20 s of a SIGHUP (no worker was killed meanwhile)")
+			t.Fatalf("no attempt logged within 20 s of a SIGHUP forwarded to worker %q (not killed)", slot)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -428,6 +440,18 @@ func (l *faultLog) killedSince(t time.Time) bool {
 	defer l.mu.Unlock()
 	for _, f := range l.list {
 		if f.kind == "kill-9" && !f.at.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// killedIn reports whether worker slot was killed after t.
+func (l *faultLog) killedIn(slot string, t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.list {
+		if f.kind == "kill-9" && f.slot == slot && !f.at.Before(t) {
 			return true
 		}
 	}
