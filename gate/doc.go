@@ -95,6 +95,7 @@
 // Every exported method is safe for concurrent use. Lock order:
 // Gate.mu, then a backend's mu, then Limiter.mu. A Limiter calls its
 // controller (the backend) without holding Limiter.mu. Each Gate owns a
-// keep-alive goroutine, a watchdog (applies phase changes to capacities
-// on time) and one goroutine per backend; Close stops them all.
+// keep-alive goroutine and the receiver of its renewal stream, a watchdog
+// (applies phase changes to capacities on time) and one goroutine per
+// backend; Close stops them all.
 package gate

@@ -27,8 +27,9 @@ import (
 // only when a worker needs more than its claim or gives some back. See the
 // package documentation for the protocol and its guarantees.
 //
-// A Gate owns a lease (its presence) and goroutines: one keep-alive, one
-// watchdog and one per backend. Close stops them and releases the claims.
+// A Gate owns a lease (its presence), one long-lived renewal stream and
+// goroutines: a keep-alive and its stream's receiver, a watchdog and one
+// per backend. Close stops them and releases the claims.
 // Its methods are safe for concurrent use.
 type Gate struct {
 	cli    *clientv3.Client
