@@ -82,10 +82,13 @@ func TestRobustnessFleet(t *testing.T) {
 
 	base := f.baseline()
 	l := startFleetLoad(t, s.url, f.faults, 3, 1, 1)
-	stopClients := stallingClients(strings.TrimPrefix(s.url, "http://"), rng.Uint64(), &f.clients)
+	defer l.halt()
+	stopClients := sync.OnceFunc(stallingClients(strings.TrimPrefix(s.url, "http://"), rng.Uint64(), &f.clients))
+	defer stopClients()
 	// Deferred too: a step that fails the test with Fatal must still stop
 	// the injector, whose convergence checks would otherwise report into
-	// a finished test (a panic of the whole package).
+	// a finished test (a panic of the whole package), and the clients,
+	// which would outlive the test (goleak fails the package).
 	faultsDone := sync.OnceFunc(f.injectFaults(rng.Uint64()))
 	defer faultsDone()
 
@@ -906,6 +909,15 @@ type fleetLoad struct {
 	*load
 	faults    *faultLog
 	explained atomic.Int64
+	halted    sync.Once
+}
+
+// halt stops the clients and waits for them; it may be called again.
+func (fl *fleetLoad) halt() {
+	fl.halted.Do(func() {
+		close(fl.stop)
+		fl.wg.Wait()
+	})
 }
 
 // trackedConn is a client connection and the worker that answers on it.
@@ -1002,8 +1014,7 @@ func (s slotRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 func (fl *fleetLoad) finish() {
 	t := fl.t
 	t.Helper()
-	close(fl.stop)
-	fl.wg.Wait()
+	fl.halt()
 	fl.faults.mu.Lock()
 	faults := len(fl.faults.list)
 	fl.faults.mu.Unlock()
