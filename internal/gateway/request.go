@@ -43,7 +43,7 @@ var (
 // read different ones. Other fields are the upstream's to judge.
 func parseChat(body []byte) (chatRequest, *problem) {
 	c := chatRequest{body: body}
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return c, problemNotObject
 	}
 	i := skipSpace(body, 0)
@@ -220,7 +220,7 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipValue returns the index just past the JSON value that starts at i.
-// b must be valid JSON (the caller checked it with json.Valid).
+// b must be valid JSON (the caller checked it with validJSON).
 func skipValue(b []byte, i int) int {
 	switch b[i] {
 	case '"':

@@ -1,0 +1,203 @@
+package gateway
+
+// maxJSONDepth is encoding/json's nesting limit, which validJSON keeps so
+// that both accept the same bodies.
+const maxJSONDepth = 10000
+
+// validJSON reports whether b is exactly one JSON value with optional
+// white space around it: what json.Valid reports (the same grammar, no
+// UTF-8 check inside strings, the same nesting limit; FuzzValidJSON
+// compares the two). It exists because json.Valid runs its state machine
+// through a function call per byte, 1.4% of a worker's CPU on a chat
+// completion body; this scan is a loop over the bytes. It does not
+// allocate.
+func validJSON(b []byte) bool {
+	var objects [maxJSONDepth/64 + 1]uint64 // bit d: the container at depth d is an object
+	depth := 0
+	i := skipSpace(b, 0)
+	for {
+		// A value starts at i.
+		if i >= len(b) {
+			return false
+		}
+		switch c := b[i]; {
+		case c == '{' || c == '[':
+			if depth == maxJSONDepth {
+				return false
+			}
+			if c == '{' {
+				objects[depth/64] |= 1 << (depth % 64)
+			} else {
+				objects[depth/64] &^= 1 << (depth % 64)
+			}
+			depth++
+			i = skipSpace(b, i+1)
+			if i < len(b) && (b[i] == '}' && c == '{' || b[i] == ']' && c == '[') {
+				depth--
+				i++
+				break
+			}
+			if c == '{' {
+				if i = objectKey(b, i); i < 0 {
+					return false
+				}
+			}
+			continue
+		case c == '"':
+			if i = scanJSONString(b, i); i < 0 {
+				return false
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if i = scanJSONNumber(b, i); i < 0 {
+				return false
+			}
+		case c == 't':
+			if i = literal(b, i, "true"); i < 0 {
+				return false
+			}
+		case c == 'f':
+			if i = literal(b, i, "false"); i < 0 {
+				return false
+			}
+		case c == 'n':
+			if i = literal(b, i, "null"); i < 0 {
+				return false
+			}
+		default:
+			return false
+		}
+		// A value ended at i: close containers, or go on to the next
+		// element or member.
+		for {
+			i = skipSpace(b, i)
+			if depth == 0 {
+				return i == len(b)
+			}
+			if i >= len(b) {
+				return false
+			}
+			inObject := objects[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			switch b[i] {
+			case ',':
+				i = skipSpace(b, i+1)
+				if inObject {
+					if i = objectKey(b, i); i < 0 {
+						return false
+					}
+				}
+			case '}', ']':
+				if (b[i] == '}') != inObject {
+					return false
+				}
+				depth--
+				i++
+				continue
+			default:
+				return false
+			}
+			break
+		}
+	}
+}
+
+// objectKey scans a member's key and colon at i; it returns the index of
+// the member's value, or -1.
+func objectKey(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	if i = scanJSONString(b, i); i < 0 {
+		return -1
+	}
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipSpace(b, i+1)
+}
+
+// scanJSONString returns the index just past the string whose quote is at
+// i, or -1 when it is not a valid JSON string.
+func scanJSONString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+// scanJSONNumber returns the index just past the number at i, or -1.
+func scanJSONNumber(b []byte, i int) int {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		if j := digits(b, i+1); j > i+1 {
+			i = j
+		} else {
+			return -1
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if j := digits(b, i); j > i {
+			i = j
+		} else {
+			return -1
+		}
+	}
+	return i
+}
+
+// digits returns the index of the first byte at or after i that is not a
+// decimal digit.
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// literal returns the index past word at i, or -1 when b does not hold it
+// there.
+func literal(b []byte, i int, word string) int {
+	if len(b)-i < len(word) || string(b[i:i+len(word)]) != word {
+		return -1
+	}
+	return i + len(word)
+}
