@@ -552,3 +552,33 @@ func TestWorkersRefuseLiteralSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkersWithManagementOff: a fleet with the management API turned off
+// serves, and its workers have none either. Before, the supervisor passed
+// its workers no management flag, so each fell back to the default (a
+// loopback port with a generated token), found no such socket from the
+// supervisor and exited: the fleet did not start.
+func TestWorkersWithManagementOff(t *testing.T) {
+	for _, how := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"flag", []string{"--workers", "2", "--management-address", "off"}, nil},
+		{"environment", []string{"--workers", "2"}, []string{"RECONF_MANAGEMENT_ADDRESS=off"}},
+	} {
+		t.Run(how.name, func(t *testing.T) {
+			s := startServer(t, config(4, "0s"), how.args, how.env...)
+			if r := s.chat("stub-1"); r.status != 200 {
+				t.Fatalf("chat: %d %s", r.status, r.body)
+			}
+			if strings.Contains(s.logs.String(), "management listening") {
+				t.Errorf("a worker or the supervisor opened a management listener:\n%s", s.logs.String())
+			}
+			s.signal(syscall.SIGTERM)
+			if code := s.wait(30 * time.Second); code != 0 {
+				t.Errorf("exit %d after SIGTERM", code)
+			}
+		})
+	}
+}

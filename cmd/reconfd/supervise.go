@@ -267,6 +267,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			}
 			if mgmtAddr != "" {
 				args = append(args, "--management-address", mgmtAddr)
+			} else {
+				// Off for the fleet, off for each worker: without the
+				// flag a worker would take the default (a loopback port)
+				// and find no such socket from this supervisor.
+				args = append(args, "--management-address", managementOff)
 			}
 			cmd := exec.Command(exe, args...)
 			cmd.Env = append(procs.env(env, 0), envFleetRestartFields+"="+fleetFields.Load().String())
