@@ -138,9 +138,11 @@ func TestWorkersReloadConverges(t *testing.T) {
 	}
 
 	// Connections are spread: several workers answer /healthz, each for
-	// itself only.
+	// itself only. Which worker accepts is the kernel's choice: on a
+	// loaded machine the one that happens to be running can take dozens
+	// in a row, so the test asks until a second one answers (400 at most).
 	answered := map[string]bool{}
-	for range 40 {
+	for n := 0; n < 400 && len(answered) < 2; n++ {
 		r := s.fresh("GET", "/healthz", "")
 		m := workerWord.FindStringSubmatch(r.body)
 		if r.status != 200 || m == nil || !strings.Contains(r.body, `"scope":"worker"`) || r.gen() != 1 {
@@ -149,7 +151,7 @@ func TestWorkersReloadConverges(t *testing.T) {
 		answered[m[1]] = true
 	}
 	if len(answered) < 2 {
-		t.Errorf("only workers %v answered 40 connections", answered)
+		t.Errorf("only workers %v answered 400 connections", answered)
 	}
 
 	// A reload through the API, answered by whichever worker got it.
