@@ -70,16 +70,24 @@ func ParseRestartFields(s string) (RestartFields, error) {
 // candidates are the file's own, so a file whose restart fields differ
 // from r is restart-required here as on every other worker. differs, when
 // not nil, is told which fields of the file differed at start.
+//
+// Every candidate compiled before New returns is overridden, not only the
+// first: a worker joining a cluster whose live part differs from its file
+// compiles its first generation a second time, from the cluster's record
+// over the file.
 func WithFleetRestartFields(r RestartFields, differs func(paths []string)) Option {
-	var used atomic.Bool
+	var started, reported atomic.Bool
 	override := func(c *Config) {
-		if used.Swap(true) {
+		if started.Load() {
 			return
 		}
-		if d := r.differ(c); len(d) > 0 && differs != nil {
+		if d := r.differ(c); len(d) > 0 && differs != nil && !reported.Swap(true) {
 			differs(d)
 		}
 		r.apply(c)
 	}
-	return WithRuntimeOptions(reconf.WithOverride(override))
+	return func(o *options) {
+		o.runtime = append(o.runtime, reconf.WithOverride(override))
+		o.started = append(o.started, func() { started.Store(true) })
+	}
 }
