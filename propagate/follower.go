@@ -232,14 +232,18 @@ func (f *Follower) Close(ctx context.Context) error {
 // flushApplies writes the history entries of applies that no row write
 // carried yet (the follower stopped first), so that Close loses none.
 func (f *Follower) flushApplies(ctx context.Context) {
-	ops := f.takeApplies()
-	if len(ops) == 0 {
-		return
-	}
-	rctx, cancel := f.ch.reqCtx(ctx)
-	defer cancel()
-	if _, err := f.ch.cli.Txn(rctx).Then(ops...).Commit(); err != nil {
-		f.o.logger.Warn("propagate: this worker's applies could not be written to the fleet's history", "error", err)
+	for {
+		ops := f.takeApplies(maxAppliesPerWrite)
+		if len(ops) == 0 {
+			return
+		}
+		rctx, cancel := f.ch.reqCtx(ctx)
+		_, err := f.ch.cli.Txn(rctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			f.o.logger.Warn("propagate: this worker's applies could not be written to the fleet's history", "error", err)
+			return
+		}
 	}
 }
 
@@ -598,11 +602,22 @@ func (f *Follower) appliesPending() bool {
 	return len(f.applies) > 0
 }
 
-func (f *Follower) takeApplies() []clientv3.Op {
+// maxAppliesPerWrite bounds the applies one write carries: etcd refuses a
+// transaction of more than --max-txn-ops operations (128 by default), and
+// a row write carrying a whole queue (historyQueue) of them was refused
+// every time, so the row was never written again.
+const maxAppliesPerWrite = 64
+
+// takeApplies takes up to n queued entries, oldest first.
+func (f *Follower) takeApplies(n int) []clientv3.Op {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ops := f.applies
-	f.applies = nil
+	k := min(n, len(f.applies))
+	ops := f.applies[:k:k]
+	f.applies = f.applies[k:]
+	if len(f.applies) == 0 {
+		f.applies = nil
+	}
 	return ops
 }
 
@@ -746,7 +761,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 	// The history entries of this worker's applies travel with the row
 	// the apply changed: one request and one raft entry per worker and
 	// version instead of two.
-	applies := f.takeApplies()
+	applies := f.takeApplies(maxAppliesPerWrite)
 	ops := append([]clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}, applies...)
 	if _, err := f.ch.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		f.returnApplies(applies)
@@ -758,6 +773,9 @@ func (f *Follower) putRow(ctx context.Context) error {
 	f.rowVersion.Store(row.AppliedVersion)
 	row.Heartbeat = time.Time{}
 	f.written, f.rowLease = row, lease
+	if f.appliesPending() {
+		f.markDirty() // the rest go with the next writes
+	}
 	return nil
 }
 

@@ -227,3 +227,32 @@ func TestFleetHistoryTrimsInSteps(t *testing.T) {
 		t.Errorf("%d applies kept, want at most %d", n, limit+2)
 	}
 }
+
+// TestManyQueuedAppliesStillWriteTheRow: a follower that queued more
+// applies than etcd takes operations in one transaction (--max-txn-ops,
+// 128 by default) while its rows could not be written still writes its
+// row, and the applies, once etcd takes writes again. Before, every row
+// write carried them all and was refused ("too many operations in txn
+// request") for good: the row aged out and the entries stayed queued.
+func TestManyQueuedAppliesStillWriteTheRow(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	b := startWorker(t, srv.Endpoints(), prefix, "b", workerOpts{history: []HistoryOption{}})
+	const last = 2 + 200
+	for v := uint64(2); v <= last; v++ {
+		op, ok := b.h.applyOp(v, reconf.Result{Outcome: reconf.Published, Reason: reconf.ReasonPublished, Generation: v, PreviousGeneration: v - 1})
+		if !ok {
+			t.Fatal("no apply op")
+		}
+		b.f.addApply(op)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitFor(t, 5*time.Second, "the newest queued apply written", func() bool {
+		resp, err := b.cli.Get(ctx, b.h.appliesKey(last)+"b")
+		return err == nil && len(resp.Kvs) == 1
+	})
+	if err := b.f.putRow(ctx); err != nil {
+		t.Fatalf("row write: %v", err)
+	}
+}
