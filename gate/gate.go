@@ -53,6 +53,7 @@ type Gate struct {
 	wg     sync.WaitGroup
 	kaKick chan struct{} // ask the keep-alive loop to renew now
 	kaLost chan struct{} // etcd answered a renewal "not found": take a new lease
+	lost   atomic.Int64  // the lease answered "not found" last (regrant only while it is current)
 	wdKick chan struct{} // ask the watchdog to re-apply capacities now
 
 	mu       sync.Mutex // guards backends and closed

@@ -47,7 +47,12 @@ func (g *Gate) keepAlive() {
 		case <-t.C:
 		case <-g.kaKick:
 		case <-g.kaLost:
-			g.regrant()
+			// Several renewals in flight may each be answered "not
+			// found": the ones answered while the first's new lease was
+			// being granted name a lease already replaced.
+			if g.lost.Load() == g.lease.Load() {
+				g.regrant()
+			}
 		}
 		now := g.now()
 		if rs != nil && rs.stalled(now, g.ttl/2) {
@@ -162,6 +167,7 @@ func (rs *renewals) receive() {
 			continue // the lease was replaced since
 		}
 		if resp.TTL <= 0 {
+			g.lost.Store(int64(r.lease))
 			kick(g.kaLost)
 			continue
 		}
