@@ -48,7 +48,8 @@ type History struct {
 	closed    bool
 	tries     map[uint64]int // applies of the newest versions seen, by version
 	dropWarn  bool
-	sinceTrim int // writes since the last trim
+	sinceTrim int  // writes since the last trim
+	trimmed   bool // a write of this process was due to trim
 }
 
 // HistoryOption configures a History.
@@ -246,8 +247,13 @@ func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint
 func (h *History) trimDue() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// A process's first write trims too: workers that each write fewer
+	// than limit/8 entries (every start writes one; a crash-looping or
+	// often restarted fleet) would otherwise never trim.
+	first := !h.trimmed
+	h.trimmed = true
 	h.sinceTrim++
-	if h.sinceTrim < max(1, h.limit/8) {
+	if !first && h.sinceTrim < max(1, h.limit/8) {
 		return false
 	}
 	h.sinceTrim = 0

@@ -2,6 +2,7 @@ package propagate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -255,4 +256,38 @@ func TestManyQueuedAppliesStillWriteTheRow(t *testing.T) {
 	if err := b.f.putRow(ctx); err != nil {
 		t.Fatalf("row write: %v", err)
 	}
+}
+
+// TestShortLivedWorkersTrimTheLog: a process trims the log on its first
+// write, so a fleet whose workers each write fewer than limit/8 entries
+// (restarted, crash-looping: every start writes one) still keeps it
+// bounded. Before, the count of writes toward a trim started at zero in
+// every process, and such workers never trimmed.
+func TestShortLivedWorkersTrimTheLog(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	const limit = 64 // trims every eighth write
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := time.Now().Add(-time.Hour)
+	for i := range 2 * limit { // left by earlier processes
+		at := base.Add(time.Duration(i) * time.Millisecond)
+		b, _ := json.Marshal(reconf.HistoryEntry{Time: at, Worker: "gone"})
+		if _, err := cli.Put(ctx, fmt.Sprintf("%s/history/entries/%020d-gone", prefix, at.UnixNano()), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := startWorker(t, srv.Endpoints(), prefix, "a", workerOpts{history: []HistoryOption{WithHistoryLimit(limit)}})
+	if res := w.reload(t, configYAML("gw", 2, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %s", res.Outcome)
+	}
+	waitFor(t, 5*time.Second, "the log trimmed to its limit", func() bool {
+		resp, err := cli.Get(ctx, prefix+"/history/entries/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count <= limit
+	})
 }
