@@ -286,8 +286,12 @@ func TestShortLivedWorkersTrimTheLog(t *testing.T) {
 	if res := w.reload(t, configYAML("gw", 2, "KEY1")); res.Outcome != reconf.Published {
 		t.Fatalf("reload: %s", res.Outcome)
 	}
+	// Trimmed to the limit, give or take the limit/8 entries a log may
+	// hold between trims: the publish's own entry travels in its
+	// transaction, which does not trim, and may come after the start's
+	// trim (it did in a quiet CI run, leaving limit+1).
 	waitFor(t, 5*time.Second, "the log trimmed to its limit", func() bool {
 		resp, err := cli.Get(ctx, prefix+"/history/entries/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return err == nil && resp.Count <= limit
+		return err == nil && resp.Count <= limit+limit/8
 	})
 }
