@@ -131,15 +131,7 @@ type proxy struct {
 
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	p := &proxy{target: strings.TrimPrefix(target, "http://"), conns: make(map[net.Conn]struct{})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(p.cut)
-	return p
+	return startSlowProxy(t, target, 0)
 }
 
 // startSlowProxy is a fault injection: a proxy that delivers every byte

@@ -64,10 +64,7 @@ func TestLazyDeadlineAppliedOnlyToWaits(t *testing.T) {
 		t.Fatalf("calls that did not wait applied %d read and %d write deadlines; want 0", r, w)
 	}
 	// A read that waits applies the deadline set last, once.
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		_, _ = peer.Write([]byte("x"))
-	}()
+	writeAfter(peer, 20*time.Millisecond, "x")
 	if _, err := c.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +74,7 @@ func TestLazyDeadlineAppliedOnlyToWaits(t *testing.T) {
 	// A later deadline does not reach the poller while the earlier one has
 	// not fired.
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute))
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		_, _ = peer.Write([]byte("y"))
-	}()
+	writeAfter(peer, 20*time.Millisecond, "y")
 	if _, err := c.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -136,20 +130,14 @@ func TestLazyDeadlinePastEndsWaits(t *testing.T) {
 func TestLazyDeadlineMovedLater(t *testing.T) {
 	c, peer, dc := countedPair(t)
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
-	go func() {
-		time.Sleep(5 * time.Millisecond)
-		_, _ = peer.Write([]byte("a"))
-	}()
+	writeAfter(peer, 5*time.Millisecond, "a")
 	if _, err := c.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
 	// The poller holds the 30 ms deadline; the next read may wait 5 s and
 	// its byte comes after 100 ms.
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		_, _ = peer.Write([]byte("b"))
-	}()
+	writeAfter(peer, 100*time.Millisecond, "b")
 	if _, err := c.Read(make([]byte, 1)); err != nil {
 		t.Fatalf("Read under a deadline moved later: %v", err)
 	}
@@ -164,10 +152,7 @@ func TestLazyDeadlinePassedWhileIdle(t *testing.T) {
 	c, peer, _ := countedPair(t)
 	// The read waits, applying the 30 ms deadline, and gets its byte.
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
-	go func() {
-		time.Sleep(5 * time.Millisecond)
-		_, _ = peer.Write([]byte("a"))
-	}()
+	writeAfter(peer, 5*time.Millisecond, "a")
 	if _, err := c.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -198,4 +183,13 @@ func TestLazyDeadlinePassedWhileIdle(t *testing.T) {
 		t.Fatalf("Write after its old deadline passed and was cleared: %v", err)
 	}
 	wg.Wait()
+}
+
+// writeAfter writes b to peer d from now, from a goroutine of its own, so
+// that a read on the other end has to wait for it.
+func writeAfter(peer net.Conn, d time.Duration, b string) {
+	go func() {
+		time.Sleep(d)
+		_, _ = peer.Write([]byte(b))
+	}()
 }
