@@ -48,6 +48,14 @@ type Gateway struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// serving holds the listeners Serve was given; once stopped is set
+	// (by Shutdown) Serve takes no other. fasthttp's Shutdown only closes
+	// the listeners its Serve has already registered, so a Serve that
+	// began just after it would have served on, forever.
+	servingMu sync.Mutex
+	serving   []net.Listener
+	stopped   bool
 }
 
 // Option configures a Gateway.
@@ -234,6 +242,13 @@ func (g *Gateway) Listen() (net.Listener, error) {
 // HTTP/1.1). It returns nil after Shutdown and the listener's error
 // otherwise.
 func (g *Gateway) Serve(ln net.Listener) error {
+	g.servingMu.Lock()
+	if g.stopped {
+		g.servingMu.Unlock()
+		return nil
+	}
+	g.serving = append(g.serving, ln)
+	g.servingMu.Unlock()
 	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID(), "tls", g.TLSEnabled())
 	err := g.srv.Serve(&tlsListener{Listener: rawListener{ln}, g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
 	if g.draining.Load() {
@@ -285,11 +300,21 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			// and its row no longer counts.
 			g.etcdStep(ctx, "leave the fleet (the row expires with its lease)", g.cluster.leave)
 		}
+		g.servingMu.Lock()
+		g.stopped = true
+		serving := g.serving
+		g.servingMu.Unlock()
 		if err := g.srv.ShutdownWithContext(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
 			// Closing the connections fails their writes, which ends every
 			// stream and releases its slot and pin.
 			g.conns.closeAll()
+		}
+		// A Serve that had not reached fasthttp's accept loop yet, which
+		// fasthttp's Shutdown does not know of, ends on its closed
+		// listener (an error Serve turns into nil while draining).
+		for _, ln := range serving {
+			_ = ln.Close()
 		}
 		closeCtx := ctx
 		if ctx.Err() != nil {

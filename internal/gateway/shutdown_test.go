@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +77,43 @@ func TestShutdownRefusesTriggersFirst(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Serve that begins just after Shutdown, or at the same moment, returns
+// instead of serving on. fasthttp's Shutdown closes only the listeners its
+// Serve already registered; a worker whose start failed right after it
+// launched Serve (no management socket) shut down and then waited for
+// Serve forever: an orphan that outlived its supervisor and ignored
+// SIGTERM.
+func TestServeAfterShutdownReturns(t *testing.T) {
+	for i := range 20 {
+		path := filepath.Join(t.TempDir(), "reconfd.yaml")
+		writeAtomic(t, path, stubConfig(2, "0s"))
+		g, err := New(context.Background(), path, WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		if i == 0 {
+			_ = g.Shutdown(context.Background()) // strictly before
+			go func() { served <- g.Serve(ln) }()
+		} else {
+			go func() { served <- g.Serve(ln) }() // racing with it
+			_ = g.Shutdown(context.Background())
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("round %d: Serve after Shutdown: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Serve still serving 5 s after Shutdown", i)
+		}
+		ln.Close()
 	}
 }
