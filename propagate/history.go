@@ -48,8 +48,7 @@ type History struct {
 	closed    bool
 	tries     map[uint64]int // applies of the newest versions seen, by version
 	dropWarn  bool
-	sinceTrim int  // writes since the last trim
-	trimmed   bool // a write of this process was due to trim
+	sinceTrim int // writes since the last trim; starts due, so a process's first write trims
 }
 
 // HistoryOption configures a History.
@@ -83,6 +82,10 @@ func NewHistory(ch *Channel, opts ...HistoryOption) *History {
 	for _, o := range opts {
 		o(h)
 	}
+	// A process's first write trims too: workers that each write fewer
+	// than limit/8 entries (every start writes one; a crash-looping or
+	// often restarted fleet) would otherwise never trim.
+	h.sinceTrim = h.trimEvery() - 1
 	go h.write()
 	return h
 }
@@ -247,18 +250,16 @@ func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint
 func (h *History) trimDue() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	// A process's first write trims too: workers that each write fewer
-	// than limit/8 entries (every start writes one; a crash-looping or
-	// often restarted fleet) would otherwise never trim.
-	first := !h.trimmed
-	h.trimmed = true
 	h.sinceTrim++
-	if !first && h.sinceTrim < max(1, h.limit/8) {
+	if h.sinceTrim < h.trimEvery() {
 		return false
 	}
 	h.sinceTrim = 0
 	return true
 }
+
+// trimEvery is how many writes make one trim.
+func (h *History) trimEvery() int { return max(1, h.limit/8) }
 
 // trim deletes the entries past the limit, oldest first, and the applies
 // of versions older than any entry can still name: entries and versions
