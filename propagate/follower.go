@@ -587,13 +587,19 @@ func (f *Follower) readOK() {
 // while rows cannot be written the oldest entries are dropped.
 func (f *Follower) addApply(op clientv3.Op) {
 	f.mu.Lock()
-	f.applies = slices.DeleteFunc(f.applies, func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) })
+	f.applies = slices.DeleteFunc(f.applies, sameKey(op))
 	f.applies = append(f.applies, op)
 	if n := len(f.applies) - historyQueue; n > 0 {
 		f.applies = slices.Delete(f.applies, 0, n)
 	}
 	f.mu.Unlock()
 	f.markDirty()
+}
+
+// sameKey matches the queued entries that op replaces: the same worker's
+// apply of the same version.
+func sameKey(op clientv3.Op) func(clientv3.Op) bool {
+	return func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) }
 }
 
 func (f *Follower) appliesPending() bool {
@@ -627,7 +633,7 @@ func (f *Follower) returnApplies(ops []clientv3.Op) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, op := range slices.Backward(ops) {
-		if !slices.ContainsFunc(f.applies, func(o clientv3.Op) bool { return bytes.Equal(o.KeyBytes(), op.KeyBytes()) }) {
+		if !slices.ContainsFunc(f.applies, sameKey(op)) {
 			f.applies = append([]clientv3.Op{op}, f.applies...)
 		}
 	}
