@@ -274,7 +274,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 				args = append(args, "--management-address", managementOff)
 			}
 			cmd := exec.Command(exe, args...)
-			cmd.Env = append(procs.env(env, 0), envFleetRestartFields+"="+fleetFields.Load().String())
+			cmd.Env = setEnv(procs.env(env, 0), envFleetRestartFields, fleetFields.Load().String())
 			if slot == 1 && publish.CompareAndSwap(true, false) {
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
@@ -414,9 +414,8 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 	_, err = sup.Roll(ctx, supervisor.RollOptions{
 		Workers: nm.workers,
 		Prepare: func(slot int, cmd *exec.Cmd) {
-			cmd.Env = procs.env(cmd.Env, nm.workers) // the new fleet's share
-			cmd.Env = append(slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, envFleetRestartFields+"=") }),
-				envFleetRestartFields+"="+nextFields.String()) // the new fleet's restart fields
+			cmd.Env = procs.env(cmd.Env, nm.workers)                              // the new fleet's share
+			cmd.Env = setEnv(cmd.Env, envFleetRestartFields, nextFields.String()) // the new fleet's restart fields
 			if slot == 1 {
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
@@ -456,14 +455,22 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 // reserved, or none, as a flag) and without the fleet variables, which
 // only a supervisor sets.
 func workerEnv() []string {
-	var out []string
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, admin.EnvAddress+"=") && !strings.HasPrefix(e, envFleetChannel+"=") && !strings.HasPrefix(e, envFleetID+"=") &&
-			!strings.HasPrefix(e, envFleetBaseline+"=") && !strings.HasPrefix(e, envFleetRestartFields+"=") {
-			out = append(out, e)
-		}
-	}
-	return out
+	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields)
+}
+
+// withoutEnv returns a copy of env without the entries of the named
+// variables.
+func withoutEnv(env []string, names ...string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(e string) bool {
+		name, _, _ := strings.Cut(e, "=")
+		return slices.Contains(names, name)
+	})
+}
+
+// setEnv returns a copy of env with name set to value, replacing an
+// earlier entry.
+func setEnv(env []string, name, value string) []string {
+	return append(withoutEnv(env, name), name+"="+value)
 }
 
 // The variables a supervisor sets for its workers. The channel's endpoint
@@ -556,8 +563,7 @@ func (p *workerProcs) env(env []string, n int) []string {
 	if n <= 0 {
 		n = int(p.size.Load())
 	}
-	out := slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, "GOMAXPROCS=") })
-	return append(out, "GOMAXPROCS="+strconv.Itoa(max(1, p.cpus/n)))
+	return setEnv(env, "GOMAXPROCS", strconv.Itoa(max(1, p.cpus/n)))
 }
 
 // resized records the fleet's new size after a roll.
