@@ -70,24 +70,16 @@ func ParseRestartFields(s string) (RestartFields, error) {
 // candidates are the file's own, so a file whose restart fields differ
 // from r is restart-required here as on every other worker. differs, when
 // not nil, is told which fields of the file differed at start.
-//
-// Every candidate compiled before New returns is overridden, not only the
-// first: a worker joining a cluster whose live part differs from its file
-// compiles its first generation a second time, from the cluster's record
-// over the file.
 func WithFleetRestartFields(r RestartFields, differs func(paths []string)) Option {
-	var started, reported atomic.Bool
+	var used atomic.Bool
 	override := func(c *Config) {
-		if started.Load() {
+		if used.Swap(true) {
 			return
 		}
-		if d := r.differ(c); len(d) > 0 && differs != nil && !reported.Swap(true) {
+		if d := r.differ(c); len(d) > 0 && differs != nil {
 			differs(d)
 		}
 		r.apply(c)
 	}
-	return func(o *options) {
-		o.runtime = append(o.runtime, reconf.WithOverride(override))
-		o.started = append(o.started, func() { started.Store(true) })
-	}
+	return WithRuntimeOptions(reconf.WithOverride(override))
 }

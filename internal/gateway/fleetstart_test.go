@@ -78,30 +78,3 @@ func TestRestartFieldsCoverEveryRestartField(t *testing.T) {
 		t.Errorf("round trip: %+v %v", r, err)
 	}
 }
-
-// A replaced worker of a fleet that has published since its start joins
-// at a cluster version whose live part differs from its file: the first
-// generation is then compiled a second time, from the cluster record, and
-// must still take the fleet's restart fields. Before, the override ran
-// once (on the local compile, discarded) and the worker started on the
-// file's pending restart fields after all.
-func TestFleetRestartFieldsWinWhenJoiningANewerVersion(t *testing.T) {
-	etcd := startEtcd(t)
-	opts := func(w string) Option {
-		return WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: "/test/" + t.Name(), Worker: w})
-	}
-	g1 := startGateway(t, baseConfig, opts("1"))
-	if res := g1.reload(strings.Replace(baseConfig, "tokens: 4", "tokens: 6", 1)); res.Outcome != reconf.Published {
-		t.Fatalf("reload: %s (%s): %s", res.Outcome, res.Reason, res.Message)
-	}
-	rf := RestartFieldsOf(g1.Config())
-	pending := strings.Replace(baseConfig, "address: 127.0.0.1:0", "address: 127.0.0.1:9999", 1)
-	var differed []string
-	g2 := startGateway(t, pending, opts("2"), WithFleetRestartFields(rf, func(p []string) { differed = p }))
-	if got := RestartFieldsOf(g2.Config()); !reflect.DeepEqual(got, rf) {
-		t.Fatalf("replaced worker's restart fields %+v, want the fleet's %+v", got, rf)
-	}
-	if want := []string{"server.address"}; !slices.Equal(differed, want) {
-		t.Errorf("reported as differing: %v, want %v", differed, want)
-	}
-}

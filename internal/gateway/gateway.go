@@ -72,7 +72,6 @@ type options struct {
 	clusterCheck bool
 	baseline     string // the file of a baseline shared with this host's other workers
 	historySeed  []reconf.HistoryEntry
-	started      []func() // called once the runtime has its first generation
 }
 
 // WithHistorySeed starts a single process's history with entries (oldest
@@ -186,9 +185,6 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
-	for _, fn := range o.started {
-		fn()
-	}
 	if err != nil {
 		if cl != nil {
 			cl.abandon(ctx)
