@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -17,9 +18,13 @@ import (
 // defaults < file < environment < explicit overrides, and a default fills
 // only a field that no layer set (an explicit zero is a value).
 type compiler[T any] struct {
-	baseDir    string // relative file fields are resolved against it
-	lookupEnv  func(string) (string, bool)
-	overrides  []func(*T)
+	baseDir   string // relative file fields are resolved against it
+	lookupEnv func(string) (string, bool)
+	overrides []func(*T)
+	// restart sets the process's restart-class values (WithRestartValues)
+	// on the compiles that pin them: the startup load and every cluster
+	// record, never a reload of the file.
+	restart    func(*T)
 	propagated bool // literal secrets are refused (cluster mode)
 	// maxFileBytes bounds each referenced file (secrets, file fields);
 	// DefaultMaxSourceBytes when not positive.
@@ -36,18 +41,20 @@ type candidate[T any] struct {
 	read      *attemptFiles   // the file fields' bytes, handed to Prepare
 	data      []byte          // the local source bytes it was compiled from
 	live      []byte          // the cluster record's live fields applied on data, if any
+	pinned    bool            // compiled with the process's restart values (compiler.restart)
 }
 
 // compile returns a candidate or an *Error (or ctx's error). It never
 // returns an error that quotes data.
 func (c *compiler[T]) compile(ctx context.Context, data []byte) (*candidate[T], error) {
-	return c.compileWith(ctx, data, nil)
+	return c.compileWith(ctx, data, nil, false)
 }
 
 // compileWith compiles data and, when live is given, replaces every live
 // field with the one encoded in live (a cluster record): the local source
-// keeps authority over bootstrap fields, the cluster over live ones.
-func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte) (cand *candidate[T], err error) {
+// keeps authority over bootstrap fields, the cluster over live ones. pin
+// sets the process's restart values (compiler.restart) over the file's.
+func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte, pin bool) (cand *candidate[T], err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			cand, err = nil, &Error{Reason: ReasonInternal, Message: "compiling the candidate panicked", Err: fmt.Errorf("panic: %v", p)}
@@ -67,16 +74,17 @@ func (c *compiler[T]) compileWith(ctx context.Context, data, live []byte) (cand 
 			return nil, err
 		}
 	}
-	r, err := c.finish(ctx, root, doc, cfg)
+	pin = pin && c.restart != nil
+	r, err := c.finish(ctx, root, doc, cfg, pin)
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, live: live}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, live: live, pinned: pin}, nil
 }
 
 // finish runs every step after decoding. doc is the decoded document,
 // used to give problems a line and column.
-func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cfg *T) (*resolver, error) {
+func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cfg *T, pin bool) (*resolver, error) {
 	lookup := c.lookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -87,6 +95,11 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 	}
 	for _, o := range c.overrides {
 		o(cfg)
+	}
+	if pin {
+		if err := c.pinRestart(root, v); err != nil {
+			return nil, err
+		}
 	}
 	limit := c.maxFileBytes
 	if limit <= 0 {
@@ -118,6 +131,25 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 		return nil, locateAll(doc, &Error{Reason: ReasonValidation, Message: "the configuration is not valid; fix the fields listed", Problems: ch.probs})
 	}
 	return r, nil
+}
+
+// pinRestart sets the process's restart values on v (schema root) and
+// refuses a change to any field that is not restart-class: those must
+// come from the file or the cluster, never from a process's start.
+func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
+	before := deepCopy(v)
+	c.restart(v.Addr().Interface().(*T))
+	var wrong []string
+	for _, ch := range diffValues(root, before, v, nil, nil, nil) {
+		if !ch.Class.requiresRestart() {
+			wrong = append(wrong, ch.Path)
+		}
+	}
+	if len(wrong) == 0 {
+		return nil
+	}
+	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("WithRestartValues changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
+		len(wrong), strings.Join(wrong[:min(len(wrong), MaxListedPaths)], ", "))}
 }
 
 // resolver is the visitor that resolves secret references and digests the

@@ -47,8 +47,9 @@ type Generation[T any] struct {
 	// seen is the configuration's digest at publish, or the last one a
 	// mutation was reported for; data and live are the bytes it was
 	// compiled from, compiled again to name the paths of a mutation.
-	seen       atomic.Uint64
-	data, live []byte
+	seen          atomic.Uint64
+	data, live    []byte
+	restartPinned bool // compiled with the process's restart values (WithRestartValues)
 }
 
 // ID returns the generation's number. In a cluster it is the cluster

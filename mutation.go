@@ -112,7 +112,7 @@ func (r *Runtime[T]) checkMutation(g *Generation[T], foundAt string) {
 // configuration. It runs only once a digest differs, so it may be slow;
 // it returns nil when the source no longer compiles the same way.
 func (r *Runtime[T]) mutatedPaths(g *Generation[T]) []string {
-	orig, err := r.comp.compileWith(context.Background(), g.data, g.live)
+	orig, err := r.comp.compileWith(context.Background(), g.data, g.live, g.restartPinned)
 	if err != nil {
 		return nil
 	}

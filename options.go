@@ -50,6 +50,7 @@ type typedOption struct {
 type options[T any] struct {
 	settings
 	overrides   []func(*T)
+	restart     func(*T) // WithRestartValues
 	consumers   []consumerReg[T]
 	retireHooks []func(*Generation[T])
 }
@@ -63,6 +64,11 @@ func (o *options[T]) resolve() error {
 			o.consumers = append(o.consumers, v)
 		case func(*T):
 			o.overrides = append(o.overrides, v)
+		case restartValues[T]:
+			if o.restart != nil {
+				errs = append(errs, errors.New("reconf: WithRestartValues was given twice"))
+			}
+			o.restart = v
 		case func(*Generation[T]):
 			o.retireHooks = append(o.retireHooks, v)
 		default:
@@ -109,6 +115,25 @@ func WithEnv(lookup func(string) (string, bool)) Option {
 func WithOverride[T any](fn func(*T)) Option {
 	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithOverride", fn}) }
 }
+
+// WithRestartValues sets the restart-class fields the process runs on
+// when they must not come from its file: a worker started in place of one
+// that died runs on the values its peers started with, not on an edit of
+// the file that waits for an explicit restart. fn runs after the file, the
+// environment and WithOverride on the startup load and on every cluster
+// version this runtime applies, so the process keeps one set of restart
+// values for its life. It never runs on a reload of the file, which is
+// judged as written: a file whose restart fields differ from fn's values
+// is restart-required here, as on the peers. fn may set restart-class
+// fields only; a live or derived field it changes fails the compile
+// (internal_error, naming the fields).
+func WithRestartValues[T any](fn func(*T)) Option {
+	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithRestartValues", restartValues[T](fn)}) }
+}
+
+// restartValues is WithRestartValues's function, a type of its own so
+// that resolve tells it from an override.
+type restartValues[T any] func(*T)
 
 // WithConsumer registers a consumer under key for changes at or under
 // paths (all changes when none are given). Consumers are prepared in

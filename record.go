@@ -712,10 +712,12 @@ func (c *compiler[T]) baseOf(ctx context.Context, root *node, data []byte) (*T, 
 // local source keeps authority over bootstrap fields, the record over
 // live ones; then this host's environment overrides, explicit overrides,
 // secret resolution, Normalize and validation run as for any candidate.
-// So a follower's own env overrides win over the publisher's values.
+// So a follower's own env overrides win over the publisher's values. The
+// process's restart values (WithRestartValues) win over the local
+// source's: a record never moves a restart-class field.
 func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (cand *candidate[T], err error) {
 	if rec.Format != LiveJSON {
-		return c.compileWith(ctx, data, rec.Live)
+		return c.compileWith(ctx, data, rec.Live, true)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -737,9 +739,10 @@ func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, err := c.finish(ctx, root, nil, cfg)
+	pin := c.restart != nil
+	r, err := c.finish(ctx, root, nil, cfg, pin)
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, pinned: pin}, nil
 }

@@ -166,7 +166,7 @@ func TestPayloadMatchesYAML(t *testing.T) {
 		t.Errorf("got %+v", c)
 	}
 	// An older follower reads the JSON payload as YAML, and gets the same.
-	old, err := fol.compileWith(ctx, []byte(payloadFollower), payload)
+	old, err := fol.compileWith(ctx, []byte(payloadFollower), payload, false)
 	if err != nil {
 		t.Fatalf("the JSON payload is not YAML an older follower can decode: %v", err)
 	}

@@ -114,14 +114,14 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if r.o.logger == nil {
 		r.o.logger = slog.Default()
 	}
-	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, propagated: r.o.channel != nil, baseDir: r.o.baseDir, maxFileBytes: r.o.maxBytes}
+	r.comp = compiler[T]{lookupEnv: r.o.lookupEnv, overrides: r.o.overrides, restart: r.o.restart, propagated: r.o.channel != nil, baseDir: r.o.baseDir, maxFileBytes: r.o.maxBytes}
 	start := r.o.now()
 
 	snap, err := src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes})
 	if err != nil {
 		return nil, err
 	}
-	cand, err := r.comp.compile(ctx, snap.Data)
+	cand, err := r.comp.compileWith(ctx, snap.Data, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +339,7 @@ func (r *Runtime[T]) digest(cand *candidate[T]) uint64 {
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
 	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
-		logger: r.o.logger, data: c.data, live: c.live}
+		logger: r.o.logger, data: c.data, live: c.live, restartPinned: c.pinned}
 	g.seen.Store(digest)
 	return g
 }
