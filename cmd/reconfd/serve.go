@@ -364,12 +364,24 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 	}
 	co.Prefix, co.Worker, co.Fleet = f.clusterPrefix, f.worker, lookup.get(envFleetID)
-	g, reg, err := newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co),
-		gateway.WithSharedBaseline(lookup.get(envFleetBaseline)))
+	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline))}
+	var pending []string // restart fields the file changed that the fleet has not restarted into
+	if v := lookup.get(envFleetRestartFields); v != "" {
+		rf, err := gateway.ParseRestartFields(v)
+		if err != nil {
+			return fail("%s is malformed", envFleetRestartFields)
+		}
+		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
+	}
+	g, reg, err := newGateway(stopCtx, f, stderr, lookup, opts...)
 	if err != nil {
 		return err
 	}
 	log := g.Logger()
+	if len(pending) > 0 {
+		log.Warn("the file changes restart fields the fleet has not restarted into; this worker runs the fleet's values, like its peers, until reconfd restart",
+			"fields", strings.Join(pending, ","))
+	}
 	if lookup.get(envRestartPublish) == "1" {
 		// The first new worker of a restart: the fleet takes the file's
 		// live part now, before the old workers drain.

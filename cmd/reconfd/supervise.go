@@ -51,6 +51,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("the configuration cannot be loaded as a cluster worker: %s", loadError(err))
 	}
 	server := chk.Config().Server
+	// The restart fields the fleet runs on, until a restart rolls it onto
+	// the file's: a worker started later (in place of one that died) takes
+	// these, not what the file holds by then.
+	var fleetFields atomic.Pointer[gateway.RestartFields]
+	rf := gateway.RestartFieldsOf(chk.Config())
+	fleetFields.Store(&rf)
 	_ = chk.Shutdown(context.WithoutCancel(ctx))
 	config, err := filepath.Abs(f.config)
 	if err != nil {
@@ -214,7 +220,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	rollCtx, cancelRoll := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRoll()
 	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
-		rollFleet(rollCtx, f, m, server, sup, succ, procs, track, run, log, lookup)
+		rollFleet(rollCtx, f, m, server, sup, succ, procs, &fleetFields, track, run, log, lookup)
 	})
 	if err != nil {
 		return fail("%v", err)
@@ -268,7 +274,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 				args = append(args, "--management-address", managementOff)
 			}
 			cmd := exec.Command(exe, args...)
-			cmd.Env = procs.env(env, 0)
+			cmd.Env = setEnv(procs.env(env, 0), envFleetRestartFields, fleetFields.Load().String())
 			if slot == 1 && publish.CompareAndSwap(true, false) {
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
@@ -367,7 +373,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 // supervisor is replaced instead, fleet and all (see supervisorSuccessor).
 // ctx ends when this supervisor is told to stop.
 func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, succ *supervisorSuccessor,
-	procs *workerProcs, track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
+	procs *workerProcs, fleetFields *atomic.Pointer[gateway.RestartFields], track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
 	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
 		res := track.finish(run, fn)
 		log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
@@ -382,6 +388,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 		return
 	}
 	next := chk.Config().Server
+	nextFields := gateway.RestartFieldsOf(chk.Config())
 	_ = chk.Shutdown(ctx)
 	nm := f.mode(next)
 	switch {
@@ -407,7 +414,8 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 	_, err = sup.Roll(ctx, supervisor.RollOptions{
 		Workers: nm.workers,
 		Prepare: func(slot int, cmd *exec.Cmd) {
-			cmd.Env = procs.env(cmd.Env, nm.workers) // the new fleet's share
+			cmd.Env = procs.env(cmd.Env, nm.workers)                              // the new fleet's share
+			cmd.Env = setEnv(cmd.Env, envFleetRestartFields, nextFields.String()) // the new fleet's restart fields
 			if slot == 1 {
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
@@ -415,6 +423,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 		OnReady: func(rr supervisor.RollResult) {
 			finished = true
 			procs.resized(nm.workers) // a slot that restarts later gets the new share
+			fleetFields.Store(&nextFields)
 			finish(func(r *admin.RestartResult) {
 				r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
 				r.OldPIDs, r.NewPIDs = rr.OldPIDs, rr.NewPIDs
@@ -446,7 +455,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 // reserved, or none, as a flag) and without the fleet variables, which
 // only a supervisor sets.
 func workerEnv() []string {
-	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline)
+	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields)
 }
 
 // withoutEnv returns a copy of env without the entries of the named
@@ -477,6 +486,10 @@ const (
 	// envFleetBaseline is the file of the in-place baseline the host's
 	// workers share (source.WithSharedBaseline).
 	envFleetBaseline = "RECONF_FLEET_BASELINE"
+	// envFleetRestartFields holds the restart fields the fleet runs on
+	// (gateway.RestartFields), which a worker's first generation takes
+	// instead of the file's.
+	envFleetRestartFields = "RECONF_FLEET_RESTART_FIELDS"
 )
 
 // newFleetID returns a random ID for a supervisor's fleet.
