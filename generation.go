@@ -49,6 +49,7 @@ type Generation[T any] struct {
 	// compiled from, compiled again to name the paths of a mutation.
 	seen          atomic.Uint64
 	data, live    []byte
+	liveJSON      bool // live is LiveJSON, not YAML
 	restartPinned bool // compiled with the process's restart values (WithRestartValues)
 }
 

@@ -112,7 +112,13 @@ func (r *Runtime[T]) checkMutation(g *Generation[T], foundAt string) {
 // configuration. It runs only once a digest differs, so it may be slow;
 // it returns nil when the source no longer compiles the same way.
 func (r *Runtime[T]) mutatedPaths(g *Generation[T]) []string {
-	orig, err := r.comp.compileWith(context.Background(), g.data, g.live, g.restartPinned)
+	var orig *candidate[T]
+	var err error
+	if g.liveJSON {
+		orig, err = r.comp.recordOver(context.Background(), g.data, Record{Format: LiveJSON, Live: g.live}, decodeBase[T])
+	} else {
+		orig, err = r.comp.compileWith(context.Background(), g.data, g.live, g.restartPinned)
+	}
 	if err != nil {
 		return nil
 	}

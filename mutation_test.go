@@ -163,3 +163,30 @@ func TestMutationModeText(t *testing.T) {
 		t.Error("an unknown mode was accepted")
 	}
 }
+
+// A mutation found in a generation a follower applied from a cluster
+// record names the mutated path only, not the live fields the record
+// changed from the follower's file.
+func TestAppliedRecordMutationPaths(t *testing.T) {
+	ch := &faultChannel{}
+	peer, peerSrc := newClusterWorker(t, ch, restartDoc("a", "4"), nil)
+	src := newMem(restartDoc("a", "4"))
+	var got []Mutation
+	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
+		WithMutationObserver(func(m Mutation) { got = append(got, m) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	peerSrc.set(restartDoc("a", "8"))
+	mustReloadC(t, peer, Published)
+	v, rec := ch.current()
+	if res, err := rt.Apply(context.Background(), v, rec); err != nil || res.Outcome != Published {
+		t.Fatalf("apply = %+v, %v", res, err)
+	}
+	rt.Current().Config().Backend.Name = "changed" // the bug the detector exists for
+	mustReloadC(t, rt, Published)
+	if len(got) != 1 || strings.Join(got[0].Paths, ",") != "backend.name" {
+		t.Fatalf("mutations %+v, want one naming backend.name only", got)
+	}
+}

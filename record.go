@@ -698,13 +698,22 @@ func (c *compiler[T]) baseOf(ctx context.Context, root *node, data []byte) (*T, 
 	if b := c.base; b != nil && len(b.data) == len(data) && (len(data) == 0 || &b.data[0] == &data[0]) {
 		return b.cfg, nil
 	}
+	cfg, err := decodeBase[T](ctx, root, data)
+	if err == nil {
+		c.base = &recordBase[T]{data: data, cfg: cfg}
+	}
+	return cfg, err
+}
+
+// decodeBase decodes data over the defaults, the bootstrap side of a
+// record.
+func decodeBase[T any](ctx context.Context, root *node, data []byte) (*T, error) {
 	cfg := new(T)
 	v := reflect.ValueOf(cfg).Elem()
 	fillDefaults(root, v)
 	if _, err := decodeYAML(ctx, data, root, v); err != nil {
 		return nil, err
 	}
-	c.base = &recordBase[T]{data: data, cfg: cfg}
 	return cfg, nil
 }
 
@@ -715,7 +724,13 @@ func (c *compiler[T]) baseOf(ctx context.Context, root *node, data []byte) (*T, 
 // So a follower's own env overrides win over the publisher's values. The
 // process's restart values (WithRestartValues) win over the local
 // source's: a record never moves a restart-class field.
-func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (cand *candidate[T], err error) {
+func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (*candidate[T], error) {
+	return c.recordOver(ctx, data, rec, c.baseOf)
+}
+
+// recordOver is compileRecord with the base from base: the cache under
+// the attempt slot, decodeBase elsewhere (the mutation check).
+func (c *compiler[T]) recordOver(ctx context.Context, data []byte, rec Record, base func(context.Context, *node, []byte) (*T, error)) (cand *candidate[T], err error) {
 	if rec.Format != LiveJSON {
 		return c.compileWith(ctx, data, rec.Live, true)
 	}
@@ -725,13 +740,13 @@ func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record
 		}
 	}()
 	root := mustSchema(reflect.TypeFor[T]())
-	base, err := c.baseOf(ctx, root, data)
+	b, err := base(ctx, root, data)
 	if err != nil {
 		return nil, err
 	}
 	cfg := new(T)
 	v := reflect.ValueOf(cfg).Elem()
-	copyBootstrap(root, v, reflect.ValueOf(base).Elem())
+	copyBootstrap(root, v, reflect.ValueOf(b).Elem())
 	resetLive(root, v)
 	if err := decodePayload(rec.Live, root, v); err != nil {
 		return nil, err
@@ -744,5 +759,5 @@ func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record
 	if err != nil {
 		return nil, err
 	}
-	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, pinned: pin}, nil
+	return &candidate[T]{cfg: cfg, files: r.files, fileClass: r.fileClass, local: r.local, read: r.read, data: data, live: rec.Live, liveJSON: true, pinned: pin}, nil
 }

@@ -339,7 +339,7 @@ func (r *Runtime[T]) digest(cand *candidate[T]) uint64 {
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
 	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
-		logger: r.o.logger, data: c.data, live: c.live, restartPinned: c.pinned}
+		logger: r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
 	g.seen.Store(digest)
 	return g
 }
