@@ -62,12 +62,12 @@ type clusterConfig struct {
 	} `yaml:"backend" reconf:"live"`
 }
 
-func newClusterWorker(t *testing.T, ch Channel, data string, env map[string]string) (*Runtime[clusterConfig], *memSource) {
+func newClusterWorker(t *testing.T, ch Channel, data string, env map[string]string, opts ...Option) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
 	src := newMem(data)
-	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch),
+	rt, err := New[clusterConfig](context.Background(), src, append([]Option{WithChannel(ch),
 		WithLogger(discardLogger()),
-		WithEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+		WithEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -18,14 +18,7 @@ func restartDoc(address, limit string) string {
 // the peers' address.
 func newPinnedWorker(t *testing.T, ch Channel, data, address string) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
-	src := newMem(data)
-	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
-		WithRestartValues(func(c *clusterConfig) { c.Server.Address = address }))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	return rt, src
+	return newClusterWorker(t, ch, data, nil, WithRestartValues(func(c *clusterConfig) { c.Server.Address = address }))
 }
 
 // A worker started on restart values other than its file's keeps them
