@@ -151,6 +151,7 @@ type cost struct {
 	proxy, upstream, client time.Duration      // per request
 	others                  float64            // CPUs busy with everything else on the machine, on average
 	events                  map[string]float64 // per request, in the proxy (with -perf)
+	spread                  []int              // client connections per server process, most first
 }
 
 // meter takes CPU readings around one measurement of a target.
@@ -162,6 +163,7 @@ type meter struct {
 	perf               *perfStat
 	each0              map[int][2]time.Duration // user and system time per process of the server, with -v
 	record             *exec.Cmd                // perf record, with -record
+	spread             chan []int               // connections per server process, sampled once
 }
 
 func startMeter(t, up *target, withPerf bool) *meter {
@@ -182,6 +184,16 @@ func startMeter(t, up *target, withPerf bool) *meter {
 			m.each0[p] = [2]time.Duration{u, s}
 		}
 	}
+	if len(m.proxyPids) > 0 {
+		// Sampled once the measurement's connections are open (the
+		// load generator opens them at its start).
+		m.spread = make(chan []int, 1)
+		pids, addr := m.proxyPids, t.addr
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			m.spread <- connSpread(pids, addr)
+		}()
+	}
 	m.proxy0, m.up0, m.self0 = cpuOf(m.proxyPids), cpuOf(m.upPids), selfCPU()
 	m.busy0, _ = machineBusy()
 	m.start = time.Now()
@@ -193,6 +205,9 @@ func (m *meter) stop(requests int) cost {
 	proxy, up, self := cpuOf(m.proxyPids)-m.proxy0, cpuOf(m.upPids)-m.up0, selfCPU()-m.self0
 	busy, _ := machineBusy()
 	var c cost
+	if m.spread != nil {
+		c.spread = <-m.spread
+	}
 	if requests == 0 {
 		return c
 	}

@@ -252,7 +252,11 @@ func run(f flags, w io.Writer) error {
 		fmt.Fprintf(w, "round %d:", r+1)
 		for _, t := range targets {
 			x := res[t.name][r]
-			fmt.Fprintf(w, " %s %.0f/s p99 %s cpu %s;", t.name, x.rps, fmtD(x.p99), fmtD(x.cost.proxy))
+			fmt.Fprintf(w, " %s %.0f/s p99 %s cpu %s", t.name, x.rps, fmtD(x.p99), fmtD(x.cost.proxy))
+			if len(x.cost.spread) > 1 {
+				fmt.Fprintf(w, " conns %s", spreadText(x.cost.spread))
+			}
+			fmt.Fprint(w, ";")
 		}
 		fmt.Fprintf(w, " (load average %s)\n", loadavg())
 	}
