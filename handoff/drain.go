@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Drain runs every shutdown function concurrently under ctx (each is, for
@@ -79,6 +80,17 @@ func (l *DrainListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return &drainConn{Conn: c, l: l}, nil
+}
+
+// SyscallConn returns the raw connection of the listener it wraps, when that
+// has one (a TCP listener does), so that a server can ask the kernel
+// about the socket's queue; it returns an error otherwise.
+func (l *DrainListener) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := l.Listener.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("handoff: the listener has no raw connection")
+	}
+	return sc.SyscallConn()
 }
 
 // StopAccepting closes this process's descriptor of the socket; the

@@ -364,7 +364,8 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 	}
 	co.Prefix, co.Worker, co.Fleet = f.clusterPrefix, f.worker, lookup.get(envFleetID)
-	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline))}
+	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline)),
+		gateway.WithAcceptShare(lookup.get(envFleetAccept))}
 	var pending []string // restart fields the file changed that the fleet has not restarted into
 	if v := lookup.get(envFleetRestartFields); v != "" {
 		rf, err := gateway.ParseRestartFields(v)

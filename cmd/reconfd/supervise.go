@@ -240,7 +240,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("a private directory for the workers' shared baseline: %v", err)
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(bdir) })
-	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"))
+	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"),
+		envFleetAccept+"="+filepath.Join(bdir, "accept"))
 	if len(m.cluster) == 0 {
 		env = append(env, envFleetChannel+"="+strings.Join(endpoints, ","))
 	}
@@ -455,7 +456,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 // reserved, or none, as a flag) and without the fleet variables, which
 // only a supervisor sets.
 func workerEnv() []string {
-	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields)
+	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields, envFleetAccept)
 }
 
 // withoutEnv returns a copy of env without the entries of the named
@@ -490,6 +491,9 @@ const (
 	// (gateway.RestartFields), which a worker's first generation takes
 	// instead of the file's.
 	envFleetRestartFields = "RECONF_FLEET_RESTART_FIELDS"
+	// envFleetAccept is the file of the table through which the host's
+	// workers balance client connections (gateway.WithAcceptShare).
+	envFleetAccept = "RECONF_FLEET_ACCEPT"
 )
 
 // newFleetID returns a random ID for a supervisor's fleet.

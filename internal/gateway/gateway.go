@@ -29,7 +29,8 @@ type Gateway struct {
 	rt       *reconf.Runtime[Config]
 	log      *slog.Logger
 	srv      *fasthttp.Server
-	conns    connSet // the data plane's open connections, closed when a drain times out
+	conns    connSet      // the data plane's open connections, closed when a drain times out
+	share    *acceptShare // the connections' balance with this host's other workers, or nil
 	timeouts ServerTimeouts
 	draining atomic.Bool
 	metrics  *collector
@@ -71,6 +72,7 @@ type options struct {
 	cluster      *ClusterOptions
 	clusterCheck bool
 	baseline     string // the file of a baseline shared with this host's other workers
+	acceptTable  string // the file of the table balancing connections between them
 	historySeed  []reconf.HistoryEntry
 }
 
@@ -87,6 +89,14 @@ func WithHistorySeed(entries []reconf.HistoryEntry) Option {
 // host share (source.WithSharedBaseline), kept in the file at path; an
 // empty path leaves it judging alone.
 func WithSharedBaseline(path string) Option { return func(o *options) { o.baseline = path } }
+
+// WithAcceptShare makes this worker balance client connections with the
+// other processes that accept from the same listening socket (the workers
+// of one supervisor and their successors), through the table in the file
+// at path: a worker that holds more than its share leaves a new connection
+// to the others for up to 2 ms (see acceptShare). An empty path, or a
+// table that cannot be mapped (logged), leaves it accepting alone.
+func WithAcceptShare(path string) Option { return func(o *options) { o.acceptTable = path } }
 
 // WithLogger sets the service logger. Without it the gateway logs text to
 // WithLogOutput's writer (stderr) at the configured logging.level.
@@ -202,6 +212,12 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
 	}
+	if o.acceptTable != "" {
+		if g.share, err = openAcceptShare(o.acceptTable); err != nil {
+			log.Warn("connections are not balanced with the other workers", "error", err)
+		}
+		g.conns.share = g.share
+	}
 	g.metrics = newCollector(g)
 	g.timeouts = o.timeouts.orDefaults()
 	g.srv = g.newServer()
@@ -246,7 +262,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	g.serving = append(g.serving, ln)
 	g.servingMu.Unlock()
 	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID(), "tls", g.TLSEnabled())
-	err := g.srv.Serve(&tlsListener{Listener: rawListener{ln}, g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
+	err := g.srv.Serve(&tlsListener{Listener: newRawListener(ln, g.share), g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
 	if g.draining.Load() {
 		return nil
 	}
@@ -258,7 +274,12 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // close), so that clients move to new connections, which another process
 // sharing the listening socket accepts. Requests keep being served. It is
 // idempotent.
-func (g *Gateway) Drain() { g.draining.Store(true) }
+func (g *Gateway) Drain() {
+	g.draining.Store(true)
+	// A draining process's connections are moving away: they no longer
+	// count in the others' shares.
+	g.share.leave()
+}
 
 // Reload runs one configuration attempt (see reconf.Runtime.Reload).
 func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Result, error) {
@@ -286,7 +307,7 @@ func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Re
 // claims anyway, instead of waiting out ctx on a dead connection.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
-		g.draining.Store(true)
+		g.Drain()
 		var errs []error
 		if err := g.rt.Refuse(ctx); err != nil {
 			errs = append(errs, err)

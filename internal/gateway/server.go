@@ -131,8 +131,9 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 // connSet tracks the data plane's open connections, so that a drain that
 // outlasts its deadline can close them.
 type connSet struct {
-	mu sync.Mutex
-	m  map[net.Conn]struct{}
+	mu    sync.Mutex
+	m     map[net.Conn]struct{}
+	share *acceptShare // counts them for the balance between workers, or nil
 }
 
 func (s *connSet) track(c net.Conn, st fasthttp.ConnState) {
@@ -144,10 +145,12 @@ func (s *connSet) track(c net.Conn, st fasthttp.ConnState) {
 		}
 		s.m[c] = struct{}{}
 		s.mu.Unlock()
+		s.share.opened()
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		s.mu.Lock()
 		delete(s.m, c)
 		s.mu.Unlock()
+		s.share.closed()
 	}
 }
 

@@ -1,0 +1,212 @@
+//go:build unix
+
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// acceptShare balances client connections between the worker processes
+// that accept from one listening socket. They share a small table (a file
+// each of them maps), one entry per process: its pid and how many client
+// connections it has open. A worker that holds more than its share (the
+// average over the table's processes, plus one) does not accept a waiting
+// connection at once: it leaves it to the others for up to maxDefer, and
+// takes it only if none did.
+//
+// Why: the workers share one socket (so that a restart loses no queued
+// connection), and the kernel wakes every one of them for each new
+// connection. Whichever runs first drains the queue: a burst of keep-alive
+// connections (a client pool opening at once) splits 28/4 rather than
+// 16/16 when the other worker is slow to wake on a busy machine, and the
+// worker with the larger part, limited to its share of the CPUs, serves
+// each of its connections more slowly: its requests are the p99. nginx
+// spreads connections with EPOLLEXCLUSIVE and accepts one per wake-up; it
+// still split 30/2 in some rounds of bench/dataplane. See bench/README.md.
+//
+// Its methods are safe for concurrent use; a nil *acceptShare balances
+// nothing.
+type acceptShare struct {
+	table   *[shareSlots]shareEntry
+	mine    *shareEntry // nil when the table had no free entry
+	pid     int32
+	defer_  time.Duration
+	step    time.Duration
+	left    atomic.Bool
+	defers  atomic.Int64 // connections left to the others
+	timeout atomic.Int64 // connections taken after maxDefer all the same
+}
+
+// shareEntry is one process's row of the table.
+type shareEntry struct {
+	pid   atomic.Int32 // 0: free
+	conns atomic.Int32
+	_     [8]byte
+}
+
+const (
+	// shareSlots bounds the processes of one table: a fleet's workers
+	// and, during a restart, their successors.
+	shareSlots = 64
+	shareSize  = shareSlots * int(unsafe.Sizeof(shareEntry{}))
+	// maxDefer is how long a worker over its share leaves a waiting
+	// connection to the others (a peer that is stopped or busy does not
+	// take it): the longest a balance can delay a connection.
+	maxDefer = 2 * time.Millisecond
+	// deferStep is how often it looks again meanwhile.
+	deferStep = 100 * time.Microsecond
+)
+
+// openAcceptShare maps the table in the file at path (created if missing)
+// and takes an entry for this process. The mapping lives as long as the
+// process: connections may close after the gateway has shut down.
+func openAcceptShare(path string) (*acceptShare, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: the accept table: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: the accept table: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("gateway: the accept table %s is not a regular file", path)
+	}
+	if st.Size() < int64(shareSize) {
+		// Several workers may grow it at once: each to the same size.
+		if err := f.Truncate(int64(shareSize)); err != nil {
+			return nil, fmt.Errorf("gateway: the accept table: %w", err)
+		}
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, shareSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: mapping the accept table: %w", err)
+	}
+	s := &acceptShare{table: (*[shareSlots]shareEntry)(unsafe.Pointer(&mem[0])), defer_: maxDefer, step: deferStep}
+	s.claim(int32(os.Getpid()))
+	return s, nil
+}
+
+// claim takes a free entry for pid, after freeing the entries of processes
+// that are gone (a worker killed before it could leave).
+func (s *acceptShare) claim(pid int32) {
+	s.pid = pid
+	for i := range s.table {
+		e := &s.table[i]
+		if p := e.pid.Load(); p != 0 && p != pid && !alive(p) {
+			e.conns.Store(0) // the dead process writes no more
+			e.pid.CompareAndSwap(p, 0)
+		}
+	}
+	for i := range s.table {
+		e := &s.table[i]
+		if e.pid.CompareAndSwap(0, pid) {
+			e.conns.Store(0)
+			s.mine = e
+			return
+		}
+	}
+}
+
+func alive(pid int32) bool {
+	return !errors.Is(syscall.Kill(int(pid), 0), syscall.ESRCH)
+}
+
+// opened and closed count this process's client connections.
+func (s *acceptShare) opened() {
+	if s != nil && s.mine != nil && !s.left.Load() {
+		s.mine.conns.Add(1)
+	}
+}
+
+func (s *acceptShare) closed() {
+	if s != nil && s.mine != nil && !s.left.Load() {
+		s.mine.conns.Add(-1)
+	}
+}
+
+// leave gives up this process's entry: it accepts no more (a drain), so
+// its connections no longer count in anyone's share.
+func (s *acceptShare) leave() {
+	if s == nil || s.mine == nil || s.left.Swap(true) {
+		return
+	}
+	s.mine.conns.Store(0)
+	s.mine.pid.CompareAndSwap(s.pid, 0)
+}
+
+// over reports whether this process holds more than its share: at least
+// one connection above the average of the table's processes.
+func (s *acceptShare) over() bool {
+	if s == nil || s.mine == nil || s.left.Load() {
+		return false
+	}
+	var total, live int64
+	for i := range s.table {
+		e := &s.table[i]
+		if e.pid.Load() != 0 {
+			live++
+			total += int64(max(e.conns.Load(), 0))
+		}
+	}
+	mine := int64(max(s.mine.conns.Load(), 0))
+	return live > 1 && mine*live >= total+live
+}
+
+// wait returns when this process may accept: at once when it is within its
+// share; otherwise once it is within its share again (another process took
+// connections), or a connection has waited on the socket for maxDefer
+// without another process taking it, or the socket is closed. pending
+// reports whether a connection waits on the socket, waiting for at most d
+// for one to arrive; it returns an error once the socket is closed.
+func (s *acceptShare) wait(pending func(d time.Duration) (bool, error)) {
+	if !s.over() {
+		return
+	}
+	var since time.Time
+	for s.over() {
+		ok, err := pending(20 * time.Millisecond)
+		if err != nil {
+			return
+		}
+		if !ok {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = time.Now()
+			s.defers.Add(1)
+		} else if time.Since(since) >= s.defer_ {
+			s.timeout.Add(1)
+			return
+		}
+		time.Sleep(s.step)
+	}
+}
+
+// pendingOn returns wait's pending function for a listening socket: poll(2)
+// for a connection in its queue, for at most d.
+func pendingOn(rc syscall.RawConn) func(d time.Duration) (bool, error) {
+	return func(d time.Duration) (bool, error) {
+		var ready bool
+		var perr error
+		err := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, e := unix.Poll(fds, int(d/time.Millisecond))
+			if e != nil && !errors.Is(e, unix.EINTR) {
+				perr = e
+			}
+			ready = n > 0 && fds[0].Revents&unix.POLLIN != 0
+		})
+		return ready, errors.Join(err, perr)
+	}
+}
