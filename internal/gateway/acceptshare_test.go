@@ -1,0 +1,220 @@
+//go:build unix
+
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestAcceptShareOver(t *testing.T) {
+	table := filepath.Join(t.TempDir(), "accept")
+	a, err := openAcceptShare(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openAcceptShare(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.over() {
+		t.Fatal("over with no connection anywhere")
+	}
+	for range 3 {
+		a.opened()
+	}
+	b.opened()
+	if !a.over() || b.over() {
+		t.Fatalf("3/1: over a=%v b=%v, want true false", a.over(), b.over())
+	}
+	a.closed()
+	if a.over() || b.over() {
+		t.Fatalf("2/1: over a=%v b=%v, want false false", a.over(), b.over())
+	}
+	a.opened()
+	b.leave()
+	if a.over() {
+		t.Fatal("over with no other process in the table")
+	}
+	b.opened() // after leave: counts nothing
+	if got := b.mine.conns.Load(); got != 0 {
+		t.Fatalf("a left entry counts %d connections", got)
+	}
+}
+
+// A worker killed before it could leave its entry does not hold it: the
+// next process to open the table frees it.
+func TestAcceptShareFreesDeadEntries(t *testing.T) {
+	table := filepath.Join(t.TempDir(), "accept")
+	a, err := openAcceptShare(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := &a.table[5]
+	dead.pid.Store(int32(cmd.Process.Pid))
+	a.opened()
+	a.opened()
+	if !a.over() {
+		t.Fatal("2/0 with a dead entry: not over")
+	}
+	if _, err := openAcceptShare(table); err != nil {
+		t.Fatal(err)
+	}
+	if p := dead.pid.Load(); p == int32(cmd.Process.Pid) {
+		t.Fatal("the dead process's entry was not freed")
+	}
+}
+
+// sharedGateway serves a gateway on ln with the accept table at table.
+func sharedGateway(t *testing.T, path, table string, ln net.Listener, hold time.Duration) *Gateway {
+	t.Helper()
+	g, err := New(context.Background(), path, WithAcceptShare(table), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.share == nil {
+		t.Fatal("no accept table")
+	}
+	g.share.defer_ = hold
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return g
+}
+
+// openConns opens n keep-alive connections to addr, each with one request
+// answered (so each is accepted), and closes them at the test's end.
+func openConns(t *testing.T, addr string, n int) {
+	t.Helper()
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// sharedListeners returns a listening socket and a second descriptor of
+// it, as two worker processes hold it.
+func sharedListeners(t *testing.T) (net.Listener, net.Listener) {
+	t.Helper()
+	a, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := net.FileListener(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// Two workers on one socket: the one that holds every connection leaves
+// new ones to the other until their counts are level. Without the table
+// each new connection goes to whichever worker accepts first (9 or more
+// of 10 to the second one by chance: about 1%).
+func TestWorkersBalanceConnections(t *testing.T) {
+	dir := t.TempDir()
+	path, table := filepath.Join(dir, "reconfd.yaml"), filepath.Join(dir, "accept")
+	writeAtomic(t, path, baseConfig)
+	lnA, lnB := sharedListeners(t)
+	// A long hold: the second worker surely takes what the first leaves,
+	// however slowly this machine runs the test.
+	a := sharedGateway(t, path, table, lnA, time.Minute)
+	openConns(t, lnA.Addr().String(), 10)
+	b := sharedGateway(t, path, table, lnB, time.Minute)
+	openConns(t, lnA.Addr().String(), 10)
+	na, nb := a.share.mine.conns.Load(), b.share.mine.conns.Load()
+	if na+nb != 20 || nb < 9 {
+		t.Fatalf("connections %d/%d, want 20 with at least 9 on the second worker", na, nb)
+	}
+	if a.share.timeout.Load() != 0 {
+		t.Fatalf("the first worker took %d connections past its hold", a.share.timeout.Load())
+	}
+}
+
+// A worker over its share still takes a connection that nobody else takes
+// (the other worker is stopped or stuck): after the hold, not never.
+func TestAcceptShareTakesWhatNobodyTakes(t *testing.T) {
+	dir := t.TempDir()
+	path, table := filepath.Join(dir, "reconfd.yaml"), filepath.Join(dir, "accept")
+	writeAtomic(t, path, baseConfig)
+	lnA, lnB := sharedListeners(t)
+	defer lnB.Close()
+	a := sharedGateway(t, path, table, lnA, 20*time.Millisecond)
+	// A second worker's entry, with no server behind it.
+	idle, err := openAcceptShare(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.leave()
+	openConns(t, lnA.Addr().String(), 4)
+	if got := a.share.mine.conns.Load(); got != 4 {
+		t.Fatalf("the worker holds %d connections, want 4", got)
+	}
+	if a.share.timeout.Load() == 0 {
+		t.Fatal("no connection waited for the hold: the worker was never over its share")
+	}
+	// Once the idle entry leaves (its worker drains), nothing waits.
+	idle.leave()
+	before := a.share.timeout.Load()
+	openConns(t, lnA.Addr().String(), 4)
+	if got := a.share.timeout.Load(); got != before {
+		t.Fatalf("%d connections waited after the other entry left", got-before)
+	}
+}
+
+// A draining worker leaves the table: its connections are moving away.
+func TestDrainLeavesAcceptShare(t *testing.T) {
+	dir := t.TempDir()
+	path, table := filepath.Join(dir, "reconfd.yaml"), filepath.Join(dir, "accept")
+	writeAtomic(t, path, baseConfig)
+	lnA, lnB := sharedListeners(t)
+	a := sharedGateway(t, path, table, lnA, time.Minute)
+	b := sharedGateway(t, path, table, lnB, time.Minute)
+	pid := b.share.mine.pid.Load()
+	b.Drain()
+	if b.share.mine.pid.Load() == pid {
+		t.Fatal("a draining worker kept its entry")
+	}
+	openConns(t, lnA.Addr().String(), 3)
+	if a.share.over() {
+		t.Fatal("over its share with the only other worker draining")
+	}
+}
