@@ -121,8 +121,10 @@
 // # Mutation
 //
 // A published configuration is read-only. The runtime takes a digest of
-// each generation when it is published and compares the active one's at
-// the start of every attempt and each one's at retire; a difference is
+// each generation when it is published and compares the active one's
+// during every attempt (just before the swap when it publishes, standing
+// for the retire check of a generation no pin holds past it; at the end
+// otherwise) and each one's at retire; a difference is
 // reported with its paths in the log, in Status and to
 // WithMutationObserver functions (WithMutationCheck: log, the default;
 // panic; off). The library reads no environment variable for this or

@@ -51,6 +51,9 @@ type Generation[T any] struct {
 	data, live    []byte
 	liveJSON      bool // live is LiveJSON, not YAML
 	restartPinned bool // compiled with the process's restart values (WithRestartValues)
+	// atSwap is set while the swap that replaces the generation runs,
+	// right after its mutation check: a retire then needs no second one.
+	atSwap atomic.Bool
 }
 
 // ID returns the generation's number. In a cluster it is the cluster

@@ -69,7 +69,8 @@ type Mutation struct {
 	// paths could not be determined.
 	Paths     []string `json:"paths"`
 	PathCount int      `json:"path_count"`
-	// FoundAt is "attempt" (checked when an attempt started) or "retire".
+	// FoundAt is "attempt" (the active generation, checked during an
+	// attempt) or "retire".
 	FoundAt string    `json:"found_at"`
 	Time    time.Time `json:"time"`
 }
@@ -77,14 +78,59 @@ type Mutation struct {
 // checkMutation compares g's digest with the one it had at publish (or at
 // the last report) and reports a difference once.
 func (r *Runtime[T]) checkMutation(g *Generation[T], foundAt string) {
+	if r.modified(g) {
+		r.reportMutation(g, foundAt)
+	}
+}
+
+// modified reports whether g's digest differs from the one it had at
+// publish (or at the last report), and claims the difference so that one
+// check reports it.
+func (r *Runtime[T]) modified(g *Generation[T]) bool {
 	if r.o.mutationMode == MutationOff || g == nil {
-		return
+		return false
 	}
 	d := digestOf(g.cfg)
 	seen := g.seen.Load()
-	if d == seen || !g.seen.CompareAndSwap(seen, d) {
-		return // unchanged, or another check is reporting it
+	return d != seen && g.seen.CompareAndSwap(seen, d)
+}
+
+// swapCheck carries an attempt's check of the generation it replaces from
+// the swap to the attempt's end, where it is reported: a report may panic
+// (MutationPanic), which must not happen between a consumer's prepare and
+// its commit.
+type swapCheck[T any] struct {
+	g     *Generation[T]
+	found bool
+}
+
+// check digests prev just before the swap that replaces it and marks it
+// atSwap, so that a retire during the swap (no pin held it) does not
+// digest it again: one digest stands for the attempt's check and the
+// retire's, which would be milliseconds apart.
+func (s *swapCheck[T]) check(r *Runtime[T], prev *Generation[T]) {
+	s.g, s.found = prev, r.modified(prev)
+	prev.atSwap.Store(true)
+}
+
+// checkActive is an attempt's mutation check of the generation that was
+// active when it started, run when the attempt ends: reported from the
+// swap when the attempt published, else digested now. (It ran when the
+// attempt started until a large reload spent three digests on two
+// generations: BenchmarkReloadLargeVsParse.)
+func (r *Runtime[T]) checkActive(prev *Generation[T]) {
+	s := r.swapCheck
+	r.swapCheck = swapCheck[T]{}
+	switch {
+	case s.g != prev:
+		r.checkMutation(prev, "attempt")
+	case s.found:
+		r.reportMutation(prev, "attempt")
 	}
+}
+
+// reportMutation reports a modification of g that a check claimed.
+func (r *Runtime[T]) reportMutation(g *Generation[T], foundAt string) {
 	m := Mutation{Generation: g.id, FoundAt: foundAt, Time: r.o.now()}
 	if paths := r.mutatedPaths(g); len(paths) > 0 {
 		m.PathCount = len(paths)
@@ -185,6 +231,10 @@ func planNode(n *node, building map[*shape]*digestFn) *digestFn {
 	case kList, kArray:
 		*p = sequenceDigest(n.typ, planNode(n.elem, building))
 	case kMap:
+		if n.typ == stringMapType {
+			*p = stringMapDigest
+			break
+		}
 		*p = mapDigest(n.typ, planLazy(n.typ.Key(), true, map[reflect.Type]*digestFn{}), planNode(n.elem, building))
 	case kStruct:
 		type field struct {
@@ -313,6 +363,22 @@ func sequenceDigest(t reflect.Type, elem *digestFn) digestFn {
 		}
 		return h
 	}
+}
+
+// stringMapDigest hashes a map[string]string (headers, model aliases by
+// the ten thousand) as mapDigest does, ranging over it without reflect:
+// about a third of a large configuration's digest went to the reflect
+// iterator.
+func stringMapDigest(h uint64, v reflect.Value) uint64 {
+	m := v.Interface().(map[string]string)
+	if len(m) == 0 {
+		return mix(h, 0)
+	}
+	var sum uint64
+	for k, e := range m {
+		sum += mix(mix(0, maphash.String(digestSeed, k)), maphash.String(digestSeed, e))
+	}
+	return mix(mix(h, uint64(len(m))), sum)
 }
 
 // mapDigest hashes a map: each entry hashed alone and the sums combined,

@@ -75,6 +75,36 @@ func TestMutationFoundAtRetire(t *testing.T) {
 	}
 }
 
+// A write to the active generation while an attempt runs (here by a
+// consumer, through Prepare's prev) is found by the attempt's own check,
+// which runs just before the swap and stands for the retire check of a
+// generation that no pin holds past it: one report, at the attempt.
+func TestMutationDuringAttemptFoundAtSwap(t *testing.T) {
+	var got []Mutation
+	var mu sync.Mutex
+	write := ConsumerFunc[testConfig](func(_ context.Context, prev, _ *testConfig) (Prepared, error) {
+		if prev != nil { // nil for the first generation
+			prev.Routing.MaxAttempts = 7 // the bug: prev is read-only
+		}
+		return nil, nil
+	})
+	src := newMem(baseYAML(1))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
+		WithConsumer(Name("writer"), write, "routing"),
+		WithMutationObserver(func(m Mutation) { mu.Lock(); got = append(got, m); mu.Unlock() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	src.set(baseYAML(2))
+	mustReload(t, rt, Published)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].FoundAt != "attempt" || got[0].Generation != 1 || strings.Join(got[0].Paths, ",") != "routing.max_attempts" {
+		t.Fatalf("mutations = %+v, want one, generation 1 at attempt, routing.max_attempts", got)
+	}
+}
+
 func TestMutationPanicMode(t *testing.T) {
 	src := newMem(baseYAML(1))
 	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
@@ -116,12 +146,13 @@ func TestDigestCoversDeclaredFieldsOnly(t *testing.T) {
 	type inner struct {
 		When  time.Time         `yaml:"when"`
 		M     map[string][]int  `yaml:"m"`
+		S     map[string]string `yaml:"s"`
 		P     *int              `yaml:"p"`
 		cache map[string]string //nolint:unused // internal state
 		Memo  string            `yaml:"-"`
 	}
 	n := 1
-	a := inner{When: time.Unix(5, 0), M: map[string][]int{"x": {1}, "y": {2, 3}}, P: &n}
+	a := inner{When: time.Unix(5, 0), M: map[string][]int{"x": {1}, "y": {2, 3}}, S: map[string]string{"a": "b", "c": "d"}, P: &n}
 	d := digestOf(&a)
 	a.cache = map[string]string{"k": "v"}
 	a.Memo = "memo"
@@ -129,13 +160,16 @@ func TestDigestCoversDeclaredFieldsOnly(t *testing.T) {
 		t.Fatal("digest changed with internal state")
 	}
 	for name, mutate := range map[string]func(*inner){
-		"time":      func(x *inner) { x.When = x.When.Add(1) },
-		"map value": func(x *inner) { x.M["y"][1] = 4 },
-		"map key":   func(x *inner) { x.M["z"] = x.M["y"]; delete(x.M, "y") },
-		"pointer":   func(x *inner) { *x.P = 2 },
-		"nil":       func(x *inner) { x.P = nil },
+		"time":             func(x *inner) { x.When = x.When.Add(1) },
+		"map value":        func(x *inner) { x.M["y"][1] = 4 },
+		"map key":          func(x *inner) { x.M["z"] = x.M["y"]; delete(x.M, "y") },
+		"pointer":          func(x *inner) { *x.P = 2 },
+		"string map value": func(x *inner) { x.S["c"] = "e" },
+		"string map key":   func(x *inner) { x.S["e"] = x.S["c"]; delete(x.S, "c") },
+		"string map swap":  func(x *inner) { x.S["a"], x.S["c"] = x.S["c"], x.S["a"] },
+		"nil":              func(x *inner) { x.P = nil },
 	} {
-		b := inner{When: time.Unix(5, 0), M: map[string][]int{"x": {1}, "y": {2, 3}}, P: new(int)}
+		b := inner{When: time.Unix(5, 0), M: map[string][]int{"x": {1}, "y": {2, 3}}, S: map[string]string{"c": "d", "a": "b"}, P: new(int)}
 		*b.P = 1
 		if digestOf(&b) != d {
 			t.Fatalf("%s: equal values, different digests", name)

@@ -164,8 +164,9 @@ func WithRetireHook[T any](fn func(*Generation[T])) Option {
 // WithMutationCheck sets what happens when a published configuration is
 // found modified in place. The detector is on by default (MutationLog): a
 // digest of each generation is taken when it is published and compared
-// when each attempt starts (for the active generation) and when the
-// generation retires; a difference is reported with its paths in the log,
+// during each attempt (for the active generation: just before the swap
+// when the attempt publishes, else when it ends) and when the generation
+// retires (unless it retires at that swap, just checked); a difference is reported with its paths in the log,
 // in Status and to WithMutationObserver functions. MutationPanic then
 // panics; MutationOff turns the detector off. The library reads no
 // environment variable for this: a service maps its own flag onto it

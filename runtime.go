@@ -39,6 +39,10 @@ type Runtime[T any] struct {
 	// touches them.
 	lastRead   any
 	activeData []byte
+	// swapCheck is the mutation check an attempt ran on the generation it
+	// replaced, just before the swap (see checkActive); only the attempt
+	// holding slot touches it.
+	swapCheck swapCheck[T]
 
 	mu           sync.Mutex // guards the fields below; never held while calling out
 	closing      bool
@@ -377,7 +381,7 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
 func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Result {
 	prev := r.cur.Load()
-	r.checkMutation(prev, "attempt")
+	defer r.checkActive(prev)
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		stop := lap(&res.Timings.Read)
@@ -410,7 +414,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 // apply runs a cluster version through the staged path. It holds the slot.
 func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Result {
 	prev := r.cur.Load()
-	r.checkMutation(prev, "attempt")
+	defer r.checkActive(prev)
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		if version <= prev.id {
@@ -527,8 +531,10 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	r.mu.Lock()
 	r.retained[next] = struct{}{}
 	r.mu.Unlock()
+	r.swapCheck.check(r, prev)
 	r.cur.Store(next)
 	prev.replace()
+	prev.atSwap.Store(false)
 	stop()
 
 	// From here on the generation is published: a panic in a Commit is a
@@ -772,7 +778,8 @@ func (r *Runtime[T]) observe(res Result) {
 
 // retired is every generation's last step: runtime hooks, the retained
 // set, then the mutation check (last, so a report that panics leaves the
-// bookkeeping done).
+// bookkeeping done), unless the generation retires at the swap that
+// replaced it, whose check it just had.
 func (r *Runtime[T]) retired(g *Generation[T]) {
 	for _, h := range r.o.retireHooks {
 		runHook(r.o.logger, func() { h(g) })
@@ -784,7 +791,9 @@ func (r *Runtime[T]) retired(g *Generation[T]) {
 	case r.retiredCh <- struct{}{}:
 	default:
 	}
-	r.checkMutation(g, "retire")
+	if !g.atSwap.Load() { // else checked just before the swap that retired it
+		r.checkMutation(g, "retire")
+	}
 }
 
 func (r *Runtime[T]) retainedCount() int {
