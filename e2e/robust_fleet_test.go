@@ -352,8 +352,17 @@ func (f *fleetRun) injectFaults(seed uint64) (stop func()) {
 				}
 				end := f.faults.begin("kill-9", slot, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
-				for alive(pid) {
-					time.Sleep(5 * time.Millisecond)
+				// The fault lasts until the supervisor has reaped the
+				// worker, not until it is a zombie: the thread-group leader
+				// turns zombie first, and the connections the worker had
+				// accepted are reset only once its last thread has exited
+				// (seen 186 ms later in CI, under -race), which is also
+				// when the supervisor's wait returns.
+				for reaped := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(reaped) {
+						f.t.Errorf("worker %s (pid %d) was killed and not reaped within 30 s", slot, pid)
+						break
+					}
 				}
 				end()
 				// The bound runs from the restart: while the file does not
@@ -935,11 +944,16 @@ func startFleetLoad(t *testing.T, url string, faults *faultLog, keepAlive, fresh
 		tr := &http.Transport{
 			DisableKeepAlives: i >= keepAlive && i < keepAlive+fresh, MaxIdleConnsPerHost: 1,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				// Opened when the dial starts: on a loaded machine the
+				// dialing goroutine may run again milliseconds after the
+				// kernel made the connection, which a worker may have
+				// accepted meanwhile.
+				opened := time.Now()
 				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 				if err != nil {
 					return nil, err
 				}
-				tc := &trackedConn{Conn: c, opened: time.Now()}
+				tc := &trackedConn{Conn: c, opened: opened}
 				tc.slot.Store("")
 				return tc, nil
 			},
