@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf/internal/etcdproc"
 )
@@ -98,4 +102,60 @@ func tcpForward(t *testing.T, endpoint string) string {
 		wg.Wait()
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// TestClusterLeaseTTL: --cluster-lease-ttl (or RECONF_CLUSTER_LEASE_TTL)
+// is the lease every worker's row and concurrency claims live on, for a
+// single cluster worker and for a supervisor's workers alike; the flag
+// wins over the variable.
+func TestClusterLeaseTTL(t *testing.T) {
+	requireBinary(t)
+	etcd := startEtcdProcess(t)
+	ep := tcpForward(t, etcd.Endpoint())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for i, tc := range []struct {
+		name    string
+		args    []string
+		env     []string
+		workers int
+		want    int64
+	}{
+		{"flag", []string{"--cluster-lease-ttl", "4s"}, []string{"RECONF_CLUSTER_LEASE_TTL=9s"}, 1, 4},
+		{"env, workers", []string{"--workers", "2"}, []string{"RECONF_CLUSTER_LEASE_TTL=6s"}, 2, 6},
+		{"default", nil, nil, 1, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := "/test/lease/" + strconv.Itoa(i)
+			args := append([]string{"--cluster", ep, "--cluster-prefix", prefix, "--management-address", "off"}, tc.args...)
+			s := startServer(t, config(4, "0s"), args, tc.env...)
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				rows, err := cli.Get(ctx, prefix+"/workers/", clientv3.WithPrefix())
+				cancel()
+				if err == nil && len(rows.Kvs) == tc.workers {
+					for _, kv := range rows.Kvs {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+						cancel()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if ttl.GrantedTTL != tc.want {
+							t.Errorf("a row's lease was granted for %ds, want %ds", ttl.GrantedTTL, tc.want)
+						}
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d worker rows after 20s (%v), want %d:\n%s", len(rows.Kvs), err, tc.workers, s.logs.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -20,7 +21,49 @@ const (
 	envClusterUser     = "RECONF_CLUSTER_USER"
 	envClusterPassword = "RECONF_CLUSTER_PASSWORD"
 	envClusterInsecure = "RECONF_CLUSTER_INSECURE"
+	envClusterLeaseTTL = "RECONF_CLUSTER_LEASE_TTL"
 )
+
+// The bounds of --cluster-lease-ttl. Below 2s a renewal (every eighth of
+// the lease) is due every 250 ms and an etcd election (about 2s) outlasts
+// the grace before a worker falls back to its local share; above 5m a
+// killed worker's slots stay claimed, and its row listed, for that long.
+const (
+	minLeaseTTL = 2 * time.Second
+	maxLeaseTTL = 5 * time.Minute
+)
+
+// checkLeaseTTL refuses a lease outside the bounds or not in whole
+// seconds (etcd grants whole seconds); 0 means the default.
+func checkLeaseTTL(name string, d time.Duration) error {
+	switch {
+	case d == 0:
+		return nil
+	case d < minLeaseTTL || d > maxLeaseTTL:
+		return usage("%s must be from %s to %s, got %s", name, minLeaseTTL, maxLeaseTTL, d)
+	case d%time.Second != 0:
+		return usage("%s must be whole seconds (etcd grants leases in seconds), got %s", name, d)
+	}
+	return nil
+}
+
+// leaseFromEnv takes the lease time from envClusterLeaseTTL when the flag
+// did not set it.
+func (f *serveFlags) leaseFromEnv(lookup env) error {
+	v := lookup.get(envClusterLeaseTTL)
+	if f.leaseTTL != 0 || v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return usage("%s must be a duration such as 20s, got %q", envClusterLeaseTTL, v)
+	}
+	if err := checkLeaseTTL(envClusterLeaseTTL, d); err != nil {
+		return err
+	}
+	f.leaseTTL = d
+	return nil
+}
 
 // clusterAccess is how serve reaches an external cluster: TLS files, an
 // etcd user whose password is a secret reference, and whether plain http

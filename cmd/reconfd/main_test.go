@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reconfhq/reconf"
 
@@ -67,6 +68,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"serve", "--config", good, "--workers", "300"}, 2},
 		{[]string{"serve", "--config", good, "--cluster", "127.0.0.1:2379"}, 2},
 		{[]string{"serve", "--config", good, "--cluster-prefix", "reconf"}, 2},
+		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "1s"}, 2},
+		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "1500ms"}, 2},
+		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "6m"}, 2},
 		{[]string{"serve", "--config", good, "--worker", "1"}, 2},
 		{[]string{"serve", "--config", good, "--worker", "1", "--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1"}, 2},
 		{[]string{"serve", "--config", literal, "--workers", "2"}, 1},
@@ -240,6 +244,34 @@ func TestReloadClient(t *testing.T) {
 				t.Errorf("stderr %q does not explain the refusal", errOut)
 			}
 		})
+	}
+}
+
+// RECONF_CLUSTER_LEASE_TTL fills --cluster-lease-ttl when the flag is not
+// given, within the same bounds; a bad value is refused by name.
+func TestLeaseTTLFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		flag time.Duration
+		env  string
+		want time.Duration
+		ok   bool
+	}{
+		{0, "", 0, true},
+		{0, "20s", 20 * time.Second, true},
+		{4 * time.Second, "20s", 4 * time.Second, true},
+		{0, "1s", 0, false},
+		{0, "2.5s", 0, false},
+		{0, "1h", 0, false},
+		{0, "soon", 0, false},
+	} {
+		f := serveFlags{leaseTTL: tc.flag}
+		err := f.leaseFromEnv(func(k string) (string, bool) { return tc.env, k == envClusterLeaseTTL && tc.env != "" })
+		if (err == nil) != tc.ok || (tc.ok && f.leaseTTL != tc.want) {
+			t.Errorf("flag %v, env %q: got %v, %v; want %v (ok %v)", tc.flag, tc.env, f.leaseTTL, err, tc.want, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), envClusterLeaseTTL) {
+			t.Errorf("env %q: %v does not name the variable", tc.env, err)
+		}
 	}
 }
 

@@ -37,6 +37,7 @@ type serveFlags struct {
 	workers       int
 	cluster       []string
 	clusterPrefix string
+	leaseTTL      time.Duration // each worker's lease; 0: gate.DefaultTTL
 	dataDir       string
 	access        clusterAccess // TLS and credentials of an external cluster
 	mgmtTLS       mgmtTLSFlags  // the management listener's TLS
@@ -87,6 +88,9 @@ in flight across all of them together.`,
 			if err := f.check(); err != nil {
 				return err
 			}
+			if err := f.leaseFromEnv(lookup); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), f, stderr, lookup)
 		},
 	}
@@ -97,6 +101,7 @@ in flight across all of them together.`,
 	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
 	fl.StringVar(&f.clusterPrefix, "cluster-prefix", "", "etcd key prefix of this service's channel (default server.cluster_prefix, /reconf/reconfd)")
+	fl.DurationVar(&f.leaseTTL, "cluster-lease-ttl", 0, "each worker's etcd lease, whole seconds from 2s to 5m: a dead worker's concurrency slots and status row go within it (default $"+envClusterLeaseTTL+", else 10s)")
 	f.access.register(fl)
 	f.mgmtTLS.register(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
@@ -116,7 +121,7 @@ func (f *serveFlags) check() error {
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
 	}
-	return nil
+	return checkLeaseTTL("--cluster-lease-ttl", f.leaseTTL)
 }
 
 // mode is how serve runs, from the flags over the file's server section.
@@ -239,7 +244,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		if err != nil {
 			return fail("--cluster: %v", err)
 		}
-		co.Prefix = m.prefix
+		co.Prefix, co.GateTTL = m.prefix, f.leaseTTL
 		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co))
 		if err != nil {
 			return err
@@ -363,7 +368,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 			return fail("--cluster: %v", err)
 		}
 	}
-	co.Prefix, co.Worker, co.Fleet = f.clusterPrefix, f.worker, lookup.get(envFleetID)
+	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.clusterPrefix, f.worker, lookup.get(envFleetID), f.leaseTTL
 	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline)),
 		gateway.WithAcceptShare(lookup.get(envFleetAccept))}
 	var pending []string // restart fields the file changed that the fleet has not restarted into

@@ -266,6 +266,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			if len(m.cluster) > 0 {
 				args = append(append(args, "--cluster", strings.Join(m.cluster, ",")), access.args()...)
 			}
+			if f.leaseTTL > 0 {
+				args = append(args, "--cluster-lease-ttl", f.leaseTTL.String())
+			}
 			if mgmtAddr != "" {
 				args = append(args, "--management-address", mgmtAddr)
 			} else {
