@@ -164,22 +164,24 @@ func (s *acceptShare) over() bool {
 
 // wait returns when this process may accept: at once when it is within its
 // share; otherwise once it is within its share again (another process took
-// connections), or a connection has waited on the socket for maxDefer
-// without another process taking it, or the socket is closed. pending
-// reports whether a connection waits on the socket, waiting for at most d
-// for one to arrive; it returns an error once the socket is closed.
-func (s *acceptShare) wait(pending func(d time.Duration) (bool, error)) {
-	if !s.over() {
-		return
-	}
+// connections), or a connection has waited on the socket for the hold
+// (maxDefer) without another process taking it, or the socket is closed.
+// pending reports whether a connection waits on the socket; with block it
+// first waits, parked in the runtime's poller, until one does. It returns
+// an error once the socket is closed.
+//
+// The waits never block a thread in a system call: with one P per worker
+// a blocking poll(2) kept the P from the worker's requests until sysmon
+// took it back, up to 10 ms later (the p99 showed it).
+func (s *acceptShare) wait(pending func(block bool) (bool, error)) {
 	var since time.Time
 	for s.over() {
-		ok, err := pending(20 * time.Millisecond)
+		ok, err := pending(since.IsZero())
 		if err != nil {
 			return
 		}
 		if !ok {
-			since = time.Time{}
+			since = time.Time{} // another process took it
 			continue
 		}
 		if since.IsZero() {
@@ -193,20 +195,56 @@ func (s *acceptShare) wait(pending func(d time.Duration) (bool, error)) {
 	}
 }
 
-// pendingOn returns wait's pending function for a listening socket: poll(2)
-// for a connection in its queue, for at most d.
-func pendingOn(rc syscall.RawConn) func(d time.Duration) (bool, error) {
-	return func(d time.Duration) (bool, error) {
-		var ready bool
-		var perr error
-		err := rc.Control(func(fd uintptr) {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, e := unix.Poll(fds, int(d/time.Millisecond))
-			if e != nil && !errors.Is(e, unix.EINTR) {
-				perr = e
-			}
-			ready = n > 0 && fds[0].Revents&unix.POLLIN != 0
-		})
-		return ready, errors.Join(err, perr)
-	}
+// listenQueue watches a listening socket's queue of connections through a
+// second descriptor of the socket, registered with the runtime's poller
+// (a listener's own raw connection cannot wait for reads). Close it to end
+// a wait.
+type listenQueue struct {
+	f  *os.File
+	rc syscall.RawConn
 }
+
+func newListenQueue(ln syscall.Conn) (*listenQueue, error) {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	f := os.NewFile(uintptr(fd), "listen-queue") // non-blocking, as the socket is: pollable
+	frc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &listenQueue{f: f, rc: frc}, nil
+}
+
+// pending reports whether a connection waits in the queue, by a poll(2)
+// that does not wait; with block, the goroutine first parks in the
+// runtime's poller until one does (the check runs before the park, so a
+// connection queued earlier is not missed). It returns an error once the
+// queue is closed.
+func (q *listenQueue) pending(block bool) (bool, error) {
+	var ready bool
+	var perr error
+	err := q.rc.Read(func(fd uintptr) bool {
+		fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, e := unix.Poll(fds[:], 0)
+		if e != nil && !errors.Is(e, unix.EINTR) {
+			perr = e
+			return true
+		}
+		ready = n > 0 && fds[0].Revents&unix.POLLIN != 0
+		return ready || !block
+	})
+	return ready, errors.Join(err, perr)
+}
+
+// Close ends a wait in pending and releases the descriptor.
+func (q *listenQueue) Close() error { return q.f.Close() }

@@ -5,7 +5,6 @@ package gateway
 import (
 	"errors"
 	"syscall"
-	"time"
 )
 
 // acceptShare balances connections between worker processes, which need
@@ -16,8 +15,16 @@ func openAcceptShare(string) (*acceptShare, error) {
 	return nil, errors.New("gateway: balancing connections between workers needs Unix")
 }
 
-func (s *acceptShare) opened()                                    {}
-func (s *acceptShare) closed()                                    {}
-func (s *acceptShare) leave()                                     {}
-func (s *acceptShare) wait(func(time.Duration) (bool, error))     {}
-func pendingOn(syscall.RawConn) func(time.Duration) (bool, error) { return nil }
+func (s *acceptShare) opened()                       {}
+func (s *acceptShare) closed()                       {}
+func (s *acceptShare) leave()                        {}
+func (s *acceptShare) wait(func(bool) (bool, error)) {}
+
+// listenQueue watches a listening socket's queue, on Unix.
+type listenQueue struct{}
+
+func newListenQueue(syscall.Conn) (*listenQueue, error) {
+	return nil, errors.New("gateway: no listen queue here")
+}
+func (q *listenQueue) pending(bool) (bool, error) { return false, errors.ErrUnsupported }
+func (q *listenQueue) Close() error               { return nil }

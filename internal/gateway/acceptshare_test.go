@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -216,5 +218,37 @@ func TestDrainLeavesAcceptShare(t *testing.T) {
 	openConns(t, lnA.Addr().String(), 3)
 	if a.share.over() {
 		t.Fatal("over its share with the only other worker draining")
+	}
+}
+
+// A worker over its share with no connection waiting parks its accept
+// loop in the runtime's poller: it holds no thread in a system call (with
+// one P per worker, a blocking poll(2) kept the P from the worker's
+// requests until sysmon took it back, up to 10 ms later) and does not
+// wake on a timer.
+func TestAcceptShareWaitParks(t *testing.T) {
+	dir := t.TempDir()
+	path, table := filepath.Join(dir, "reconfd.yaml"), filepath.Join(dir, "accept")
+	writeAtomic(t, path, baseConfig)
+	lnA, lnB := sharedListeners(t)
+	defer lnB.Close()
+	sharedGateway(t, path, table, lnA, time.Minute)
+	idle, err := openAcceptShare(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.leave()
+	// Both within the share (0/0, 1/0); with 2/0 the worker is over it.
+	openConns(t, lnA.Addr().String(), 2)
+	var stack string
+	waitFor(t, "the accept loop waiting for its share", func() bool {
+		buf := make([]byte, 1<<20)
+		stack = string(buf[:runtime.Stack(buf, true)])
+		return strings.Contains(stack, "(*listenQueue).pending")
+	})
+	for _, g := range strings.Split(stack, "\n\n") {
+		if strings.Contains(g, "(*listenQueue).pending") && !strings.Contains(g, "[IO wait") {
+			t.Fatalf("the accept loop waits outside the poller:\n%s", g)
+		}
 	}
 }
