@@ -43,6 +43,12 @@ type Runtime[T any] struct {
 	// replaced, just before the swap (see checkActive); only the attempt
 	// holding slot touches it.
 	swapCheck swapCheck[T]
+	// refused is the newest cluster version whose Apply this worker
+	// refused (invalid here, a consumer refused, ...): a reload is judged
+	// against it as if it had been applied, so a worker that cannot run
+	// the fleet's newest version is not told to wait for it (busy) forever.
+	// Only the attempt holding slot touches it.
+	refused uint64
 
 	mu           sync.Mutex // guards the fields below; never held while calling out
 	closing      bool
@@ -428,11 +434,29 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 		if err == nil {
 			err = checkFiles(rec.Files, cand.files)
 		}
+		var out Result
 		if err != nil {
-			return r.failed(ctx, *res, err)
+			out = r.failed(ctx, *res, err)
+		} else {
+			out = r.stage(ctx, res, prev, cand, version)
 		}
-		return r.stage(ctx, res, prev, cand, version)
+		if refusal(out.Outcome) {
+			r.refused = max(r.refused, version)
+		}
+		return out
 	})
+}
+
+// refusal reports whether an apply that ended in o refused its version for
+// as long as its cause lasts (retrying the same record gives the same
+// answer), as opposed to ending on this worker's momentary state (busy,
+// retention, shutdown) or succeeding.
+func refusal(o Outcome) bool {
+	switch o {
+	case Invalid, SourceIntegrityFailed, RestartRequired, PreparationFailed, InternalFailed:
+		return true
+	}
+	return false
 }
 
 // guard runs body with the attempt's bookkeeping: timing, and a panic
@@ -486,11 +510,17 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	// Applying a cluster version always moves to its number, even when its
 	// content equals ours, so every worker names it the same way.
 	if live == 0 && version == 0 {
-		if err := r.confirmCurrent(ctx, prev.id, res.DryRun); err != nil {
+		behind, err := r.confirmCurrent(ctx, prev.id, res.DryRun)
+		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
-		res.Outcome, res.Reason, res.Message = NoOp, ReasonUnchanged, "the effective configuration is unchanged"
-		return *res
+		if !behind {
+			res.Outcome, res.Reason, res.Message = NoOp, ReasonUnchanged, "the effective configuration is unchanged"
+			return *res
+		}
+		// The cluster is ahead: publish the file anyway, which the channel
+		// allows only over a version this worker refused or no worker
+		// applies; over any other it is busy (superseded) until caught up.
 	}
 	if n := r.retainedCount(); n >= r.o.retention {
 		res.Outcome, res.Reason = RetentionBlocked, ReasonRetention
@@ -499,7 +529,11 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	digest := r.digest(cand)
 	stop = lap(&res.Timings.Prepare)
-	st, err := r.prepare(withFiles(ctx, cand.read), prev.cfg, cand.cfg, changes)
+	var st []staged
+	var err error
+	if live > 0 || version > 0 {
+		st, err = r.prepare(withFiles(ctx, cand.read), prev.cfg, cand.cfg, changes)
+	}
 	stop()
 	if err == nil {
 		err = ctx.Err()
@@ -520,8 +554,13 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	if id == 0 {
 		id = prev.id + 1
 		if ch := r.o.channel; ch != nil {
-			if id, err = r.publish(ctx, ch, prev.id, cand, res.Trigger); err != nil {
+			// Over a version this worker refused, as if it held it.
+			if id, err = r.publish(ctx, ch, max(prev.id, r.refused), cand, res.Trigger); err != nil {
 				r.abortAll(st)
+				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {
+					err = &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+						"the file matches version %d, which this worker holds, but the cluster is at a newer version: this worker is catching up, and the file is not in force; retry once it has (status shows it)", prev.id)}
+				}
 				return r.failed(ctx, *res, err)
 			}
 		}
@@ -558,28 +597,29 @@ func commitSafely(l *slog.Logger, name string, p Prepared) {
 	p.Commit()
 }
 
-// confirmCurrent checks, in a cluster whose channel tells its version
-// (ChannelVersion), that held is the cluster's version before a file
-// equal to it is answered no-op: a worker behind the cluster judged the
-// file against an older version, and is answered busy (superseded) until
-// it has caught up. A channel that cannot be read is cluster_unavailable.
-// A dry run (check-config) is judged against this worker's generation.
-func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) error {
+// confirmCurrent reports, in a cluster whose channel tells its version
+// (ChannelVersion), whether the cluster is ahead of held, the version a
+// file equal to this worker's generation was judged against: if it is
+// not, the file is in force and the attempt is a no-op; if it is, the
+// file is not what the fleet runs, and the attempt goes on to publish it,
+// which the channel refuses (busy, superseded) unless the newer version
+// is one this worker refused or no worker applies (a worker merely
+// catching up waits for it). A channel that cannot be read is
+// cluster_unavailable. A dry run (check-config) is judged against this
+// worker's generation.
+func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) (behind bool, err error) {
 	cv, ok := r.o.channel.(ChannelVersion)
 	if !ok || dry {
-		return nil
+		return false, nil
 	}
 	v, err := cv.Version(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return ctx.Err()
+		return false, ctx.Err()
 	case err != nil:
-		return &Error{Reason: ReasonClusterUnavailable, Message: "the file matches this worker's generation, but the cluster channel could not be read to confirm that it is the fleet's; retry", Err: err}
-	case v > held:
-		return &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
-			"the file matches version %d, which this worker holds, but the cluster is at version %d: this worker is catching up, and the file is not in force; retry once it has (status shows it)", held, v)}
+		return false, &Error{Reason: ReasonClusterUnavailable, Message: "the file matches this worker's generation, but the cluster channel could not be read to confirm that it is the fleet's; retry", Err: err}
 	}
-	return nil
+	return v > held, nil
 }
 
 // record returns what a cluster publishes for cand.

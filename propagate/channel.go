@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -288,7 +289,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()).
 		Then(clientv3.OpPut(key, val)).
-		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly())).
+		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()), clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
 		if rev, ok := c.landed(ctx, held+1, val); ok && !recordTooLarge(err) {
@@ -298,7 +299,9 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		return 0, writeFailed("publish", err, len(val))
 	}
 	if !resp.Succeeded {
-		if resp.Responses[0].GetResponseRange().Count == 0 {
+		// A newer version is the answer even without the row: with it, the
+		// publish would lose all the same.
+		if resp.Responses[0].GetResponseRange().Count == 0 && !moved(resp.Responses[1].GetResponseRange(), held) {
 			return 0, c.errNoRow()
 		}
 		if v, ok := c.publishOverRefused(ctx, held, rec); ok {
@@ -309,6 +312,16 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	}
 	c.ownRev.Store(resp.Header.Revision)
 	return held + 1, nil
+}
+
+// moved reports whether a keys-only read of the config key found it at a
+// version other than held.
+func moved(r *etcdserverpb.RangeResponse, held uint64) bool {
+	var v uint64
+	if len(r.GetKvs()) > 0 {
+		v = uint64(r.Kvs[0].Version)
+	}
+	return v != held
 }
 
 // landed reports whether a publish whose answer did not come back was
