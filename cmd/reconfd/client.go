@@ -372,15 +372,18 @@ func printFleet(w io.Writer, extra map[string]any) {
 	}
 	fmt.Fprintf(w, "workers:              %d\n", len(rows))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tSTATE\tLAST ERROR\tDRIFT")
+	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tDIGEST\tSTATE\tLAST ERROR\tDRIFT")
 	for _, r := range rows {
-		last := string(r.LastError)
-		if last == "" {
-			last = "-"
-		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, r.State, last, r.BootstrapDrift)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)
 	}
 	_ = tw.Flush()
+}
+
+// shortDigest is an applied digest as the status table shows it: 12 hex
+// digits tell rows at one version apart at a glance (the JSON answer has
+// all 32); "-" for a worker too old to report one.
+func shortDigest(d string) string {
+	return orDash(d[:min(len(d), 12)])
 }
 
 func orDash(s string) string {

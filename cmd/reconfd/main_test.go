@@ -215,8 +215,11 @@ func TestReloadClient(t *testing.T) {
 			`{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
 			200, []string{"status"}, 0, "answered by worker:   h-w1-10 (the lines above are its own view)\ncluster version:      7 (not converged)\nworkers:              2\n"},
 		{"status of a fleet, rows", `{"active_generation":7,"cluster_version":7,"converged":true,"cluster_reachable":true,` +
-			`"workers":[{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
-			200, []string{"status"}, 0, "  h-w2-11  11   h     6        failing  secret_unresolved  false"},
+			`"workers":[{"id":"h-w2-11","pid":11,"host":"h","applied_version":6,"applied_digest":"9b1c0f7e6d25a4c8e0b3f1a2d4c6e8f0","state":"failing","last_error":"secret_unresolved","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"},` +
+			`{"id":"h-w3-12","pid":12,"host":"h","applied_version":7,"state":"ok","bootstrap_fingerprint":"f","heartbeat":"2026-12-02T00:00:00Z"}]}`,
+			200, []string{"status"}, 0, "  ID       PID  HOST  APPLIED  DIGEST        STATE    LAST ERROR         DRIFT\n" +
+				"  h-w2-11  11   h     6        9b1c0f7e6d25  failing  secret_unresolved  false\n" +
+				"  h-w3-12  12   h     7        -             ok       -                  false\n"},
 		{"status of a fleet, publisher", `{"active_generation":7,"cluster_version":7,"converged":true,"cluster_reachable":true,"workers":[],` +
 			`"published":{"version":7,"format":2,"publisher":{"id":"h-w2-11","host":"h","pid":11,"worker":"2","fleet":"ab12"},"trigger":"api","actor":"api token","published_at":"2026-12-02T00:00:00Z"}}`,
 			200, []string{"status"}, 0, "published by:         h-w2-11 (host h, pid 11, worker 2, fleet ab12), trigger api, actor api token, at 2026-12-02T00:00:00Z\n"},
