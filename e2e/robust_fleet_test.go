@@ -72,6 +72,8 @@ const convergeBound = 2 * 20 * time.Second
 func TestRobustnessFleet(t *testing.T) {
 	requireBinary(t)
 	rng := robustRNG(t)
+	ph := newPhases()
+	defer func() { t.Logf("phases: %s", ph) }()
 	etcd := startEtcdProcess(t)
 	rec := recordChannel(t, etcd.Endpoint(), "/reconf/reconfd")
 	s := startServer(t, config(4, "0s"), []string{"--workers", strconv.Itoa(fleetWorkers), "--cluster", tcpForward(t, etcd.Endpoint()),
@@ -79,8 +81,10 @@ func TestRobustnessFleet(t *testing.T) {
 	f := &fleetRun{robust: &robust{t: t, rng: rng, s: s, dir: filepath.Dir(s.config), current: 4, kinds: map[string]int{}, reasons: map[reconf.Reason]int{}},
 		rec: rec, etcd: etcd, faults: &faultLog{killed: map[int]bool{}, kinds: map[string]int{}}, answers: map[string]int{}, worst: map[string]time.Duration{}}
 	rec.waitAll(1, 30*time.Second)
+	ph.end("start")
 
 	base := f.baseline()
+	ph.end("warm-up")
 	l := startFleetLoad(t, s.url, f.faults, 3, 1, 1)
 	defer l.halt()
 	stopClients := sync.OnceFunc(stallingClients(strings.TrimPrefix(s.url, "http://"), rng.Uint64(), &f.clients))
@@ -96,16 +100,20 @@ func TestRobustnessFleet(t *testing.T) {
 	for time.Now().Before(deadline) && !t.Failed() {
 		f.step()
 	}
+	ph.end("faults")
 	faultsDone()
 	stopClients()
 	l.finish()
+	ph.end("last fault")
 	f.checkConverged("end", "the end")
 	rec.stop()
 	rec.report()
+	ph.end("convergence")
 	t.Logf("file steps %v; refusals by reason %v; answers %v; reloads lost with a killed or stopped worker %d; published though answered cluster_unavailable %d; stalling clients %d",
 		f.kinds, f.reasons, f.answers, f.lost, f.unconfirmed, f.clients.Load())
 	t.Logf("faults %v; slowest convergence after a fault by kind, and slowest restart after a kill %v (bound %v)", f.faults.kinds, f.worst, convergeBound)
 	f.checkBaseline(base)
+	ph.end("baseline")
 
 	select {
 	case <-s.done:
@@ -116,7 +124,25 @@ func TestRobustnessFleet(t *testing.T) {
 	if code := s.wait(60 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
+	ph.end("stop")
 }
+
+// phases times the parts of a run, for its CI cost.
+type phases struct {
+	last time.Time
+	b    strings.Builder
+}
+
+func newPhases() *phases { return &phases{last: time.Now()} }
+
+// end closes the phase that began where the last one ended.
+func (p *phases) end(name string) {
+	now := time.Now()
+	fmt.Fprintf(&p.b, "%s %.1fs; ", name, now.Sub(p.last).Seconds())
+	p.last = now
+}
+
+func (p *phases) String() string { return strings.TrimSuffix(p.b.String(), "; ") }
 
 // fleetRun is TestRobustnessFleet's state: the single-process suite's
 // files and random source, the channel's record and the faults.
