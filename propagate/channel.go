@@ -46,6 +46,7 @@ type Channel struct {
 	joinLease atomic.Int64             // the lease of the row Join wrote; a Follower takes it over
 	ownRev    atomic.Int64             // the revision of this worker's last write of the record, which vet trusts
 	writing   atomic.Pointer[ownWrite] // the record this worker's publish is writing, which vet trusts too
+	unvetted  atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -204,10 +205,9 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // vet checks that u's publisher had a presence row under this channel's
 // prefix at the revision that wrote u. When etcd has compacted that
 // revision away (the record is older than the channel's history, 5
-// minutes on the embedded member), it cannot tell and accepts the record:
-// the fleet has been running on it since. An unknown publisher is an
-// error wrapping ErrUnknownPublisher; an etcd failure wraps
-// ErrUnreachable.
+// minutes on the embedded member), vetCompacted asks the fleet instead.
+// An unknown publisher is an error wrapping ErrUnknownPublisher; an etcd
+// failure wraps ErrUnreachable.
 //
 // A record this worker wrote itself (see own) needs no read: the
 // transaction that wrote it required the row. Any other is read at its
@@ -231,13 +231,46 @@ func (c *Channel) vet(ctx context.Context, u Update) error {
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return nil
+		return c.vetCompacted(ctx, u)
 	case err != nil:
 		return unreachable("vet the publisher", err)
 	case resp.Count == 0:
 		return fmt.Errorf("%w: version %d names publisher %q, which had no presence row under %s when it was written; it is not a worker of this fleet",
 			ErrUnknownPublisher, u.Version, u.PublishedBy, c.WorkersPrefix())
 	}
+	return nil
+}
+
+// vetCompacted vets u, whose revision etcd has compacted, by the rows
+// present now: its publisher's row, there since before u was written
+// (a row deleted and written again has a newer create revision), or a
+// worker that applied u's version (workers apply only vetted versions)
+// vouch for it. If workers are present and none does, they all refused
+// it: so does this one (a worker joining late would otherwise start on
+// a record the fleet never ran). With no row at all nobody can tell: u
+// is accepted, as the record the fleet last ran, and unvetted says so
+// for the Follower to log.
+func (c *Channel) vetCompacted(ctx context.Context, u Update) error {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.WorkersPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return unreachable("vet the publisher of a compacted revision", err)
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == c.WorkersPrefix()+u.PublishedBy && kv.CreateRevision <= u.Revision {
+			return nil
+		}
+		var r WorkerRow
+		if json.Unmarshal(kv.Value, &r) == nil && r.AppliedVersion == u.Version {
+			return nil
+		}
+	}
+	if n := len(resp.Kvs); n > 0 {
+		return fmt.Errorf("%w: version %d names publisher %q; its revision is compacted, the publisher's row is gone, and none of the %d workers present applied it; it is not a version of this fleet",
+			ErrUnknownPublisher, u.Version, u.PublishedBy, n)
+	}
+	c.unvetted.Store(u.Version)
 	return nil
 }
 

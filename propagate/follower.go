@@ -198,6 +198,7 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 		_, _ = ch.cli.Revoke(rctx, l) // it expires with its TTL if this fails
 		cancel()
 	}
+	f.remarkUnvetted()
 	f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	f.wg.Add(2)
 	go f.run()
@@ -396,6 +397,7 @@ func (f *Follower) consider(u Update, at time.Time) bool {
 	v0 := time.Now()
 	err := f.ch.vet(f.ctx, u)
 	seen := arrival{at: at, vet: time.Since(v0)}
+	f.remarkUnvetted()
 	if err != nil {
 		if errors.Is(err, ErrUnreachable) {
 			if f.ctx.Err() == nil {
@@ -408,6 +410,15 @@ func (f *Follower) consider(u Update, at time.Time) bool {
 		return false
 	}
 	return f.offer(u, seen)
+}
+
+// remarkUnvetted logs a version the channel accepted without vetting it
+// (see Channel.vetCompacted), once.
+func (f *Follower) remarkUnvetted() {
+	if v := f.ch.unvetted.Swap(0); v != 0 {
+		f.o.logger.Warn("propagate: the channel's version could not be vetted: the revision that wrote it is compacted, and no worker of the fleet is present to vouch for it; it is accepted as the version the fleet last ran",
+			"version", v)
+	}
 }
 
 // arrival is when the follower received a version (the watch event or

@@ -1,0 +1,93 @@
+package propagate
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf"
+)
+
+// TestVetAfterCompaction: once etcd has compacted the revision that wrote
+// the channel's record, the publisher's row at that revision cannot be
+// read. A record is then vetted by what the fleet holds now: its
+// publisher's row, present since before the record, or a worker that
+// applied it. A record that the workers present all refused (written by
+// something other than a worker) is refused by a worker joining later
+// too, instead of starting it on content the fleet never ran; with no
+// worker left to tell, it is accepted, and the follower says so.
+func TestVetAfterCompaction(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	opts := workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}}
+	a := startWorker(t, s.Endpoints(), p, "a", opts)
+	b := startWorker(t, s.Endpoints(), p, "b", opts)
+	ctx := context.Background()
+	compact := func() {
+		t.Helper()
+		// Past every revision so far: Compact keeps its own revision.
+		resp, err := a.cli.Put(ctx, p+"-elsewhere", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.cli.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join := func(id string) (uint64, error) {
+		t.Helper()
+		ch, err := NewChannel(a.cli, p, WithWorkerID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := ch.Join(ctx, reconf.Record{Live: []byte("limits: {stub: 1}\n")})
+		if err == nil && ch.unvetted.Load() != 0 {
+			t.Errorf("join %s: version %d accepted unvetted, though the fleet could tell", id, v)
+		}
+		return v, err
+	}
+
+	// The publisher's row is there, since before the record.
+	if res := a.reload(t, configYAML("gw", 2, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("publish: %s/%s", res.Outcome, res.Reason)
+	}
+	waitFor(t, 5*time.Second, "b applies 2", converged([]*worker{b}, 2))
+	compact()
+	if v, err := join("j1"); err != nil || v != 2 {
+		t.Fatalf("join after compaction, publisher present: version %d, %v", v, err)
+	}
+
+	// The publisher is gone; b applied the version.
+	if err := a.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compact()
+	if v, err := join("j2"); err != nil || v != 2 {
+		t.Fatalf("join after compaction, publisher gone, version applied by b: version %d, %v", v, err)
+	}
+
+	// A foreign record, refused by b, compacted: a worker joining now
+	// must refuse it as b did.
+	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(3, "intruder", RecordFormat)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "b refuses the foreign record", func() bool { return b.f.Row().LastError == reconf.ReasonPublisherUnknown })
+	compact()
+	if v, err := join("j3"); !errors.Is(err, ErrUnknownPublisher) {
+		t.Fatalf("join on a compacted foreign record the fleet refused: version %d, %v; want ErrUnknownPublisher", v, err)
+	}
+
+	// Nobody left to tell: accepted, and said.
+	if err := b.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j4 := startWorker(t, s.Endpoints(), p, "j4", opts)
+	if j4.version() != 3 {
+		t.Fatalf("j4 started at %d, want 3", j4.version())
+	}
+	waitFor(t, 3*time.Second, "the follower says the version it started on was not vetted", func() bool {
+		return strings.Contains(testLogs.String(), "could not be vetted")
+	})
+}
