@@ -3,6 +3,7 @@ package reconf
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"reflect"
@@ -294,11 +295,15 @@ func (d *decoder) scalar(n *node, v reflect.Value, y *yaml.Node) {
 		d.mismatch1(y, "want a single value, not a list or mapping")
 		return
 	}
+	text, ok := d.scalarText(y)
+	if !ok {
+		return
+	}
 	if n.kind == kScalar {
 		tag := y.ShortTag()
 		switch v.Kind() {
 		case reflect.String:
-			v.SetString(y.Value)
+			v.SetString(text)
 			return
 		case reflect.Bool:
 			if tag != "!!bool" {
@@ -317,7 +322,7 @@ func (d *decoder) scalar(n *node, v reflect.Value, y *yaml.Node) {
 			}
 		}
 	}
-	if err := setText(n.shape, v, y.Value); err != nil {
+	if err := setText(n.shape, v, text); err != nil {
 		if n.kind == kSecret {
 			d.problem(&d.secret, y, string(d.buf), err.Error())
 		} else {
@@ -441,7 +446,7 @@ func (d *decoder) mergeOne(m *yaml.Node, fn func(k, v *yaml.Node)) {
 // plain value (a list or mapping as a key).
 func (d *decoder) keyText(k *yaml.Node) (string, bool) {
 	if k.Kind == yaml.ScalarNode {
-		return k.Value, true
+		return d.scalarText(k)
 	}
 	kk := d.deref(k)
 	defer d.done(k)
@@ -449,7 +454,25 @@ func (d *decoder) keyText(k *yaml.Node) (string, bool) {
 		d.problem(&d.mismatch, kk, string(d.buf), "a key must be a single value")
 		return "", false
 	}
-	return kk.Value, true
+	return d.scalarText(kk)
+}
+
+// scalarText returns a scalar's text: its value, or for a !!binary scalar
+// the bytes its base64 stands for. YAML writes a string that is not UTF-8
+// so (a record's YAML payload carries one when a publisher's override set
+// it); taking the base64 as the text made a follower run other content
+// than its publisher under the same version. A !!binary value that is not
+// base64 is a mismatch, and false.
+func (d *decoder) scalarText(y *yaml.Node) (string, bool) {
+	if y.Tag != "!!binary" {
+		return y.Value, true
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(y.Value), ""))
+	if err != nil {
+		d.mismatch1(y, "a !!binary value must be base64")
+		return "", false
+	}
+	return string(b), true
 }
 
 // structState is what decoding one struct mapping tracks: which fields
@@ -619,7 +642,9 @@ func (d *decoder) stringEntry(m map[string]string, k, val *yaml.Node, merged boo
 		d.buf = d.buf[:mark]
 		return
 	}
-	m[text] = vv.Value
+	if val, ok := d.scalarText(vv); ok {
+		m[text] = val
+	}
 }
 
 var (

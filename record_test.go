@@ -343,6 +343,39 @@ func TestPayloadFallsBackToYAML(t *testing.T) {
 	}
 }
 
+// TestPayloadYAMLFallbackRoundTrips: a string that is not UTF-8 (set by
+// an override) makes the payload YAML, which writes it as !!binary; a
+// follower must decode the bytes it stands for, not its base64 text,
+// wherever a string goes (a field, a list element, a map key or value),
+// or it runs other content than the publisher under the same version.
+func TestPayloadYAMLFallbackRoundTrips(t *testing.T) {
+	type values struct {
+		S  string            `yaml:"s" reconf:"live"`
+		L  []string          `yaml:"l" reconf:"live"`
+		M  map[string]string `yaml:"m" reconf:"live"`
+		MI map[string]int    `yaml:"mi" reconf:"live"`
+	}
+	long := strings.Repeat("\xff", 100) // base64 past a line's length
+	want := values{S: "a\xff\xfeb", L: []string{"ok", "\xfe", long}, M: map[string]string{"k\xff": "v\xfe", "plain": "text"}, MI: map[string]int{"\xc3": 1}}
+	b, format, err := encodePayload(&want)
+	if err != nil || format != LiveYAML {
+		t.Fatalf("got %q %v, want YAML", format, err)
+	}
+	got, err := (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: b, Format: format})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*got.cfg, want) {
+		t.Fatalf("the follower decoded %#v, the publisher had %#v", *got.cfg, want)
+	}
+	// A !!binary value that is not base64 is refused, with its path.
+	_, err = (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: []byte("s: !!binary '*not base64*'\n"), Format: LiveYAML})
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonFieldType || len(e.Problems) == 0 || e.Problems[0].Path != "s" {
+		t.Fatalf("a !!binary value that is not base64: %v", err)
+	}
+}
+
 // TestPayloadIntegerMapKeys: a map with integer keys travels (its keys
 // are JSON strings, parsed back).
 func TestPayloadIntegerMapKeys(t *testing.T) {
