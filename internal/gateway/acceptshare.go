@@ -18,7 +18,7 @@ import (
 // that accept from one listening socket. They share a small table (a file
 // each of them maps), one entry per process: its pid and how many client
 // connections it has open. A worker that holds more than its share (the
-// average over the table's processes, plus one) does not accept a waiting
+// average over the table's processes) does not accept a waiting
 // connection at once: it leaves it to the others for up to maxDefer, and
 // takes it only if none did.
 //
@@ -144,8 +144,10 @@ func (s *acceptShare) leave() {
 	s.mine.pid.CompareAndSwap(s.pid, 0)
 }
 
-// over reports whether this process holds more than its share: at least
-// one connection above the average of the table's processes.
+// over reports whether this process holds more than its share: more than
+// the average of the table's processes, so that a new connection goes to a
+// process with fewer and no two differ by more than one (32 connections
+// split 16/16, not 17/15).
 func (s *acceptShare) over() bool {
 	if s == nil || s.mine == nil || s.left.Load() {
 		return false
@@ -159,7 +161,7 @@ func (s *acceptShare) over() bool {
 		}
 	}
 	mine := int64(max(s.mine.conns.Load(), 0))
-	return live > 1 && mine*live >= total+live
+	return live > 1 && mine*live > total
 }
 
 // wait returns when this process may accept: at once when it is within its

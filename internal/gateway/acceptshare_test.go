@@ -38,10 +38,15 @@ func TestAcceptShareOver(t *testing.T) {
 		t.Fatalf("3/1: over a=%v b=%v, want true false", a.over(), b.over())
 	}
 	a.closed()
+	if !a.over() || b.over() {
+		t.Fatalf("2/1: over a=%v b=%v, want true false", a.over(), b.over())
+	}
+	b.opened()
 	if a.over() || b.over() {
-		t.Fatalf("2/1: over a=%v b=%v, want false false", a.over(), b.over())
+		t.Fatalf("2/2: over a=%v b=%v, want false false", a.over(), b.over())
 	}
 	a.opened()
+	b.closed()
 	b.leave()
 	if a.over() {
 		t.Fatal("over with no other process in the table")
@@ -163,8 +168,10 @@ func TestWorkersBalanceConnections(t *testing.T) {
 	b := sharedGateway(t, path, table, lnB, time.Minute)
 	openConns(t, lnA.Addr().String(), 10)
 	na, nb := a.share.mine.conns.Load(), b.share.mine.conns.Load()
+	// The first worker may take one more: it was waiting in accept
+	// before the second one joined the table.
 	if na+nb != 20 || nb < 9 {
-		t.Fatalf("connections %d/%d, want 20 with at least 9 on the second worker", na, nb)
+		t.Fatalf("connections %d/%d, want 10/10 or 11/9", na, nb)
 	}
 	if a.share.timeout.Load() != 0 {
 		t.Fatalf("the first worker took %d connections past its hold", a.share.timeout.Load())
@@ -238,8 +245,8 @@ func TestAcceptShareWaitParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.leave()
-	// Both within the share (0/0, 1/0); with 2/0 the worker is over it.
-	openConns(t, lnA.Addr().String(), 2)
+	// Within the share at 0/0; with 1/0 the worker is over it.
+	openConns(t, lnA.Addr().String(), 1)
 	var stack string
 	waitFor(t, "the accept loop waiting for its share", func() bool {
 		buf := make([]byte, 1<<20)
