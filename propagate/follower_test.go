@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -611,9 +612,9 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 			if !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge || errors.Is(err, ErrUnreachable) {
 				t.Fatalf("publish: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
 			}
-			// A join sends the local record, to seed an empty channel.
-			if _, _, err := ch.Join(ctx, big); !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge {
-				t.Fatalf("join: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			// A join sends the local record only to seed an empty channel.
+			if v, _, err := ch.Join(ctx, big); err != nil || v != 1 {
+				t.Fatalf("join of the existing channel: version %d, %v; want 1", v, err)
 			}
 			if u, _, err := ch.Latest(ctx); err != nil || u.Version != 1 {
 				t.Fatalf("after the refusal: version %d, %v; want 1", u.Version, err)
@@ -624,6 +625,67 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grantCounter counts the leases a client grants (a wrapper of the real
+// one, for the test below).
+type grantCounter struct {
+	clientv3.Lease
+	n atomic.Int32
+}
+
+func (g *grantCounter) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	g.n.Add(1)
+	return g.Lease.Grant(ctx, ttl)
+}
+
+// Only the join that seeds an empty channel takes a lease (for the row it
+// writes with version 1); a join of an existing channel reads the key and
+// writes nothing. It used to grant a lease, fail its transaction and
+// revoke the lease: three writes on etcd's leader per worker of a
+// fleet's start-up.
+func TestJoinExistingChannelWritesNothing(t *testing.T) {
+	s := startServer(t)
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	grants := &grantCounter{Lease: cli.Lease}
+	cli.Lease = grants
+	p := newPrefix()
+	ctx := context.Background()
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}
+	for i, id := range []string{"first", "second", "third"} {
+		ch, err := NewChannel(cli, p, WithWorkerID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev := revisionOf(t, cli)
+		v, got, err := ch.Join(ctx, rec)
+		if err != nil || v != 1 || string(got.Live) != string(rec.Live) {
+			t.Fatalf("join %d: version %d, %q, %v; want 1", i, v, got.Live, err)
+		}
+		if i == 0 {
+			continue
+		}
+		if n := grants.n.Load(); n != 1 {
+			t.Errorf("join %d: %d leases granted in all, want 1 (the seeding join's)", i, n)
+		}
+		if r := revisionOf(t, cli); r != rev {
+			t.Errorf("join %d moved the revision from %d to %d", i, rev, r)
+		}
+	}
+}
+
+// revisionOf returns the cluster's current revision.
+func revisionOf(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
 }
 
 // channelOn returns a channel with a fresh prefix on its own client,
