@@ -47,6 +47,7 @@ type Gate struct {
 	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
 	rejoins     atomic.Int64 // times contact came back after a cut (or with a new lease)
 	workers     atomic.Int64 // most workers seen on any backend (share fallback)
+	cutLogged   atomic.Bool  // the current cut was logged: log its end too
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -251,7 +252,7 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 		// before storing the contact, so that whoever sees the contact sees
 		// the rejoin (and cuts granted to the share first, applyLocked).
 		g.rejoins.Add(1)
-		if lease == 0 {
+		if g.cutLogged.Swap(false) && lease == 0 {
 			g.log.Info("gate: contact with etcd restored", "worker", g.id)
 		}
 	}
@@ -288,6 +289,35 @@ func (g *Gate) regrant() {
 	}
 }
 
+// cutLogEvery is how often a worker logs losing contact with etcd at
+// most. On a loaded machine renewals answered late flap the contact (a
+// fleet simulation of 1,000 workers logged 46,776 such lines in one run),
+// and the lines then cost CPU the renewals lack; the limiters' state is
+// in Stats and the metrics at every moment.
+const cutLogEvery = time.Minute
+
+// cutLog rate-limits the watchdog's lost-contact warnings.
+type cutLog struct {
+	last     time.Duration // when the last warning was logged; 0: never
+	unlogged int           // cuts since then that were not logged
+}
+
+// cut logs a loss of contact unless one was logged within cutLogEvery;
+// the next warning counts those it left out.
+func (c *cutLog) cut(g *Gate, now time.Duration) {
+	if c.last != 0 && now-c.last < cutLogEvery {
+		c.unlogged++
+		return
+	}
+	attrs := []any{"worker", g.id}
+	if c.unlogged > 0 {
+		attrs = append(attrs, "cuts_not_logged", c.unlogged)
+	}
+	g.log.Warn("gate: no contact with etcd; limits run on local shares", attrs...)
+	c.last, c.unlogged = max(now, 1), 0
+	g.cutLogged.Store(true)
+}
+
 // watchdog applies phase changes to every limiter's capacity on time,
 // whatever the backend loops are blocked on: the drop to min(claim, share)
 // at grace, the local share at grace+late, the cut to the share on rejoin.
@@ -295,6 +325,7 @@ func (g *Gate) watchdog() {
 	t := time.NewTimer(g.period)
 	defer t.Stop()
 	last := connected
+	var cuts cutLog
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -306,7 +337,7 @@ func (g *Gate) watchdog() {
 		ph := g.phase(now)
 		changed := ph != last
 		if changed && ph >= cutEarly && last < cutEarly {
-			g.log.Warn("gate: no contact with etcd; limits run on local shares", "worker", g.id)
+			cuts.cut(g, now)
 		}
 		last = ph
 		for _, b := range g.backendsSnapshot() {

@@ -128,7 +128,7 @@ func main() {
 	)
 	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
 	flag.IntVar(&c.clients, "clients", 0, "etcd clients (connections) the fleet shares (0: one per follower)")
-	flag.DurationVar(&c.gateTTL, "gate-ttl", 0, "gateway mode: the concurrency gate's lease time, which the presence row shares (0: the default, 5s; renewals every eighth of it)")
+	flag.DurationVar(&c.gateTTL, "gate-ttl", 0, "gateway mode: the concurrency gate's lease time, which the presence row shares (0: the default, gate.DefaultTTL, 10s; renewals every eighth of it)")
 	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
 	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
 	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
