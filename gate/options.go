@@ -31,8 +31,9 @@ const DefaultPrefix = "/reconf/gate/"
 
 // WithTTL sets the worker's lease time (default DefaultTTL), rounded up to
 // whole seconds, at least 1s. A dead worker's slots come back within it;
-// a worker cut off from etcd falls back to its local share after half of
-// it. etcd may grant a longer lease than asked (its minimum is 1.5 times
+// a worker cut off from etcd is held to its local share after a quarter
+// of it (and takes exactly its share after half; see the package doc).
+// etcd may grant a longer lease than asked (its minimum is 1.5 times
 // its election timeout); the timings here keep using the asked TTL, which
 // is the safe side.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
