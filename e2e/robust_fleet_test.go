@@ -325,6 +325,14 @@ var reForwarded = regexp.MustCompile(`msg="SIGHUP forwarded" worker=(\d+)`)
 // reAttempt matches a worker's log line for an attempt SIGHUP started.
 var reAttempt = regexp.MustCompile(`msg="config attempt"[^\n]*? outcome=(\S+) reason=(\S+) trigger=sighup [^\n]*? generation=(\d+)`)
 
+// sighupWait bounds the wait for the attempt a SIGHUP started. The
+// supervisor forwards the signal to a worker that may be stopped (up to
+// 12 s), and the attempt logs when it ends, which with etcd slow to
+// answer after the stop takes up to a request timeout (3 s) and the read
+// that resolves a lost reply (3 s more): 18 s and a loaded machine's
+// scheduling, which 20 s left too little room for.
+const sighupWait = 40 * time.Second
+
 // viaSIGHUP signals the supervisor, which forwards the signal to one
 // worker, and returns that worker's attempt as it logged it. ok is false
 // when no attempt was logged and the worker it went to was killed (up to
@@ -348,7 +356,7 @@ func (f *fleetRun) viaSIGHUP() (attempt, bool) {
 			a.Generation, _ = strconv.Atoi(m[3])
 			return a, true
 		}
-		if time.Since(started) > 20*time.Second {
+		if time.Since(started) > sighupWait {
 			slot := ""
 			if all := reForwarded.FindAllStringSubmatch(f.s.logs.String(), -1); len(all) > forwardedBefore {
 				slot = all[forwardedBefore][1]
@@ -359,7 +367,7 @@ func (f *fleetRun) viaSIGHUP() (attempt, bool) {
 				f.lost++
 				return attempt{}, false
 			}
-			t.Fatalf("no attempt logged within 20 s of a SIGHUP forwarded to worker %q (not killed)", slot)
+			t.Fatalf("no attempt logged within %v of a SIGHUP forwarded to worker %q (not killed)", sighupWait, slot)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
