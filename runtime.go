@@ -347,6 +347,38 @@ func (r *Runtime[T]) digest(cand *candidate[T]) uint64 {
 	return digestOf(cand.cfg)
 }
 
+// digestBeside starts cand's digest on another goroutine, so that it runs
+// beside the diff (both only read): a reload of a large configuration is
+// waited on for the longer of the two, not their sum. The function it
+// returns waits for the digest; it must be called before any consumer
+// sees cand, and on every path (a panic in the digest is raised there,
+// inside the attempt's guard).
+func (r *Runtime[T]) digestBeside(cand *candidate[T]) func() uint64 {
+	if r.o.mutationMode == MutationOff {
+		return func() uint64 { return 0 }
+	}
+	type result struct {
+		d uint64
+		p any
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var res result
+		defer func() {
+			res.p = recover()
+			ch <- res
+		}()
+		res.d = digestOf(cand.cfg)
+	}()
+	return sync.OnceValue(func() uint64 {
+		res := <-ch
+		if res.p != nil {
+			panic(res.p)
+		}
+		return res.d
+	})
+}
+
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
 	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
 		logger: r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
@@ -483,6 +515,8 @@ func lap(d *time.Duration) func() {
 // version is the generation ID to publish as when a cluster version is
 // being applied, else 0.
 func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
+	digested := r.digestBeside(cand)
+	defer digested()
 	stop := lap(&res.Timings.Diff)
 	changes := diffValues(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(prev.cfg).Elem(), reflect.ValueOf(cand.cfg).Elem(), prev.files, cand.files, mergeClasses(prev.fileClass, cand.fileClass))
 	restart, changed := classified(changes)
@@ -527,7 +561,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		res.Message = fmt.Sprintf("%d generations are retained (budget %d) because in-flight work still pins them; retry when it drains", n, r.o.retention)
 		return *res
 	}
-	digest := r.digest(cand)
+	digest := digested()
 	stop = lap(&res.Timings.Prepare)
 	var st []staged
 	var err error
