@@ -100,13 +100,7 @@ func openAcceptShare(path string) (*acceptShare, error) {
 // that are gone (a worker killed before it could leave).
 func (s *acceptShare) claim(pid int32) {
 	s.pid = pid
-	for i := range s.table {
-		e := &s.table[i]
-		if p := e.pid.Load(); p != 0 && p != pid && !alive(p) {
-			e.conns.Store(0) // the dead process writes no more
-			e.pid.CompareAndSwap(p, 0)
-		}
-	}
+	s.reap()
 	for i := range s.table {
 		e := &s.table[i]
 		if e.pid.CompareAndSwap(0, pid) {
@@ -115,6 +109,22 @@ func (s *acceptShare) claim(pid int32) {
 			return
 		}
 	}
+}
+
+// reap frees the entries of processes that are gone (a worker killed
+// before it could leave) and reports whether it freed any. It leaves the
+// freed entry's count alone: a process that claims the entry meanwhile
+// resets it, and zeroing it here could erase that process's first
+// connections (two reapers of one entry), a drift that would last.
+func (s *acceptShare) reap() bool {
+	freed := false
+	for i := range s.table {
+		e := &s.table[i]
+		if p := e.pid.Load(); p != 0 && p != s.pid && !alive(p) {
+			freed = e.pid.CompareAndSwap(p, 0) || freed
+		}
+	}
+	return freed
 }
 
 func alive(pid int32) bool {
@@ -187,6 +197,13 @@ func (s *acceptShare) wait(pending func(block bool) (bool, error)) {
 			continue
 		}
 		if since.IsZero() {
+			// A dead process's entry (one that never left) would make
+			// this one over its share for good, holding each new
+			// connection for the whole hold: free it first. A check per
+			// held connection, never on the common path.
+			if s.reap() {
+				continue
+			}
 			since = time.Now()
 			s.defers.Add(1)
 		} else if time.Since(since) >= s.defer_ {

@@ -259,3 +259,35 @@ func TestAcceptShareWaitParks(t *testing.T) {
 		}
 	}
 }
+
+// A worker that dies after the others opened the table (kill -9, or a new
+// worker of a failed restart, killed before it served) leaves its entry
+// behind until a new process opens the table. A survivor over its share
+// against that dead entry held every new connection for the whole hold,
+// one at a time in its accept loop, for as long as no worker started (a
+// slot whose replacement cannot start: indefinitely). The first hold
+// frees the dead entry instead, and the connection is taken at once.
+func TestAcceptShareDeadPeerDoesNotHold(t *testing.T) {
+	dir := t.TempDir()
+	path, table := filepath.Join(dir, "reconfd.yaml"), filepath.Join(dir, "accept")
+	writeAtomic(t, path, baseConfig)
+	lnA, lnB := sharedListeners(t)
+	defer lnB.Close()
+	// A hold longer than openConns's read deadline: a connection held
+	// for it fails the test.
+	a := sharedGateway(t, path, table, lnA, time.Minute)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := &a.share.table[len(a.share.table)-1]
+	dead.pid.Store(int32(cmd.Process.Pid))
+	dead.conns.Store(1)
+	openConns(t, lnA.Addr().String(), 4)
+	if p := dead.pid.Load(); p != 0 {
+		t.Fatalf("the dead process's entry (pid %d) is still in the table", p)
+	}
+	if n := a.share.timeout.Load(); n != 0 {
+		t.Fatalf("%d connections were taken only after the hold", n)
+	}
+}
