@@ -21,6 +21,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/cmd/reconfd/internal/earlysignal"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/supervisor"
@@ -205,6 +206,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// until the process exits (a HUP during shutdown is dropped).
 	hold := trigger.HoldSIGHUP()
 	defer hold.Release()
+	// What came before main had these handlers reaches them now.
+	earlysignal.Handoff()
 
 	// The first load decides the mode. Its log lines are held until then:
 	// a single process keeps this load (and its lines); a supervisor or a
@@ -350,6 +353,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	defer stopSignals()
 	hold := trigger.HoldSIGHUP()
 	defer hold.Release()
+	earlysignal.Handoff()
 
 	endpoints := f.cluster
 	if len(endpoints) == 0 && lookup.get(envFleetChannel) != "" {
