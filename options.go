@@ -35,6 +35,7 @@ type settings struct {
 	channel           Channel
 	baseDir           string
 	firstGen          uint64
+	startupPublish    bool // WithStartupPublish
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.
@@ -84,6 +85,19 @@ func (o *options[T]) resolve() error {
 // numbering: pass the predecessor's active generation plus one. Zero means
 // 1. A runtime with a Channel takes the cluster's version instead.
 func WithFirstGeneration(id uint64) Option { return func(o *settings) { o.firstGen = id } }
+
+// WithStartupPublish is for the first process of a restart, which
+// publishes its file with a Reload right after New: its new restart-class
+// values may make the fleet's live part invalid here (keys set while auth
+// is turned off, say), and joining it would refuse to start, so that the
+// restart could never take place. With it, New starts on the local file
+// instead when the cluster's current version is invalid here, numbered as
+// that version until the first Reload publishes it over that version,
+// even when the file is unchanged. A version that runs here is joined as
+// without the option.
+func WithStartupPublish() Option {
+	return func(o *settings) { o.startupPublish = true }
+}
 
 // WithLogger sets where the runtime writes its one record per attempt.
 // The default is slog.Default().

@@ -49,6 +49,11 @@ type Runtime[T any] struct {
 	// the fleet's newest version is not told to wait for it (busy) forever.
 	// Only the attempt holding slot touches it.
 	refused uint64
+	// unpublished: the active generation is the startup load, which
+	// WithStartupPublish started on in place of a cluster version that
+	// does not run here; the next reload publishes it even if unchanged.
+	// It is read and written under the attempt slot.
+	unpublished bool
 
 	mu           sync.Mutex // guards the fields below; never held while calling out
 	closing      bool
@@ -136,8 +141,9 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		return nil, err
 	}
 	id := max(r.o.firstGen, 1)
+	publish := false // the local candidate is to be published over version id
 	if ch := r.o.channel; ch != nil {
-		if id, cand, err = r.join(ctx, ch, cand); err != nil {
+		if id, cand, publish, err = r.join(ctx, ch, cand); err != nil {
 			return nil, err
 		}
 	}
@@ -149,7 +155,6 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		}
 		r.releases = append(r.releases, rel)
 	}
-	g := r.newGeneration(id, cand, r.digest(cand))
 	// Startup prepares like an attempt: bounded by the attempt timeout,
 	// a panic caught, a Commit panic reported, never passed to the caller.
 	pctx, cancel := context.WithTimeout(ctx, r.o.attemptTimeout)
@@ -159,6 +164,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		r.releaseClaims()
 		return nil, err
 	}
+	g := r.newGeneration(id, cand, r.digest(cand))
 	r.attach(g, nil, staged)
 	r.retained[g] = struct{}{}
 	r.cur.Store(g)
@@ -166,6 +172,11 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
 	r.lastRead, r.activeData = snap.Version, snap.Data
+	if publish {
+		// Held as if refused: the first reload publishes the file over
+		// the cluster's version even though it is unchanged here.
+		r.refused, r.unpublished = id, true
+	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Actor: actorOf(ctx, TriggerStartup),
 		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
@@ -543,7 +554,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	// Applying a cluster version always moves to its number, even when its
 	// content equals ours, so every worker names it the same way.
-	if live == 0 && version == 0 {
+	if live == 0 && version == 0 && !r.unpublished {
 		behind, err := r.confirmCurrent(ctx, prev.id, res.DryRun)
 		if err != nil {
 			return r.failed(ctx, *res, err)
@@ -606,6 +617,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	r.mu.Unlock()
 	r.swapCheck.check(r, prev)
 	r.cur.Store(next)
+	r.unpublished = false
 	prev.replace()
 	prev.atSwap.Store(false)
 	stop()
@@ -704,28 +716,38 @@ func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand 
 	}
 }
 
-// join starts a cluster worker at the cluster's current version.
-func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) (uint64, *candidate[T], error) {
+// join starts a cluster worker at the cluster's current version. With
+// WithStartupPublish, a version that does not run here leaves the worker
+// on local, numbered as that version until its first reload publishes it
+// over it (publish).
+func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) (v uint64, cand *candidate[T], publish bool, err error) {
 	rec, err := r.recordOf(local)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	rec.Trigger, rec.Actor = TriggerStartup, actorOf(ctx, TriggerStartup)
 	v, got, err := ch.Join(ctx, rec)
 	if err != nil {
-		return 0, nil, fmt.Errorf("reconf: joining the cluster: %w", err)
+		return 0, nil, false, fmt.Errorf("reconf: joining the cluster: %w", err)
 	}
 	if bytes.Equal(got.Live, rec.Live) {
-		return v, local, nil
+		return v, local, false, nil
 	}
-	cand, err := r.comp.compileRecord(ctx, local.data, got)
+	cand, err = r.comp.compileRecord(ctx, local.data, got)
 	if err == nil {
 		err = checkFiles(got.Files, cand.files)
 	}
-	if err != nil {
-		return 0, nil, err
+	var e *Error
+	switch {
+	case err == nil:
+		return v, cand, false, nil
+	case r.o.startupPublish && errors.As(err, &e) && e.Reason.Outcome() == Invalid:
+		r.o.logger.Warn("reconf: the cluster's version does not run here; starting on the local file, which the first reload publishes over it",
+			"version", v, "reason", e.Reason)
+		return v, local, true, nil
+	default:
+		return 0, nil, false, err
 	}
-	return v, cand, nil
 }
 
 func mergeClasses(a, b map[string]Class) map[string]Class {

@@ -627,3 +627,50 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestRestartFleetSwitchesAuthMode: auth.mode is a restart field, and a
+// fleet changes it with `reconfd restart`, both ways. The first new
+// worker joins a channel whose live part is not valid with its new mode
+// (keys with none, none with api_keys), so it cannot start on it; it
+// starts on its file and publishes it. Before, that join refused the
+// fleet's record and every restart failed (restart_new_process_not_ready,
+// "at least one key is required"): a fleet could not switch auth.mode
+// without being stopped.
+func TestRestartFleetSwitchesAuthMode(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(loadKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(config(4, "0s"), "server:\n", "server:\n  workers: 2\n", 1) + "auth:\n  mode: none\n"
+	keys := strings.Replace(cfg, "mode: none", "mode: api_keys\n  api_keys: [\"${file:"+keyFile+"}\"]", 1)
+	s := startServer(t, cfg, []string{"--management-address", "127.0.0.1:0"})
+	s.waitConverged(1, 2, 30*time.Second)
+	for i, step := range []struct {
+		file string
+		want int // a request without a key
+	}{{keys, http.StatusUnauthorized}, {cfg, http.StatusOK}} {
+		writeAtomic(t, s.config, step.file)
+		code, out, errOut := reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
+		var res admin.RestartResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != admin.Restarted {
+			t.Fatalf("restart %d: exit %d, %s %s\n%s", i, code, out, errOut, s.logs.String())
+		}
+		for _, pid := range res.OldPIDs { // the roll ends when the old workers are gone
+			deadline := time.Now().Add(30 * time.Second)
+			for alive(pid) && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		s.waitConverged(res.Generation, 2, 30*time.Second)
+		for range 4 { // new connections: both workers answer
+			resp, err := httpClient.Post(s.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("gpt-4o-mini", false)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != step.want {
+				t.Fatalf("restart %d: a request without a key: %d, want %d", i, resp.StatusCode, step.want)
+			}
+		}
+	}
+}

@@ -375,6 +375,13 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.clusterPrefix, f.worker, lookup.get(envFleetID), f.leaseTTL
 	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline)),
 		gateway.WithAcceptShare(lookup.get(envFleetAccept))}
+	if lookup.get(envRestartPublish) == "1" {
+		// The first new worker of a restart may not be able to run the
+		// fleet's live part with its new restart fields (auth.mode turned
+		// on or off): it then starts on its file, which its reload below
+		// publishes.
+		opts = append(opts, gateway.WithRuntimeOptions(reconf.WithStartupPublish()))
+	}
 	var pending []string // restart fields the file changed that the fleet has not restarted into
 	if v := lookup.get(envFleetRestartFields); v != "" {
 		rf, err := gateway.ParseRestartFields(v)
