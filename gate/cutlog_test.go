@@ -58,3 +58,34 @@ func TestCutLogCountsWhatItLeftOut(t *testing.T) {
 		t.Fatalf("unlogged = %d after a cut 1s past the second warning, want 1", c.unlogged)
 	}
 }
+
+// A cut the limit left out that still lasts a minute after the last
+// warning is logged then. Before, a worker cut off for good right after a
+// brief, logged cut and its logged return showed "contact with etcd
+// restored" as its last word for as long as the cut lasted.
+func TestCutLogLogsALastingCut(t *testing.T) {
+	var logs testkit.Buffer
+	g := &Gate{id: "w", log: slog.New(slog.NewTextHandler(&logs, nil))}
+	var c cutLog
+	last := connected
+	at := func(d time.Duration, ph phase) {
+		c.phase(g, d, last, ph)
+		last = ph
+		if ph == connected {
+			g.cutLogged.Store(false) // contact() on the return
+		}
+	}
+	at(time.Second, cutEarly) // logged
+	at(5*time.Second, connected)
+	at(10*time.Second, cutEarly) // within the minute: left out
+	for d := 11 * time.Second; d < 2*time.Minute; d += time.Second {
+		at(d, cutLate) // and it lasts
+	}
+	out := logs.String()
+	if n := strings.Count(out, "no contact with etcd"); n != 2 {
+		t.Fatalf("%d lost-contact warnings, want 2 (the first cut, then the lasting one a minute later):\n%s", n, out)
+	}
+	if !g.cutLogged.Load() {
+		t.Fatal("the lasting cut's return would not be logged")
+	}
+}

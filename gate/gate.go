@@ -302,6 +302,23 @@ type cutLog struct {
 	unlogged int           // cuts since then that were not logged
 }
 
+// phase logs what the watchdog's move from phase last to ph says: a new
+// loss of contact (see cut), or one that the limit left out and that
+// still lasts a minute after the last warning. That one is logged then:
+// otherwise a worker cut off for good right after a brief cut and its
+// logged return would show "contact with etcd restored" as its last word
+// for as long as the cut lasts.
+func (c *cutLog) phase(g *Gate, now time.Duration, last, ph phase) {
+	switch {
+	case ph < cutEarly:
+	case last < cutEarly:
+		c.cut(g, now)
+	case c.unlogged > 0 && !g.cutLogged.Load() && now-c.last >= cutLogEvery:
+		c.unlogged-- // this cut is logged now, not left out
+		c.log(g, now)
+	}
+}
+
 // cut logs a loss of contact unless one was logged within cutLogEvery;
 // the next warning counts those it left out.
 func (c *cutLog) cut(g *Gate, now time.Duration) {
@@ -309,6 +326,10 @@ func (c *cutLog) cut(g *Gate, now time.Duration) {
 		c.unlogged++
 		return
 	}
+	c.log(g, now)
+}
+
+func (c *cutLog) log(g *Gate, now time.Duration) {
 	attrs := []any{"worker", g.id}
 	if c.unlogged > 0 {
 		attrs = append(attrs, "cuts_not_logged", c.unlogged)
@@ -336,9 +357,7 @@ func (g *Gate) watchdog() {
 		now := g.now()
 		ph := g.phase(now)
 		changed := ph != last
-		if changed && ph >= cutEarly && last < cutEarly {
-			cuts.cut(g, now)
-		}
+		cuts.phase(g, now, last, ph)
 		last = ph
 		for _, b := range g.backendsSnapshot() {
 			b.applyCapacity(now)
