@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,5 +57,32 @@ func TestReplacedWorkerKeepsFleetRestartFields(t *testing.T) {
 		writeAtomic(t, s.config, config(tokens, "0s"))
 		s.signal(syscall.SIGHUP)
 		s.waitConverged(uint64(3+i), 2, 15*time.Second)
+	}
+}
+
+// TestReplacedWorkerSaysWhyItCannotStart: a worker that dies while the
+// file turns client keys on (auth.mode and the keys, waiting for a
+// restart) cannot come back, since the file's keys are not valid with the
+// fleet's auth.mode, which it runs. Its error says so. Before, it said
+// only that keys are set "but auth.mode is none" and to set auth.mode:
+// api_keys, which the file already did, every 5 s.
+func TestReplacedWorkerSaysWhyItCannotStart(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("client-key-0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(4, "0s") + "auth:\n  mode: none\n"
+	s := startServer(t, cfg, []string{"--workers", "2", "--management-address", "127.0.0.1:0"})
+	f := s.waitConverged(1, 2, 20*time.Second)
+	writeAtomic(t, s.config, strings.Replace(cfg, "mode: none", "mode: api_keys\n  api_keys: [\"${file:"+keyFile+"}\"]", 1))
+	if err := syscall.Kill(f.Workers[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(s.logs.String(), "runs the fleet's restart fields, not the file's changes to auth.mode") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replaced worker did not say it checks the file with the fleet's auth.mode:\n%s", s.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

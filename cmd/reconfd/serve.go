@@ -391,6 +391,14 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
 	}
 	g, reg, err := newGateway(stopCtx, f, stderr, lookup, opts...)
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code != exitOK && len(pending) > 0 {
+		// The file was checked with the fleet's values of these fields,
+		// not its own: without this the reason reads as if the file did
+		// not set what it sets (keys set "but auth.mode is none").
+		ee.msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
+			strings.Join(pending, ", "))
+	}
 	if err != nil {
 		return err
 	}
