@@ -95,18 +95,7 @@ func sharedGateway(t *testing.T, path, table string, ln net.Listener, hold time.
 		t.Fatal("no accept table")
 	}
 	g.share.defer_ = hold
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveUntilCleanup(t, g, ln, func() {})
 	return g
 }
 

@@ -92,10 +92,17 @@ func startGatewayAt(t testing.TB, path string, opts ...Option) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
 	tg := &testGateway{Gateway: g, t: t, path: path, url: "http://" + ln.Addr().String(), logs: logs,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	serveUntilCleanup(t, g, ln, tg.client.CloseIdleConnections)
+	return tg
+}
+
+// serveUntilCleanup serves g on ln until the test's cleanup, which shuts
+// it down, checks that Serve returned cleanly, then runs after.
+func serveUntilCleanup(t testing.TB, g *Gateway, ln net.Listener, after func()) {
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -105,9 +112,8 @@ func startGatewayAt(t testing.TB, path string, opts ...Option) *testGateway {
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		tg.client.CloseIdleConnections()
+		after()
 	})
-	return tg
 }
 
 // reload rewrites the configuration atomically and reloads it.
