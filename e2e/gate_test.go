@@ -350,8 +350,16 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	if p := up.resetPeak(); p > 4 {
 		t.Errorf("after the kill: peak %d, want at most 4", p)
 	}
-	if back > gate.DefaultTTL+2*time.Second {
-		t.Errorf("the fleet got the dead worker's slot back %v after the kill, want within the lease time %v + 2s", back, gate.DefaultTTL)
+	// Free within the lease time and etcd's 0.5 s expiry check, in use
+	// again within two balancer periods (TTL/8 each) more: with fewer slots
+	// than survivors' demand, the freed slot goes to one of them at a
+	// period's turn (docs/design/concurrency-gate.md). 1 s of slack each
+	// for a loaded CI machine.
+	if limit := gate.DefaultTTL + 1500*time.Millisecond; expired > limit {
+		t.Errorf("the dead worker's claim expired %v after the kill, want within the lease time %v + 0.5 s (+1 s)", expired, gate.DefaultTTL)
+	}
+	if limit := gate.DefaultTTL + gate.DefaultTTL/4 + 2500*time.Millisecond; back > limit {
+		t.Errorf("the fleet got the dead worker's slot back %v after the kill, want within the lease time %v + 0.5 s + two balancer periods (+2 s)", back, gate.DefaultTTL)
 	}
 	t.Logf("killed worker %s holding %d slot(s): its claim expired %v after the kill, the fleet at 4 again %v after it (lease time %v)",
 		victim, held, expired.Round(time.Millisecond), back.Round(time.Millisecond), gate.DefaultTTL)
