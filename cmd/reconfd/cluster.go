@@ -34,10 +34,11 @@ const (
 )
 
 // checkLeaseTTL refuses a lease outside the bounds or not in whole
-// seconds (etcd grants whole seconds); 0 means the default.
-func checkLeaseTTL(name string, d time.Duration) error {
+// seconds (etcd grants whole seconds). 0 means the default only when no
+// value was given: a given 0 is outside the bounds like any other.
+func checkLeaseTTL(name string, d time.Duration, given bool) error {
 	switch {
-	case d == 0:
+	case d == 0 && !given:
 		return nil
 	case d < minLeaseTTL || d > maxLeaseTTL:
 		return usage("%s must be from %s to %s, got %s", name, minLeaseTTL, maxLeaseTTL, d)
@@ -58,7 +59,7 @@ func (f *serveFlags) leaseFromEnv(lookup env) error {
 	if err != nil {
 		return usage("%s must be a duration such as 20s, got %q", envClusterLeaseTTL, v)
 	}
-	if err := checkLeaseTTL(envClusterLeaseTTL, d); err != nil {
+	if err := checkLeaseTTL(envClusterLeaseTTL, d, true); err != nil {
 		return err
 	}
 	f.leaseTTL = d

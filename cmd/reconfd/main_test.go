@@ -71,6 +71,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "1s"}, 2},
 		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "1500ms"}, 2},
 		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "6m"}, 2},
+		{[]string{"serve", "--config", good, "--cluster-lease-ttl", "0s"}, 2},
 		{[]string{"serve", "--config", good, "--worker", "1"}, 2},
 		{[]string{"serve", "--config", good, "--worker", "1", "--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1"}, 2},
 		{[]string{"serve", "--config", literal, "--workers", "2"}, 1},
@@ -266,6 +267,8 @@ func TestLeaseTTLFromEnv(t *testing.T) {
 		{0, "2.5s", 0, false},
 		{0, "1h", 0, false},
 		{0, "soon", 0, false},
+		{0, "0", 0, false},
+		{0, "0s", 0, false},
 	} {
 		f := serveFlags{leaseTTL: tc.flag}
 		err := f.leaseFromEnv(func(k string) (string, bool) { return tc.env, k == envClusterLeaseTTL && tc.env != "" })

@@ -39,6 +39,7 @@ type serveFlags struct {
 	cluster       []string
 	clusterPrefix string
 	leaseTTL      time.Duration // each worker's lease; 0: gate.DefaultTTL
+	leaseTTLGiven bool          // --cluster-lease-ttl was on the command line
 	dataDir       string
 	access        clusterAccess // TLS and credentials of an external cluster
 	mgmtTLS       mgmtTLSFlags  // the management listener's TLS
@@ -86,6 +87,7 @@ in flight across all of them together.`,
 			if f.config == "" {
 				return usage("serve needs --config PATH")
 			}
+			f.leaseTTLGiven = cmd.Flags().Changed("cluster-lease-ttl")
 			if err := f.check(); err != nil {
 				return err
 			}
@@ -122,7 +124,7 @@ func (f *serveFlags) check() error {
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		return usage("--cluster-prefix must start with / and name a key prefix")
 	}
-	return checkLeaseTTL("--cluster-lease-ttl", f.leaseTTL)
+	return checkLeaseTTL("--cluster-lease-ttl", f.leaseTTL, f.leaseTTLGiven)
 }
 
 // mode is how serve runs, from the flags over the file's server section.
