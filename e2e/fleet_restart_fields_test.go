@@ -41,7 +41,16 @@ func TestReplacedWorkerKeepsFleetRestartFields(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(s.logs.String(), "runs the fleet's values") || !strings.Contains(s.logs.String(), "fields=server.address") {
+	// The worker's row appears at its join, a moment before it logs: wait
+	// for the line (a CI run looked too early).
+	said := func() bool {
+		l := s.logs.String()
+		return strings.Contains(l, "runs the fleet's values") && strings.Contains(l, "fields=server.address")
+	}
+	for deadline := time.Now().Add(10 * time.Second); !said() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !said() {
 		t.Errorf("the replaced worker did not say the file's restart fields wait for a restart:\n%s", s.logs.String())
 	}
 
