@@ -5,6 +5,7 @@ package earlysignal
 import (
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 )
@@ -36,7 +37,7 @@ func Handoff() {
 		for {
 			select {
 			case s := <-caught:
-				if !containsSignal(seen, s) {
+				if !slices.Contains(seen, s) {
 					seen = append(seen, s)
 				}
 				continue
@@ -48,13 +49,4 @@ func Handoff() {
 			_ = syscall.Kill(os.Getpid(), s.(syscall.Signal))
 		}
 	})
-}
-
-func containsSignal(list []os.Signal, s os.Signal) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
