@@ -28,6 +28,11 @@
 // CPU profile for D with the same clients, and prints the profile's top
 // entries (DATAPLANE_KEEP_PROFILE=FILE keeps the profile).
 //
+// -callgrind N counts the instructions per request of reconfd's gateway
+// (one process of GOMAXPROCS=1, as a worker) and of the bare fasthttp
+// proxy under valgrind's callgrind over N requests from 8 clients: a
+// figure the machine's load does not move.
+//
 // -latency N sends N requests from one client to straight, nginx and
 // reconfd (interleaved in rounds) and reports p50 through each minus p50
 // straight. -stream N sends N streamed requests from one client and
@@ -68,6 +73,8 @@ type flags struct {
 	stack       string
 	profile     time.Duration
 	perf        bool
+	callgrind   int
+	keep        string
 }
 
 func main() {
@@ -95,6 +102,8 @@ func main() {
 	flag.StringVar(&recordDir, "record", "", "keep a perf profile with call graphs of each server's last measurement in this directory (NAME.perf.data)")
 	flag.BoolVar(&f.perf, "perf", false, "count the proxies' system calls and context switches per request with perf stat (needs perf and the permission to attach)")
 	flag.DurationVar(&f.profile, "profile", 0, "also run the gateway in-process under a CPU profile for this long and print its top entries (0: skip)")
+	flag.IntVar(&f.callgrind, "callgrind", 0, "count the instructions per request of reconfd's gateway (one process) and the bare fasthttp proxy under valgrind's callgrind over this many requests (0: skip)")
+	flag.StringVar(&f.keep, "callgrind-keep", "", "keep the callgrind output files in this directory")
 	flag.Parse()
 	if err := run(f, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "dataplane:", err)
@@ -269,6 +278,11 @@ func run(f flags, w io.Writer) error {
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)
+	}
+	if f.callgrind > 0 {
+		if err := callgrindCounts(w, self, dir, upURL, f.callgrind, min(f.concurrency, 8), f.keep); err != nil {
+			return err
+		}
 	}
 	if f.profile > 0 {
 		if err := profileGateway(w, self, dir, upURL, f.concurrency, f.profile); err != nil {

@@ -17,13 +17,8 @@ import (
 
 // serveProfiledGateway runs reconfd's gateway in this process (one
 // process, no workers) on the configuration at config, with a CPU profile
-// written to profile until SIGTERM.
+// written to profile (none if profile is empty) until SIGTERM.
 func serveProfiledGateway(config, profile string) error {
-	f, err := os.Create(profile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	ctx := context.Background()
 	g, err := gateway.New(ctx, config, gateway.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		gateway.WithEnv(func(n string) (string, bool) { return clientKey, n == "BENCH_CLIENT_KEY" }))
@@ -34,11 +29,18 @@ func serveProfiledGateway(config, profile string) error {
 	if err != nil {
 		return err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		return err
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	err = serveUntilSignal(ln, g.Serve)
-	pprof.StopCPUProfile()
 	_ = g.Shutdown(ctx)
 	return err
 }
