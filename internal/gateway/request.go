@@ -255,15 +255,20 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
-// skipString returns the index just past the string whose quote is at i.
+// skipString returns the index just past the string whose quote is at i
+// (b is valid JSON). It looks for the closing quote with bytes.IndexByte
+// rather than a byte at a time: string content is most of a chat body.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	for i++; i < len(b); {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b)
 		}
+		e := bytes.IndexByte(b[i:i+q], '\\')
+		if e < 0 {
+			return i + q + 1
+		}
+		i += e + 2 // past the escape, whatever it escapes (a quote too)
 	}
-	return i
+	return len(b)
 }

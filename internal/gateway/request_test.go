@@ -119,3 +119,30 @@ func FuzzParseChat(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSkipValue holds skipValue to encoding/json's idea of where the first
+// value of a valid JSON array ends: a json.Decoder reading the array's
+// first element stops at the same byte.
+func FuzzSkipValue(f *testing.F) {
+	for _, c := range []string{`"a"`, `"a\"b"`, `"\\"`, `"\\\""`, `"x\u0022y"`, `{"a":"b\\","c":[1,"]"]}`, `[[],{}]`, `123`, `true`,
+		`"` + strings.Repeat("long content ", 9) + `"`, `"` + strings.Repeat(`\\`, 9) + `"`, `{"k":"` + strings.Repeat(`\"`, 7) + `"}`} {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		doc := append(append([]byte("["), v...), ",0]"...)
+		if !json.Valid(doc) {
+			return
+		}
+		d := json.NewDecoder(strings.NewReader(string(doc)))
+		_, _ = d.Token() // [
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			t.Fatal(err)
+		}
+		start := skipSpace(doc, 1)
+		want := int(d.InputOffset())
+		if got := skipValue(doc, start); got != want {
+			t.Fatalf("skipValue(%q) ends at %d, encoding/json at %d", doc, got, want)
+		}
+	})
+}

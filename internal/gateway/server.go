@@ -88,13 +88,15 @@ func (g *Gateway) newServer() *fasthttp.Server {
 // headerReceived runs once a request's header is read, before its body:
 // it bounds the body by the active generation's limit and the body read
 // timeout. A request with a body whose key the active generation refuses
-// gets a limit of 1 byte, so its body is not read; requestError answers it
-// 401. No pin is taken here: the handler pins after the body is in.
+// (mayBeAuthorized: a cheap test that lets every key through; the handler
+// checks the key itself) gets a limit of 1 byte, so its body is not read;
+// requestError answers it 401. No pin is taken here: the handler pins
+// after the body is in.
 func (g *Gateway) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	cur := g.rt.Current()
 	st := routesKey.Get(cur)
 	rc := fasthttp.RequestConfig{ReadTimeout: g.timeouts.Body, MaxRequestBodySize: int(min(st.maxBody, maxInt))}
-	if h.ContentLength() != 0 && cur.Config().Auth.Mode == "api_keys" && !st.authorized(h.Peek("Authorization")) {
+	if h.ContentLength() != 0 && cur.Config().Auth.Mode == "api_keys" && !st.mayBeAuthorized(h.Peek("Authorization")) {
 		rc.MaxRequestBodySize = 1
 	}
 	return rc

@@ -1,5 +1,10 @@
 package gateway
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // maxJSONDepth is encoding/json's nesting limit, which validJSON keeps so
 // that both accept the same bodies.
 const maxJSONDepth = 10000
@@ -120,6 +125,19 @@ func objectKey(b []byte, i int) int {
 // i, or -1 when it is not a valid JSON string.
 func scanJSONString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		// Eight bytes at a time up to the first that needs a look: a
+		// chat body is mostly string content, and a byte at a time was
+		// 3% of a proxied request's instructions (callgrind).
+		for i+8 <= len(b) {
+			if m := stringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1
@@ -148,6 +166,18 @@ func scanJSONString(b []byte, i int) int {
 		}
 	}
 	return -1
+}
+
+// stringStops returns a word with the high bit set in the lowest byte of v
+// (read little-endian) that is a quote, a backslash or below 0x20, and
+// possibly in bytes above that one; 0 when no byte is any of them. Each
+// test is the classic "has a zero byte" trick, which is exact in its
+// lowest flagged byte.
+func stringStops(v uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q := v ^ (ones * '"')
+	s := v ^ (ones * '\\')
+	return ((q-ones)&^q | (s-ones)&^s | (v-ones*0x20)&^v) & highs
 }
 
 // scanJSONNumber returns the index just past the number at i, or -1.
