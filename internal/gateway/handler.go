@@ -154,7 +154,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// The key and the limit were checked against the active generation
 	// before the body was read; they are checked again under the pin,
 	// since a reload may have changed them meanwhile.
-	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(ctx.Request.Header.Peek("Authorization")) {
+	if x.pin.Config().Auth.Mode == "api_keys" && !x.clientAuthorized(st) {
 		unauthorized(ctx)
 		return false
 	}
@@ -237,7 +237,7 @@ func timedOut(ctx *fasthttp.RequestCtx, backend string) {
 
 func (g *Gateway) models(x *exchange) {
 	st := routesKey.Get(x.pin.Generation())
-	if x.pin.Config().Auth.Mode == "api_keys" && !st.authorized(x.ctx.Request.Header.Peek("Authorization")) {
+	if x.pin.Config().Auth.Mode == "api_keys" && !x.clientAuthorized(st) {
 		unauthorized(x.ctx)
 		return
 	}

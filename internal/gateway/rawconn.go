@@ -59,6 +59,8 @@ type rawConn struct {
 	werr    error
 	wwaited bool
 	wfunc   func(fd uintptr) bool
+
+	auth authMemo // a client connection's admitted key (see authMemo)
 }
 
 var _ net.Conn = (*rawConn)(nil)
@@ -93,6 +95,9 @@ func newRawConn(c net.Conn) net.Conn {
 	r.rd.set, r.wd.set = c.SetReadDeadline, c.SetWriteDeadline
 	return r
 }
+
+// authMemo is the connection's memo of its admitted key (see authMemo).
+func (c *rawConn) authMemo() *authMemo { return &c.auth }
 
 // SetDeadline sets the read and write deadlines (see lazyDeadline).
 func (c *rawConn) SetDeadline(t time.Time) error {

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/reconfhq/reconf"
+)
+
+// TestAuthMemoFollowsTheKeys drives one keep-alive connection, where the
+// memo of the admitted key lives: a key revoked by a reload is refused on
+// the very connection it was admitted on, a different header is checked
+// afresh, and a key added by the reload is let in. The checks that must
+// refuse are list requests: they have no body, so nothing refuses them
+// before the handler (a chat completion's key is also tested before its
+// body is read, against the active generation, and a refusal there closes
+// the connection).
+func TestAuthMemoFollowsTheKeys(t *testing.T) {
+	tg := startGateway(t, authConfig)
+	c, err := net.Dial("tcp", strings.TrimPrefix(tg.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	do := func(method, path, auth string) int {
+		t.Helper()
+		var body *strings.Reader
+		if method == "POST" {
+			body = strings.NewReader(`{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`)
+		} else {
+			body = strings.NewReader("")
+		}
+		req, _ := http.NewRequest(method, tg.url+path, body)
+		req.Header.Set("Authorization", auth)
+		if method == "POST" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if err := req.Write(c); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = bufio.NewReader(resp.Body).WriteTo(discard{})
+		if resp.Close {
+			t.Fatalf("the gateway closed the connection (HTTP %d)", resp.StatusCode)
+		}
+		return resp.StatusCode
+	}
+	chat := func(auth string) int { return do("POST", "/v1/chat/completions", auth) }
+	models := func(auth string) int { return do("GET", "/v1/models", auth) }
+	for i := range 3 { // admitted, then admitted from the memo
+		if st := chat("Bearer key-alpha-0001"); st != 200 {
+			t.Fatalf("request %d with a key: got %d", i, st)
+		}
+	}
+	if st := models("Bearer key-alpha-0002"); st != 401 {
+		t.Fatalf("another header on the same connection: got %d, want 401", st)
+	}
+	if st := models("Bearer key-alpha-0001"); st != 200 {
+		t.Fatalf("the key again: got %d", st)
+	}
+	if res := tg.reload(strings.Replace(authConfig, "key-alpha-0001", "key-delta-0004", 1)); res.Outcome != reconf.Published {
+		t.Fatalf("reload: %+v", res)
+	}
+	if st := models("Bearer key-alpha-0001"); st != 401 {
+		t.Fatalf("a key revoked by a reload, on the connection it was admitted on: got %d, want 401", st)
+	}
+	if st := chat("Bearer key-delta-0004"); st != 200 {
+		t.Fatalf("the new key: got %d", st)
+	}
+	if st := models("Bearer key-delta-0004"); st != 200 {
+		t.Fatalf("the new key, from the memo: got %d", st)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
