@@ -54,6 +54,7 @@ func parseChat(body []byte) (chatRequest, *problem) {
 	}
 	i++
 	var seenModel, seenStream, seenMessages bool
+	msgCount, msgShaped := 0, true // of the messages array
 	for {
 		i = skipSpace(body, i)
 		if body[i] == '}' {
@@ -72,7 +73,14 @@ func parseChat(body []byte) (chatRequest, *problem) {
 		}
 		i = skipSpace(body, i)
 		i = skipSpace(body, i+1) // the colon
-		v := span{i, skipValue(body, i)}
+		v := span{start: i}
+		if string(key) == "messages" && body[i] == '[' {
+			// Walked once, element by element, rather than skipped
+			// whole and walked again.
+			v.end, msgCount, msgShaped = messageList(body, i)
+		} else {
+			v.end = skipValue(body, i)
+		}
 		i = v.end
 		var seen *bool
 		switch string(key) {
@@ -115,20 +123,34 @@ func parseChat(body []byte) (chatRequest, *problem) {
 		}
 		*seen = true
 	}
-	if !c.messages.ok() {
+	switch {
+	case !c.messages.ok():
 		return c, problemMessages
-	}
-	n := 0
-	for e := range c.elements(c.messages) {
-		if body[e.start] != '{' && body[e.start] != 'n' {
-			return c, problemShape
-		}
-		n++
-	}
-	if n == 0 {
+	case !msgShaped:
+		return c, problemShape
+	case msgCount == 0:
 		return c, problemMessages
 	}
 	return c, nil
+}
+
+// messageList walks the array at i (body is valid JSON): it returns the
+// index just past it, how many elements it has, and whether each is an
+// object or null, as a message must be.
+func messageList(body []byte, i int) (end, n int, shaped bool) {
+	shaped = true
+	i = skipSpace(body, i+1)
+	for body[i] != ']' {
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+		if body[i] != '{' && body[i] != 'n' {
+			shaped = false
+		}
+		i = skipSpace(body, skipValue(body, i))
+		n++
+	}
+	return i + 1, n, shaped
 }
 
 // elements yields the spans of the elements of the array at s.
