@@ -58,6 +58,13 @@ func (f *FileSource) sharedJudge(id identity, own any, first bool) (rewritten bo
 	if first && ok {
 		return false, nil
 	}
+	if ok && stored == id {
+		// Another worker's read of this very file recorded it already
+		// (every worker of a fleet reads the file a version came from):
+		// writing the same line again cost a truncate and a write, and the
+		// file system's journal, per worker and version.
+		return false, nil
+	}
 	return false, writeBaseline(fh, id)
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/reconfhq/reconf"
 )
@@ -66,4 +67,43 @@ func mustFileWith(t *testing.T, path string, opts ...FileOption) *FileSource {
 		t.Fatal(err)
 	}
 	return src
+}
+
+// TestSharedBaselineNotRewrittenWhenSame: a worker that reads the file the
+// baseline already records (another worker's accepted read of it) leaves
+// the baseline file alone. Every worker of a fleet reads the file of each
+// version, and each rewrote the same line, a truncate and a write per
+// worker and version.
+func TestSharedBaselineNotRewrittenWhenSame(t *testing.T) {
+	dir := t.TempDir()
+	path, base := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "baseline")
+	writeAtomic(t, path, v1)
+	a, b := mustFileWith(t, path, WithSharedBaseline(base)), mustFileWith(t, path, WithSharedBaseline(base))
+	aLast := mustRead(t, a, nil, v1).Version
+	bLast := mustRead(t, b, nil, v1).Version
+
+	writeAtomic(t, path, v2)
+	mustRead(t, a, aLast, v2) // records v2's file
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(base, old, old); err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, b, bLast, v2) // the same file: nothing to record
+	if st, err := os.Stat(base); err != nil {
+		t.Fatal(err)
+	} else if !st.ModTime().Equal(old) {
+		t.Fatalf("the baseline was written again for the file it records (modified %v)", st.ModTime())
+	}
+
+	// A new file is still recorded, and judged against.
+	writeAtomic(t, path, v1)
+	mustRead(t, b, bLast, v1)
+	if st, _ := os.Stat(base); st.ModTime().Equal(old) {
+		t.Fatal("the baseline was not written for a new file")
+	}
+	if err := os.WriteFile(path, []byte(v2), 0o644); err != nil { // in place
+		t.Fatal(err)
+	}
+	_, err := read(t, a, aLast)
+	wantReason(t, err, reconf.ReasonSourceNonAtomic)
 }
