@@ -25,7 +25,8 @@
 //
 // Each run also reports the workers' CPU (user + system, from /proc, every
 // worker process of the run, the publisher included) per reload and
-// worker: the figure that holds still on a busy machine.
+// worker: the figure that holds still on a busy machine; and the first
+// supervisor's CPU per reload, which with the embedded member is etcd's.
 //
 // With -targets it runs the rows the propagation targets name, -runs
 // times each (default 3): 4 workers (p50 under 5 ms, p99 under 10 ms),
@@ -457,6 +458,10 @@ type result struct {
 	// cpuPerApply is the worker processes' CPU over the measured reloads,
 	// per reload and worker.
 	cpuPerApply time.Duration
+	// supervisorCPU is the first host's supervisor process's CPU over the
+	// measured reloads, per reload: with the embedded member it holds
+	// etcd, which serves every request and watch of a reload.
+	supervisorCPU time.Duration
 	// stages breaks the measured reloads down, from the workers' log
 	// lines.
 	stages *stages
@@ -473,6 +478,7 @@ func (r *result) print(setup string, workers int) {
 	line("trigger -> every row seen by a watcher", r.observed)
 	line("trigger -> publisher's own row seen", r.pubRow)
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
+	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
 	r.stages.print()
 	fmt.Println()
 }
@@ -497,11 +503,12 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	res := &result{}
-	var cpu0 time.Duration
+	var cpu0, sup0 time.Duration
+	sup := []int{h.cmd.Process.Pid}
 	var stamps []reloadStamps
 	for i := range warmup + reloads {
 		if i == warmup {
-			cpu0 = cpuOf(fl.pids)
+			cpu0, sup0 = cpuOf(fl.pids), cpuOf(sup)
 		}
 		if err := writeAtomic(h.config, h.variants[(i+1)%2]); err != nil {
 			return nil, err
@@ -548,6 +555,9 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	}
 	if n := len(fl.pids) * reloads; n > 0 {
 		res.cpuPerApply = (cpuOf(fl.pids) - cpu0) / time.Duration(n)
+	}
+	if reloads > 0 {
+		res.supervisorCPU = (cpuOf(sup) - sup0) / time.Duration(reloads)
 	}
 	time.Sleep(200 * time.Millisecond) // the last log lines are still in the pipes
 	res.stages = stagesOf(stamps, logs...)
