@@ -109,7 +109,9 @@ func WithSharedLease(lease func() clientv3.LeaseID) Option {
 
 // WithHistory folds each of this worker's applies of a version (not the
 // busy ones) into the version's entry of the fleet's history. The entry
-// is written in the same transaction as the row the apply changed.
+// is written in the same transaction as the row the apply changed, and so
+// is the entry of each version this worker publishes (h hands it over),
+// so close the Follower before h.
 func WithHistory(h *History) Option { return func(o *options) { o.history = h } }
 
 // withoutWatch makes the follower rely on its resync reads alone (tests of
@@ -159,7 +161,10 @@ type Follower struct {
 	readErr    bool       // the last read of the channel failed
 	writeErr   bool       // the last heartbeat failed
 	lastErr    reconf.Reason
-	applies    []clientv3.Op // history entries of applies, written with the next row
+	applies    []clientv3.Op // history entries of applies (and of publishes), written with the next row
+	noCarry    bool          // Close began: History.carried must queue its own writes
+	trimKey    string        // a carried entry whose write is to queue a trim of the history
+	trimAt     uint64        // that trim's newest version
 	malformed  bool          // the channel's head is refused (malformed, unknown publisher, newer format, older)
 	refusedRev int64         // the revision last refused, so a resync does not vet it again
 }
@@ -199,6 +204,9 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 		cancel()
 	}
 	f.remarkUnvetted()
+	if f.o.history != nil {
+		f.o.history.carryWith(f)
+	}
 	f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	f.wg.Add(2)
 	go f.run()
@@ -214,6 +222,12 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 func (f *Follower) Close(ctx context.Context) error {
 	f.closeMu.Lock()
 	defer f.closeMu.Unlock()
+	if h := f.o.history; h != nil {
+		h.carryWith(nil)
+	}
+	f.mu.Lock()
+	f.noCarry = true // a publish's entry already handed over is flushed below
+	f.mu.Unlock()
 	f.cancel()
 	done := make(chan struct{})
 	go func() { f.wg.Wait(); close(done) }()
@@ -245,6 +259,7 @@ func (f *Follower) flushApplies(ctx context.Context) {
 			f.o.logger.Warn("propagate: this worker's applies could not be written to the fleet's history", "error", err)
 			return
 		}
+		f.trimAfter(ops)
 	}
 }
 
@@ -607,6 +622,45 @@ func (f *Follower) addApply(op clientv3.Op) {
 	f.markDirty()
 }
 
+// carry queues the history entry of this worker's publish and its own
+// apply of it for the next row write, which the publish's commit is
+// about to ask for (the row's applied version changed), and asks for it.
+// It reports false once Close began, whose flush might miss them.
+// With trimAt set, the write that carries the entry queues a trim of the
+// history (see History.trim's newest).
+func (f *Follower) carry(entry, apply clientv3.Op, trimAt uint64) bool {
+	f.mu.Lock()
+	if f.noCarry {
+		f.mu.Unlock()
+		return false
+	}
+	if trimAt != 0 {
+		f.trimKey, f.trimAt = string(entry.KeyBytes()), trimAt
+	}
+	f.applies = slices.DeleteFunc(f.applies, sameKey(apply))
+	f.applies = append(f.applies, entry, apply)
+	if n := len(f.applies) - historyQueue; n > 0 {
+		f.applies = slices.Delete(f.applies, 0, n)
+	}
+	f.mu.Unlock()
+	f.markDirty()
+	return true
+}
+
+// trimAfter queues the history's trim that waited for a carried entry,
+// if written carried it.
+func (f *Follower) trimAfter(written []clientv3.Op) {
+	f.mu.Lock()
+	key, at := f.trimKey, f.trimAt
+	if key == "" || !slices.ContainsFunc(written, func(op clientv3.Op) bool { return string(op.KeyBytes()) == key }) {
+		f.mu.Unlock()
+		return
+	}
+	f.trimKey, f.trimAt = "", 0
+	f.mu.Unlock()
+	f.o.history.trimLater(at)
+}
+
 // sameKey matches the queued entries that op replaces: the same worker's
 // apply of the same version.
 func sameKey(op clientv3.Op) func(clientv3.Op) bool {
@@ -787,6 +841,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 		}
 		return unreachable("write worker row", err)
 	}
+	f.trimAfter(applies)
 	f.rowVersion.Store(row.AppliedVersion)
 	row.Heartbeat = time.Time{}
 	f.written, f.rowLease = row, lease

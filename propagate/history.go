@@ -47,6 +47,7 @@ type History struct {
 	mu        sync.Mutex
 	closed    bool
 	tries     map[uint64]int // applies of the newest versions seen, by version
+	carrier   *Follower      // writes a publish's entry with its row (carryWith); nil: the queue does
 	dropWarn  bool
 	sinceTrim int // writes since the last trim; starts due, so a process's first write trims
 }
@@ -107,19 +108,81 @@ func (h *History) Observe(res reconf.Result) {
 		return
 	}
 	e := reconf.HistoryEntryOf(res)
+	if h.carried(e, res) {
+		return
+	}
 	h.enqueue(func(ctx context.Context) {
 		// A start-up joins at the cluster's version; only a publish is
 		// this worker's apply of its own version, written in the entry's
 		// transaction.
 		var apply []clientv3.Op
 		var newest uint64
-		if res.Trigger != reconf.TriggerStartup && res.Outcome == reconf.Published && res.Generation > res.PreviousGeneration {
+		if isPublish(res) {
 			if op, ok := h.applyOp(res.Generation, res); ok {
 				apply, newest = []clientv3.Op{op}, res.Generation
 			}
 		}
 		if err := h.record(ctx, e, newest, apply...); err != nil {
 			h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", err)
+		}
+	})
+}
+
+// isPublish reports whether res published a new cluster version (not a
+// start-up, which joins at the cluster's version): the publisher's own
+// apply of it.
+func isPublish(res reconf.Result) bool {
+	return res.Trigger != reconf.TriggerStartup && res.Outcome == reconf.Published && res.Generation > res.PreviousGeneration
+}
+
+// carryWith has f's row writes carry the entries of this worker's
+// publishes (see carried); nil stops it.
+func (h *History) carryWith(f *Follower) {
+	h.mu.Lock()
+	h.carrier = f
+	h.mu.Unlock()
+}
+
+// carried hands a publish's entry and the publisher's apply to the
+// follower of this worker, which writes them in the transaction of the
+// row the publish changed, and has a trim queued once it is written, when one is due. It reports
+// false when there is no follower to carry them (or it is closing): the
+// queue writes them then. Written from the queue, a publish cost a
+// transaction of its own besides the row's, a raft write and a round trip
+// more per reload, in the middle of the fleet applying it.
+func (h *History) carried(e reconf.HistoryEntry, res reconf.Result) bool {
+	if !isPublish(res) {
+		return false
+	}
+	h.mu.Lock()
+	f, closed := h.carrier, h.closed
+	h.mu.Unlock()
+	if f == nil || closed {
+		return false
+	}
+	entry, ok := h.entryOp(e)
+	if !ok {
+		return false
+	}
+	apply, ok := h.applyOp(res.Generation, res)
+	if !ok {
+		return false
+	}
+	var trimAt uint64 // the trim waits for the entry, as record's does
+	if h.trimDue() {
+		trimAt = res.Generation
+	}
+	return f.carry(entry, apply, trimAt)
+}
+
+// trimLater queues a trim of the log (newest as for trim), for a carried
+// entry that was just written.
+func (h *History) trimLater(newest uint64) {
+	h.enqueue(func(ctx context.Context) {
+		rctx, cancel := context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+		if err := h.trim(rctx, newest); err != nil {
+			h.log.Warn("propagate: the fleet's history could not be trimmed", "error", err)
 		}
 	})
 }
@@ -220,24 +283,44 @@ func (h *History) Record(ctx context.Context, e reconf.HistoryEntry) error {
 // it published) in one transaction, then trims the log when it is due.
 // newest is the version e published, 0 if none.
 func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint64, more ...clientv3.Op) error {
-	if e.Worker == "" {
-		e.Worker = h.worker
-	}
-	e.Applies = nil
-	b, err := json.Marshal(e)
+	entry, err := h.entryPut(e)
 	if err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	key := fmt.Sprintf("%s%020d-%s", h.entriesPrefix(), e.Time.UnixNano(), e.Worker)
-	if _, err := h.cli.Txn(rctx).Then(append([]clientv3.Op{clientv3.OpPut(key, string(b))}, more...)...).Commit(); err != nil {
+	if _, err := h.cli.Txn(rctx).Then(append([]clientv3.Op{entry}, more...)...).Commit(); err != nil {
 		return unreachable("write history", err)
 	}
 	if !h.trimDue() {
 		return nil
 	}
 	return h.trim(rctx, newest)
+}
+
+// entryPut is the put of e, named for this worker when it names none.
+func (h *History) entryPut(e reconf.HistoryEntry) (clientv3.Op, error) {
+	if e.Worker == "" {
+		e.Worker = h.worker
+	}
+	e.Applies = nil
+	b, err := json.Marshal(e)
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	key := fmt.Sprintf("%s%020d-%s", h.entriesPrefix(), e.Time.UnixNano(), e.Worker)
+	return clientv3.OpPut(key, string(b)), nil
+}
+
+// entryOp is entryPut for the follower's row writes, which log nothing
+// of their own about it.
+func (h *History) entryOp(e reconf.HistoryEntry) (clientv3.Op, bool) {
+	op, err := h.entryPut(e)
+	if err != nil {
+		h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", err)
+		return clientv3.Op{}, false
+	}
+	return op, true
 }
 
 // trimDue says whether this write is one that trims: every write while

@@ -124,6 +124,63 @@ func TestApplyEntryTravelsWithTheRow(t *testing.T) {
 	}
 }
 
+// TestPublishEntryTravelsWithTheRow: the publisher's entry of a publish
+// and its own apply of the version are written in the transaction of the
+// row the publish changed. From the history's queue they were a
+// transaction of their own, one raft write and round trip more per reload.
+func TestPublishEntryTravelsWithTheRow(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	a := startWorker(t, srv.Endpoints(), prefix, "a", workerOpts{history: []HistoryOption{}})
+	if res := a.reload(t, configYAML("gw", 7, "KEY1")); res.Outcome != reconf.Published || res.Generation != 2 {
+		t.Fatalf("reload: %s %s", res.Outcome, res.Message)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var row, apply, entry int64
+	waitFor(t, 5*time.Second, "a's row, apply and entry for version 2", func() bool {
+		ap, err := a.cli.Get(ctx, a.h.appliesKey(2)+"a")
+		if err != nil || len(ap.Kvs) == 0 {
+			return false
+		}
+		rr, err := a.cli.Get(ctx, a.ch.rowKey())
+		if err != nil || len(rr.Kvs) == 0 {
+			return false
+		}
+		var r WorkerRow
+		if json.Unmarshal(rr.Kvs[0].Value, &r) != nil || r.AppliedVersion != 2 {
+			return false
+		}
+		es, err := a.cli.Get(ctx, a.h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil || len(es.Kvs) == 0 {
+			return false
+		}
+		var e reconf.HistoryEntry
+		if json.Unmarshal(es.Kvs[0].Value, &e) != nil || e.Generation != 2 {
+			return false
+		}
+		row, apply, entry = rr.Kvs[0].ModRevision, ap.Kvs[0].ModRevision, es.Kvs[0].ModRevision
+		return true
+	})
+	if row != apply || row != entry {
+		t.Fatalf("a's row was written at revision %d, its apply at %d and the publish's entry at %d, want one transaction", row, apply, entry)
+	}
+	if got := entries(t, a, 0); len(got) == 0 || got[0].Generation != 2 || !slices.Contains(appliers(got[0]), "a=published") {
+		t.Fatalf("the fleet's history does not show a's publish with its apply: %+v", got)
+	}
+
+	// Without a follower to carry it (one that closed), a publish is
+	// written from the queue.
+	a.h.carryWith(nil)
+	if res := a.reload(t, configYAML("gw", 8, "KEY1")); res.Outcome != reconf.Published || res.Generation != 3 {
+		t.Fatalf("reload: %s %s", res.Outcome, res.Message)
+	}
+	waitFor(t, 5*time.Second, "the entry of version 3", func() bool {
+		got := entries(t, a, 0)
+		return len(got) > 0 && got[0].Generation == 3 && slices.Contains(appliers(got[0]), "a=published")
+	})
+}
+
 // TestFleetHistoryFailedApply: a worker that cannot apply a version shows
 // its failure, with its attempts, in the version's entry.
 func TestFleetHistoryFailedApply(t *testing.T) {
@@ -156,6 +213,11 @@ func TestFleetHistoryBounded(t *testing.T) {
 		if res := w.reload(t, configYAML("gw", i, "KEY1")); res.Outcome != reconf.Published {
 			t.Fatalf("reload %d: %s", i, res.Outcome)
 		}
+	}
+	// The follower first: its row writes carry the publishes' entries,
+	// and the last one's trim is queued on the history when it is written.
+	if err := w.f.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if err := w.h.Close(context.Background()); err != nil { // drains the writes
 		t.Fatal(err)
