@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math/bits"
 	"slices"
 )
 
@@ -281,18 +279,10 @@ func skipValue(b []byte, i int) int {
 
 // skipString returns the index just past the string whose quote is at i
 // (b is valid JSON, so no byte of a string is below 0x20 and stringStops
-// finds its quotes and backslashes). Eight bytes at a time: string content
-// is most of a chat body.
+// finds its quotes and backslashes).
 func skipString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
-		for i+8 <= len(b) {
-			if m := stringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) / 8
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
+		if i = nextStringStop(b, i); i >= len(b) {
 			break
 		}
 		switch b[i] {
