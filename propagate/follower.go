@@ -626,15 +626,16 @@ func (f *Follower) addApply(op clientv3.Op) {
 // apply of it for the next row write, which the publish's commit is
 // about to ask for (the row's applied version changed), and asks for it.
 // It reports false once Close began, whose flush might miss them.
-// With trimAt set, the write that carries the entry queues a trim of the
-// history (see History.trim's newest).
-func (f *Follower) carry(entry, apply clientv3.Op, trimAt uint64) bool {
+// trimDue is asked once the entry is taken; when it returns a version,
+// the write that carries the entry queues a trim of the history (see
+// History.trim's newest).
+func (f *Follower) carry(entry, apply clientv3.Op, trimDue func() uint64) bool {
 	f.mu.Lock()
 	if f.noCarry {
 		f.mu.Unlock()
 		return false
 	}
-	if trimAt != 0 {
+	if trimAt := trimDue(); trimAt != 0 {
 		f.trimKey, f.trimAt = string(entry.KeyBytes()), trimAt
 	}
 	f.applies = slices.DeleteFunc(f.applies, sameKey(apply))

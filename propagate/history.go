@@ -168,11 +168,14 @@ func (h *History) carried(e reconf.HistoryEntry, res reconf.Result) bool {
 	if !ok {
 		return false
 	}
-	var trimAt uint64 // the trim waits for the entry, as record's does
-	if h.trimDue() {
-		trimAt = res.Generation
-	}
-	return f.carry(entry, apply, trimAt)
+	// The write is counted toward a trim only once the follower takes it:
+	// a refused one is written, and counted, by the queue.
+	return f.carry(entry, apply, func() uint64 {
+		if h.trimDue() {
+			return res.Generation // the trim waits for the entry, as record's does
+		}
+		return 0
+	})
 }
 
 // trimLater queues a trim of the log (newest as for trim), for a carried

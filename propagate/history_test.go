@@ -181,6 +181,37 @@ func TestPublishEntryTravelsWithTheRow(t *testing.T) {
 	})
 }
 
+// TestRefusedCarryCountsNoWrite: a publish's entry that the follower
+// refuses (its Close began after carried read it as the carrier) is
+// written by the queue, which counts it toward the next trim. Counted
+// by carried as well, the write counted twice, and the trim that came
+// due on the refused carry was dropped: a due trim was skipped for a
+// period.
+func TestRefusedCarryCountsNoWrite(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	w := startWorker(t, srv.Endpoints(), prefix, "a", workerOpts{history: []HistoryOption{WithHistoryLimit(64)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.h.carryWith(w.f) // the window between carried's read of the carrier and Close
+	sinceTrim := func() int {
+		w.h.mu.Lock()
+		defer w.h.mu.Unlock()
+		return w.h.sinceTrim
+	}
+	before := sinceTrim()
+	res := reconf.Result{Outcome: reconf.Published, Reason: reconf.ReasonPublished, Generation: 9, PreviousGeneration: 8}
+	if w.h.carried(reconf.HistoryEntry{Generation: 9, Time: time.Now()}, res) {
+		t.Fatal("a closed follower took a publish's entry")
+	}
+	if after := sinceTrim(); after != before {
+		t.Fatalf("a refused carry moved the count toward a trim from %d to %d", before, after)
+	}
+}
+
 // TestFleetHistoryFailedApply: a worker that cannot apply a version shows
 // its failure, with its attempts, in the version's entry.
 func TestFleetHistoryFailedApply(t *testing.T) {
