@@ -241,7 +241,7 @@ func printTable(w io.Writer, targets []*target, res map[string][]result, f flags
 // addedLatency sends f.latency requests from one client to each target,
 // in f.rounds interleaved rounds, and reports each target's median p50
 // minus the upstream's.
-func addedLatency(w io.Writer, targets []*target, up *target, f flags) {
+func addedLatency(w io.Writer, targets []*target, up *target, f flags, how string) {
 	p50s := map[string][]float64{}
 	p99s := map[string][]float64{}
 	cpus := map[string][]float64{}
@@ -258,7 +258,7 @@ func addedLatency(w io.Writer, targets []*target, up *target, f flags) {
 		}
 	}
 	base := median(p50s["straight"])
-	fmt.Fprintf(w, "\none client, %d requests per round, medians over %d rounds (load average %s)\n", f.latency, rounds, loadavg())
+	fmt.Fprintf(w, "\none client, %d requests per round, medians over %d rounds%s (load average %s)\n", f.latency, rounds, how, loadavg())
 	fmt.Fprintln(w, "| path | p50 | p99 | p50 added to straight | server CPU/req |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
 	for _, t := range targets {

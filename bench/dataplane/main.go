@@ -53,6 +53,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,7 @@ type flags struct {
 	reconfds    []string // name=path; empty: build one from the repository
 	only        string
 	latency     int
+	awake       bool
 	stream      int
 	stack       string
 	profile     time.Duration
@@ -96,6 +98,7 @@ func main() {
 	})
 	flag.StringVar(&f.only, "only", "", "comma-separated targets to run (default all)")
 	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
+	flag.BoolVar(&f.awake, "awake", false, "with -latency, also take the added-latency table with every CPU kept out of its idle state by spinners of idle priority (an idle VM's wake-ups otherwise dominate one client's latency)")
 	flag.IntVar(&f.stream, "stream", 0, "streamed requests from one client for the time-to-first-byte table (0: skip)")
 	flag.StringVar(&f.stack, "stack", "fasthttp", "reconfd's HTTP stack, for the ratio to the bare proxy on the same stack (nethttp or fasthttp)")
 	flag.BoolVar(&verbose, "v", false, "print each server process's CPU per request after each measurement")
@@ -274,7 +277,15 @@ func run(f flags, w io.Writer) error {
 	}
 
 	if f.latency > 0 {
-		addedLatency(w, targets, up, f)
+		addedLatency(w, targets, up, f, "")
+		if f.awake {
+			stop, err := keepAwake(self)
+			if err != nil {
+				return err
+			}
+			addedLatency(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
+			stop()
+		}
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)
