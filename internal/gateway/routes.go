@@ -334,6 +334,7 @@ func (c *backendsConsumer) openai(ctx context.Context, b *Backend, old *route) (
 		modelJSON: model,
 		endpoint:  []byte(strings.TrimRight(u.EscapedPath(), "/") + "/chat/completions"),
 		hostHdr:   []byte(u.Host),
+		tls:       u.Scheme == "https",
 		apiKey:    b.APIKey.Reveal(),
 	}
 	if up.apiKey != "" {

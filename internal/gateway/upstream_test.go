@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -159,6 +161,33 @@ func envWith(key string) func(string) (string, bool) {
 			return key, true
 		}
 		return "", false
+	}
+}
+
+// TestUpstreamTLS sends requests, whole and streamed, to an https backend.
+// fasthttp's client refuses a request whose URI's scheme is not its own:
+// parsed from a path and a Host header, an upstream request's scheme was
+// http, and every request to an https backend was answered 502.
+func TestUpstreamTLS(t *testing.T) {
+	up := &fakeOpenAI{key: goodKey}
+	up.srv = httptest.NewTLSServer(http.HandlerFunc(up.serve))
+	t.Cleanup(up.srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(up.srv.Certificate())
+	tg := startGateway(t, upstreamConfig(up.host(), ""), WithEnv(envWith(goodKey)), WithTransport(func(hc *fasthttp.HostClient) UpstreamTransport {
+		hc.TLSConfig = &tls.Config{RootCAs: roots}
+		return hc
+	}))
+	for range 2 { // the second on a prepared request and a kept-alive connection
+		if r := tg.chat("gpt-4o-mini"); r.status != 200 || !strings.Contains(string(r.body), "hello from upstream") {
+			t.Fatalf("whole answer: %d %s", r.status, r.body)
+		}
+		if ev := tg.stream("gpt-4o-mini").all(t); len(ev) == 0 || ev[len(ev)-1] != "[DONE]" {
+			t.Fatalf("stream: %q", ev)
+		}
+	}
+	if n := up.hits.Load(); n != 4 {
+		t.Errorf("the upstream served %d requests, want 4", n)
 	}
 }
 
