@@ -1,6 +1,10 @@
 package gateway
 
-import "crypto/subtle"
+import (
+	"encoding/binary"
+
+	"github.com/valyala/fasthttp"
+)
 
 // authMemo remembers, for one client connection, the Authorization header
 // its last admitted request carried and the generation whose keys let it
@@ -26,7 +30,7 @@ type authMemo struct {
 const maxMemoHeader = 128
 
 func (m *authMemo) has(gen uint64, hdr []byte) bool {
-	return m.n > 0 && m.gen == gen && len(hdr) == m.n && subtle.ConstantTimeCompare(hdr, m.hdr[:m.n]) == 1
+	return m.n > 0 && m.gen == gen && len(hdr) == m.n && sameBytes(hdr, m.hdr[:m.n])
 }
 
 func (m *authMemo) set(gen uint64, hdr []byte) {
@@ -40,7 +44,7 @@ func (m *authMemo) set(gen uint64, hdr []byte) {
 // clientAuthorized reports whether the exchange's request carries one of
 // the keys of its pinned generation (st is that generation's state).
 func (x *exchange) clientAuthorized(st *routes) bool {
-	hdr := x.ctx.Request.Header.Peek("Authorization")
+	hdr := authorization(&x.ctx.Request.Header)
 	var memo *authMemo
 	if c, ok := x.ctx.Conn().(interface{ authMemo() *authMemo }); ok {
 		memo = c.authMemo()
@@ -56,4 +60,34 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 		memo.set(gen, hdr)
 	}
 	return true
+}
+
+// authorization returns a request's Authorization header (the first one),
+// or nil. It walks the parsed header, whose names fasthttp stores in
+// canonical form, where Peek would copy and normalise the name it is given
+// on every call: 300 instructions, twice a request (callgrind).
+func authorization(h *fasthttp.RequestHeader) []byte {
+	for k, v := range h.All() {
+		if string(k) == "Authorization" {
+			return v
+		}
+	}
+	return nil
+}
+
+// sameBytes reports whether a and b, of one length, are equal, in a time
+// that depends on their length only. It compares eight bytes at a time;
+// subtle.ConstantTimeCompare goes a byte at a time, 280 instructions a
+// request for the memo's header (callgrind).
+func sameBytes(a, b []byte) bool {
+	b = b[:len(a)]
+	var d uint64
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		d |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(a); i++ {
+		d |= uint64(a[i] ^ b[i])
+	}
+	return d == 0
 }

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,3 +85,62 @@ func TestAuthMemoFollowsTheKeys(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestAuthorizationNameInAnyCase sends the key under header names in other
+// cases (HTTP names are case-insensitive, and some clients send them in
+// lower case), next to a cookie: the gateway finds the header by walking
+// fasthttp's parsed header, not by Peek, and must find it there.
+func TestAuthorizationNameInAnyCase(t *testing.T) {
+	tg := startGateway(t, authConfig)
+	body := `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
+	for _, name := range []string{"authorization", "AUTHORIZATION", "aUtHoRiZaTiOn"} {
+		for _, key := range []string{"key-alpha-0001", "key-wrong-0009"} {
+			c, err := net.Dial("tcp", strings.TrimPrefix(tg.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nCookie: a=b\r\nContent-Type: application/json\r\n" +
+				name + ": Bearer " + key + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+			if _, err := c.Write([]byte(raw)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			c.Close()
+			want := 200
+			if key == "key-wrong-0009" {
+				want = 401
+			}
+			if resp.StatusCode != want {
+				t.Errorf("%s: Bearer %s: got %d, want %d", name, key, resp.StatusCode, want)
+			}
+		}
+	}
+}
+
+// TestSameBytes compares sameBytes with bytes.Equal on every length up to
+// the memo's bound, with one bit flipped at each position.
+func TestSameBytes(t *testing.T) {
+	for n := range maxMemoHeader + 1 {
+		a := make([]byte, n)
+		for i := range a {
+			a[i] = byte(i*7 + n)
+		}
+		b := bytes.Clone(a)
+		if !sameBytes(a, b) {
+			t.Fatalf("length %d: equal bytes reported different", n)
+		}
+		for i := range n {
+			for bit := range 8 {
+				b[i] ^= 1 << bit
+				if sameBytes(a, b) {
+					t.Fatalf("length %d: bit %d of byte %d flipped, reported equal", n, bit, i)
+				}
+				b[i] ^= 1 << bit
+			}
+		}
+	}
+}

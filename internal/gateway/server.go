@@ -96,7 +96,7 @@ func (g *Gateway) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConf
 	cur := g.rt.Current()
 	st := routesKey.Get(cur)
 	rc := fasthttp.RequestConfig{ReadTimeout: g.timeouts.Body, MaxRequestBodySize: int(min(st.maxBody, maxInt))}
-	if h.ContentLength() != 0 && cur.Config().Auth.Mode == "api_keys" && !st.mayBeAuthorized(h.Peek("Authorization")) {
+	if h.ContentLength() != 0 && cur.Config().Auth.Mode == "api_keys" && !st.mayBeAuthorized(authorization(h)) {
 		rc.MaxRequestBodySize = 1
 	}
 	return rc
@@ -114,7 +114,7 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		if cur.Config().Auth.Mode == "api_keys" && !st.authorized(ctx.Request.Header.Peek("Authorization")) {
+		if cur.Config().Auth.Mode == "api_keys" && !st.authorized(authorization(&ctx.Request.Header)) {
 			unauthorized(ctx)
 			return
 		}
