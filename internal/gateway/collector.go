@@ -47,21 +47,33 @@ func newCollector(g *Gateway) *collector {
 	}
 }
 
-// observe records one request. The series of a backend's 200s are looked
-// up once and kept: label lookups allocate, and this runs per request.
-func (c *collector) observe(backend string, status int, seconds float64) {
+// observe records one request; r is the route that served it, or nil. The
+// series of a backend's 200s are looked up once per collector and kept,
+// and the route keeps them too: label lookups allocate, and this runs per
+// request (the collector's map lookup was 190 instructions of a proxied
+// request, callgrind).
+func (c *collector) observe(r *route, backend string, status int, seconds float64) {
 	if backend == "" {
 		backend = "none"
 	}
 	if status == 200 {
-		s, ok := c.ok.Load(backend)
-		if !ok {
-			s, _ = c.ok.LoadOrStore(backend, &okSeries{
-				count:   c.requests.WithLabelValues(backend, "200"),
-				latency: c.latency.WithLabelValues(backend),
-			})
+		var o *okSeries
+		if r != nil {
+			o = r.ok.Load()
 		}
-		o := s.(*okSeries)
+		if o == nil {
+			s, ok := c.ok.Load(backend)
+			if !ok {
+				s, _ = c.ok.LoadOrStore(backend, &okSeries{
+					count:   c.requests.WithLabelValues(backend, "200"),
+					latency: c.latency.WithLabelValues(backend),
+				})
+			}
+			o = s.(*okSeries)
+			if r != nil {
+				r.ok.Store(o)
+			}
+		}
 		o.count.Inc()
 		o.latency.Observe(seconds)
 		return

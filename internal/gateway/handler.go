@@ -39,6 +39,7 @@ type exchange struct {
 	pin      reconf.Pin[Config]
 	start    time.Time
 	backend  string
+	rt       *route // the route chosen, or nil
 	slot     gate.Slot
 	admitted bool
 	status   int // set when the answer is streamed; otherwise read at end
@@ -97,7 +98,7 @@ func (x *exchange) end() {
 		status = x.ctx.Response.StatusCode()
 	}
 	g := x.g
-	g.metrics.observe(x.backend, status, time.Since(x.start).Seconds())
+	g.metrics.observe(x.rt, x.backend, status, time.Since(x.start).Seconds())
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
@@ -174,7 +175,7 @@ func (g *Gateway) chat(x *exchange) bool {
 			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
 		return false
 	}
-	x.backend = rt.name
+	x.backend, x.rt = rt.name, rt
 	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 	if !x.admit(rt) {
 		return false

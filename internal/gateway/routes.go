@@ -68,6 +68,8 @@ type route struct {
 
 	stub *stubBackend
 	up   *openaiBackend
+
+	ok atomic.Pointer[okSeries] // the metric series of its 200s, once a request used them
 }
 
 // resolve maps a requested model to a backend: the default route for no
