@@ -63,18 +63,30 @@ func newUpstreamClient(host string, u *url.URL, wrap func(*fasthttp.HostClient) 
 			if err != nil {
 				return nil, err
 			}
-			return newRawConn(c), nil
+			return upstreamConn(newRawConn(c)), nil
 		},
 		MaxConns:                      1024,
 		MaxIdleConnDuration:           90 * time.Second,
 		MaxResponseBodySize:           maxUpstreamBody,
 		DisableHeaderNamesNormalizing: false,
 		// A POST is not retried by the client: the route's attempt budget
-		// decides, except for a kept-alive connection that the upstream
-		// closed before answering, which is retried once, as net/http does.
-		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
-			return false, attempts == 1 && errors.Is(err, fasthttp.ErrConnectionClosed)
-		},
+		// decides. The exception is a kept-alive connection the upstream
+		// closed while it was idle, found before anything was written
+		// (errClosedWhileIdle), as net/http retries one: the request goes
+		// on another connection, and the pool's other idle connections,
+		// which the upstream's idle timeout has most likely closed as well,
+		// are dropped so the retry dials afresh. fasthttp hands this
+		// function the raw io.EOF of a connection closed after the request
+		// was written; that one is not retried here (the upstream may have
+		// acted on it).
+		MaxIdemponentCallAttempts: 2,
+	}
+	hc.RetryIfErr = func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
+		if !errors.Is(err, errClosedWhileIdle) {
+			return false, false
+		}
+		hc.CloseIdleConnections()
+		return false, true
 	}
 	var t UpstreamTransport = hc
 	if wrap != nil {

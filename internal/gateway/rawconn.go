@@ -61,6 +61,14 @@ type rawConn struct {
 	wfunc   func(fd uintptr) bool
 
 	auth authMemo // a client connection's admitted key (see authMemo)
+
+	// An upstream connection checks, before a write that starts a request
+	// after a pause, that the upstream did not close it while idle (see
+	// idleClosed).
+	checkIdle bool
+	lastWrite time.Time
+	pfunc     func(fd uintptr)
+	peekErr   error
 }
 
 var _ net.Conn = (*rawConn)(nil)
@@ -167,6 +175,11 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.checkIdle {
+		if err := c.idleClosed(); err != nil {
+			return 0, err
+		}
+	}
 	c.wbuf, c.wn, c.werr = p, 0, nil
 	err := c.rc.Write(c.wfunc)
 	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.wd.stale() {
@@ -211,4 +224,64 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 // opError is err as net.Conn's Read and Write report it.
 func (c *rawConn) opError(op string, err syscall.Errno) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+}
+
+// errClosedWhileIdle is a write refused, with nothing written, because
+// the upstream closed the kept-alive connection while it sat idle in the
+// pool. Resending the request elsewhere is safe: the upstream never saw it.
+var errClosedWhileIdle = errors.New("the upstream closed the kept-alive connection while it was idle")
+
+// idleAfter is the pause after which a write checks the connection first.
+// Upstreams close idle connections after a few seconds (uvicorn and
+// Node.js after 5 s, gunicorn after 2 s) while the pool keeps them for
+// 90 s; the request written on one then reads only the close, and with
+// max_attempts 1 (the default) the client got a 502. Busy connections
+// are written again within microseconds and pay only the clock read.
+const idleAfter = 100 * time.Millisecond
+
+// upstreamConn marks c, a dialed connection, as an upstream's: its writes
+// check for a close that came while it was idle.
+func upstreamConn(c net.Conn) net.Conn {
+	if r, ok := c.(*rawConn); ok {
+		r.checkIdle, r.lastWrite = true, time.Now()
+		r.pfunc = r.peekFD
+	}
+	return c
+}
+
+// idleClosed returns errClosedWhileIdle when the connection was not
+// written for idleAfter and the upstream has since closed it, reset it or
+// sent bytes no request asked for (which leave it unusable as well).
+// Called with wmu held.
+func (c *rawConn) idleClosed() error {
+	now := time.Now()
+	idle := now.Sub(c.lastWrite) >= idleAfter
+	c.lastWrite = now
+	if !idle {
+		return nil
+	}
+	c.peekErr = nil
+	if err := c.rc.Control(c.pfunc); err != nil {
+		return err
+	}
+	return c.peekErr
+}
+
+// peekFD looks at the socket without taking anything from it or waiting.
+func (c *rawConn) peekFD(fd uintptr) {
+	var b [1]byte
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return // open, nothing pending: the normal case
+		case e != 0 || n >= 0:
+			// 0: the upstream's FIN; > 0: unasked-for bytes; an error:
+			// a reset. None of these connections can carry a request.
+			c.peekErr = errClosedWhileIdle
+		}
+		return
+	}
 }

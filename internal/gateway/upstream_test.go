@@ -276,6 +276,55 @@ func TestUpstreamRetries(t *testing.T) {
 	}
 }
 
+// TestUpstreamClosedIdleConnections: with max_attempts 1 (the default),
+// a request after the upstream closed its idle kept-alive connections (as
+// uvicorn does after 5 s) is answered from a new connection, and the
+// upstream sees it once. Before, the request was written on a closed
+// connection, read only the close, and got a 502.
+func TestUpstreamClosedIdleConnections(t *testing.T) {
+	up := newFakeOpenAI(t, goodKey)
+	up.delay = 50 * time.Millisecond // overlapping requests: several pooled connections
+	tg := startGateway(t, strings.Replace(upstreamConfig(up.host(), ""), "max_attempts: 3", "max_attempts: 1", 1), WithEnv(envWith(goodKey)))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if r := tg.chat("gpt-4o-mini"); r.status != http.StatusOK {
+				t.Errorf("warm-up: %d %s", r.status, r.body)
+			}
+		})
+	}
+	wg.Wait()
+	up.delay = 0
+	for round := range 3 {
+		up.srv.CloseClientConnections()
+		time.Sleep(2 * idleAfter) // the pooled connections are idle long enough to be checked
+		before := up.hits.Load()
+		if r := tg.chat("gpt-4o-mini"); r.status != http.StatusOK {
+			t.Fatalf("round %d: after the upstream closed its idle connections: %d %s, want 200", round, r.status, r.body)
+		}
+		if got := up.hits.Load() - before; got != 1 {
+			t.Errorf("round %d: the upstream saw %d requests, want 1", round, got)
+		}
+	}
+}
+
+// TestUpstreamClosedAfterRequestNotResent: a connection the upstream closes
+// after the request was written (it may have acted on it) is not resent
+// by the client with max_attempts 1: the answer is a 502 and the upstream
+// saw the request once.
+func TestUpstreamClosedAfterRequestNotResent(t *testing.T) {
+	up := newFakeOpenAI(t, goodKey)
+	up.dropConns.Store(1)
+	tg := startGateway(t, strings.Replace(upstreamConfig(up.host(), ""), "max_attempts: 3", "max_attempts: 1", 1), WithEnv(envWith(goodKey)))
+	r := tg.chat("gpt-4o-mini")
+	if r.status != http.StatusBadGateway {
+		t.Fatalf("got %d %s, want 502", r.status, r.body)
+	}
+	if got := up.hits.Load(); got != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", got)
+	}
+}
+
 func TestUpstreamConnectionRefused(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
