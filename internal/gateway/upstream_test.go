@@ -189,6 +189,16 @@ func TestUpstreamTLS(t *testing.T) {
 	if n := up.hits.Load(); n != 4 {
 		t.Errorf("the upstream served %d requests, want 4", n)
 	}
+	// A kept-alive TLS connection the upstream closed while idle is found
+	// beneath TLS (its close_notify or FIN) and replaced.
+	up.srv.CloseClientConnections()
+	time.Sleep(2 * idleAfter)
+	if r := tg.chat("gpt-4o-mini"); r.status != 200 {
+		t.Fatalf("after the upstream closed its idle connections: %d %s", r.status, r.body)
+	}
+	if n := up.hits.Load(); n != 5 {
+		t.Errorf("the upstream served %d requests, want 5", n)
+	}
 }
 
 func TestUpstreamNonStreaming(t *testing.T) {
