@@ -120,6 +120,38 @@ func FuzzParseChat(f *testing.F) {
 	})
 }
 
+// FuzzParseChatOnce holds parseChat, which reads the body in the one pass
+// of its validation, to parseChatWalk, which validates and then walks the
+// top level: the same request and the same problem for every body.
+func FuzzParseChatOnce(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"messages":[{}],"n":2,"stop":["\n"],"x":{"y":[1,2,{"z":"\"}]"}]}}`,
+		` {"model" :"\u00e9\\","messages":[ null ]} `,
+		`{"model":"m","messages":[]}`, `{"messages":[1,{}]}`, `{"messages":[[],{}]}`,
+		`{"model":1,"model":"a","messages":[{}]}`, `{"stream":1,"stream":1}`,
+		`{"model":"a","stream":true,"messages":[{}],"model":"b"}`,
+		`{"model":"a","stream":true,"messages":[{}],"stream":false,"messages":null}`,
+		`{"mod\u0065l":"a","messages":[{}],"model":"b"}`, `{"messages":{"a":[1]},"x":[{"messages":[]}]}`,
+		`{}`, `[]`, `[{"model":"m","messages":[{}]}]`, `"model"`, `{"a":1`, `{"messages":[{}]} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, p := parseChat(body)
+		w, q := parseChatWalk(body)
+		if (p == nil) != (q == nil) || p != nil && *p != *q {
+			t.Fatalf("%q: problem %v, the walk's %v", body, p, q)
+		}
+		if p != nil {
+			return
+		}
+		if string(c.model) != string(w.model) || c.modelAt != w.modelAt || c.stream != w.stream || c.messages != w.messages {
+			t.Fatalf("%q: read %+v, the walk read %+v", body, c, w)
+		}
+	})
+}
+
 // FuzzSkipValue holds skipValue to encoding/json's idea of where the first
 // value of a valid JSON array ends: a json.Decoder reading the array's
 // first element stops at the same byte.
