@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -317,6 +318,77 @@ func TestUpstreamClosedIdleConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamShortIdleTimeout: an upstream that closes a kept-alive
+// connection soon after its answer (a short idle timeout, a graceful
+// restart under light traffic), or first sends an unsolicited 408 as some
+// servers do, costs no client a 502 or a stale 408 once the connection has
+// sat idle for idleAfter: the close is seen before the write and the
+// request goes on a new connection, read once by the upstream. Before,
+// only a connection idle 100 ms was checked; one written 50 ms after its
+// answer read the close (502) or the 408 meant for nobody.
+func TestUpstreamShortIdleTimeout(t *testing.T) {
+	for _, tc := range []struct{ name, farewell string }{
+		{"close", ""},
+		{"408 then close", "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newClosingUpstream(t, tc.farewell)
+			tg := startGateway(t, strings.Replace(upstreamConfig(up.host(), ""), "max_attempts: 3", "max_attempts: 1", 1), WithEnv(envWith(goodKey)))
+			const n = 5
+			for i := range n {
+				if r := tg.chat("gpt-4o-mini"); r.status != http.StatusOK {
+					t.Fatalf("request %d: %d %s, want 200", i, r.status, r.body)
+				}
+				time.Sleep(50 * time.Millisecond) // more than idleAfter: the close arrives long before the next write
+			}
+			if got := up.hits.Load(); got != n {
+				t.Errorf("the upstream read %d requests, want %d", got, n)
+			}
+		})
+	}
+}
+
+// closingUpstream is a hand-written HTTP/1.1 upstream that answers each
+// connection's first request, keeping the connection alive as far as its
+// header says, then writes farewell and closes it at once.
+type closingUpstream struct {
+	ln   net.Listener
+	hits atomic.Int64
+}
+
+func newClosingUpstream(t *testing.T, farewell string) *closingUpstream {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &closingUpstream{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				u.hits.Add(1)
+				ans := `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+				_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s%s", len(ans), ans, farewell)
+			})
+		}
+	})
+	return u
+}
+
+func (u *closingUpstream) host() string { return "http://" + u.ln.Addr().String() + "/v1" }
 
 // TestUpstreamClosedAfterRequestNotResent: a connection the upstream closes
 // after the request was written (it may have acted on it) is not resent
