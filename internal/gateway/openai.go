@@ -135,10 +135,14 @@ var (
 // and parsing the URI per request were 1,300 of a proxied request's 31,000
 // instructions (callgrind, see bench/README.md). fasthttp leaves a
 // request's header as it was after a Do (it sets only what is already
-// set: the Host and path from the parsed URI, the User-Agent once).
+// set: the Host and path from the parsed URI, the User-Agent once). The
+// answer is read into resp, which goes with it: one pooled object a
+// request, not three (fasthttp's request and response pools).
 type upstreamRequest struct {
-	req  fasthttp.Request
-	body []byte // the body the request sends, built per request
+	req    fasthttp.Request
+	body   []byte // the body the request sends, built per request
+	resp   fasthttp.Response
+	stream bool // a request for a stream, from b.reqs[1]
 }
 
 // request returns a prepared request for a whole answer or a stream;
@@ -151,7 +155,7 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 	if u, ok := p.Get().(*upstreamRequest); ok {
 		return u
 	}
-	u := new(upstreamRequest)
+	u := &upstreamRequest{stream: stream}
 	h := &u.req.Header
 	h.SetMethod(fasthttp.MethodPost)
 	h.SetRequestURIBytes(b.endpoint)
@@ -178,10 +182,12 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 	return u
 }
 
-func (b *openaiBackend) done(u *upstreamRequest, stream bool) {
+// done gives u back once its answer is passed on: a streamed body not
+// read to its end closes its upstream connection here.
+func (b *openaiBackend) done(u *upstreamRequest) {
+	u.resp.Reset()
 	u.body = u.body[:0]
-	u.req.SetBodyRaw(nil)
-	if stream {
+	if u.stream {
 		b.reqs[1].Put(u)
 	} else {
 		b.reqs[0].Put(u)
@@ -195,18 +201,16 @@ func (b *openaiBackend) done(u *upstreamRequest, stream bool) {
 func (b *openaiBackend) serve(x *exchange, c *call) bool {
 	ctx := x.ctx
 	u := b.request(c.req.stream)
-	defer b.done(u, c.req.stream)
-	u.body = c.req.upstreamBody(u.body, b.modelJSON, b.system)
-	req := &u.req
-	req.SetBodyRaw(u.body)
-
-	resp := fasthttp.AcquireResponse()
 	handed := false
 	defer func() {
 		if !handed {
-			fasthttp.ReleaseResponse(resp)
+			b.done(u)
 		}
 	}()
+	u.body = c.req.upstreamBody(u.body, b.modelJSON, b.system)
+	req, resp := &u.req, &u.resp
+	req.SetBodyRaw(u.body)
+
 	got, attempts, expired := false, 0, false
 	for attempts < c.maxAttempts {
 		attempts++
@@ -268,7 +272,7 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 		passHeaders(ctx, resp)
 		ctx.SetStatusCode(st)
 		x.status = st
-		ctx.Response.SetBodyStream(&upstreamStream{x: *x, resp: resp, body: resp.BodyStream(), c: *c, b: b}, -1)
+		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b}, -1)
 		handed = true
 	default:
 		passHeaders(ctx, resp)
@@ -350,7 +354,7 @@ func copyHeader(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, h string) {
 // the gate slot and the pin.
 type upstreamStream struct {
 	x    exchange
-	resp *fasthttp.Response
+	u    *upstreamRequest // its request and answer
 	body io.Reader
 	c    call
 	b    *openaiBackend
@@ -414,7 +418,7 @@ func (s *upstreamStream) Close() error {
 		return nil
 	}
 	s.closed = true
-	fasthttp.ReleaseResponse(s.resp) // a body not read to its end closes the connection
+	s.b.done(s.u) // a body not read to its end closes the connection
 	s.x.end()
 	return nil
 }
