@@ -63,16 +63,13 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 }
 
 // authorization returns a request's Authorization header (the first one),
-// or nil. It walks the parsed header, whose names fasthttp stores in
-// canonical form, where Peek would copy and normalise the name it is given
-// on every call: 300 instructions, twice a request (callgrind).
+// or nil. The name is looked up as fasthttp stores it, canonical, where
+// Peek would copy and normalise the name it is given on every call: 300
+// instructions, twice a request (callgrind). Not a walk of All: that
+// parses the request's cookies first and writes them out again each time,
+// about 100 µs for a 15 KB Cookie header, which any client may send.
 func authorization(h *fasthttp.RequestHeader) []byte {
-	for k, v := range h.All() {
-		if string(k) == "Authorization" {
-			return v
-		}
-	}
-	return nil
+	return h.PeekCanonical(authKey)
 }
 
 // sameBytes reports whether a and b, of one length, are equal, in a time

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/reconfhq/reconf"
 )
 
@@ -88,8 +90,8 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // TestAuthorizationNameInAnyCase sends the key under header names in other
 // cases (HTTP names are case-insensitive, and some clients send them in
-// lower case), next to a cookie: the gateway finds the header by walking
-// fasthttp's parsed header, not by Peek, and must find it there.
+// lower case), next to a cookie: the gateway finds the header under
+// fasthttp's canonical name, not by Peek, and must find it there.
 func TestAuthorizationNameInAnyCase(t *testing.T) {
 	tg := startGateway(t, authConfig)
 	body := `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
@@ -117,6 +119,32 @@ func TestAuthorizationNameInAnyCase(t *testing.T) {
 			if resp.StatusCode != want {
 				t.Errorf("%s: Bearer %s: got %d, want %d", name, key, resp.StatusCode, want)
 			}
+		}
+	}
+}
+
+// TestAuthorizationLeavesCookies: finding the Authorization header does no
+// work on the request's other headers. A walk of fasthttp's All parsed
+// the Cookie header into cookies and wrote them out again on every call
+// (seen here as the header rewritten, "a=b;c=d" read back as "a=b; c=d"):
+// about 100 µs a call for a 15 KB Cookie header, which any client may
+// send, authorised or not, against 30 µs for a whole proxied request.
+func TestAuthorizationLeavesCookies(t *testing.T) {
+	for _, raw := range []string{
+		"POST / HTTP/1.1\r\nHost: x\r\nCookie: a=b;c=d\r\nAuthorization: Bearer k\r\nContent-Length: 0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\nCookie: a=b;c=d\r\nAuthorization: Bearer other\r\nContent-Length: 0\r\n\r\n",
+	} {
+		var h fasthttp.RequestHeader
+		if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if got := string(authorization(&h)); got != "Bearer k" {
+				t.Errorf("authorization: %q, want the first one, \"Bearer k\"", got)
+			}
+		}
+		if got := string(h.Peek("Cookie")); got != "a=b;c=d" {
+			t.Errorf("the Cookie header reads %q after the lookup, want it as sent, \"a=b;c=d\"", got)
 		}
 	}
 }
