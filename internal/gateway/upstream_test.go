@@ -340,7 +340,8 @@ func TestUpstreamShortIdleTimeout(t *testing.T) {
 				if r := tg.chat("gpt-4o-mini"); r.status != http.StatusOK {
 					t.Fatalf("request %d: %d %s, want 200", i, r.status, r.body)
 				}
-				time.Sleep(50 * time.Millisecond) // more than idleAfter: the close arrives long before the next write
+				waitFor(t, "the upstream's close", func() bool { return up.closed.Load() == int64(i+1) })
+				time.Sleep(50 * time.Millisecond) // more than idleAfter, less than the 100 ms of before
 			}
 			if got := up.hits.Load(); got != n {
 				t.Errorf("the upstream read %d requests, want %d", got, n)
@@ -353,8 +354,9 @@ func TestUpstreamShortIdleTimeout(t *testing.T) {
 // connection's first request, keeping the connection alive as far as its
 // header says, then writes farewell and closes it at once.
 type closingUpstream struct {
-	ln   net.Listener
-	hits atomic.Int64
+	ln     net.Listener
+	hits   atomic.Int64
+	closed atomic.Int64 // connections closed after an answer
 }
 
 func newClosingUpstream(t *testing.T, farewell string) *closingUpstream {
@@ -372,16 +374,18 @@ func newClosingUpstream(t *testing.T, farewell string) *closingUpstream {
 				return
 			}
 			wg.Go(func() {
-				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 				req, err := http.ReadRequest(bufio.NewReader(c))
 				if err != nil {
+					c.Close()
 					return
 				}
 				_, _ = io.Copy(io.Discard, req.Body)
 				u.hits.Add(1)
 				ans := `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
 				_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s%s", len(ans), ans, farewell)
+				c.Close()
+				u.closed.Add(1)
 			})
 		}
 	})
