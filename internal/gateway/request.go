@@ -62,51 +62,67 @@ func parseChat(body []byte) (chatRequest, *problem) {
 	}
 	var seen [3]bool
 	for _, m := range t.members[:t.n] {
-		v := m.v
-		switch m.field {
-		case fieldModel:
-			switch body[v.start] {
-			case '"':
-				c.modelAt = v
-				c.model = unquote(body[v.start:v.end])
-			case 'n':
-				c.modelAt, c.model = v, nil
-			default:
-				return c, problemShape
-			}
-		case fieldStream:
-			switch body[v.start] {
-			case 't':
-				c.stream = true
-			case 'f', 'n':
-				c.stream = false
-			default:
-				return c, problemShape
-			}
-		case fieldMessages:
-			switch body[v.start] {
-			case '[':
-				c.messages = v
-			case 'n':
-				c.messages = span{}
-			default:
-				return c, problemShape
-			}
+		if p := c.take(m.field, m.v, &seen); p != nil {
+			return c, p
 		}
-		if seen[m.field] {
-			return c, &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", fieldNames[m.field])}
-		}
-		seen[m.field] = true
 	}
+	return c, c.judgeMessages(t.msgCount, t.msgShaped)
+}
+
+// take reads the value v of the top-level field into c: a problem if its
+// type is wrong, or if the field was seen before (the gateway and the
+// upstream might read different ones).
+func (c *chatRequest) take(field int, v span, seen *[3]bool) *problem {
+	body := c.body
+	switch field {
+	case fieldModel:
+		switch body[v.start] {
+		case '"':
+			c.modelAt = v
+			c.model = unquote(body[v.start:v.end])
+		case 'n':
+			c.modelAt, c.model = v, nil
+		default:
+			return problemShape
+		}
+	case fieldStream:
+		switch body[v.start] {
+		case 't':
+			c.stream = true
+		case 'f', 'n':
+			c.stream = false
+		default:
+			return problemShape
+		}
+	case fieldMessages:
+		switch body[v.start] {
+		case '[':
+			c.messages = v
+		case 'n':
+			c.messages = span{}
+		default:
+			return problemShape
+		}
+	}
+	if seen[field] {
+		return &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", fieldNames[field])}
+	}
+	seen[field] = true
+	return nil
+}
+
+// judgeMessages is the problem, if any, with the messages field once the
+// whole object was read: count elements, each an object or null if shaped.
+func (c *chatRequest) judgeMessages(count int, shaped bool) *problem {
 	switch {
 	case !c.messages.ok():
-		return c, problemMessages
-	case !t.msgShaped:
-		return c, problemShape
-	case t.msgCount == 0:
-		return c, problemMessages
+		return problemMessages
+	case !shaped:
+		return problemShape
+	case count == 0:
+		return problemMessages
 	}
-	return c, nil
+	return nil
 }
 
 // The top-level fields parseChat reads.
@@ -202,7 +218,7 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 		return c, problemNotObject
 	}
 	i++
-	var seenModel, seenStream, seenMessages bool
+	var seen [3]bool
 	msgCount, msgShaped := 0, true // of the messages array
 	for {
 		i = skipSpace(body, i)
@@ -231,56 +247,22 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 			v.end = skipValue(body, i)
 		}
 		i = v.end
-		var seen *bool
+		field := fieldOther
 		switch string(key) {
 		case "model":
-			seen = &seenModel
-			switch body[v.start] {
-			case '"':
-				c.modelAt = v
-				c.model = unquote(body[v.start:v.end])
-			case 'n':
-				c.modelAt, c.model = v, nil
-			default:
-				return c, problemShape
-			}
+			field = fieldModel
 		case "stream":
-			seen = &seenStream
-			switch body[v.start] {
-			case 't':
-				c.stream = true
-			case 'f', 'n':
-				c.stream = false
-			default:
-				return c, problemShape
-			}
+			field = fieldStream
 		case "messages":
-			seen = &seenMessages
-			switch body[v.start] {
-			case '[':
-				c.messages = v
-			case 'n':
-				c.messages = span{}
-			default:
-				return c, problemShape
-			}
+			field = fieldMessages
 		default:
 			continue
 		}
-		if *seen {
-			return c, &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", key)}
+		if p := c.take(field, v, &seen); p != nil {
+			return c, p
 		}
-		*seen = true
 	}
-	switch {
-	case !c.messages.ok():
-		return c, problemMessages
-	case !msgShaped:
-		return c, problemShape
-	case msgCount == 0:
-		return c, problemMessages
-	}
-	return c, nil
+	return c, c.judgeMessages(msgCount, msgShaped)
 }
 
 // messageList walks the array at i (body is valid JSON): it returns the
