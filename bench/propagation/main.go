@@ -455,6 +455,9 @@ type result struct {
 	observed []time.Duration
 	// pubRow: until the watch delivered the publisher's own row.
 	pubRow []time.Duration
+	// probe: one serializable read of etcd between reloads, with the fleet
+	// at rest (the machine's round trip at the time, not the code's).
+	probe []time.Duration
 	// cpuPerApply is the worker processes' CPU over the measured reloads,
 	// per reload and worker.
 	cpuPerApply time.Duration
@@ -477,6 +480,7 @@ func (r *result) print(setup string, workers int) {
 	line("trigger -> reload answered", r.answer)
 	line("trigger -> every row seen by a watcher", r.observed)
 	line("trigger -> publisher's own row seen", r.pubRow)
+	line("etcd read between reloads (the machine)", r.probe)
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
 	r.stages.print()
@@ -489,6 +493,9 @@ func triple(d []time.Duration) string {
 
 // quantile is the q-quantile of d (the same rank triple has always used).
 func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
@@ -550,6 +557,18 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 			res.fromPublish = append(res.fromPublish, others.Sub(publishedAt))
 			res.observed = append(res.observed, observed.Sub(t0))
 			stamps = append(stamps, reloadStamps{version: body.Generation, t0: t0, t1: t1, publisher: publisher, publishedAt: publishedAt, rows: rows})
+		}
+		if i >= warmup {
+			// One round trip to etcd between reloads, with the fleet at
+			// rest: the machine's own delay for a cross-process round
+			// trip at that moment, beside which the reloads' tail reads.
+			p0 := time.Now()
+			pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := fl.cli.Get(pctx, prefix+"/probe", clientv3.WithSerializable())
+			cancel()
+			if err == nil {
+				res.probe = append(res.probe, time.Since(p0))
+			}
 		}
 		time.Sleep(interval)
 	}
