@@ -468,6 +468,8 @@ type result struct {
 	// stages breaks the measured reloads down, from the workers' log
 	// lines.
 	stages *stages
+	// slowStages is stages for the slowest 2% of the reloads.
+	slowStages *stages
 }
 
 func (r *result) print(setup string, workers int) {
@@ -483,7 +485,8 @@ func (r *result) print(setup string, workers int) {
 	line("etcd read between reloads (the machine)", r.probe)
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
-	r.stages.print()
+	r.stages.print("")
+	r.slowStages.print(fmt.Sprintf(", the slowest 2%% (%d reloads) alone", len(r.slowStages.toCAS)))
 	fmt.Println()
 }
 
@@ -580,6 +583,17 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	}
 	time.Sleep(200 * time.Millisecond) // the last log lines are still in the pipes
 	res.stages = stagesOf(stamps, logs...)
+	// The same breakdown for the slowest 2% alone (res.applied and stamps
+	// are in step), to see which stage the tail comes from.
+	if cut := quantile(res.applied, 0.98); len(stamps) == len(res.applied) {
+		var slow []reloadStamps
+		for i, d := range res.applied {
+			if d >= cut {
+				slow = append(slow, stamps[i])
+			}
+		}
+		res.slowStages = stagesOf(slow, logs...)
+	}
 	return res, nil
 }
 

@@ -121,11 +121,12 @@ func stagesOf(reloads []reloadStamps, logs ...*applyLog) *stages {
 	return s
 }
 
-func (s *stages) print() {
+// print prints the breakdown; which names the reloads it covers.
+func (s *stages) print(which string) {
 	if s == nil || len(s.toCAS) == 0 {
 		return
 	}
-	fmt.Printf("  stages, p50 / p90 / p99 ms:\n")
+	fmt.Printf("  stages%s, p50 / p90 / p99 ms:\n", which)
 	line := func(name string, d []time.Duration) {
 		if len(d) == 0 {
 			return
