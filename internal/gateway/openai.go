@@ -129,6 +129,12 @@ var (
 	acceptKey    = []byte("Accept")
 )
 
+// errClosedWhileIdle is a write refused, with nothing written, because
+// the upstream closed the kept-alive connection while it sat idle in the
+// pool (see rawConn's idleClosed; only Unix checks). Resending the request
+// elsewhere is safe: the upstream never saw it.
+var errClosedWhileIdle = errors.New("the upstream closed the kept-alive connection while it was idle")
+
 // upstreamRequest is a request to one backend whose header is built once
 // and kept with it (method, path, Host, Content-Type, Accept, the
 // backend's key), so a request only puts its body in. Building the header
@@ -148,11 +154,7 @@ type upstreamRequest struct {
 // request returns a prepared request for a whole answer or a stream;
 // done gives it back.
 func (b *openaiBackend) request(stream bool) *upstreamRequest {
-	p := &b.reqs[0]
-	if stream {
-		p = &b.reqs[1]
-	}
-	if u, ok := p.Get().(*upstreamRequest); ok {
+	if u, ok := b.pool(stream).Get().(*upstreamRequest); ok {
 		return u
 	}
 	u := &upstreamRequest{stream: stream}
@@ -187,11 +189,15 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 func (b *openaiBackend) done(u *upstreamRequest) {
 	u.resp.Reset()
 	u.body = u.body[:0]
-	if u.stream {
-		b.reqs[1].Put(u)
-	} else {
-		b.reqs[0].Put(u)
+	b.pool(u.stream).Put(u)
+}
+
+// pool is the pool of prepared requests for whole answers or for streams.
+func (b *openaiBackend) pool(stream bool) *sync.Pool {
+	if stream {
+		return &b.reqs[1]
 	}
+	return &b.reqs[0]
 }
 
 // serve forwards one request, retrying connection errors and 5xx answers

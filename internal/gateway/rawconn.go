@@ -226,11 +226,6 @@ func (c *rawConn) opError(op string, err syscall.Errno) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, err)}
 }
 
-// errClosedWhileIdle is a write refused, with nothing written, because
-// the upstream closed the kept-alive connection while it sat idle in the
-// pool. Resending the request elsewhere is safe: the upstream never saw it.
-var errClosedWhileIdle = errors.New("the upstream closed the kept-alive connection while it was idle")
-
 // idleAfter is the pause after which a write checks the connection first.
 // Upstreams close idle connections after a few seconds (uvicorn and
 // Node.js after 5 s, gunicorn after 2 s) while the pool keeps them for
@@ -278,15 +273,16 @@ func (c *rawConn) idleClosed() error {
 func (c *rawConn) peekFD(fd uintptr) {
 	var b [1]byte
 	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		switch {
 		case e == syscall.EINTR:
 			continue
 		case e == syscall.EAGAIN:
 			return // open, nothing pending: the normal case
-		case e != 0 || n >= 0:
-			// 0: the upstream's FIN; > 0: unasked-for bytes; an error:
-			// a reset. None of these connections can carry a request.
+		default:
+			// n == 0: the upstream's FIN; n > 0: unasked-for bytes; an
+			// error: a reset. None of these connections can carry a
+			// request.
 			c.peekErr = errClosedWhileIdle
 		}
 		return

@@ -2,10 +2,7 @@
 
 package gateway
 
-import (
-	"errors"
-	"net"
-)
+import "net"
 
 // newRawConn returns c: raw system calls on the socket are a Unix
 // optimisation (see rawconn.go); elsewhere the connection reads and writes
@@ -15,6 +12,3 @@ func newRawConn(c net.Conn) net.Conn { return c }
 // upstreamConn returns c: the check for a connection the upstream closed
 // while idle peeks at the socket (see rawconn.go).
 func upstreamConn(c net.Conn) net.Conn { return c }
-
-// errClosedWhileIdle is never returned here (see rawconn.go).
-var errClosedWhileIdle = errors.New("the upstream closed the kept-alive connection while it was idle")

@@ -135,6 +135,19 @@ const (
 
 var fieldNames = [...]string{"model", "stream", "messages"}
 
+// fieldOf is the field a top-level key (decoded) names, or fieldOther.
+func fieldOf(key []byte) int {
+	switch string(key) {
+	case "model":
+		return fieldModel
+	case "stream":
+		return fieldStream
+	case "messages":
+		return fieldMessages
+	}
+	return fieldOther
+}
+
 // chatScan is what scanJSON records of a body's top-level object for
 // parseChat: the members named model, stream or messages, in body order,
 // and the shape of the messages array.
@@ -165,15 +178,8 @@ func (t *chatScan) member(b []byte, k, v int) {
 	for j--; b[j] != '"'; j-- {
 	}
 	key := b[k+1 : j]
-	f := fieldOther
-	switch string(key) {
-	case "model":
-		f = fieldModel
-	case "stream":
-		f = fieldStream
-	case "messages":
-		f = fieldMessages
-	default:
+	f := fieldOf(key)
+	if f == fieldOther {
 		if bytes.IndexByte(key, '\\') >= 0 {
 			t.escapedKey = true
 		}
@@ -247,15 +253,8 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 			v.end = skipValue(body, i)
 		}
 		i = v.end
-		field := fieldOther
-		switch string(key) {
-		case "model":
-			field = fieldModel
-		case "stream":
-			field = fieldStream
-		case "messages":
-			field = fieldMessages
-		default:
+		field := fieldOf(key)
+		if field == fieldOther {
 			continue
 		}
 		if p := c.take(field, v, &seen); p != nil {
