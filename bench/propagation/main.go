@@ -560,8 +560,6 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 			res.fromPublish = append(res.fromPublish, others.Sub(publishedAt))
 			res.observed = append(res.observed, observed.Sub(t0))
 			stamps = append(stamps, reloadStamps{version: body.Generation, t0: t0, t1: t1, publisher: publisher, publishedAt: publishedAt, rows: rows})
-		}
-		if i >= warmup {
 			// One round trip to etcd between reloads, with the fleet at
 			// rest: the machine's own delay for a cross-process round
 			// trip at that moment, beside which the reloads' tail reads.
