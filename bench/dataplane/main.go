@@ -59,6 +59,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/reconfhq/reconf/bench/internal/awake"
 )
 
 type flags struct {
@@ -80,6 +82,7 @@ type flags struct {
 }
 
 func main() {
+	awake.RunIfChild()
 	if runRole() {
 		return
 	}
@@ -279,7 +282,7 @@ func run(f flags, w io.Writer) error {
 	if f.latency > 0 {
 		addedLatency(w, targets, up, f, "")
 		if f.awake {
-			stop, err := keepAwake(self)
+			stop, err := awake.Start()
 			if err != nil {
 				return err
 			}

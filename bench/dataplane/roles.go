@@ -41,8 +41,6 @@ func runRole() bool {
 		err = serveFastHTTPProxy(os.Getenv("DATAPLANE_LISTEN"), os.Getenv("DATAPLANE_UPSTREAM"))
 	case "gateway-profile":
 		err = serveProfiledGateway(os.Getenv("DATAPLANE_CONFIG"), os.Getenv("DATAPLANE_PROFILE"))
-	case spinRole:
-		err = spinIdle()
 	case "proxy-hybrid":
 		err = serveHybridProxy(os.Getenv("DATAPLANE_LISTEN"), os.Getenv("DATAPLANE_UPSTREAM"))
 	default:

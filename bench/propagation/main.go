@@ -56,6 +56,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,10 +66,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/reconfhq/reconf/bench/internal/awake"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
 func main() {
+	awake.RunIfChild()
 	var (
 		workers  = flag.String("workers", "2,4,8", "comma-separated worker counts, one run each (embedded etcd)")
 		reloads  = flag.Int("reloads", 300, "measured reloads per run")
@@ -79,8 +82,21 @@ func main() {
 		bin      = flag.String("bin", "", "reconfd binary (default: build it from the repository)")
 		tgts     = flag.Bool("targets", false, "run the target rows (4 workers, 8 workers, 2 hosts x 2 on three members) and print them against the targets")
 		runs     = flag.Int("runs", 3, "with -targets: runs of each row")
+		procs    = flag.Int("procs", 0, "this program's own GOMAXPROCS (0: the default); reconfd's processes keep theirs")
+		keep     = flag.Bool("awake", false, "keep every CPU out of its idle state with idle-priority spinners while measuring (an idle VM's wake-ups otherwise weigh on every hand-off between processes)")
 	)
 	flag.Parse()
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
+	if *keep {
+		stop, err := awake.Start()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "propagation:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
 	if *tgts {
 		if err := runTargets(*runs, *reloads, *warmup, *interval, *bin); err != nil {
 			fmt.Fprintln(os.Stderr, "propagation:", err)
@@ -465,6 +481,10 @@ type result struct {
 	// measured reloads, per reload: with the embedded member it holds
 	// etcd, which serves every request and watch of a reload.
 	supervisorCPU time.Duration
+	// harnessCPU is this program's CPU over the measured reloads, per
+	// reload: the measuring takes its share of the cores the fleet runs
+	// on.
+	harnessCPU time.Duration
 	// stages breaks the measured reloads down, from the workers' log
 	// lines.
 	stages *stages
@@ -485,6 +505,7 @@ func (r *result) print(setup string, workers int) {
 	line("etcd read between reloads (the machine)", r.probe)
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
+	fmt.Printf("  %-40s %.3f ms\n", "this program's CPU per reload", float64(r.harnessCPU.Microseconds())/1000)
 	r.stages.print("")
 	r.slowStages.print(fmt.Sprintf(", the slowest 2%% (%d reloads) alone", len(r.slowStages.toCAS)))
 	fmt.Println()
@@ -513,12 +534,12 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	res := &result{}
-	var cpu0, sup0 time.Duration
-	sup := []int{h.cmd.Process.Pid}
+	var cpu0, sup0, self0 time.Duration
+	sup, self := []int{h.cmd.Process.Pid}, []int{os.Getpid()}
 	var stamps []reloadStamps
 	for i := range warmup + reloads {
 		if i == warmup {
-			cpu0, sup0 = cpuOf(fl.pids), cpuOf(sup)
+			cpu0, sup0, self0 = cpuOf(fl.pids), cpuOf(sup), cpuOf(self)
 		}
 		if err := writeAtomic(h.config, h.variants[(i+1)%2]); err != nil {
 			return nil, err
@@ -578,6 +599,7 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	}
 	if reloads > 0 {
 		res.supervisorCPU = (cpuOf(sup) - sup0) / time.Duration(reloads)
+		res.harnessCPU = (cpuOf(self) - self0) / time.Duration(reloads)
 	}
 	time.Sleep(200 * time.Millisecond) // the last log lines are still in the pipes
 	res.stages = stagesOf(stamps, logs...)
