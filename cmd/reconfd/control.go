@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,6 +29,11 @@ const envControl = "RECONF_SUPERVISOR_CONTROL"
 // file's live part once it has joined, so the fleet serves the file's
 // current content before the old workers drain.
 const envRestartPublish = "RECONF_RESTART_PUBLISH"
+
+// envRestartMark gives a worker the path of the file that exists while
+// its supervisor runs a restart (see restartTracker.mark). A worker
+// without it (its supervisor predates the mark) asks over the socket.
+const envRestartMark = "RECONF_SUPERVISOR_RESTART_MARK"
 
 // maxControlBody bounds a control answer.
 const maxControlBody = 1 << 20
@@ -54,6 +60,7 @@ func startControl(roll func(*restartTracker, *restartRun)) (*controlServer, erro
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	c := &controlServer{dir: dir, path: filepath.Join(dir, "control.sock"), done: make(chan struct{}), roll: roll}
+	c.track.mark = filepath.Join(dir, "restart-running")
 	ln, err := net.Listen("unix", c.path)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -122,16 +129,22 @@ type fleetRestarter struct {
 	g        *gateway.Gateway
 	rt       *reconf.Runtime[gateway.Config]
 	client   *http.Client
+	mark     string   // envRestartMark's path, or empty
 	recorded sync.Map // id -> actor; a restart this worker asked for, to record in the fleet's history
 }
 
-func newFleetRestarter(g *gateway.Gateway, path string) *fleetRestarter {
-	return &fleetRestarter{g: g, rt: g.Runtime(), client: &http.Client{Transport: &http.Transport{
+func newFleetRestarter(g *gateway.Gateway, path, mark string) *fleetRestarter {
+	return &fleetRestarter{g: g, rt: g.Runtime(), mark: mark, client: controlClient(path)}
+}
+
+// controlClient is an HTTP client of the control socket at path.
+func controlClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
-	}}}
+	}}
 }
 
 // Restart checks, then hands the restart to the supervisor.
@@ -183,8 +196,16 @@ func (f *fleetRestarter) WaitRestart(ctx context.Context, id string) (admin.Rest
 }
 
 // running reports whether the supervisor runs a restart; an unreachable
-// supervisor counts as not.
+// supervisor counts as not. Every reload asks (restartGuard): with the
+// supervisor's mark, no mark is the answer, a file look-up instead of a
+// round trip to the supervisor; a mark is confirmed over the socket, so
+// one left behind costs only that question.
 func (f *fleetRestarter) running() bool {
+	if f.mark != "" {
+		if _, err := os.Lstat(f.mark); errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
 	st, ok := f.state()
 	return ok && st.InProgress
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +29,11 @@ type restartTracker struct {
 	// counts holds the restarts that began (their check passed), by how
 	// they ended; a successor carries its predecessor's on (seed).
 	counts map[admin.RestartOutcome]uint64
+	// mark, when set, is a file that exists while a restart runs: the
+	// supervisor's workers look for it before every reload (see
+	// fleetRestarter.running) instead of asking over the control socket,
+	// a round trip between processes on every reload's path.
+	mark string
 }
 
 type restartRun struct {
@@ -44,6 +50,15 @@ func (t *restartTracker) begin(prev uint64) (*restartRun, admin.RestartResult, b
 	if t.cur != nil {
 		return nil, admin.RestartResult{ID: "", Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
 			Message: "a restart is in progress (" + t.cur.res.ID + "); try again when it ends", PreviousGeneration: prev, Generation: prev, Started: now}, false
+	}
+	if t.mark != "" {
+		// Before the restart counts as running: a worker that finds no
+		// mark takes a reload without asking, so a restart it cannot
+		// see must not begin.
+		if err := os.WriteFile(t.mark, nil, 0o600); err != nil {
+			return nil, admin.RestartResult{Done: true, Outcome: admin.RestartFailed, Reason: admin.ReasonInternal,
+				Message: "the restart could not be marked for the workers: " + err.Error(), PreviousGeneration: prev, Generation: prev, Started: now}, false
+		}
 	}
 	if t.runs == nil {
 		t.runs = map[string]*restartRun{}
@@ -85,6 +100,11 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 	}
 	if t.cur == r {
 		t.cur, t.last = nil, r
+		if t.mark != "" {
+			// A mark left behind costs a worker's reload the question it
+			// would have asked anyway (the supervisor answers for it).
+			_ = os.Remove(t.mark)
+		}
 	}
 	close(r.done)
 	return r.res

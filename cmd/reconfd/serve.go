@@ -418,7 +418,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 			return fail("restart: publishing the file's live part: %s (%s) %v", res.Outcome, res.Reason, err)
 		}
 	}
-	rs := newFleetRestarter(g, lookup.get(envControl))
+	rs := newFleetRestarter(g, lookup.get(envControl), lookup.get(envRestartMark))
 	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
 	reg.MustRegister(restartCollector{state: rs.state}, workerInfo(f.worker, g.WorkerID()))
 	ln := handoff.NewDrainListener(lns[listenerData])

@@ -232,7 +232,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	}
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
-	env := append(workerEnv(), envFleetID+"="+fleet, envControl+"="+ctl.path)
+	env := append(workerEnv(), envFleetID+"="+fleet, envControl+"="+ctl.path, envRestartMark+"="+ctl.track.mark)
 	// One in-place baseline for the host: every worker judges the file
 	// against the last read any of them accepted.
 	bdir, err := os.MkdirTemp(f.dataDir, "reconfd-baseline-")
@@ -459,7 +459,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 // reserved, or none, as a flag) and without the fleet variables, which
 // only a supervisor sets.
 func workerEnv() []string {
-	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields, envFleetAccept)
+	return withoutEnv(os.Environ(), admin.EnvAddress, envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields, envFleetAccept, envControl, envRestartMark)
 }
 
 // withoutEnv returns a copy of env without the entries of the named

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/reconfhq/reconf/admin"
+)
+
+// The supervisor's mark exists exactly while a restart runs: made before
+// the restart counts as running, kept through a busy second begin,
+// removed when it finishes.
+func TestRestartMarkFollowsTheRestart(t *testing.T) {
+	var track restartTracker
+	track.mark = filepath.Join(t.TempDir(), "restart-running")
+	marked := func() bool { _, err := os.Lstat(track.mark); return err == nil }
+	if marked() {
+		t.Fatal("a mark before any restart")
+	}
+	run, _, ok := track.begin(7)
+	if !ok || !marked() {
+		t.Fatalf("begin: ok %v, marked %v", ok, marked())
+	}
+	if _, res, ok := track.begin(7); ok || res.Reason != admin.ReasonRestartRunning || !marked() {
+		t.Fatalf("second begin: ok %v, %s, marked %v", ok, res.Reason, marked())
+	}
+	track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	if marked() {
+		t.Fatal("the mark outlived the restart")
+	}
+}
+
+// A restart that cannot make its mark does not begin: the workers, which
+// take a reload without asking when they find no mark, would not see it.
+func TestRestartUnmarkableDoesNotBegin(t *testing.T) {
+	var track restartTracker
+	track.mark = filepath.Join(t.TempDir(), "gone", "restart-running")
+	run, res, ok := track.begin(3)
+	if ok || run != nil {
+		t.Fatal("a restart began without its mark")
+	}
+	if res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonInternal || res.Generation != 3 || !res.Done {
+		t.Fatalf("result %+v, want a finished restart-failed internal_error at generation 3", res)
+	}
+	if track.running() {
+		t.Fatal("the tracker counts the refused restart as running")
+	}
+}
+
+// A worker asks its supervisor only when it finds the mark: a reload
+// costs no round trip between processes, and a mark left behind costs
+// only the question.
+func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
+	ctl, err := startControl(func(*restartTracker, *restartRun) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.close()
+	client := controlClient(ctl.path)
+	defer client.CloseIdleConnections()
+	w := &fleetRestarter{client: client, mark: ctl.track.mark}
+
+	if w.running() {
+		t.Fatal("running before any restart")
+	}
+	run, _, ok := ctl.track.begin(1)
+	if !ok {
+		t.Fatal("the restart did not begin")
+	}
+	if !w.running() {
+		t.Fatal("a marked, running restart is not seen")
+	}
+	// The supervisor's book says running, but without the mark the
+	// worker does not ask: the answer comes from the file alone.
+	if err := os.Remove(ctl.track.mark); err != nil {
+		t.Fatal(err)
+	}
+	if w.running() {
+		t.Fatal("the worker asked the supervisor although there was no mark")
+	}
+	// A mark left behind: the supervisor answers for it.
+	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	if err := os.WriteFile(ctl.track.mark, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w.running() {
+		t.Fatal("a stale mark reads as a running restart")
+	}
+	// A worker of a supervisor without the mark always asks.
+	old := &fleetRestarter{client: client}
+	run, _, _ = ctl.track.begin(1)
+	os.Remove(ctl.track.mark)
+	if !old.running() {
+		t.Fatal("a worker without the mark's path did not ask")
+	}
+	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+}
