@@ -23,6 +23,7 @@
 //	go run ./dataplane -reconfd old=/tmp/reconfd-main   # add a second reconfd
 //	go run ./dataplane -reconfd "one=/tmp/reconfd;GOMAXPROCS=1;workers=1"
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
+//	go run ./dataplane -rounds 0 -rate 5000             # added latency at 5,000 requests a second
 //
 // -profile D runs reconfd's gateway in one process (no workers) under a
 // CPU profile for D with the same clients, and prints the profile's top
@@ -73,6 +74,9 @@ type flags struct {
 	only        string
 	latency     int
 	awake       bool
+	rate        int
+	rateFor     time.Duration
+	rateRounds  int
 	stream      int
 	stack       string
 	profile     time.Duration
@@ -102,6 +106,9 @@ func main() {
 	flag.StringVar(&f.only, "only", "", "comma-separated targets to run (default all)")
 	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
 	flag.BoolVar(&f.awake, "awake", false, "with -latency, also take the added-latency table with every CPU kept out of its idle state by spinners of idle priority (an idle VM's wake-ups otherwise dominate one client's latency)")
+	flag.IntVar(&f.rate, "rate", 0, "requests a second, open loop over -concurrency connections, for the added-latency table at a steady rate (0: skip; 5000 is the rate gateways quote)")
+	flag.DurationVar(&f.rateFor, "rate-for", 5*time.Second, "with -rate, measured time per target per round")
+	flag.IntVar(&f.rateRounds, "rate-rounds", 5, "with -rate, interleaved rounds (independent of -rounds, which may be 0)")
 	flag.IntVar(&f.stream, "stream", 0, "streamed requests from one client for the time-to-first-byte table (0: skip)")
 	flag.StringVar(&f.stack, "stack", "fasthttp", "reconfd's HTTP stack, for the ratio to the bare proxy on the same stack (nethttp or fasthttp)")
 	flag.BoolVar(&verbose, "v", false, "print each server process's CPU per request after each measurement")
@@ -289,6 +296,9 @@ func run(f flags, w io.Writer) error {
 			addedLatency(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
 			stop()
 		}
+	}
+	if f.rate > 0 {
+		pacedLatency(w, targets, up, f)
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)
