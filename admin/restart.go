@@ -28,7 +28,8 @@ const (
 	// Restarted: new processes serve the file's current content (200).
 	Restarted RestartOutcome = "restarted"
 	// RestartFailed: a new process did not start or become ready within
-	// its bound; the old processes keep serving unchanged (503).
+	// its bound, or (internal_error) the restart could not begin; the
+	// old processes keep serving unchanged (503).
 	RestartFailed RestartOutcome = "restart-failed"
 	// RestartRunning: the restart has not finished yet (202).
 	RestartRunning RestartOutcome = "restart-running"
