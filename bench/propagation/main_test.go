@@ -34,3 +34,30 @@ func TestPropagationSmoke(t *testing.T) {
 		t.Fatalf("stages %+v, want 5 samples of each and none missing", st)
 	}
 }
+
+// TestPropagationLean measures five reloads the way -targets does: every
+// one reaches both workers, with no stages recorded.
+func TestPropagationLean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs reconfd; run without -short")
+	}
+	lean = true
+	defer func() { lean = false }()
+	dir := t.TempDir()
+	bin, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := embeddedRun(bin, dir, 2, 5, 2, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.applied) != 5 || len(res.answer) != 5 || len(res.fromPublish) != 0 {
+		t.Fatalf("got %d applied, %d answers, %d publish samples; want 5, 5, 0", len(res.applied), len(res.answer), len(res.fromPublish))
+	}
+	for i, d := range res.applied {
+		if d < res.answer[i] || d > 10*time.Second {
+			t.Errorf("sample %d: applied %v, answered %v", i, d, res.answer[i])
+		}
+	}
+}
