@@ -523,7 +523,9 @@ type result struct {
 func (r *result) print(setup string, workers int) {
 	fmt.Printf("%s, %d worker processes, %d reloads\n", setup, workers, len(r.applied))
 	line := func(name string, d []time.Duration) {
-		fmt.Printf("  %-40s %s\n", name, triple(d))
+		if len(d) > 0 { // -lean records fewer series
+			fmt.Printf("  %-40s %s\n", name, triple(d))
+		}
 	}
 	line("trigger -> applied on every worker", r.applied)
 	line("publish -> applied on every worker", r.fromPublish)
@@ -534,8 +536,12 @@ func (r *result) print(setup string, workers int) {
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "this program's CPU per reload", float64(r.harnessCPU.Microseconds())/1000)
-	r.stages.print("")
-	r.slowStages.print(fmt.Sprintf(", the slowest 2%% (%d reloads) alone", len(r.slowStages.toCAS)))
+	if r.stages != nil {
+		r.stages.print("")
+	}
+	if r.slowStages != nil {
+		r.slowStages.print(fmt.Sprintf(", the slowest 2%% (%d reloads) alone", len(r.slowStages.toCAS)))
+	}
 	fmt.Println()
 }
 
@@ -634,6 +640,9 @@ func measure(h *host, fl *fleet, reloads, warmup int, interval time.Duration, lo
 	if reloads > 0 {
 		res.supervisorCPU = (cpuOf(sup) - sup0) / time.Duration(reloads)
 		res.harnessCPU = (cpuOf(self) - self0) / time.Duration(reloads)
+	}
+	if lean {
+		return res, nil
 	}
 	time.Sleep(200 * time.Millisecond) // the last log lines are still in the pipes
 	res.stages = stagesOf(stamps, logs...)
