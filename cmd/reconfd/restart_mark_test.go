@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/reconfhq/reconf/admin"
 )
@@ -95,4 +96,36 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 		t.Fatal("a worker without the mark's path did not ask")
 	}
 	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+}
+
+// A supervisor that a restart started runs that restart, marked, until it
+// is ready: a reload reaching one of its first workers during the
+// hand-over answers busy, as one reaching its predecessor's does.
+func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
+	var track restartTracker
+	track.mark = filepath.Join(t.TempDir(), "restart-running")
+	started := time.Now().Add(-time.Second)
+	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(track.mark); err != nil || !track.running() {
+		t.Fatalf("an inherited restart: mark %v, running %v", err, track.running())
+	}
+	if _, _, ok := track.begin(4); ok {
+		t.Fatal("a restart began during the hand-over")
+	}
+	track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	st := track.state()
+	if _, err := os.Lstat(track.mark); err == nil || st.InProgress || st.Last == nil || st.Last.ID != "r1-9" || !st.Last.Started.Equal(started) ||
+		st.Counts[admin.Restarted] != 3 || st.Counts[admin.RestartFailed] != 1 {
+		t.Fatalf("after the hand-over: mark %v, state %+v", err, st)
+	}
+	if res, ok := track.wait(t.Context(), "r1-9"); !ok || !res.Done {
+		t.Fatalf("the inherited restart cannot be followed: %v %+v", ok, res)
+	}
+	track.mark = filepath.Join(t.TempDir(), "gone", "restart-running")
+	if _, err := (&restartTracker{mark: track.mark}).inherit(nil, "r2", started); err == nil {
+		t.Fatal("a hand-over without its mark went on")
+	}
 }

@@ -178,6 +178,39 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 	t.counts[admin.Restarted]++
 }
 
+// inherit is seed for a supervisor that a restart started, whose
+// predecessor still runs that restart until this supervisor's workers are
+// ready: the restart runs here too, marked for the workers, until finish.
+// Without it a reload that reached one of this supervisor's first workers
+// during the hand-over got past the guard (this supervisor ran no
+// restart) and published, and could supersede the first worker's publish
+// of the file's live part, failing the restart. The counts are the
+// predecessor's; finish adds this restart's outcome.
+func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time) (*restartRun, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mark != "" {
+		if err := os.WriteFile(t.mark, nil, 0o600); err != nil {
+			return nil, fmt.Errorf("the restart could not be marked for the workers: %w", err)
+		}
+	}
+	if t.counts == nil {
+		t.counts = map[admin.RestartOutcome]uint64{}
+	}
+	for o, n := range counts {
+		t.counts[o] += n
+	}
+	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Outcome: admin.RestartRunning,
+		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started}}
+	t.cur = r
+	if t.runs == nil {
+		t.runs = map[string]*restartRun{}
+	}
+	t.runs[id] = r
+	t.order = append(t.order, id)
+	return r, nil
+}
+
 func (t *restartTracker) state() restartState {
 	t.mu.Lock()
 	defer t.mu.Unlock()

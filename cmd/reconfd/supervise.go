@@ -227,8 +227,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	}
 	cleanup = append(cleanup, ctl.close)
 	succ.track = &ctl.track
+	var handedRun *restartRun // the restart that started this supervisor, until it is ready
 	if ho != nil {
-		ctl.track.seed(ho.Restarts, ho.RestartID, ho.RestartStarted)
+		if handedRun, err = ctl.track.inherit(ho.Restarts, ho.RestartID, ho.RestartStarted); err != nil {
+			return fail("%v", err)
+		}
 	}
 	// The channel's endpoint and the fleet's ID reach the workers in their
 	// environment, never on their command lines (see envFleetChannel).
@@ -303,6 +306,19 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		log.Warn("could not tell the previous process the fleet is ready", "error", err)
 	} else {
 		owner.Store(true)
+	}
+	if handedRun != nil {
+		// Told or not, the predecessor's restart is over for this fleet:
+		// reloads go on.
+		ctl.track.finish(handedRun, func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+			r.OldSupervisorPID, r.NewSupervisorPID, r.NewPIDs = os.Getppid(), os.Getpid(), pids
+			if n := len(statuses); n > 0 {
+				r.Generation = generationOf(statuses[n-1], 0)
+			}
+			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers drain and exit",
+				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID)
+		})
 	}
 	if err := handoff.NotifyReady(); err != nil {
 		log.Warn("could not notify systemd", "error", err)
