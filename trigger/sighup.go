@@ -76,7 +76,9 @@ func (l *Listener) reload() {
 		// Close stopped the wait; the attempt carries on in the runtime.
 		l.logger.Debug("trigger: stopped waiting for a SIGHUP attempt", "error", err)
 	case res.Outcome == reconf.Busy:
-		l.logger.Info("trigger: SIGHUP answered busy: an attempt is in flight; send it again when that one ends",
+		// The answer's own message: busy is not always an attempt in
+		// flight (a fleet's worker superseded, a restart in progress).
+		l.logger.Info("trigger: SIGHUP answered busy: "+res.Message,
 			"outcome", res.Outcome.String(), "reason", string(res.Reason), "generation", res.Generation)
 	default:
 		// The runtime has logged the attempt.

@@ -287,3 +287,29 @@ func TestHoldCatchesEarlySIGHUPAndReplaysIt(t *testing.T) {
 		t.Fatalf("limit = %d after the replayed SIGHUP, want 2", got)
 	}
 }
+
+// fakeBusyReloader is fault injection: a Reloader that answers every
+// attempt busy for a reason other than an attempt in flight (a fleet
+// worker superseded by another's publish, a restart in progress).
+type fakeBusyReloader struct{ reason reconf.Reason }
+
+func (r fakeBusyReloader) Reload(_ context.Context, t reconf.Trigger) (reconf.Result, error) {
+	return reconf.Result{Outcome: reconf.Busy, Reason: r.reason, Trigger: t,
+		Message: "another worker published a newer version than 1 first"}, nil
+}
+
+// A SIGHUP answered busy is logged with the answer's own message: before,
+// every busy answer was logged as "an attempt is in flight", also when a
+// fleet's worker was superseded by another's publish.
+func TestSIGHUPBusyLogsItsReason(t *testing.T) {
+	logs := &syncBuffer{}
+	l := trigger.SIGHUP(fakeBusyReloader{reason: reconf.ReasonSuperseded}, slog.New(slog.NewTextHandler(logs, nil)))
+	defer l.Close()
+	hangup(t)
+	waitFor(t, "the busy answer's log line", func() bool { return strings.Contains(logs.String(), "SIGHUP answered busy") })
+	line := logs.String()
+	if !strings.Contains(line, "another worker published a newer version than 1 first") || strings.Contains(line, "an attempt is in flight") ||
+		!strings.Contains(line, "reason="+string(reconf.ReasonSuperseded)) {
+		t.Errorf("busy log line: %s", line)
+	}
+}
