@@ -61,7 +61,7 @@ const (
 	ReasonCrossSite = "cross_site_request"
 	// ReasonMethodNotAllowed (405): the method is not one the path serves.
 	ReasonMethodNotAllowed = "method_not_allowed"
-	// ReasonNotFound (404): no such management path.
+	// ReasonNotFound (404): no such management path, or no such restart id.
 	ReasonNotFound = "not_found"
 	// ReasonBodyRejected (400): the reload body is a JSON object with a key.
 	// The only accepted bodies are empty and {}: configuration, paths, URLs
@@ -98,6 +98,7 @@ var (
 	errCrossSite          = errors.New("admin: cross-site request")
 	errMethod             = errors.New("admin: method not allowed")
 	errNotFound           = errors.New("admin: not found")
+	errRestartUnknown     = errors.New("admin: unknown restart id")
 	errBodyRejected       = errors.New("admin: request body must be empty or {}")
 	errBodyMalformed      = errors.New("admin: request body is not a JSON object")
 	errBodyTooLarge       = errors.New("admin: request body too large")

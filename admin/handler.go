@@ -215,6 +215,7 @@ var answers = []struct {
 	{errCrossSite, apiError{http.StatusForbidden, ReasonCrossSite, "cross-site browser requests are refused"}},
 	{errMethod, apiError{http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "method not allowed; see the Allow header"}},
 	{errNotFound, apiError{http.StatusNotFound, ReasonNotFound, "no such management path"}},
+	{errRestartUnknown, apiError{http.StatusNotFound, ReasonNotFound, "no restart with this id is known here (the last 16 are kept); GET " + StatusPath + " shows the current and the last one"}},
 	{errBodyRejected, apiError{http.StatusBadRequest, ReasonBodyRejected, "the reload body must be empty or {}; configuration, paths, URLs and commands cannot be supplied through the API: edit the source file and reload"}},
 	{errBodyMalformed, apiError{http.StatusBadRequest, ReasonBodyMalformed, "the reload body must be empty or the JSON object {}"}},
 	{errBodyTooLarge, apiError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the reload body must be at most %d bytes", MaxRequestBytes)}},

@@ -154,7 +154,7 @@ func (s *Server) restartStatus(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	res, ok := s.o.restarter.WaitRestart(ctx, strings.TrimPrefix(r.URL.Path, RestartPath+"/"))
 	if !ok {
-		return errNotFound
+		return errRestartUnknown
 	}
 	return s.writeRestart(w, r, res)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -50,6 +51,10 @@ func TestRestartEndpoint(t *testing.T) {
 	a = e.do(http.MethodGet, admin.RestartPath+"/r1?wait=5s", "")
 	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != admin.Restarted || !res.Done {
 		t.Fatalf("follow: got %d %s, want 200 restarted", a.status, a.body)
+	}
+	// An unknown id is not an unknown path.
+	if a := e.do(http.MethodGet, admin.RestartPath+"/nope", ""); !strings.Contains(string(a.body), "no restart with this id") {
+		t.Errorf("an unknown restart id: %d %s", a.status, a.body)
 	}
 	for _, c := range []struct {
 		method, path, body string
