@@ -367,9 +367,14 @@ func processesOf(path string) []int {
 
 // intrude has the user nobody try to create the mark, plant a symlink at
 // its path and (once the fleet's user made one) remove it; each must fail.
-// Skipped (as the channel test does) without root.
+// Not run without root (CI runs as root), which cannot act as another
+// user; the rest of the test runs.
 func intrude(t *testing.T, mark string) {
 	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
+		t.Log("NOT RUN: the intruder part (not root, so it cannot act as the user nobody)")
+		return
+	}
 	cred := nobody(t)
 	try := func(script string) string {
 		cmd := exec.Command("/bin/sh", "-c", script, "sh", mark)
