@@ -6,11 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 func TestReadTokenFile(t *testing.T) {
@@ -23,10 +23,7 @@ func TestReadTokenFile(t *testing.T) {
 		return p
 	}
 	good := write("good", "  "+testToken+"\n")
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo, _ := testkit.HostileFiles(t, dir)
 	link := filepath.Join(dir, "link")
 	if err := os.Symlink(good, link); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -109,10 +108,7 @@ func TestReadPool(t *testing.T) {
 	if err := os.WriteFile(garbage, []byte("canary-content"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo, _ := testkit.HostileFiles(t, dir)
 	for _, f := range []string{filepath.Join(dir, "none"), fifo, "/dev/zero", garbage} {
 		_, err := ReadPool(context.Background(), f)
 		if err == nil || !strings.Contains(err.Error(), f) || strings.Contains(err.Error(), "canary") {

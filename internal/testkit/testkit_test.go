@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -33,7 +32,7 @@ func TestWriteAtomicReplacesTheFile(t *testing.T) {
 	if data, _ := os.ReadFile(path); string(data) != "b" {
 		t.Fatalf("content %q", data)
 	}
-	if before.Sys().(*syscall.Stat_t).Ino == after.Sys().(*syscall.Stat_t).Ino {
+	if os.SameFile(before, after) {
 		t.Fatal("the file was rewritten in place, not replaced")
 	}
 }
