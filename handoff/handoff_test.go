@@ -1,3 +1,9 @@
+//go:build unix
+
+// Handing a socket to a child process needs Unix (elsewhere Start returns
+// ErrUnsupported); the tests that need no child are in drain_test.go and
+// listeners_test.go.
+
 package handoff_test
 
 import (
@@ -11,7 +17,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -230,38 +235,6 @@ func TestNotify(t *testing.T) {
 	t.Setenv(handoff.EnvNotifySocket, "")
 	if err := handoff.Notify("READY=1"); err != nil {
 		t.Errorf("Notify without a socket: %v", err)
-	}
-}
-
-func TestDrainJoinsErrors(t *testing.T) {
-	var mu sync.Mutex
-	ran := 0
-	ok := func(context.Context) error { mu.Lock(); ran++; mu.Unlock(); return nil }
-	boom := errors.New("boom")
-	err := handoff.Drain(context.Background(), ok, func(context.Context) error { return boom }, ok)
-	if !errors.Is(err, boom) || ran != 2 {
-		t.Fatalf("Drain: %v after %d; want boom after 2", err, ran)
-	}
-}
-
-func TestSetAddRefusesBadNames(t *testing.T) {
-	ln, err := handoff.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	set := handoff.NewSet()
-	defer set.Close()
-	for _, n := range []string{"", "a=b", "a,b"} {
-		if err := set.Add(n, ln); err == nil {
-			t.Errorf("name %q accepted", n)
-		}
-	}
-	if err := set.Add("http", ln); err != nil || set.Addr("http").String() != ln.Addr().String() {
-		t.Fatalf("Add: %v, addr %v", err, set.Addr("http"))
-	}
-	if _, err := handoff.Listen(ln.Addr().String()); err == nil {
-		t.Error("a second socket bound the same address")
 	}
 }
 

@@ -1,3 +1,8 @@
+//go:build unix
+
+// Workers run only on Unix (they inherit the sockets and take signals:
+// sys_other.go), so every test here needs it.
+
 package supervisor
 
 import (
