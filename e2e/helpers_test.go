@@ -1,6 +1,5 @@
-// Package e2e drives the reconfd binary as a process: it builds it once,
-// serves real configuration files from temporary directories, sends real
-// signals and talks to it over real sockets.
+//go:build unix
+
 package e2e
 
 import (

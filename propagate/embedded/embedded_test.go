@@ -1,3 +1,8 @@
+//go:build unix
+
+// Start refuses Windows (the member's socket is a unix socket in a
+// private directory), so every test that starts a member needs Unix.
+
 package embedded
 
 import (
@@ -110,17 +115,6 @@ func TestStartPrivateQuietAndClose(t *testing.T) {
 		if !strings.HasPrefix(l, "ERROR") {
 			t.Errorf("a log line below error level reached the logger: %s", l)
 		}
-	}
-}
-
-func TestNoFsyncByDefault(t *testing.T) {
-	s := &Server{cfg: Config{}}
-	if c := s.configLocked(); !c.UnsafeNoFsync {
-		t.Error("the default member fsyncs")
-	}
-	s.cfg.Fsync = true
-	if c := s.configLocked(); c.UnsafeNoFsync {
-		t.Error("Fsync: true does not fsync")
 	}
 }
 
