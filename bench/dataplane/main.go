@@ -1,3 +1,8 @@
+//go:build linux
+
+// Linux only: CPU times and connections come from /proc, and the spinners
+// run at SCHED_IDLE (internal/awake).
+
 // Command dataplane compares reconfd's data plane with nginx and with bare
 // Go proxies on one fast OpenAI-compatible upstream, side by side in one
 // run, in interleaved rounds:

@@ -1,3 +1,8 @@
+//go:build linux
+
+// Linux only: CPU times come from /proc/PID/stat and etcd runs in a child
+// process (internal/etcdproc).
+
 // Command fleetsim simulates a fleet of reconf workers following one etcd
 // channel, to see how propagation scales with the number of workers and
 // the size of the configuration.

@@ -1,3 +1,7 @@
+//go:build unix
+
+// Unix only: the gateway reloads on SIGHUP.
+
 // Command load drives a reconfd gateway at a fixed concurrency from a
 // second process, first without reloads (the baseline) and then while the
 // gateway reloads its configuration a fixed number of times, alternating

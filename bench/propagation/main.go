@@ -1,3 +1,8 @@
+//go:build linux
+
+// Linux only: CPU times come from /proc/PID/stat, and the spinners run at
+// SCHED_IDLE (internal/awake).
+
 // Command propagation measures how long a reload takes to reach every
 // worker process of reconfd: from the trigger (POST /admin/config/reload
 // on one worker) until every worker has applied the new version.

@@ -1,3 +1,8 @@
+//go:build linux
+
+// Linux only: reconfd and nginx are restarted with signals and their exit
+// is read from /proc/PID/stat.
+
 // Command restart measures restarts under load: reconfd restarted with
 // --workers 4, with workers: 1, and upgraded to a rebuilt binary (another
 // version string) with workers: 1 (upgrade) and with 4 workers (upgrade4,
