@@ -110,7 +110,7 @@ func main() {
 	})
 	flag.StringVar(&f.only, "only", "", "comma-separated targets to run (default all)")
 	flag.IntVar(&f.latency, "latency", 0, "requests from one client for the added-latency table (0: skip)")
-	flag.BoolVar(&f.awake, "awake", false, "with -latency, also take the added-latency table with every CPU kept out of its idle state by spinners of idle priority (an idle VM's wake-ups otherwise dominate one client's latency)")
+	flag.BoolVar(&f.awake, "awake", false, "with -latency or -rate, also take the added-latency table with every CPU kept out of its idle state by spinners of idle priority (an idle VM's wake-ups otherwise dominate one client's latency)")
 	flag.IntVar(&f.rate, "rate", 0, "requests a second, open loop over -concurrency connections, for the added-latency table at a steady rate (0: skip; 5000 is the rate gateways quote)")
 	flag.DurationVar(&f.rateFor, "rate-for", 5*time.Second, "with -rate, measured time per target per round")
 	flag.IntVar(&f.rateRounds, "rate-rounds", 5, "with -rate, interleaved rounds (independent of -rounds, which may be 0)")
@@ -303,7 +303,15 @@ func run(f flags, w io.Writer) error {
 		}
 	}
 	if f.rate > 0 {
-		pacedLatency(w, targets, up, f)
+		pacedLatency(w, targets, up, f, "")
+		if f.awake {
+			stop, err := awake.Start()
+			if err != nil {
+				return err
+			}
+			pacedLatency(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
+			stop()
+		}
 	}
 	if f.stream > 0 {
 		streams(w, targets, f)

@@ -23,7 +23,7 @@ import (
 // pacedLatency prints, per target, p50 and p99 at f.rate requests a
 // second for f.rateFor, interleaved rounds, and the p50 added to
 // straight's.
-func pacedLatency(w io.Writer, targets []*target, up *target, f flags) {
+func pacedLatency(w io.Writer, targets []*target, up *target, f flags, how string) {
 	p50s := map[string][]float64{}
 	p99s := map[string][]float64{}
 	cpus := map[string][]float64{}
@@ -43,8 +43,8 @@ func pacedLatency(w io.Writer, targets []*target, up *target, f flags) {
 		}
 	}
 	base := median(p50s["straight"])
-	fmt.Fprintf(w, "\n%d requests a second over %d connections for %v per round, medians over %d rounds (load average %s)\n",
-		f.rate, f.concurrency, f.rateFor, rounds, loadavg())
+	fmt.Fprintf(w, "\n%d requests a second over %d connections for %v per round, medians over %d rounds%s (load average %s)\n",
+		f.rate, f.concurrency, f.rateFor, rounds, how, loadavg())
 	fmt.Fprintln(w, "| path | p50 | p99 | p50 added to straight | server CPU/req | sends behind schedule | failed |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, t := range targets {
