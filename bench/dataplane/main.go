@@ -291,25 +291,22 @@ func run(f flags, w io.Writer) error {
 		printTable(w, targets, res, f)
 	}
 
-	if f.latency > 0 {
-		addedLatency(w, targets, up, f, "")
-		if f.awake {
-			stop, err := awake.Start()
-			if err != nil {
-				return err
-			}
-			addedLatency(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
-			stop()
+	// Each added-latency table, then (-awake) the same with every CPU
+	// kept awake.
+	for _, table := range []struct {
+		on   bool
+		take func(w io.Writer, targets []*target, up *target, f flags, how string)
+	}{{f.latency > 0, addedLatency}, {f.rate > 0, pacedLatency}} {
+		if !table.on {
+			continue
 		}
-	}
-	if f.rate > 0 {
-		pacedLatency(w, targets, up, f, "")
+		table.take(w, targets, up, f, "")
 		if f.awake {
 			stop, err := awake.Start()
 			if err != nil {
 				return err
 			}
-			pacedLatency(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
+			table.take(w, targets, up, f, fmt.Sprintf(", every CPU kept awake by %d idle-priority spinners", runtime.NumCPU()))
 			stop()
 		}
 	}
