@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/bench/internal/awake"
+	"github.com/reconfhq/reconf/bench/internal/child"
 )
 
 type flags struct {
@@ -354,6 +355,7 @@ func startChild(self, role, name string, env []string) (*target, error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), append(env, roleEnv+"="+role, "DATAPLANE_LISTEN="+addr)...)
 	cmd.Stderr = os.Stderr
+	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -371,6 +373,7 @@ func startChildAt(self, role, addr string, env []string) (int, func(), error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), append(env, roleEnv+"="+role, "DATAPLANE_LISTEN="+addr)...)
 	cmd.Stderr = os.Stderr
+	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return 0, nil, err
 	}
@@ -455,6 +458,7 @@ func startNginx(dir, upstream string, workers int) (*target, error) {
 	}
 	cmd := exec.Command("nginx", "-p", nd, "-c", conf, "-e", filepath.Join(nd, "error.log"))
 	cmd.Stderr = os.Stderr
+	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -524,6 +528,7 @@ func startReconfd(dir, name, bin, upstream string, workers int, env ...string) (
 	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)
 	cmd.Env = append(append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey), env...)
 	cmd.Stderr = os.Stderr
+	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

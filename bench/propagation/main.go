@@ -81,6 +81,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf/bench/internal/awake"
+	"github.com/reconfhq/reconf/bench/internal/child"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -262,6 +263,7 @@ func startHost(bin, dir, name string, workers int, extra ...string) (*host, erro
 	}
 	args := append([]string{"serve", "--config", h.config, "--workers", strconv.Itoa(workers), "--management-address", "127.0.0.1:0"}, extra...)
 	h.cmd = exec.Command(bin, args...)
+	child.DieWithParent(h.cmd)
 	if reconfdProcs > 0 {
 		h.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(reconfdProcs))
 	}
