@@ -51,22 +51,37 @@ func (t *restartTracker) begin(prev uint64) (*restartRun, admin.RestartResult, b
 		return nil, admin.RestartResult{ID: "", Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
 			Message: "a restart is in progress (" + t.cur.res.ID + "); try again when it ends", PreviousGeneration: prev, Generation: prev, Started: now}, false
 	}
-	if t.mark != "" {
-		// Before the restart counts as running: a worker that finds no
-		// mark takes a reload without asking, so a restart it cannot
-		// see must not begin.
-		if err := os.WriteFile(t.mark, nil, 0o600); err != nil {
-			return nil, admin.RestartResult{Done: true, Outcome: admin.RestartFailed, Reason: admin.ReasonInternal,
-				Message: "the restart could not be marked for the workers: " + err.Error(), PreviousGeneration: prev, Generation: prev, Started: now}, false
-		}
-	}
-	if t.runs == nil {
-		t.runs = map[string]*restartRun{}
+	if err := t.markRunning(); err != nil {
+		return nil, admin.RestartResult{Done: true, Outcome: admin.RestartFailed, Reason: admin.ReasonInternal,
+			Message: err.Error(), PreviousGeneration: prev, Generation: prev, Started: now}, false
 	}
 	t.seq++
 	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{
 		ID: "r" + strconv.FormatInt(now.Unix(), 36) + "-" + strconv.Itoa(t.seq), Outcome: admin.RestartRunning,
 		Reason: admin.ReasonRestartRunning, PreviousGeneration: prev, Generation: prev, Started: now}}
+	t.run(r)
+	return r, r.res, true
+}
+
+// markRunning makes the mark, if the tracker has one, before a restart
+// counts as running: a worker that finds no mark takes a reload without
+// asking, so a restart it cannot see must not begin. t.mu is held.
+func (t *restartTracker) markRunning() error {
+	if t.mark == "" {
+		return nil
+	}
+	if err := os.WriteFile(t.mark, nil, 0o600); err != nil {
+		return fmt.Errorf("the restart could not be marked for the workers: %w", err)
+	}
+	return nil
+}
+
+// run makes r the running restart, kept by its ID with the last few.
+// t.mu is held.
+func (t *restartTracker) run(r *restartRun) {
+	if t.runs == nil {
+		t.runs = map[string]*restartRun{}
+	}
 	t.cur = r
 	t.runs[r.res.ID] = r
 	t.order = append(t.order, r.res.ID)
@@ -74,7 +89,6 @@ func (t *restartTracker) begin(prev uint64) (*restartRun, admin.RestartResult, b
 		delete(t.runs, t.order[0])
 		t.order = t.order[1:]
 	}
-	return r, r.res, true
 }
 
 // update changes a running restart's result.
@@ -169,13 +183,18 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 		Reason: admin.ReasonRestarted, Message: "this process was started by the restart", Started: started,
 		DurationMS: reconf.Milliseconds(time.Since(started))}}
 	close(t.last.done)
+	t.addCounts(counts)
+	t.counts[admin.Restarted]++
+}
+
+// addCounts adds a predecessor's restart counts. t.mu is held.
+func (t *restartTracker) addCounts(counts map[admin.RestartOutcome]uint64) {
 	if t.counts == nil {
 		t.counts = map[admin.RestartOutcome]uint64{}
 	}
 	for o, n := range counts {
 		t.counts[o] += n
 	}
-	t.counts[admin.Restarted]++
 }
 
 // inherit is seed for a supervisor that a restart started, whose
@@ -189,25 +208,13 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time) (*restartRun, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mark != "" {
-		if err := os.WriteFile(t.mark, nil, 0o600); err != nil {
-			return nil, fmt.Errorf("the restart could not be marked for the workers: %w", err)
-		}
+	if err := t.markRunning(); err != nil {
+		return nil, err
 	}
-	if t.counts == nil {
-		t.counts = map[admin.RestartOutcome]uint64{}
-	}
-	for o, n := range counts {
-		t.counts[o] += n
-	}
+	t.addCounts(counts)
 	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Outcome: admin.RestartRunning,
 		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started}}
-	t.cur = r
-	if t.runs == nil {
-		t.runs = map[string]*restartRun{}
-	}
-	t.runs[id] = r
-	t.order = append(t.order, id)
+	t.run(r)
 	return r, nil
 }
 
