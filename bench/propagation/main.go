@@ -99,7 +99,7 @@ func main() {
 		runs     = flag.Int("runs", 3, "with -targets: runs of each row")
 		procs    = flag.Int("procs", 1, "this program's own GOMAXPROCS (0: the Go default); reconfd's processes keep theirs. One P costs it a fifth less CPU per reload (2.0 against 2.6 ms), CPU the fleet it measures would otherwise share")
 		supProcs = flag.Int("reconfd-procs", 0, "GOMAXPROCS for reconfd's supervisor (0: its default); its workers then take the same")
-		leanF    = flag.Bool("lean", false, "measure with the least of this program's own work on the cores: no record watch, no log-line stages, no probe read (trigger -> applied and the CPU figures only)")
+		leanF    = flag.Bool("lean", false, "measure with the least of this program's own work on the cores: no record watch and no log-line stages (trigger -> applied, the answer, the probe read and the CPU figures only)")
 		keep     = flag.Bool("awake", false, "keep every CPU out of its idle state with idle-priority spinners while measuring (an idle VM's wake-ups otherwise weigh on every hand-off between processes)")
 	)
 	flag.Parse()
@@ -543,9 +543,7 @@ func (r *result) print(setup string, workers int) {
 	fmt.Printf("  %-40s %.3f ms\n", "worker CPU per reload and worker", float64(r.cpuPerApply.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "supervisor CPU per reload", float64(r.supervisorCPU.Microseconds())/1000)
 	fmt.Printf("  %-40s %.3f ms\n", "this program's CPU per reload", float64(r.harnessCPU.Microseconds())/1000)
-	if r.stages != nil {
-		r.stages.print("")
-	}
+	r.stages.print("") // nil (-lean) prints nothing
 	if r.slowStages != nil {
 		r.slowStages.print(fmt.Sprintf(", the slowest 2%% (%d reloads) alone", len(r.slowStages.toCAS)))
 	}

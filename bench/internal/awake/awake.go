@@ -21,9 +21,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/reconfhq/reconf/bench/internal/child"
 )
 
 // childEnv marks a re-executed harness as a spinner.
@@ -68,7 +69,7 @@ func start(started func(*exec.Cmd)) (stop func(), err error) {
 		cmd.Stderr = os.Stderr
 		// A harness that exits without calling stop (os.Exit on an
 		// error) must not leave its spinners behind.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		child.DieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			stop()
 			return nil, err
