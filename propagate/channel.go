@@ -157,13 +157,12 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // start-up storm.
 func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
 	rctx, cancel := c.reqCtx(ctx)
-	got, err := c.cli.Get(rctx, c.Key())
+	got, err := c.cli.Get(rctx, c.Key(), c.recordRange())
 	cancel()
 	if err != nil {
 		return 0, reconf.Record{}, unreachable("join: read the channel", err)
 	}
-	if len(got.Kvs) > 0 {
-		u, err := decodeKV(got.Kvs[0])
+	if u, found, err := c.decodeRead(got.Kvs); found {
 		if err != nil {
 			return 0, reconf.Record{}, err
 		}
@@ -189,8 +188,8 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	key := c.Key()
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val), clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))).
-		Else(clientv3.OpGet(key)).
+		Then(c.witnessOp(), clientv3.OpPut(key, val), clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))).
+		Else(clientv3.OpGet(key, c.recordRange())).
 		Commit()
 	if err != nil {
 		return 0, reconf.Record{}, writeFailed("join", err, len(val))
@@ -201,12 +200,11 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		return 1, local, nil
 	}
 	_, _ = c.cli.Revoke(tctx, lease.ID) // expires with its TTL if this fails
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	u, found, err := c.decodeRead(resp.Responses[0].GetResponseRange().Kvs)
+	switch {
+	case !found:
 		return 0, reconf.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
-	}
-	u, err := decodeKV(kvs[0])
-	if err != nil {
+	case err != nil:
 		return 0, reconf.Record{}, err
 	}
 	return c.joined(ctx, u)
@@ -227,8 +225,9 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // An unknown publisher is an error wrapping ErrUnknownPublisher; an etcd
 // failure wraps ErrUnreachable.
 //
-// A record this worker wrote itself (see own) needs no read: the
-// transaction that wrote it required the row. Any other is read at its
+// A record this worker wrote itself (see own), or one that came with its
+// witness (see witness.go), needs no read: the transaction that wrote it
+// required the row. Any other is read at its
 // revision from the member the client talks to, without a round of raft
 // (a serializable read): what a revision held never changes once it is
 // committed, so a member that has applied it answers as the leader would,
@@ -237,7 +236,7 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 // read cost every follower a raft round per version, behind the rows
 // and history entries the other workers were writing at that moment.
 func (c *Channel) vet(ctx context.Context, u Update) error {
-	if c.own(u) {
+	if c.own(u) || u.witnessed {
 		return nil
 	}
 	ctx, cancel := c.reqCtx(ctx)
@@ -339,7 +338,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	key := c.Key()
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()).
-		Then(clientv3.OpPut(key, val)).
+		Then(c.witnessOp(), clientv3.OpPut(key, val)).
 		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()), clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
@@ -402,13 +401,16 @@ func (c *Channel) landed(ctx context.Context, v uint64, val string) (rev int64, 
 // it wrote.
 func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec reconf.Record) (uint64, bool) {
 	gctx, cancel := c.reqCtx(ctx)
-	resp, err := c.cli.Get(gctx, c.Key())
+	resp, err := c.cli.Get(gctx, c.Key(), c.recordRange())
 	cancel()
-	if err != nil || len(resp.Kvs) == 0 || uint64(resp.Kvs[0].Version) <= held {
+	if err != nil {
 		return 0, false
 	}
-	kv := resp.Kvs[0]
-	u, err := decodeKV(kv)
+	kv, by := c.pick(resp.Kvs)
+	if kv == nil || uint64(kv.Version) <= held {
+		return 0, false
+	}
+	u, err := c.decode(kv, by)
 	if err == nil {
 		err = c.vet(ctx, u)
 	}
@@ -424,7 +426,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	defer cancel()
 	tx, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()).
-		Then(clientv3.OpPut(c.Key(), val)).
+		Then(c.witnessOp(), clientv3.OpPut(c.Key(), val)).
 		Commit()
 	if err != nil || !tx.Succeeded {
 		return 0, false
@@ -455,14 +457,11 @@ func (c *Channel) Version(ctx context.Context) (uint64, error) {
 func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.Key())
+	resp, err := c.cli.Get(ctx, c.Key(), c.recordRange())
 	if err != nil {
 		return Update{}, 0, unreachable("read", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Update{}, resp.Header.Revision, nil
-	}
-	u, err = decodeKV(resp.Kvs[0])
+	u, _, err = c.decodeRead(resp.Kvs)
 	return u, resp.Header.Revision, err
 }
 

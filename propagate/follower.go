@@ -318,7 +318,7 @@ func (f *Follower) run() {
 		}
 		if wch == nil && !f.o.noWatch {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
-			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), clientv3.WithRev(rev+1)), cancel
+			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), f.ch.recordRange(), clientv3.WithRev(rev+1)), cancel
 		}
 	}
 	handle := func(wr clientv3.WatchResponse, ok bool) {
@@ -330,10 +330,10 @@ func (f *Follower) run() {
 		}
 		at := time.Now()
 		for _, ev := range wr.Events {
-			if ev.Type != mvccpb.PUT {
+			if ev.Type != mvccpb.PUT || string(ev.Kv.Key) != f.ch.Key() {
 				continue
 			}
-			u, err := decodeKV(ev.Kv)
+			u, err := f.ch.decode(ev.Kv, f.ch.witnessIn(wr.Events, ev.Kv.ModRevision))
 			if err != nil {
 				f.badRecord(err)
 				continue

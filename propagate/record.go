@@ -64,6 +64,8 @@ type Update struct {
 	Provenance Provenance
 	// Record is what the runtime applies.
 	Record reconf.Record
+
+	witnessed bool // the witness came with it (see witness.go): vetted without a read
 }
 
 // wire is the JSON stored under the config key. Live is text, not base64,

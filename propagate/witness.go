@@ -1,0 +1,90 @@
+package propagate
+
+import (
+	"bytes"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The witness is the key P/config/by. Every transaction of this package
+// that writes the record writes it too, holding the publisher's ID, and
+// every such transaction requires the publisher's row. So a witness whose
+// mod revision is the record's own names a publisher whose row existed
+// when the record was written: only one transaction writes two keys at
+// one revision. A follower that sees both in the watch (or in one read)
+// vets the record without asking etcd; that read was one round trip per
+// follower and version on the path from publish to applied, and a request
+// etcd served for each of them.
+//
+// A record without a witness at its revision (written by an earlier
+// version of this package, or by hand) is vetted by the read, as before.
+// The witness is never deleted and holds one ID: it does not grow with
+// the fleet, and nobody watches it alone.
+
+func (c *Channel) witnessKey() string { return c.Key() + "/by" }
+
+// recordRange makes a read or a watch of Key cover the witness too: the
+// range [P/config, P/config/by\x00) holds those two keys and nothing this
+// package writes besides. A watch on it delivers a transaction's events in
+// one response, in revision order, so the witness comes with its record.
+func (c *Channel) recordRange() clientv3.OpOption {
+	return clientv3.WithRange(c.witnessKey() + "\x00")
+}
+
+// witnessOp is the witness's write, for a transaction that writes the
+// record and requires this worker's row.
+func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey(), c.id) }
+
+// pick returns the record and the witness among the key-values of a read
+// or a watch response over recordRange; either may be nil.
+func (c *Channel) pick(kvs []*mvccpb.KeyValue) (rec, by *mvccpb.KeyValue) {
+	key, wkey := c.Key(), c.witnessKey()
+	for _, kv := range kvs {
+		switch string(kv.Key) {
+		case key:
+			rec = kv
+		case wkey:
+			by = kv
+		}
+	}
+	return rec, by
+}
+
+// witnessed reports whether by was written with u, in the same
+// transaction, and names u's publisher.
+func witnessed(u Update, by *mvccpb.KeyValue) bool {
+	return by != nil && u.Revision != 0 && by.ModRevision == u.Revision && bytes.Equal(by.Value, []byte(u.PublishedBy))
+}
+
+// decode decodes the record kv, witnessed when by was written with it.
+func (c *Channel) decode(kv, by *mvccpb.KeyValue) (Update, error) {
+	u, err := decodeKV(kv)
+	if err == nil {
+		u.witnessed = witnessed(u, by)
+	}
+	return u, err
+}
+
+// decodeRead decodes the record of a read over recordRange; found is
+// false when the channel is empty.
+func (c *Channel) decodeRead(kvs []*mvccpb.KeyValue) (u Update, found bool, err error) {
+	kv, by := c.pick(kvs)
+	if kv == nil {
+		return Update{}, false, nil
+	}
+	u, err = c.decode(kv, by)
+	return u, true, err
+}
+
+// witnessIn returns the witness written at rev among a watch response's
+// events, if any. etcd sends the events of one revision in one response.
+func (c *Channel) witnessIn(evs []*clientv3.Event, rev int64) *mvccpb.KeyValue {
+	wkey := c.witnessKey()
+	for _, ev := range evs {
+		if ev.Type == mvccpb.PUT && ev.Kv.ModRevision == rev && string(ev.Kv.Key) == wkey {
+			return ev.Kv
+		}
+	}
+	return nil
+}
