@@ -302,14 +302,13 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	for _, w := range sup.Workers() {
 		statuses, pids = append(statuses, w.Status), append(pids, w.PID)
 	}
-	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {
-		log.Warn("could not tell the previous process the fleet is ready", "error", err)
-	} else {
-		owner.Store(true)
-	}
 	if handedRun != nil {
 		// Told or not, the predecessor's restart is over for this fleet:
-		// reloads go on.
+		// reloads go on. It ends here before the predecessor is told,
+		// which ends its own at once: the other way round, a reload that
+		// reached a draining old worker just then started while the
+		// restart still ran here (TestRestartMarkHoldsAcrossRestarts
+		// caught one, under a loaded machine).
 		ctl.track.finish(handedRun, func(r *admin.RestartResult) {
 			r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
 			r.OldSupervisorPID, r.NewSupervisorPID, r.NewPIDs = os.Getppid(), os.Getpid(), pids
@@ -319,6 +318,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers drain and exit",
 				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID)
 		})
+	}
+	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {
+		log.Warn("could not tell the previous process the fleet is ready", "error", err)
+	} else {
+		owner.Store(true)
 	}
 	if err := handoff.NotifyReady(); err != nil {
 		log.Warn("could not notify systemd", "error", err)
