@@ -312,13 +312,22 @@ func (r *robust) viaSIGHUP(double bool) attempt {
 			r.t.Fatalf("status %d: %s", resp.status, resp.body)
 		}
 		// The first attempt after the signal decides; a second SIGHUP's
-		// busy or no-op is not the file's verdict.
-		var got *attempt
+		// busy or no-op is not the file's verdict. A no-op alone is: the
+		// late second SIGHUP of an earlier double signal can publish this
+		// step's valid file just before the signal (publishedBy takes it),
+		// and this signal then finds nothing new.
+		var got, noop *attempt
 		for _, a := range []*attempt{st.LastSuccess, st.LastFailure} {
-			if a != nil && a.Time.After(before) && a.Reason != reconf.ReasonInFlight && a.Outcome != reconf.NoOp &&
-				(got == nil || a.Time.Before(got.Time)) {
+			switch {
+			case a == nil || !a.Time.After(before) || a.Reason == reconf.ReasonInFlight:
+			case a.Outcome == reconf.NoOp:
+				noop = a
+			case got == nil || a.Time.Before(got.Time):
 				got = a
 			}
+		}
+		if got == nil {
+			got = noop
 		}
 		if got != nil && !st.Busy {
 			return *got
