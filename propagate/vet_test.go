@@ -56,6 +56,19 @@ func recordingClient(t *testing.T, endpoints []string, futureRev bool) (*clientv
 	return cli, kv
 }
 
+// recordedPair starts workers a and b on a fresh prefix, both resyncing
+// every 100 ms, b on a recordingClient (futureRev as there).
+func recordedPair(t *testing.T, futureRev bool) (a, b *worker, bkv *recordingKV) {
+	t.Helper()
+	s := startServer(t)
+	p := newPrefix()
+	bcli, bkv := recordingClient(t, s.Endpoints(), futureRev)
+	opts := workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}}
+	a = startWorker(t, s.Endpoints(), p, "a", opts)
+	opts.cli = bcli
+	return a, startWorker(t, s.Endpoints(), p, "b", opts), bkv
+}
+
 // TestVetReadsLocallyAndNotItsOwn: a follower vets a version that came
 // without its witness (an older publisher's, or a hand-written one) with a
 // serializable read at the record's revision (no raft round on the
@@ -112,13 +125,7 @@ func putUnwitnessed(t *testing.T, w *worker, v uint64, by string) {
 // to the leader, and a version is still applied, or refused, on what the
 // revision held.
 func TestVetAsksTheLeaderWhenTheMemberLags(t *testing.T) {
-	s := startServer(t)
-	p := newPrefix()
-	bcli, bkv := recordingClient(t, s.Endpoints(), true)
-	opts := workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}}
-	a := startWorker(t, s.Endpoints(), p, "a", opts)
-	opts.cli = bcli
-	b := startWorker(t, s.Endpoints(), p, "b", opts)
+	a, b, bkv := recordedPair(t, true)
 	putUnwitnessed(t, a, 2, "a")
 	waitFor(t, 5*time.Second, "b applies version 2", func() bool { return b.version() == 2 })
 	linearizable := 0

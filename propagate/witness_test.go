@@ -54,13 +54,7 @@ func TestWitnessVetsWithoutARead(t *testing.T) {
 // publisher that had no row; a record without one whose publisher is
 // present (an older publisher's) is vetted by the read and applied.
 func TestWitnessOnlyAtItsRecordsRevision(t *testing.T) {
-	s := startServer(t)
-	p := newPrefix()
-	bcli, bkv := recordingClient(t, s.Endpoints(), false)
-	opts := workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}}
-	a := startWorker(t, s.Endpoints(), p, "a", opts)
-	opts.cli = bcli
-	b := startWorker(t, s.Endpoints(), p, "b", opts)
+	a, b, bkv := recordedPair(t, false)
 	ctx := context.Background()
 	wkey := a.ch.witnessKey()
 
