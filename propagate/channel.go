@@ -160,7 +160,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	got, err := c.cli.Get(rctx, c.Key(), c.recordRange())
 	cancel()
 	if err != nil {
-		return 0, reconf.Record{}, unreachable("join: read the channel", err)
+		return 0, reconf.Record{}, c.unreachable("join: read the channel", err)
 	}
 	if u, found, err := c.decodeRead(got.Kvs); found {
 		if err != nil {
@@ -181,7 +181,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	lease, err := c.cli.Grant(gctx, int64(DefaultLeaseTTL/time.Second))
 	cancel()
 	if err != nil {
-		return 0, reconf.Record{}, unreachable("join: grant the row's lease", err)
+		return 0, reconf.Record{}, c.unreachable("join: grant the row's lease", err)
 	}
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
@@ -192,7 +192,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		Else(clientv3.OpGet(key, c.recordRange())).
 		Commit()
 	if err != nil {
-		return 0, reconf.Record{}, writeFailed("join", err, len(val))
+		return 0, reconf.Record{}, c.writeFailed("join", err, len(val))
 	}
 	if resp.Succeeded {
 		c.joinLease.Store(int64(lease.ID))
@@ -250,7 +250,7 @@ func (c *Channel) vet(ctx context.Context, u Update) error {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return c.vetCompacted(ctx, u)
 	case err != nil:
-		return unreachable("vet the publisher", err)
+		return c.unreachable("vet the publisher", err)
 	case resp.Count == 0:
 		return fmt.Errorf("%w: version %d names publisher %q, which had no presence row under %s when it was written; it is not a worker of this fleet",
 			ErrUnknownPublisher, u.Version, u.PublishedBy, c.WorkersPrefix())
@@ -272,7 +272,7 @@ func (c *Channel) vetCompacted(ctx context.Context, u Update) error {
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.WorkersPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return unreachable("vet the publisher of a compacted revision", err)
+		return c.unreachable("vet the publisher of a compacted revision", err)
 	}
 	for _, kv := range resp.Kvs {
 		if string(kv.Key) == c.WorkersPrefix()+u.PublishedBy && kv.CreateRevision <= u.Revision {
@@ -346,7 +346,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 			c.ownRev.Store(rev)
 			return held + 1, nil
 		}
-		return 0, writeFailed("publish", err, len(val))
+		return 0, c.writeFailed("publish", err, len(val))
 	}
 	if !resp.Succeeded {
 		// A newer version is the answer even without the row: with it, the
@@ -443,7 +443,7 @@ func (c *Channel) Version(ctx context.Context) (uint64, error) {
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.Key(), clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, unreachable("read the version", err)
+		return 0, c.unreachable("read the version", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, nil
@@ -459,21 +459,25 @@ func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.Key(), c.recordRange())
 	if err != nil {
-		return Update{}, 0, unreachable("read", err)
+		return Update{}, 0, c.unreachable("read", err)
 	}
 	u, _, err = c.decodeRead(resp.Kvs)
 	return u, resp.Header.Revision, err
 }
 
 // writeFailed classifies a failed write of a record of size bytes: too
-// large for the cluster (its own reason: retrying cannot help), or
+// large for the cluster (its own reason: retrying cannot help), refused
+// to this worker's etcd user (its message names the grants), or
 // unreachable.
-func writeFailed(op string, err error, size int) error {
-	if recordTooLarge(err) {
+func (c *Channel) writeFailed(op string, err error, size int) error {
+	switch {
+	case recordTooLarge(err):
 		return reconf.Errorf(reconf.ReasonRecordTooLarge,
 			"the cluster record is %d bytes, more than the cluster accepts in one request; raise etcd's --max-request-bytes (an external cluster's default is 1.5 MiB; the embedded member accepts 8 MiB) or make the live configuration smaller", size)
+	case permissionDenied(err):
+		return reconf.Errorf(reconf.ReasonClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
 	}
-	return unreachable(op, err)
+	return c.unreachable(op, err)
 }
 
 // recordTooLarge reports whether etcd refused a request for its size:
@@ -501,7 +505,7 @@ func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev i
 	).Commit()
 	cancel()
 	if err != nil {
-		return Update{}, 0, false, unreachable("read", err)
+		return Update{}, 0, false, c.unreachable("read", err)
 	}
 	row = tx.Responses[1].GetResponseRange().Count > 0
 	kvs := tx.Responses[0].GetResponseRange().Kvs
@@ -515,6 +519,15 @@ func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev i
 	return u, rev, row, err
 }
 
-func unreachable(op string, err error) error {
+// unreachable wraps a failed request of op in ErrUnreachable.
+func (c *Channel) unreachable(op string, err error) error { return unreachableUnder(c.prefix, op, err) }
+
+// unreachableUnder wraps a failed request of op under prefix in
+// ErrUnreachable; a request etcd refused to the user also names the
+// grants a fleet needs, since no retry cures it.
+func unreachableUnder(prefix, op string, err error) error {
+	if permissionDenied(err) {
+		return fmt.Errorf("%w: %s: %w: %s", ErrUnreachable, op, err, grantsNeeded(prefix))
+	}
 	return fmt.Errorf("%w: %s: %w", ErrUnreachable, op, err)
 }

@@ -118,7 +118,7 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return Fleet{}, unreachable("fleet", err)
+		return Fleet{}, c.unreachable("fleet", err)
 	}
 	var f Fleet
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {

@@ -801,7 +801,7 @@ func (f *Follower) grant(ctx context.Context) error {
 	defer cancel()
 	l, err := f.ch.cli.Grant(ctx, int64(f.o.ttl/time.Second))
 	if err != nil {
-		return unreachable("grant lease", err)
+		return f.ch.unreachable("grant lease", err)
 	}
 	f.lease = l.ID
 	return nil
@@ -840,7 +840,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
 			f.lease = 0
 		}
-		return unreachable("write worker row", err)
+		return f.ch.unreachable("write worker row", err)
 	}
 	f.trimAfter(applies)
 	f.rowVersion.Store(row.AppliedVersion)

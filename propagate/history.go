@@ -293,7 +293,7 @@ func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	if _, err := h.cli.Txn(rctx).Then(append([]clientv3.Op{entry}, more...)...).Commit(); err != nil {
-		return unreachable("write history", err)
+		return unreachableUnder(h.prefix, "write history", err)
 	}
 	if !h.trimDue() {
 		return nil
@@ -357,18 +357,18 @@ func (h *History) trimEvery() int { return max(1, h.limit/8) }
 func (h *History) trim(ctx context.Context, newest uint64) error {
 	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
 	if err != nil {
-		return unreachable("count history", err)
+		return unreachableUnder(h.prefix, "count history", err)
 	}
 	if excess := resp.Count - int64(h.limit); excess > 0 {
 		old, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
 		if err != nil {
-			return unreachable("trim history", err)
+			return unreachableUnder(h.prefix, "trim history", err)
 		}
 		if len(old.Kvs) > 0 {
 			last := string(old.Kvs[len(old.Kvs)-1].Key)
 			if _, err := h.cli.Delete(ctx, h.entriesPrefix(), clientv3.WithRange(last+"\x00")); err != nil {
-				return unreachable("trim history", err)
+				return unreachableUnder(h.prefix, "trim history", err)
 			}
 		}
 	}
@@ -376,7 +376,7 @@ func (h *History) trim(ctx context.Context, newest uint64) error {
 		resp, err := h.cli.Get(ctx, h.appliesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
 		if err != nil {
-			return unreachable("trim history", err)
+			return unreachableUnder(h.prefix, "trim history", err)
 		}
 		if len(resp.Kvs) == 0 {
 			return nil
@@ -391,7 +391,7 @@ func (h *History) trim(ctx context.Context, newest uint64) error {
 		return nil
 	}
 	if _, err := h.cli.Delete(ctx, h.appliesPrefix(), clientv3.WithRange(h.appliesKey(newest-uint64(h.limit)))); err != nil {
-		return unreachable("trim history", err)
+		return unreachableUnder(h.prefix, "trim history", err)
 	}
 	return nil
 }
@@ -420,7 +420,7 @@ func (h *History) Entries(ctx context.Context, n int) ([]reconf.HistoryEntry, er
 	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
 	if err != nil {
-		return nil, unreachable("read history", err)
+		return nil, unreachableUnder(h.prefix, "read history", err)
 	}
 	out := make([]reconf.HistoryEntry, 0, len(resp.Kvs))
 	var lo, hi uint64
@@ -444,7 +444,7 @@ func (h *History) Entries(ctx context.Context, n int) ([]reconf.HistoryEntry, er
 		clientv3.WithRev(resp.Header.Revision))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, unreachable("read history", err)
+			return nil, unreachableUnder(h.prefix, "read history", err)
 		}
 		return out, nil // the entries without their applies are still worth showing
 	}
