@@ -157,12 +157,12 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // start-up storm.
 func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
 	rctx, cancel := c.reqCtx(ctx)
-	got, err := c.cli.Get(rctx, c.Key(), c.recordRange())
+	got, _, err := c.readRecord(rctx)
 	cancel()
 	if err != nil {
 		return 0, reconf.Record{}, c.unreachable("join: read the channel", err)
 	}
-	if u, found, err := c.decodeRead(got.Kvs); found {
+	if u, found, err := c.decodeRead(got); found {
 		if err != nil {
 			return 0, reconf.Record{}, err
 		}
@@ -189,7 +189,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	resp, err := c.cli.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(c.witnessOp(), clientv3.OpPut(key, val), clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))).
-		Else(clientv3.OpGet(key, c.recordRange())).
+		Else(c.recordOps()...).
 		Commit()
 	if err != nil {
 		return 0, reconf.Record{}, c.writeFailed("join", err, len(val))
@@ -200,7 +200,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 		return 1, local, nil
 	}
 	_, _ = c.cli.Revoke(tctx, lease.ID) // expires with its TTL if this fails
-	u, found, err := c.decodeRead(resp.Responses[0].GetResponseRange().Kvs)
+	u, found, err := c.decodeRead(recordKVs(resp.Responses))
 	switch {
 	case !found:
 		return 0, reconf.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
@@ -401,12 +401,12 @@ func (c *Channel) landed(ctx context.Context, v uint64, val string) (rev int64, 
 // it wrote.
 func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec reconf.Record) (uint64, bool) {
 	gctx, cancel := c.reqCtx(ctx)
-	resp, err := c.cli.Get(gctx, c.Key(), c.recordRange())
+	kvs, _, err := c.readRecord(gctx)
 	cancel()
 	if err != nil {
 		return 0, false
 	}
-	kv, by := c.pick(resp.Kvs)
+	kv, by := c.pick(kvs)
 	if kv == nil || uint64(kv.Version) <= held {
 		return 0, false
 	}
@@ -457,12 +457,12 @@ func (c *Channel) Version(ctx context.Context) (uint64, error) {
 func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.Key(), c.recordRange())
+	kvs, rev, err := c.readRecord(ctx)
 	if err != nil {
 		return Update{}, 0, c.unreachable("read", err)
 	}
-	u, _, err = c.decodeRead(resp.Kvs)
-	return u, resp.Header.Revision, err
+	u, _, err = c.decodeRead(kvs)
+	return u, rev, err
 }
 
 // writeFailed classifies a failed write of a record of size bytes: too

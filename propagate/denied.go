@@ -15,8 +15,11 @@ import (
 // one range, which grants on the record's key alone no longer cover).
 
 // permissionDenied reports whether etcd refused a request to the client's
-// user.
-func permissionDenied(err error) bool { return errors.Is(err, rpctypes.ErrPermissionDenied) }
+// user. A refused watch ends with the text of the gRPC error alone
+// (clientv3 keeps a watch's cancel reason as a string).
+func permissionDenied(err error) bool {
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || (err != nil && err.Error() == rpctypes.ErrGRPCPermissionDenied.Error())
+}
 
 // grantsNeeded names the grants a fleet's etcd user needs under prefix.
 // etcd allows a range read or a watch only if the user's grants cover the

@@ -321,13 +321,23 @@ func (f *Follower) run() {
 			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), f.ch.recordRange(), clientv3.WithRev(rev+1)), cancel
 		}
 	}
+	denied := false // the watch was refused to this worker's etcd user, and that was logged
 	handle := func(wr clientv3.WatchResponse, ok bool) {
 		if !ok || wr.Canceled || wr.Err() != nil {
 			// Watch again after the next resync read, from its revision.
 			wcancel()
 			wch, wcancel = nil, func() {}
+			if err := wr.Err(); permissionDenied(err) && !denied {
+				// The reads may be allowed (they name the two keys) while
+				// the watch of the range between them is not: say so, or
+				// the fleet would run on the resync alone without a word.
+				denied = true
+				f.o.logger.Warn("propagate: etcd refused the watch of the channel; versions arrive with the resync read alone, once per resync interval",
+					"error", err, "grants", grantsNeeded(f.ch.prefix), "resync", f.o.resync)
+			}
 			return
 		}
+		denied = false
 		at := time.Now()
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.PUT || string(ev.Kv.Key) != f.ch.Key() {

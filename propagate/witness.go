@@ -2,7 +2,9 @@ package propagate
 
 import (
 	"bytes"
+	"context"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,20 +26,50 @@ import (
 
 func (c *Channel) witnessKey() string { return c.Key() + "/by" }
 
-// recordRange makes a read or a watch of Key cover the witness too: the
-// range [P/config, P/config/by\x00) holds those two keys and nothing this
+// recordRange makes a watch of Key cover the witness too: the range
+// [P/config, P/config/by\x00) holds those two keys and nothing this
 // package writes besides. A watch on it delivers a transaction's events in
 // one response, in revision order, so the witness comes with its record.
 func (c *Channel) recordRange() clientv3.OpOption {
 	return clientv3.WithRange(c.witnessKey() + "\x00")
 }
 
+// recordOps read the record and its witness: two exact reads, for one
+// transaction (one revision), not a read of recordRange, which holds too
+// whatever someone else put between the two keys (a P/config.bak, the
+// keys of a fleet whose prefix is P/config/a...): every read of the
+// record carried them, and past the client's 8 MiB a worker could not
+// join.
+func (c *Channel) recordOps() []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(c.Key()), clientv3.OpGet(c.witnessKey())}
+}
+
+// readRecord reads the record and its witness at one revision; rev is
+// the store revision the read saw.
+func (c *Channel) readRecord(ctx context.Context) (kvs []*mvccpb.KeyValue, rev int64, err error) {
+	resp, err := c.cli.Txn(ctx).Then(c.recordOps()...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	return recordKVs(resp.Responses), resp.Header.Revision, nil
+}
+
+// recordKVs returns the key-values the responses of recordOps hold.
+func recordKVs(rs []*etcdserverpb.ResponseOp) []*mvccpb.KeyValue {
+	var kvs []*mvccpb.KeyValue
+	for _, r := range rs {
+		kvs = append(kvs, r.GetResponseRange().GetKvs()...)
+	}
+	return kvs
+}
+
 // witnessOp is the witness's write, for a transaction that writes the
 // record and requires this worker's row.
 func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey(), c.id) }
 
-// pick returns the record and the witness among the key-values of a read
-// or a watch response over recordRange; either may be nil.
+// pick returns the record and the witness among the key-values of
+// recordOps' reads or of a watch response over recordRange; either may be
+// nil.
 func (c *Channel) pick(kvs []*mvccpb.KeyValue) (rec, by *mvccpb.KeyValue) {
 	key, wkey := c.Key(), c.witnessKey()
 	for _, kv := range kvs {
@@ -66,7 +98,7 @@ func (c *Channel) decode(kv, by *mvccpb.KeyValue) (Update, error) {
 	return u, err
 }
 
-// decodeRead decodes the record of a read over recordRange; found is
+// decodeRead decodes the record of recordOps' reads; found is
 // false when the channel is empty.
 func (c *Channel) decodeRead(kvs []*mvccpb.KeyValue) (u Update, found bool, err error) {
 	kv, by := c.pick(kvs)

@@ -2,6 +2,8 @@ package propagate
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +94,32 @@ func TestWitnessOnlyAtItsRecordsRevision(t *testing.T) {
 	waitFor(t, 5*time.Second, "b applies version 4", func() bool { return b.version() == 4 })
 	if b.limit() != 66 {
 		t.Fatalf("b's limit is %d after version 4, want 66", b.limit())
+	}
+}
+
+// TestRecordReadLeavesOtherKeysOut: keys someone else put between the
+// record and its witness (copies of the record kept as P/config.bak-N)
+// are not read with the record: the read names the two keys. It read the
+// whole range, so with copies past the client's 8 MiB a worker could not
+// join ("received message larger than max"), and every read of the
+// record carried them.
+func TestRecordReadLeavesOtherKeysOut(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
+	ctx := context.Background()
+	big := strings.Repeat("x", 3<<20)
+	for i := range 3 {
+		if _, err := a.cli.Put(ctx, fmt.Sprintf("%s/config.bak-%d", p, i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
+	if b.version() != 1 {
+		t.Fatalf("b joined at version %d, want 1", b.version())
+	}
+	u, _, err := a.ch.Latest(ctx)
+	if err != nil || u.Version != 1 || !u.witnessed {
+		t.Fatalf("Latest: version %d (witnessed %v), %v; want the witnessed version 1", u.Version, u.witnessed, err)
 	}
 }
