@@ -145,8 +145,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		err = checkPrivate(priv)
 	}
+	if err == nil {
+		err = addOwner(priv)
+	}
 	if err != nil {
+		if cfg.SocketDir == "" && priv != "" {
+			os.RemoveAll(priv)
+		}
 		return nil, err
+	}
+	if cfg.SocketDir == "" {
+		sweepLeftovers(filepath.Dir(priv), priv, cfg.logger())
 	}
 	sock := filepath.Join(priv, "etcd.sock")
 	if len(sock) > maxSocketPath {
@@ -178,13 +187,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // (108 bytes with the terminating NUL).
 const maxSocketPath = 107
 
+// logger is Logger, or slog.Default().
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// privatePrefix begins the name of every private directory Start makes.
+const privatePrefix = "reconf-etcd-"
+
 // privateDir creates a new directory only the current user may enter and
 // checks that it is one: a directory, owned by this user, mode 0700.
 func privateDir(parent string) (string, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	dir, err := os.MkdirTemp(parent, "reconf-etcd-")
+	dir, err := os.MkdirTemp(parent, privatePrefix)
 	if err != nil {
 		return "", fmt.Errorf("embedded: private directory: %w", err)
 	}
@@ -270,10 +290,7 @@ func (s *Server) configLocked() *embed.Config {
 	if s.cfg.LogLevel != nil {
 		lvl = s.cfg.LogLevel.Level()
 	}
-	lg := s.cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := s.cfg.logger()
 	c.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zlog.NewDemoting(lg, "etcd", lvl, s.shutdownNoise).Named(s.name))
 	return c
 }
