@@ -43,10 +43,12 @@ type Channel struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	joinLease atomic.Int64             // the lease of the row Join wrote; a Follower takes it over
-	ownRev    atomic.Int64             // the revision of this worker's last write of the record, which vet trusts
-	writing   atomic.Pointer[ownWrite] // the record this worker's publish is writing, which vet trusts too
-	unvetted  atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
+	joinLease   atomic.Int64             // the lease of the row Join wrote; a Follower takes it over
+	ownRev      atomic.Int64             // the revision of this worker's last write of the record, which vet trusts
+	writing     atomic.Pointer[ownWrite] // the record this worker's publish is writing, which vet trusts too
+	unvetted    atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
+	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
+	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -186,11 +188,8 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(c.witnessOp(), clientv3.OpPut(key, val), clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))).
-		Else(c.recordOps()...).
-		Commit()
+	resp, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, val,
+		[]clientv3.Op{clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))}, c.recordOps())
 	if err != nil {
 		return 0, reconf.Record{}, c.writeFailed("join", err, len(val))
 	}
@@ -336,11 +335,8 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()).
-		Then(c.witnessOp(), clientv3.OpPut(key, val)).
-		Else(clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()), clientv3.OpGet(key, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()}, val,
+		nil, []clientv3.Op{clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()), clientv3.OpGet(key, clientv3.WithKeysOnly())})
 	if err != nil {
 		if rev, ok := c.landed(ctx, held+1, val); ok && !recordTooLarge(err) {
 			c.ownRev.Store(rev)
@@ -424,10 +420,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	}
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	tx, err := c.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()).
-		Then(c.witnessOp(), clientv3.OpPut(c.Key(), val)).
-		Commit()
+	tx, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()}, val, nil, nil)
 	if err != nil || !tx.Succeeded {
 		return 0, false
 	}

@@ -204,6 +204,7 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 		cancel()
 	}
 	f.remarkUnvetted()
+	f.remarkUnwitnessed()
 	if f.o.history != nil {
 		f.o.history.carryWith(f)
 	}
@@ -294,6 +295,7 @@ func (f *Follower) run() {
 	)
 	retry.Stop()
 	defer func() { wcancel() }()
+	keyOnly := false // etcd refused the watch of the record's range: the record's key alone
 	tick := time.NewTicker(f.o.resync)
 	defer tick.Stop()
 
@@ -318,7 +320,11 @@ func (f *Follower) run() {
 		}
 		if wch == nil && !f.o.noWatch {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
-			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), f.ch.recordRange(), clientv3.WithRev(rev+1)), cancel
+			opts := []clientv3.OpOption{clientv3.WithRev(rev + 1)}
+			if !keyOnly {
+				opts = append(opts, f.ch.recordRange())
+			}
+			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), opts...), cancel
 		}
 	}
 	denied := false // the watch was refused to this worker's etcd user, and that was logged
@@ -327,6 +333,16 @@ func (f *Follower) run() {
 			// Watch again after the next resync read, from its revision.
 			wcancel()
 			wch, wcancel = nil, func() {}
+			if err := wr.Err(); permissionDenied(err) && !keyOnly {
+				// A role granted the record's key alone, from before the
+				// witness: watch the record alone, as a worker of an
+				// earlier version did, and vet each version with the read.
+				keyOnly = true
+				f.o.logger.Warn("propagate: etcd refused this worker's user the watch of the record with its witness; it watches the record alone and vets each version with a read (one round trip more per version)",
+					"error", err, "grants", grantsNeeded(f.ch.prefix))
+				resync()
+				return
+			}
 			if err := wr.Err(); permissionDenied(err) && !denied {
 				// The reads may be allowed (they name the two keys) while
 				// the watch of the range between them is not: say so, or
@@ -423,6 +439,7 @@ func (f *Follower) consider(u Update, at time.Time) bool {
 	err := f.ch.vet(f.ctx, u)
 	seen := arrival{at: at, vet: time.Since(v0)}
 	f.remarkUnvetted()
+	f.remarkUnwitnessed()
 	if err != nil {
 		if errors.Is(err, ErrUnreachable) {
 			if f.ctx.Err() == nil {
@@ -435,6 +452,16 @@ func (f *Follower) consider(u Update, at time.Time) bool {
 		return false
 	}
 	return f.offer(u, seen)
+}
+
+// remarkUnwitnessed logs, once, that the channel writes records without
+// their witness, etcd having refused it to this worker's user (see
+// Channel.writeRecord).
+func (f *Follower) remarkUnwitnessed() {
+	if f.ch.unwitnessed.Swap(false) {
+		f.o.logger.Warn("propagate: etcd refused this worker's user the record's witness; this worker publishes the record alone, and every other worker vets its versions with a read (one round trip more per version)",
+			"grants", grantsNeeded(f.ch.prefix))
+	}
 }
 
 // remarkUnvetted logs a version the channel accepted without vetting it

@@ -67,6 +67,37 @@ func recordKVs(rs []*etcdserverpb.ResponseOp) []*mvccpb.KeyValue {
 // record and requires this worker's row.
 func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey(), c.id) }
 
+// writeRecord commits a transaction that writes the record val and its
+// witness, then the ops in then, if cmps hold, else the ops in els. A
+// worker whose etcd user may write the record but not the witness (a role
+// granted the record's key alone, before the witness existed) writes the
+// record alone from then on, as a worker of an earlier version did: its
+// records are vetted with the read, the fleet keeps working through an
+// upgrade, and its follower says once which grant would restore the
+// witness (unwitnessed). A transaction is refused whole, before anything
+// is written, so the second try cannot write twice.
+func (c *Channel) writeRecord(ctx context.Context, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	txn := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(append(ops, then...)...).Else(els...).Commit()
+	}
+	put := clientv3.OpPut(c.Key(), val)
+	if c.noWitness.Load() {
+		return txn(put)
+	}
+	resp, err := txn(c.witnessOp(), put)
+	if !permissionDenied(err) {
+		return resp, err
+	}
+	alone, err2 := txn(put)
+	if permissionDenied(err2) {
+		return resp, err // refused without the witness too: not the witness's grant
+	}
+	if err2 == nil && !c.noWitness.Swap(true) {
+		c.unwitnessed.Store(true)
+	}
+	return alone, err2
+}
+
 // pick returns the record and the witness among the key-values of
 // recordOps' reads or of a watch response over recordRange; either may be
 // nil.
