@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // A member's private directory holds, besides its socket and (by default)
@@ -31,17 +34,33 @@ import (
 // existed name nobody and are left alone.
 const ownersFile = "owners"
 
+// maxOwners bounds the owners file a sweep reads: a line of a few bytes
+// per process that ran the member, thousands of hand-overs. A longer one
+// is not a leftover this package made, and stays.
+const maxOwners = 64 << 10
+
 // addOwner names this process in dir's owners.
 func addOwner(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, ownersFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err == nil {
-		_, err = fmt.Fprintf(f, "%d\n", os.Getpid())
-		err = errors.Join(err, f.Close())
-	}
-	if err != nil {
+	if err := appendLine(filepath.Join(dir, ownersFile), strconv.Itoa(os.Getpid())); err != nil {
 		return fmt.Errorf("embedded: private directory: record this process as its owner: %w", err)
 	}
 	return nil
+}
+
+// appendLine appends line to the regular file at path, made if missing.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, appendFlags, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", path)
+	}
+	if err == nil {
+		_, err = f.WriteString(line + "\n")
+	}
+	return errors.Join(err, f.Close())
 }
 
 // sweepLeftovers removes the private directories in parent (other than
@@ -66,7 +85,12 @@ func leftover(dir string) bool {
 	if checkPrivate(dir) != nil {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(dir, ownersFile))
+	// Bounded, and never a FIFO or a device: the directory is this
+	// user's, but a sweep must not hang or fill memory on whatever sits
+	// there. Any failure keeps the directory.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := safefile.ReadFile(ctx, filepath.Join(dir, ownersFile), maxOwners)
 	if err != nil {
 		return false // none: from before the file, or a member starting
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -55,7 +56,8 @@ func fakeMemberDir(t *testing.T, parent, name string, mode os.FileMode, pids ...
 // killed predecessors left in the runtime directory (every owner gone,
 // nothing on the socket), and keeps every other: one whose owner, or
 // whose predecessor in a hand-over, lives; one whose socket answers; one
-// that names no owner (made before owners existed, or starting); one not
+// that names no owner (made before owners existed, or starting); one
+// whose owners file is over the bound, a FIFO or /dev/zero; one not
 // private (mode 0755) and a symbolic link. Its own directory names it,
 // and a successor that takes it over is named too.
 func TestStartSweepsLeftovers(t *testing.T) {
@@ -71,6 +73,22 @@ func TestStartSweepsLeftovers(t *testing.T) {
 		fakeMemberDir(t, parent, "no-owners", 0o700),
 		fakeMemberDir(t, parent, "not-private", 0o755, dead),
 	}
+	// An owners file that is not one this package writes: over the
+	// bound (every pid in it gone), a FIFO, a link to /dev/zero. The
+	// sweep keeps them, and neither hangs nor reads without end.
+	huge := fakeMemberDir(t, parent, "huge-owners", 0o700)
+	if err := os.WriteFile(filepath.Join(huge, ownersFile), []byte(strings.Repeat(fmt.Sprintf("%d\n", dead), maxOwners)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := fakeMemberDir(t, parent, "fifo-owners", 0o700)
+	if err := syscall.Mkfifo(filepath.Join(fifo, ownersFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := fakeMemberDir(t, parent, "zero-owners", 0o700)
+	if err := os.Symlink("/dev/zero", filepath.Join(zero, ownersFile)); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, huge, fifo, zero)
 	serving := fakeMemberDir(t, parent, "serving", 0o700, dead)
 	ln, err := net.Listen("unix", filepath.Join(serving, "etcd.sock"))
 	if err != nil {
@@ -122,5 +140,24 @@ func TestStartSweepsLeftovers(t *testing.T) {
 	defer s2.Close()
 	if b, _ := os.ReadFile(filepath.Join(priv, ownersFile)); strings.Count(string(b), fmt.Sprint(me)) != 2 {
 		t.Errorf("after the take-over, owners is %q; want this process twice", b)
+	}
+}
+
+// TestAddOwnerRefusesAFIFO: a FIFO where the owners file goes fails the
+// start at once instead of waiting for a reader that never comes.
+func TestAddOwnerRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, ownersFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- addOwner(dir) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("addOwner wrote to a FIFO")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("addOwner is blocked opening a FIFO")
 	}
 }
