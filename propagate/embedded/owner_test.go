@@ -11,9 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // deadPID returns the pid of a process that has exited.
@@ -52,6 +53,19 @@ func fakeMemberDir(t *testing.T, parent, name string, mode os.FileMode, pids ...
 	return dir
 }
 
+// hostileOwners puts testkit's hostile files where an owners file goes: a
+// FIFO with no writer in fifoDir, a link to /dev/zero in zeroDir.
+func hostileOwners(t *testing.T, fifoDir, zeroDir string) {
+	t.Helper()
+	fifo, zero := testkit.HostileFiles(t, t.TempDir())
+	if err := os.Rename(fifo, filepath.Join(fifoDir, ownersFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(zero, filepath.Join(zeroDir, ownersFile)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStartSweepsLeftovers: Start removes the private directories its
 // killed predecessors left in the runtime directory (every owner gone,
 // nothing on the socket), and keeps every other: one whose owner, or
@@ -80,14 +94,8 @@ func TestStartSweepsLeftovers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(huge, ownersFile), []byte(strings.Repeat(fmt.Sprintf("%d\n", dead), maxOwners)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fifo := fakeMemberDir(t, parent, "fifo-owners", 0o700)
-	if err := syscall.Mkfifo(filepath.Join(fifo, ownersFile), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	zero := fakeMemberDir(t, parent, "zero-owners", 0o700)
-	if err := os.Symlink("/dev/zero", filepath.Join(zero, ownersFile)); err != nil {
-		t.Fatal(err)
-	}
+	fifo, zero := fakeMemberDir(t, parent, "fifo-owners", 0o700), fakeMemberDir(t, parent, "zero-owners", 0o700)
+	hostileOwners(t, fifo, zero)
 	kept = append(kept, huge, fifo, zero)
 	serving := fakeMemberDir(t, parent, "serving", 0o700, dead)
 	ln, err := net.Listen("unix", filepath.Join(serving, "etcd.sock"))
@@ -147,9 +155,7 @@ func TestStartSweepsLeftovers(t *testing.T) {
 // start at once instead of waiting for a reader that never comes.
 func TestAddOwnerRefusesAFIFO(t *testing.T) {
 	dir := t.TempDir()
-	if err := syscall.Mkfifo(filepath.Join(dir, ownersFile), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hostileOwners(t, dir, t.TempDir())
 	done := make(chan error, 1)
 	go func() { done <- addOwner(dir) }()
 	select {
