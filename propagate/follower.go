@@ -333,7 +333,9 @@ func (f *Follower) run() {
 			// Watch again after the next resync read, from its revision.
 			wcancel()
 			wch, wcancel = nil, func() {}
-			if err := wr.Err(); permissionDenied(err) && !keyOnly {
+			switch err := wr.Err(); {
+			case !permissionDenied(err):
+			case !keyOnly:
 				// A role granted the record's key alone, from before the
 				// witness: watch the record alone, as a worker of an
 				// earlier version did, and vet each version with the read.
@@ -341,12 +343,10 @@ func (f *Follower) run() {
 				f.o.logger.Warn("propagate: etcd refused this worker's user the watch of the record with its witness; it watches the record alone and vets each version with a read (one round trip more per version)",
 					"error", err, "grants", grantsNeeded(f.ch.prefix))
 				resync()
-				return
-			}
-			if err := wr.Err(); permissionDenied(err) && !denied {
-				// The reads may be allowed (they name the two keys) while
-				// the watch of the range between them is not: say so, or
-				// the fleet would run on the resync alone without a word.
+			case !denied:
+				// Refused the record's key too, while its reads may be
+				// allowed: say so, or the fleet would run on the resync
+				// alone without a word.
 				denied = true
 				f.o.logger.Warn("propagate: etcd refused the watch of the channel; versions arrive with the resync read alone, once per resync interval",
 					"error", err, "grants", grantsNeeded(f.ch.prefix), "resync", f.o.resync)

@@ -1,7 +1,6 @@
 package propagate
 
 import (
-	"bytes"
 	"context"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -117,7 +116,7 @@ func (c *Channel) pick(kvs []*mvccpb.KeyValue) (rec, by *mvccpb.KeyValue) {
 // witnessed reports whether by was written with u, in the same
 // transaction, and names u's publisher.
 func witnessed(u Update, by *mvccpb.KeyValue) bool {
-	return by != nil && u.Revision != 0 && by.ModRevision == u.Revision && bytes.Equal(by.Value, []byte(u.PublishedBy))
+	return by != nil && u.Revision != 0 && by.ModRevision == u.Revision && string(by.Value) == u.PublishedBy
 }
 
 // decode decodes the record kv, witnessed when by was written with it.
