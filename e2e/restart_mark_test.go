@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 )
 
@@ -139,8 +140,8 @@ func (h *reloadHammer) check(t *testing.T, what string, began time.Time, res adm
 }
 
 // startRestart posts a restart until one begins (its check answers busy
-// while a hammered reload runs) and returns its id and when the 202
-// reached the test.
+// while a hammered reload runs, or meets a rename: see metRename) and
+// returns its id and when the 202 reached the test.
 func startRestart(t *testing.T, r *restartable) (string, time.Time) {
 	t.Helper()
 	for range 100 {
@@ -155,17 +156,70 @@ func startRestart(t *testing.T, r *restartable) (string, time.Time) {
 		if resp.StatusCode == http.StatusConflict && strings.Contains(string(b), `"busy"`) {
 			continue
 		}
-		if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &res) != nil || res.ID == "" {
+		if json.Unmarshal(b, &res) == nil && metRename(t, res) {
+			continue
+		}
+		if resp.StatusCode != http.StatusAccepted || res.ID == "" {
 			t.Fatalf("restart: %d %s, want 202 with an id", resp.StatusCode, b)
 		}
 		return res.ID, began
 	}
-	t.Fatal("every restart answered busy")
+	t.Fatal("every restart answered busy or met a rename")
 	return "", time.Time{}
 }
 
-// followRestart waits for the restart id to finish and returns it.
+// metRename reports whether a restart ended because a read of the file
+// (its check, or a new process's load) met the hammer renaming a new file
+// over it: the spec's source_unstable, whose message says to retry, not
+// a fault. The hammer renames every 30 ms, so a restart meets one now and
+// then (seen once in CI: a roll's check, 1.9 ms after it began); the test
+// then starts it again, as an operator would.
+func metRename(t *testing.T, res admin.RestartResult) bool {
+	t.Helper()
+	unstable := string(reconf.ReasonSourceUnstable)
+	if res.Reason != unstable && !strings.Contains(res.Message, "("+unstable+")") {
+		return false
+	}
+	t.Logf("restart %q met a rename of the file (%s): %s; starting it again", res.ID, unstable, res.Outcome)
+	return true
+}
+
+// restartThrough starts a restart, runs during (if any) while it runs,
+// and returns its id, when its 202 reached the test and its result,
+// failing the test unless it restarted. A restart that met a rename is
+// started again (see metRename), at most 5 times.
+func restartThrough(t *testing.T, r *restartable, during func()) (string, time.Time, admin.RestartResult) {
+	t.Helper()
+	for try := 1; ; try++ {
+		id, began := startRestart(t, r)
+		if during != nil {
+			during()
+		}
+		res := awaitRestart(t, r, id)
+		if try < 5 && res.Outcome == admin.RestartFailed && metRename(t, res) {
+			continue
+		}
+		if res.Outcome != admin.Restarted {
+			t.Fatalf("restart %s: %+v", id, res)
+		}
+		return id, began, res
+	}
+}
+
+// followRestart waits for the restart id to finish and returns it,
+// failing the test unless it restarted.
 func followRestart(t *testing.T, r *restartable, id string) admin.RestartResult {
+	t.Helper()
+	res := awaitRestart(t, r, id)
+	if res.Outcome != admin.Restarted {
+		t.Fatalf("restart %s: %+v", id, res)
+	}
+	return res
+}
+
+// awaitRestart waits for the restart id to finish and returns it,
+// whatever its outcome.
+func awaitRestart(t *testing.T, r *restartable, id string) admin.RestartResult {
 	t.Helper()
 	long := &http.Client{Timeout: 90 * time.Second}
 	resp, err := long.Get("http://" + r.mgmt + admin.RestartPath + "/" + id + "?wait=60s")
@@ -181,9 +235,6 @@ func followRestart(t *testing.T, r *restartable, id string) admin.RestartResult 
 	r.pids = append(r.pids, res.NewPIDs...)
 	if res.NewSupervisorPID != 0 {
 		r.pids = append(r.pids, res.NewSupervisorPID)
-	}
-	if res.Outcome != admin.Restarted {
-		t.Fatalf("restart %s: %+v", id, res)
 	}
 	return res
 }
@@ -274,8 +325,7 @@ func TestRestartMarkHoldsAcrossRestarts(t *testing.T) {
 	// A roll: the same executable.
 	h := hammerReloads(t, r, cfg)
 	time.Sleep(200 * time.Millisecond)
-	id, began := startRestart(t, r)
-	res := followRestart(t, r, id)
+	_, began, res := restartThrough(t, r, nil)
 	h.check(t, "roll", began, res)
 	checkControlDir(t, mark)
 
@@ -290,15 +340,16 @@ func TestRestartMarkHoldsAcrossRestarts(t *testing.T) {
 	old := res.NewPIDs // not workerPIDs: it may list a worker that drains
 	h = hammerReloads(t, r, cfg)
 	time.Sleep(200 * time.Millisecond)
-	id, began = startRestart(t, r)
-	hups, sent := strings.Count(r.logs.String(), "SIGHUP answered busy"), 0
-	for _, pid := range old {
-		if alive(pid) && syscall.Kill(pid, syscall.SIGHUP) == nil {
-			sent++
+	var hups, sent int
+	id, began, res := restartThrough(t, r, func() {
+		hups, sent = strings.Count(r.logs.String(), "SIGHUP answered busy"), 0
+		for _, pid := range old {
+			if alive(pid) && syscall.Kill(pid, syscall.SIGHUP) == nil {
+				sent++
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	res = followRestart(t, r, id)
+	})
 	if res.NewSupervisorPID == 0 {
 		t.Fatalf("the hand-over kept the supervisor: %+v", res)
 	}
@@ -344,8 +395,7 @@ func TestRestartMarkHoldsAcrossRestarts(t *testing.T) {
 	}
 	h = hammerReloads(t, r, cfg)
 	time.Sleep(200 * time.Millisecond)
-	id, began = startRestart(t, r)
-	res = followRestart(t, r, id)
+	_, began, res = restartThrough(t, r, nil)
 	h.check(t, "roll after a crash", began, res)
 	checkControlDir(t, mark)
 }
