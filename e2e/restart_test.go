@@ -473,6 +473,9 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady || !alive(oldSup) {
 		t.Fatalf("restart with a new supervisor that fails: exit %d, %+v", code, res)
 	}
+	if !strings.Contains(res.Message, "exited before it was ready (exit status 1): control socket: ") || !strings.Contains(res.Message, "/nonexistent/reconfd-e2e") {
+		t.Errorf("the failed hand-over's message does not give the new supervisor's reason: %s", res.Message)
+	}
 	writeAtomic(t, r.path, strings.Replace(cfg, "tokens: 6", "tokens: 4", 1))
 	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
 		t.Fatalf("reload after a failed hand-over (the etcd must have resumed): exit %d %s", code, out)

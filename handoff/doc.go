@@ -32,7 +32,9 @@
 // Start starts a command with the set's sockets and a readiness pipe
 // (EnvReadyFD). The child calls Ready once it serves; the parent's
 // Process.WaitReady returns the child's one-line status, or an error when
-// the child exited first or the context ended. Ready also tells systemd
+// the child exited first or the context ended. A child that gives up
+// calls Failed with its reason before it exits, and the parent's error
+// names it. NotifyReady, a separate call, tells systemd
 // (READY=1 and, for a successor, MAINPID) when NOTIFY_SOCKET is set, so a
 // Type=notify unit follows the main process across a restart; the unit
 // needs NotifyAccess=all because the successor is not yet the main process

@@ -28,8 +28,10 @@ import (
 
 // childEnv turns the test binary into a child: "serve" (inherits "http",
 // says ready with its pid, answers each connection with its pid and a
-// newline, exits on stdin EOF), "die" (exits 3 at once), "badenv" (calls
-// Inherited and exits 4 when it fails with ErrBadEnv).
+// newline, exits on stdin EOF), "die" (exits 3 at once), "fail" (says
+// Failed with a two-line reason, then Ready, and exits 7), "longfail"
+// (says Failed with a reason past the pipe's bound and exits 7),
+// "badenv" (calls Inherited and exits 4 when it fails with ErrBadEnv).
 const childEnv = "HANDOFF_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -43,6 +45,16 @@ func child(mode string) int {
 	switch mode {
 	case "die":
 		return 3
+	case "fail":
+		if handoff.Failed("the file changed\nwhile it was read") != nil || handoff.Ready("late") != nil {
+			return 2
+		}
+		return 7
+	case "longfail":
+		if handoff.Failed(strings.Repeat("é", 3000)) != nil {
+			return 2
+		}
+		return 7
 	case "badenv":
 		if _, err := handoff.Inherited(); errors.Is(err, handoff.ErrBadEnv) {
 			return 4
@@ -168,6 +180,40 @@ func TestChildThatDiesIsNotReady(t *testing.T) {
 	<-p.Exited()
 	if p.State().ExitCode() != 3 {
 		t.Errorf("state %v", p.State())
+	}
+}
+
+// TestFailedNamesTheReason: a child that says Failed and exits is not
+// ready, and the parent's error and Failure carry its reason on one line;
+// a Ready after Failed writes nothing. A reason past the pipe's bound is
+// cut to fit, at a rune's edge, rather than lost.
+func TestFailedNamesTheReason(t *testing.T) {
+	for mode, want := range map[string]string{
+		"fail": "the file changed while it was read",
+		// The 4 KiB line: "failed ", 2,042 é (the half rune at the cut is
+		// dropped), "..." and the newline.
+		"longfail": strings.Repeat("é", 2042) + "...",
+	} {
+		t.Run(mode, func(t *testing.T) {
+			cmd, stdin := command(t, mode)
+			defer stdin.Close()
+			p, err := handoff.Start(cmd, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = p.WaitReady(ctx)
+			if !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 7") || !strings.HasSuffix(err.Error(), ": "+want) {
+				t.Fatalf("WaitReady: %.200v; want ErrNotReady naming exit status 7 and the reason", err)
+			}
+			if got := p.Failure(); got != want {
+				t.Errorf("Failure: %.80q (%d bytes), want %.80q (%d bytes)", got, len(got), want, len(want))
+			}
+			if p.Status() != "" {
+				t.Errorf("Status %q after Failed: a Ready after Failed wrote", p.Status())
+			}
+		})
 	}
 }
 

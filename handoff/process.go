@@ -28,9 +28,10 @@ type Process struct {
 	read   chan struct{} // closed when the readiness pipe is done
 	exited chan struct{} // closed after the child was reaped
 
-	mu     sync.Mutex
-	status string // the ready line's status
-	state  *os.ProcessState
+	mu      sync.Mutex
+	status  string // the ready line's status
+	failure string // the failed line's reason
+	state   *os.ProcessState
 }
 
 // Start starts cmd with set's sockets (set may be nil) and a readiness
@@ -70,11 +71,19 @@ func Start(cmd *exec.Cmd, set *Set) (*Process, error) {
 		defer r.Close()
 		line, _ := bufio.NewReader(io.LimitReader(r, maxReadyLine)).ReadString('\n')
 		word, status, _ := strings.Cut(strings.TrimRight(line, "\n"), " ")
-		if word == "ready" && strings.HasSuffix(line, "\n") {
+		if !strings.HasSuffix(line, "\n") {
+			return
+		}
+		switch word {
+		case "ready":
 			p.mu.Lock()
 			p.status = status
 			p.mu.Unlock()
 			close(p.ready)
+		case "failed":
+			p.mu.Lock()
+			p.failure = status
+			p.mu.Unlock()
 		}
 	}()
 	return p, nil
@@ -112,10 +121,19 @@ func (p *Process) Status() string {
 	return p.status
 }
 
+// Failure returns the reason the child gave with Failed ("" if it gave
+// none, or before its pipe was read).
+func (p *Process) Failure() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failure
+}
+
 // WaitReady waits until the child is ready and returns its status. It
 // returns an error wrapping ErrNotReady when the child exited or closed
-// its pipe without saying ready, and ctx's error when ctx ends first. It
-// never kills the child: that is the caller's decision.
+// its pipe without saying ready (with the reason it gave with Failed, if
+// any), and ctx's error when ctx ends first. It never kills the child:
+// that is the caller's decision.
 func (p *Process) WaitReady(ctx context.Context) (string, error) {
 	select {
 	case <-p.ready:
@@ -125,6 +143,9 @@ func (p *Process) WaitReady(ctx context.Context) (string, error) {
 		case <-p.ready:
 			return p.Status(), nil
 		case <-p.exited:
+			if why := p.Failure(); why != "" {
+				return "", fmt.Errorf("%w: it exited first (%s): %s", ErrNotReady, p.State(), why)
+			}
 			return "", fmt.Errorf("%w: it exited first (%s)", ErrNotReady, p.State())
 		case <-ctx.Done():
 			return "", fmt.Errorf("%w: it closed its readiness pipe: %w", ErrNotReady, ctx.Err())
@@ -134,23 +155,40 @@ func (p *Process) WaitReady(ctx context.Context) (string, error) {
 	}
 }
 
-var readyOnce struct {
+// said guards the readiness pipe: a process says ready or failed once.
+var said struct {
 	sync.Mutex
 	done bool
 }
 
 // Ready tells the parent that started this process with Start that it
 // serves, with a one-line status (no newline; it may be empty) that the
-// parent reads from Process.WaitReady. Only the first call writes; a
-// process not started by Start (EnvReadyFD unset) gets nil. It does not
-// notify systemd: see Notify.
+// parent reads from Process.WaitReady. Only the first call of Ready or
+// Failed writes; a process not started by Start (EnvReadyFD unset) gets
+// nil. It does not notify systemd: see Notify.
 func Ready(status string) error {
-	readyOnce.Lock()
-	defer readyOnce.Unlock()
-	if readyOnce.done {
+	return say("ready", status)
+}
+
+// Failed tells the parent that started this process with Start why it
+// will not become ready, just before it exits: the parent's WaitReady and
+// Failure carry the reason, so that a failed upgrade or roll names its
+// cause where the operator asked for it, not only in the child's log.
+// The reason is one line (newlines become spaces), cut to fit the pipe's
+// bound; it must not hold secrets. Only the first call of Ready or Failed
+// writes; a process not started by Start gets nil.
+func Failed(reason string) error {
+	return say("failed", reason)
+}
+
+// say writes the process's one line on the readiness pipe.
+func say(word, text string) error {
+	said.Lock()
+	defer said.Unlock()
+	if said.done {
 		return nil
 	}
-	readyOnce.done = true
+	said.done = true
 	v, ok := os.LookupEnv(EnvReadyFD)
 	if !ok {
 		return nil
@@ -162,12 +200,15 @@ func Ready(status string) error {
 	}
 	f := os.NewFile(uintptr(fd), "handoff-ready")
 	defer f.Close()
-	line := "ready"
-	if status = strings.ReplaceAll(status, "\n", " "); status != "" {
-		line += " " + status
+	line := word
+	if text = strings.ReplaceAll(text, "\n", " "); text != "" {
+		line += " " + text
+	}
+	if len(line) >= maxReadyLine {
+		line = strings.ToValidUTF8(line[:maxReadyLine-4], "") + "..."
 	}
 	if _, err := f.WriteString(line + "\n"); err != nil {
-		return fmt.Errorf("handoff: tell the parent this process is ready: %w", err)
+		return fmt.Errorf("handoff: tell the parent this process is %s: %w", word, err)
 	}
 	return nil
 }

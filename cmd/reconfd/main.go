@@ -22,6 +22,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/reconfhq/reconf/handoff"
 )
 
 // Exit codes.
@@ -71,7 +73,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(stderr, "reconfd:", redactURLs(ee.msg))
+			msg := redactURLs(ee.msg)
+			fmt.Fprintln(stderr, "reconfd:", msg)
+			// A process a restart started, failing before it was ready,
+			// tells its parent why: the restart's result then names
+			// the cause. Elsewhere (no readiness pipe), or once ready,
+			// this writes nothing.
+			_ = handoff.Failed(msg)
 		}
 		if ee.code == exitUsage {
 			fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")

@@ -117,7 +117,7 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 		}
 		msg := fmt.Sprintf("the new process (pid %d) did not become ready within %v: %v; it was stopped and this process keeps serving", p.PID(), r.timeout, err)
 		if errors.Is(err, handoff.ErrNotReady) {
-			msg = fmt.Sprintf("the new process (pid %d) exited before it was ready (%s); this process keeps serving; see its log lines above", p.PID(), p.State())
+			msg = fmt.Sprintf("the new process (pid %d) exited before it was ready %s; this process keeps serving", p.PID(), whyNotReady(p))
 		}
 		fail(admin.ReasonRestartNotReady, msg)
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
 )
 
 // keptRestarts is how many finished restarts stay known by id.
@@ -268,4 +269,15 @@ func (g restartGuard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Resu
 			Message: "a restart is in progress; reload when it ends", PreviousGeneration: id, Generation: id, Started: time.Now()}, nil
 	}
 	return g.Runtime.Reload(ctx, t)
+}
+
+// whyNotReady says how a new process that exited before it was ready
+// ended: its exit status and the reason it gave its parent
+// (handoff.Failed), or, when it gave none (it crashed, or is not
+// reconfd), where to look.
+func whyNotReady(p *handoff.Process) string {
+	if why := p.Failure(); why != "" {
+		return fmt.Sprintf("(%s): %s", p.State(), why)
+	}
+	return fmt.Sprintf("(%s); see its log lines above", p.State())
 }

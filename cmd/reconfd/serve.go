@@ -415,7 +415,10 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		res, err := g.Reload(ctx, triggerRestart)
 		if err != nil || !res.Outcome.OK() {
 			_ = g.Shutdown(context.Background())
-			return fail("restart: publishing the file's live part: %s (%s) %v", res.Outcome, res.Reason, err)
+			if err != nil {
+				return fail("restart: publishing the file's live part: %v", err)
+			}
+			return fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
 		}
 	}
 	rs := newFleetRestarter(g, lookup.get(envControl), lookup.get(envRestartMark))

@@ -281,7 +281,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		<-asked
 		resume()
 		if errors.Is(err, handoff.ErrNotReady) {
-			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) exited before it was ready (%s); see its log lines above", p.PID(), p.State())
+			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) exited before it was ready %s", p.PID(), whyNotReady(p))
 		}
 		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) was not ready within %v (%w); it was stopped", p.PID(), s.timeout, err)
 	}

@@ -255,6 +255,9 @@ func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
 	}
 	select {
 	case <-p.Exited():
+		if why := p.Failure(); why != "" {
+			return fmt.Errorf("exited before it was ready (%s): %s", p.State(), why)
+		}
 		return fmt.Errorf("exited before it was ready: %s", p.State())
 	default:
 	}

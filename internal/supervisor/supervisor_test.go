@@ -36,7 +36,8 @@ type logBuf = testkit.Buffer
 
 // workerEnv turns the test binary into a fake worker: "ok" (ready, records
 // SIGHUPs in RECONF_TEST_DIR/<slot>, exits 0 on SIGTERM), "fail-N" (slot N
-// exits 1 before ready; other slots are ok), "gone" (ready, exits 7 when
+// tells its parent why with handoff.Failed and exits 1 before ready; other
+// slots are ok), "gone" (ready, exits 7 when
 // the supervisor is gone).
 const workerEnv = "RECONF_SUPERVISOR_TEST_WORKER"
 
@@ -51,6 +52,7 @@ func fakeWorker(mode string) int {
 	slot := os.Getenv("RECONF_TEST_SLOT")
 	if n, ok := strings.CutPrefix(mode, "fail-"); ok && n == slot {
 		fmt.Fprintln(os.Stderr, "fake worker: failing on purpose")
+		_ = handoff.Failed("the fake worker's reason")
 		return 1
 	}
 	sigs := make(chan os.Signal, 4)
@@ -230,8 +232,9 @@ func TestStartFailsWhenAWorkerCannotStart(t *testing.T) {
 	if err == nil || s != nil {
 		t.Fatalf("got %v, %v; want a failed start", s, err)
 	}
-	if !strings.Contains(err.Error(), "worker 2") || !strings.Contains(err.Error(), "exit status 1") {
-		t.Errorf("error %q does not name the worker and its status", err)
+	if !strings.Contains(err.Error(), "worker 2") || !strings.Contains(err.Error(), "exit status 1") ||
+		!strings.Contains(err.Error(), "the fake worker's reason") {
+		t.Errorf("error %q does not name the worker, its status and the reason it gave", err)
 	}
 	if !strings.Contains(logs.String(), "failing on purpose") {
 		t.Errorf("the worker's own stderr was lost:\n%s", logs)
@@ -391,8 +394,8 @@ func TestRollThatFailsKeepsTheOldWorkers(t *testing.T) {
 	bad := "fail-2"
 	m.Store(&bad)
 	_, err = s.Roll(context.Background(), RollOptions{})
-	if err == nil || !strings.Contains(err.Error(), "new worker 2") {
-		t.Fatalf("roll: %v; want a failure naming new worker 2", err)
+	if err == nil || !strings.Contains(err.Error(), "new worker 2") || !strings.Contains(err.Error(), "(exit status 1): the fake worker's reason") {
+		t.Fatalf("roll: %v; want a failure naming new worker 2 and the reason it gave", err)
 	}
 	if got := pids(s.Workers()); !slices.Equal(got, before) {
 		t.Fatalf("workers %v after a failed roll, want %v", got, before)
