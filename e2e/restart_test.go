@@ -259,7 +259,8 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 // TestRestartRefusedOrFailedChangesNothing: an invalid file ends a restart
 // with invalid (422) before anything starts; a broken executable at the
 // path (a failed upgrade) ends it with restart-failed and the old process
-// serves on; the good executable back at the path restarts.
+// serves on, as does a reconfd that refuses a flag, whose reason the
+// result gives; the good executable back at the path restarts.
 func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
@@ -305,6 +306,24 @@ func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
 		t.Fatalf("healthz after a failed restart: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+
+	// An upgrade that no longer takes a flag the restart passes: reconfd
+	// itself fails before it is ready, and the result gives its reason.
+	script := fmt.Sprintf("#!/bin/sh\nexec %s \"$@\" --no-such-flag\n", binary)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	res, code = r.restart()
+	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady ||
+		!strings.Contains(res.Message, "exited before it was ready (exit status 2): unknown flag: --no-such-flag") {
+		t.Fatalf("restart with an executable that refuses a flag: exit %d, %+v; want its reason in the message", code, res)
+	}
+	if !alive(first) {
+		t.Fatal("the old process is gone after a failed restart")
 	}
 
 	copyExe()

@@ -87,8 +87,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 		return ee.code
 	}
 	// Anything else comes from cobra itself: an unknown command or flag, a
-	// missing required flag, wrong arguments.
-	fmt.Fprintln(stderr, "reconfd:", redactURLs(err.Error()))
+	// missing required flag, wrong arguments (an upgrade whose executable
+	// no longer has the command a restart runs: told to the parent too).
+	msg := redactURLs(err.Error())
+	fmt.Fprintln(stderr, "reconfd:", msg)
+	_ = handoff.Failed(msg)
 	fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
 	return exitUsage
 }
