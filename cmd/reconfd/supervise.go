@@ -24,6 +24,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -158,8 +159,20 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		switch {
 		case ho != nil && ho.EtcdSocket != "":
 			ecfg.Dir, ecfg.SocketDir, succ.ownsData = ho.EtcdData, ho.EtcdSocket, ho.OwnsData
+			if succ.ownsData {
+				// Named before the predecessor leaves, as the member's
+				// own directory is (see internal/ownerdir).
+				if err := ownerdir.Add(ecfg.Dir); err != nil {
+					return fail("--data-dir: %v", err)
+				}
+			}
 		case f.dataDir != "":
 			dir, err := os.MkdirTemp(f.dataDir, "reconfd-etcd-")
+			if err == nil {
+				if err = ownDir(dir, "reconfd-etcd-*", "", log); err != nil {
+					os.RemoveAll(dir)
+				}
+			}
 			if err != nil {
 				return fail("--data-dir: %v", err)
 			}
@@ -226,6 +239,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("%v", err)
 	}
 	cleanup = append(cleanup, ctl.close)
+	if err := ownDir(ctl.dir, "reconfd-control-*", filepath.Base(ctl.path), log); err != nil {
+		return fail("control socket: %v", err)
+	}
 	succ.track = &ctl.track
 	var handedRun *restartRun // the restart that started this supervisor, until it is ready
 	if ho != nil {
@@ -243,6 +259,9 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("a private directory for the workers' shared baseline: %v", err)
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(bdir) })
+	if err := ownDir(bdir, "reconfd-baseline-*", "", log); err != nil {
+		return fail("a private directory for the workers' shared baseline: %v", err)
+	}
 	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"),
 		envFleetAccept+"="+filepath.Join(bdir, "accept"))
 	if len(m.cluster) == 0 {
@@ -595,3 +614,15 @@ func (p *workerProcs) env(env []string, n int) []string {
 
 // resized records the fleet's new size after a roll.
 func (p *workerProcs) resized(n int) { p.size.Store(int64(n)) }
+
+// ownDir names this supervisor as the owner of dir, a private directory
+// it made, and removes its siblings matching pattern that a supervisor
+// killed outright left behind (see internal/ownerdir); sock is the name
+// of the socket a live owner serves inside, or empty.
+func ownDir(dir, pattern, sock string, log *slog.Logger) error {
+	if err := ownerdir.Add(dir); err != nil {
+		return err
+	}
+	ownerdir.Sweep(filepath.Dir(dir), pattern, dir, sock, log, "")
+	return nil
+}

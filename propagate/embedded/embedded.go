@@ -56,7 +56,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/reconfhq/reconf/internal/safefile"
+	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
 )
 
@@ -222,16 +222,7 @@ func privateDir(parent string) (string, error) {
 // checkPrivate checks that dir is a directory (not a symbolic link)
 // owned by this user with mode 0700.
 func checkPrivate(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err == nil {
-		switch {
-		case !fi.IsDir() || fi.Mode().Perm() != 0o700:
-			err = fmt.Errorf("%s is not a directory of mode 0700", dir)
-		case !safefile.OwnedByMe(fi):
-			err = fmt.Errorf("%s is owned by another user, not by this process's", dir)
-		}
-	}
-	if err != nil {
+	if err := ownerdir.Private(dir); err != nil {
 		return fmt.Errorf("embedded: private directory: %w", err)
 	}
 	return nil

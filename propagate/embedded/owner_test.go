@@ -129,7 +129,7 @@ func TestStartSweepsLeftovers(t *testing.T) {
 		}
 	}
 	logs.mu.Lock()
-	removed := strings.Count(strings.Join(logs.lines, "\n"), "removed a member's directory left by a process that is gone")
+	removed := strings.Count(strings.Join(logs.lines, "\n"), "embedded: removed a directory left by a process that is gone")
 	logs.mu.Unlock()
 	if removed != len(gone) {
 		t.Errorf("%d removals logged, want %d", removed, len(gone))

@@ -1,0 +1,118 @@
+package ownerdir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/reconfhq/reconf/internal/safefile"
+)
+
+// File is the name of the owners file in a directory.
+const File = "owners"
+
+// MaxOwners bounds the owners file a sweep reads: a line of a few bytes
+// per process that used the directory, thousands of hand-overs. A longer
+// one is not a file this package wrote, and its directory stays.
+const MaxOwners = 64 << 10
+
+// Private checks that dir is a directory (not a symbolic link) owned by
+// this user with mode 0700.
+func Private(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !fi.IsDir() || fi.Mode().Perm() != 0o700:
+		return fmt.Errorf("%s is not a directory of mode 0700", dir)
+	case !safefile.OwnedByMe(fi):
+		return fmt.Errorf("%s is owned by another user, not by this process's", dir)
+	}
+	return nil
+}
+
+// Add names this process in dir's owners. It never follows a symbolic
+// link nor waits for a FIFO's reader, and refuses anything but a regular
+// file there.
+func Add(dir string) error {
+	path := filepath.Join(dir, File)
+	f, err := os.OpenFile(path, appendFlags, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", path)
+	}
+	if err == nil {
+		_, err = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	}
+	return errors.Join(err, f.Close())
+}
+
+// Sweep removes the directories matching pattern in parent (a
+// filepath.Match pattern, such as "app-*"), other than keep, that are
+// leftovers: private to this user, every owner gone, and, when sock is
+// not empty, nobody serving on the unix socket of that name inside. Its
+// log lines start with prefix (a package's, say). It takes about a second
+// at most per directory whose socket a stopped process holds.
+func Sweep(parent, pattern, keep, sock string, log *slog.Logger, prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, pattern))
+	for _, dir := range dirs {
+		if dir == keep || !leftover(dir, sock) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn(prefix+"a directory left by a process that is gone could not be removed", "dir", dir, "error", err)
+			continue
+		}
+		log.Info(prefix+"removed a directory left by a process that is gone (killed before it could remove it)", "dir", dir)
+	}
+}
+
+// leftover reports whether dir is a private directory of this user whose
+// owners are all gone and, when sock is not empty, whose socket nobody
+// serves.
+func leftover(dir, sock string) bool {
+	if Private(dir) != nil {
+		return false
+	}
+	// Bounded, and never a FIFO or a device: the directory is this
+	// user's, but a sweep must not hang or fill memory on whatever sits
+	// there. Any failure keeps the directory.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := safefile.ReadFile(ctx, filepath.Join(dir, File), MaxOwners)
+	if err != nil {
+		return false // none: from before the file, or its maker starting
+	}
+	pids := strings.Fields(string(b))
+	if len(pids) == 0 {
+		return false
+	}
+	for _, p := range pids {
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 || alive(pid) {
+			return false
+		}
+	}
+	if sock == "" {
+		return true
+	}
+	c, err := net.DialTimeout("unix", filepath.Join(dir, sock), time.Second)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist)
+}
