@@ -162,15 +162,20 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 			if succ.ownsData {
 				// Named before the predecessor leaves, as the member's
 				// own directory is (see internal/ownerdir).
-				if err := ownerdir.Add(ecfg.Dir); err != nil {
+				c, err := ownerdir.Add(ecfg.Dir)
+				if err != nil {
 					return fail("--data-dir: %v", err)
 				}
+				cleanup = append(cleanup, func() { c.Close() })
 			}
 		case f.dataDir != "":
 			dir, err := os.MkdirTemp(f.dataDir, "reconfd-etcd-")
 			if err == nil {
-				if err = ownDir(dir, "reconfd-etcd-*", "", log); err != nil {
+				var c io.Closer
+				if c, err = ownDir(dir, "reconfd-etcd-*", "", log); err != nil {
 					os.RemoveAll(dir)
+				} else {
+					cleanup = append(cleanup, func() { c.Close() })
 				}
 			}
 			if err != nil {
@@ -239,9 +244,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("%v", err)
 	}
 	cleanup = append(cleanup, ctl.close)
-	if err := ownDir(ctl.dir, "reconfd-control-*", filepath.Base(ctl.path), log); err != nil {
+	ctlOwner, err := ownDir(ctl.dir, "reconfd-control-*", filepath.Base(ctl.path), log)
+	if err != nil {
 		return fail("control socket: %v", err)
 	}
+	cleanup = append(cleanup, func() { ctlOwner.Close() })
 	succ.track = &ctl.track
 	var handedRun *restartRun // the restart that started this supervisor, until it is ready
 	if ho != nil {
@@ -259,9 +266,11 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 		return fail("a private directory for the workers' shared baseline: %v", err)
 	}
 	cleanup = append(cleanup, func() { os.RemoveAll(bdir) })
-	if err := ownDir(bdir, "reconfd-baseline-*", "", log); err != nil {
+	bOwner, err := ownDir(bdir, "reconfd-baseline-*", "", log)
+	if err != nil {
 		return fail("a private directory for the workers' shared baseline: %v", err)
 	}
+	cleanup = append(cleanup, func() { bOwner.Close() })
 	env = append(env, envFleetBaseline+"="+filepath.Join(bdir, "baseline"),
 		envFleetAccept+"="+filepath.Join(bdir, "accept"))
 	if len(m.cluster) == 0 {
@@ -618,11 +627,14 @@ func (p *workerProcs) resized(n int) { p.size.Store(int64(n)) }
 // ownDir names this supervisor as the owner of dir, a private directory
 // it made, and removes its siblings matching pattern that a supervisor
 // killed outright left behind (see internal/ownerdir); sock is the name
-// of the socket a live owner serves inside, or empty.
-func ownDir(dir, pattern, sock string, log *slog.Logger) error {
-	if err := ownerdir.Add(dir); err != nil {
-		return err
+// of the socket a live owner serves inside, or empty. The Closer drops
+// this supervisor's lock on dir's owners file (its pid names it until it
+// exits).
+func ownDir(dir, pattern, sock string, log *slog.Logger) (io.Closer, error) {
+	c, err := ownerdir.Add(dir)
+	if err != nil {
+		return nil, err
 	}
 	ownerdir.Sweep(filepath.Dir(dir), pattern, dir, sock, log, "")
-	return nil
+	return c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -41,23 +42,37 @@ func Private(dir string) error {
 	return nil
 }
 
-// Add names this process in dir's owners. It never follows a symbolic
-// link nor waits for a FIFO's reader, and refuses anything but a regular
-// file there.
-func Add(dir string) error {
+// Add names this process in dir's owners and holds a shared lock on the
+// owners file until the returned Closer is closed or the process ends
+// (the kernel drops it then, even after SIGKILL). A sweep keeps a
+// directory whose owners file is locked whatever its pids say: a process
+// in another pid namespace (a container sharing TMPDIR or a data
+// directory) names a pid that is nobody, or someone else, in the
+// sweeper's. Add never follows a symbolic link nor waits for a FIFO's
+// reader, and refuses anything but a regular file there.
+func Add(dir string) (io.Closer, error) {
 	path := filepath.Join(dir, File)
 	f, err := os.OpenFile(path, appendFlags, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
 		err = fmt.Errorf("%s is not a regular file", path)
 	}
 	if err == nil {
+		var held bool
+		if held, err = lock(f, false); err == nil && !held {
+			err = fmt.Errorf("%s is being removed as a leftover by another process's sweep", dir)
+		}
+	}
+	if err == nil {
 		_, err = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 	}
-	return errors.Join(err, f.Close())
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
 }
 
 // Sweep removes the directories matching pattern in parent (a
@@ -69,10 +84,19 @@ func Add(dir string) error {
 func Sweep(parent, pattern, keep, sock string, log *slog.Logger, prefix string) {
 	dirs, _ := filepath.Glob(filepath.Join(parent, pattern))
 	for _, dir := range dirs {
-		if dir == keep || !leftover(dir, sock) {
+		if dir == keep {
 			continue
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		held := leftover(dir, sock)
+		if held == nil {
+			continue
+		}
+		// Held through the removal: an owner cannot lock the file in
+		// the meantime (none would: only a live owner's successor
+		// names itself in an existing directory).
+		err := os.RemoveAll(dir)
+		held.Close()
+		if err != nil {
 			log.Warn(prefix+"a directory left by a process that is gone could not be removed", "dir", dir, "error", err)
 			continue
 		}
@@ -81,38 +105,57 @@ func Sweep(parent, pattern, keep, sock string, log *slog.Logger, prefix string) 
 }
 
 // leftover reports whether dir is a private directory of this user whose
-// owners are all gone and, when sock is not empty, whose socket nobody
-// serves.
-func leftover(dir, sock string) bool {
+// owners are all gone and hold no lock on the owners file and, when sock
+// is not empty, whose socket nobody serves. For a leftover it returns the
+// owners file, locked exclusively; nil otherwise.
+func leftover(dir, sock string) *os.File {
 	if Private(dir) != nil {
-		return false
+		return nil
 	}
 	// Bounded, and never a FIFO or a device: the directory is this
 	// user's, but a sweep must not hang or fill memory on whatever sits
 	// there. Any failure keeps the directory.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	b, err := safefile.ReadFile(ctx, filepath.Join(dir, File), MaxOwners)
+	path := filepath.Join(dir, File)
+	b, err := safefile.ReadFile(ctx, path, MaxOwners)
 	if err != nil {
-		return false // none: from before the file, or its maker starting
+		return nil // none: from before the file, or its maker starting
 	}
 	pids := strings.Fields(string(b))
 	if len(pids) == 0 {
-		return false
+		return nil
 	}
 	for _, p := range pids {
 		pid, err := strconv.Atoi(p)
 		if err != nil || pid <= 0 || alive(pid) {
-			return false
+			return nil
 		}
 	}
+	f, err := os.OpenFile(path, readFlags, 0)
+	if err != nil {
+		return nil
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil
+	}
+	if held, err := lock(f, true); err != nil || !held {
+		f.Close()
+		return nil // an owner the pids do not show
+	}
 	if sock == "" {
-		return true
+		return f
 	}
 	c, err := net.DialTimeout("unix", filepath.Join(dir, sock), time.Second)
 	if err == nil {
 		c.Close()
-		return false
+		f.Close()
+		return nil
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist)
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
+		return f
+	}
+	f.Close()
+	return nil
 }

@@ -114,14 +114,69 @@ func TestSweep(t *testing.T) {
 func TestAddAppends(t *testing.T) {
 	d := t.TempDir()
 	for range 2 {
-		if err := Add(d); err != nil {
+		c, err := Add(d)
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
 	}
 	b, err := os.ReadFile(filepath.Join(d, File))
 	me := strconv.Itoa(os.Getpid())
 	if err != nil || string(b) != me+"\n"+me+"\n" {
 		t.Fatalf("owners %q (%v), want this pid twice", b, err)
+	}
+}
+
+// TestSweepKeepsALockedDirectory: an owner in another pid namespace (a
+// container sharing TMPDIR or --data-dir) names a pid that is nobody in
+// the sweeper's; the lock it holds on the owners file keeps its
+// directory, and it is swept once the lock is gone. Before the lock, the
+// dead-looking pid had it removed under a live fleet.
+func TestSweepKeepsALockedDirectory(t *testing.T) {
+	parent := shortTemp(t)
+	d := filepath.Join(parent, "app-other-namespace")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := Add(d) // the owner's lock, as Add takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its pid as the sweeper sees it: nobody.
+	if err := os.WriteFile(filepath.Join(d, File), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	Sweep(parent, "app-*", "", "", log, "")
+	if _, err := os.Lstat(d); err != nil {
+		t.Fatalf("a directory whose owner holds the lock was removed: %v", err)
+	}
+	owner.Close() // the owner is gone
+	Sweep(parent, "app-*", "", "", log, "")
+	if _, err := os.Lstat(d); err == nil {
+		t.Fatal("the leftover stayed once its owner's lock was gone")
+	}
+}
+
+// TestAddRefusesADirectoryBeingSwept: a sweep holds the owners file
+// exclusively while it removes the directory; Add then fails rather than
+// name itself in a directory about to go.
+func TestAddRefusesADirectoryBeingSwept(t *testing.T) {
+	d := t.TempDir()
+	if err := os.Chmod(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, File), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := leftover(d, "")
+	if f == nil {
+		t.Fatal("not a leftover")
+	}
+	defer f.Close()
+	if c, err := Add(d); err == nil {
+		c.Close()
+		t.Fatal("Add named this process in a directory a sweep holds")
 	}
 }
 

@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -119,7 +120,8 @@ type Server struct {
 	name      string
 	dir       string
 	tmp       bool
-	private   string // the private directory holding the socket; "" for a TCP member
+	private   string    // the private directory holding the socket; "" for a TCP member
+	owner     io.Closer // this process's lock on private's owners file; nil for a TCP member
 	clientURL url.URL
 	peerURL   url.URL
 	initial   string // initial cluster string
@@ -145,8 +147,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		err = checkPrivate(priv)
 	}
+	var owner io.Closer
 	if err == nil {
-		err = addOwner(priv)
+		owner, err = addOwner(priv)
 	}
 	if err != nil {
 		if cfg.SocketDir == "" && priv != "" {
@@ -160,6 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	sock := filepath.Join(priv, "etcd.sock")
 	if len(sock) > maxSocketPath {
 		os.RemoveAll(priv)
+		owner.Close()
 		return nil, fmt.Errorf("embedded: the socket path %s is %d bytes, longer than a unix socket address allows (%d); use a shorter runtime directory (TMPDIR)", sock, len(sock), maxSocketPath)
 	}
 	if cfg.Dir == "" {
@@ -170,9 +174,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s, err := newServer(cfg, cfg.Name, url.URL{Scheme: "unix", Path: sock}, url.URL{Scheme: "http", Host: "127.0.0.1:1"})
 	if err != nil {
 		os.RemoveAll(priv)
+		owner.Close()
 		return nil, err
 	}
-	s.private = priv
+	s.private, s.owner = priv, owner
 	s.initial = s.name + "=" + s.peerURL.String()
 	if err = s.start(); err == nil {
 		if err = s.wait(ctx); err == nil {
@@ -408,7 +413,12 @@ func (s *Server) Release() {
 	s.stop(false)
 	s.mu.Lock()
 	s.tmp, s.private = false, ""
+	owner := s.owner
+	s.owner = nil
 	s.mu.Unlock()
+	if owner != nil {
+		owner.Close()
+	}
 }
 
 // Close stops the member and removes its data directory if Start created
@@ -416,7 +426,8 @@ func (s *Server) Release() {
 func (s *Server) Close() error {
 	s.stop(false)
 	s.mu.Lock()
-	tmp, private := s.tmp, s.private
+	tmp, private, owner := s.tmp, s.private, s.owner
+	s.owner = nil
 	s.mu.Unlock()
 	var errs []error
 	if tmp {
@@ -424,6 +435,9 @@ func (s *Server) Close() error {
 	}
 	if private != "" {
 		errs = append(errs, os.RemoveAll(private))
+	}
+	if owner != nil {
+		owner.Close() // after the removal: no sweep takes it for a leftover meanwhile
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/reconfhq/reconf/internal/ownerdir"
@@ -25,12 +26,14 @@ const (
 	maxOwners  = ownerdir.MaxOwners
 )
 
-// addOwner names this process in dir's owners.
-func addOwner(dir string) error {
-	if err := ownerdir.Add(dir); err != nil {
-		return fmt.Errorf("embedded: private directory: record this process as its owner: %w", err)
+// addOwner names this process in dir's owners; the Closer drops its lock
+// on the owners file (see ownerdir.Add).
+func addOwner(dir string) (io.Closer, error) {
+	c, err := ownerdir.Add(dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: private directory: record this process as its owner: %w", err)
 	}
-	return nil
+	return c, nil
 }
 
 // sweepLeftovers removes the private directories in parent (other than

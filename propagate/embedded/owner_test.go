@@ -157,7 +157,13 @@ func TestAddOwnerRefusesAFIFO(t *testing.T) {
 	dir := t.TempDir()
 	hostileOwners(t, dir, t.TempDir())
 	done := make(chan error, 1)
-	go func() { done <- addOwner(dir) }()
+	go func() {
+		c, err := addOwner(dir)
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err == nil {
