@@ -135,10 +135,19 @@ func requireBinary(t testing.TB) {
 
 func startServerAt(t testing.TB, path string, args []string, env ...string) *server {
 	t.Helper()
+	return startServerVia(t, nil, path, args, env...)
+}
+
+// startServerVia is startServerAt with reconfd run by a wrapper command
+// (such as unshare), which is given reconfd's path and arguments after
+// its own.
+func startServerVia(t testing.TB, wrapper []string, path string, args []string, env ...string) *server {
+	t.Helper()
 	requireBinary(t)
 	s := &server{t: t, config: path, logs: &syncBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
-	s.cmd = exec.Command(binary, append([]string{"serve", "--config", path}, args...)...)
+	argv := append(append(slices.Clone(wrapper), binary, "serve", "--config", path), args...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(cleanEnv(), env...)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
