@@ -133,7 +133,11 @@ func (p *Process) Failure() string {
 // returns an error wrapping ErrNotReady when the child exited or closed
 // its pipe without saying ready (with the reason it gave with Failed, if
 // any), and ctx's error when ctx ends first. It never kills the child:
-// that is the caller's decision.
+// that is the caller's decision. A process the child started before it
+// said ready inherits the pipe (the descriptor is not closed on exec):
+// a child that then exits without a word is seen not ready only once
+// that process has exited too, or when ctx ends (a known limitation; a
+// reconfd supervisor's workers stop when it is gone).
 func (p *Process) WaitReady(ctx context.Context) (string, error) {
 	select {
 	case <-p.ready:
