@@ -31,7 +31,9 @@ import (
 // newline, exits on stdin EOF), "die" (exits 3 at once), "fail" (says
 // Failed with a two-line reason, then Ready, and exits 7), "longfail"
 // (says Failed with a reason past the pipe's bound and exits 7),
-// "badenv" (calls Inherited and exits 4 when it fails with ErrBadEnv).
+// "badenv" (calls Inherited and exits 4 when it fails with ErrBadEnv),
+// "orphan" (starts a grandchild that sleeps a minute, prints its pid and
+// exits 3 without a word).
 const childEnv = "HANDOFF_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -55,6 +57,13 @@ func child(mode string) int {
 			return 2
 		}
 		return 7
+	case "orphan":
+		gc := exec.Command("sleep", "60")
+		if gc.Start() != nil {
+			return 2
+		}
+		fmt.Println(gc.Process.Pid)
+		return 3
 	case "badenv":
 		if _, err := handoff.Inherited(); errors.Is(err, handoff.ErrBadEnv) {
 			return 4
@@ -180,6 +189,40 @@ func TestChildThatDiesIsNotReady(t *testing.T) {
 	<-p.Exited()
 	if p.State().ExitCode() != 3 {
 		t.Errorf("state %v", p.State())
+	}
+}
+
+// TestChildThatDiesLeavingAGrandchildIsNotReady: a process the child
+// starts before it says ready does not hold the readiness pipe, so a child
+// that exits without a word (a crash, SIGKILL) is seen not ready at once,
+// not when its grandchildren exit. Before the child marked the pipe
+// close-on-exec, the sleeping grandchild held it and WaitReady ran into
+// its context (seen with reconfd: a supervisor killed before it was ready
+// left its parent waiting on its workers' shutdown).
+func TestChildThatDiesLeavingAGrandchildIsNotReady(t *testing.T) {
+	cmd, stdin := command(t, "orphan")
+	defer stdin.Close()
+	out, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout = w
+	p, err := handoff.Start(cmd, nil)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if gc, err := strconv.Atoi(strings.TrimSpace(line)); err == nil {
+		defer unix.Kill(gc, unix.SIGKILL) // the grandchild's end of the pipe closes with it
+	} else {
+		t.Errorf("the child printed %q, not its grandchild's pid", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.WaitReady(ctx); !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("WaitReady: %v; want ErrNotReady naming exit status 3 within 5 s (the grandchild sleeps 60 s)", err)
 	}
 }
 

@@ -133,11 +133,11 @@ func (p *Process) Failure() string {
 // returns an error wrapping ErrNotReady when the child exited or closed
 // its pipe without saying ready (with the reason it gave with Failed, if
 // any), and ctx's error when ctx ends first. It never kills the child:
-// that is the caller's decision. A process the child started before it
-// said ready inherits the pipe (the descriptor is not closed on exec):
-// a child that then exits without a word is seen not ready only once
-// that process has exited too, or when ctx ends (a known limitation; a
-// reconfd supervisor's workers stop when it is gone).
+// that is the caller's decision. A child that links this package keeps
+// the pipe to itself (see the init below), so one that exits without a
+// word is seen not ready at once; a child that does not (a shell script)
+// passes the pipe to what it starts, and is seen not ready only once
+// those have exited too, or when ctx ends.
 func (p *Process) WaitReady(ctx context.Context) (string, error) {
 	select {
 	case <-p.ready:
@@ -158,6 +158,17 @@ func (p *Process) WaitReady(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("handoff: waiting for pid %d to be ready: %w", p.PID(), ctx.Err())
 	}
 }
+
+// init keeps the readiness pipe this process inherited from Start to
+// itself. A descriptor handed to a child comes without close-on-exec, so
+// every process this one started before it said Ready or Failed (a
+// supervisor's workers) held the pipe's write end too: when this process
+// then died without a word (a crash, SIGKILL), its parent's WaitReady saw
+// nothing until they had all exited (measured: a reconfd supervisor
+// killed before ready, its parent waited 3 s on its workers' shutdown).
+// Only a pipe is touched: a variable inherited by mistake from a
+// grandparent names whatever this process has at that number.
+func init() { closeOnExecReady() }
 
 // said guards the readiness pipe: a process says ready or failed once.
 var said struct {

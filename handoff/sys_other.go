@@ -16,3 +16,6 @@ const Supported = false
 func dup(string, net.Listener) (*os.File, error) { return nil, nil }
 
 func checkListening(int) error { return ErrUnsupported }
+
+// closeOnExecReady does nothing where there is no readiness pipe.
+func closeOnExecReady() {}

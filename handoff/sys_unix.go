@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,4 +51,18 @@ func checkListening(fd int) error {
 		return errors.New("not a listening socket")
 	}
 	return nil
+}
+
+// closeOnExecReady marks the readiness pipe named by EnvReadyFD, if this
+// process has one, close-on-exec (see init in process.go).
+func closeOnExecReady() {
+	fd, err := strconv.Atoi(os.Getenv(EnvReadyFD))
+	if err != nil || fd < 3 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return
+	}
+	unix.CloseOnExec(fd)
 }
