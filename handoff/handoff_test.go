@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
@@ -32,6 +34,9 @@ import (
 // Failed with a two-line reason, then Ready, and exits 7), "longfail"
 // (says Failed with a reason past the pipe's bound and exits 7),
 // "badenv" (calls Inherited and exits 4 when it fails with ErrBadEnv),
+// "rawfailed" and "rawready" (write a hostile line on the readiness pipe
+// themselves, as a child that is not reconf might, and exit 7),
+// "hostilefail" (says Failed with the hostile reason and exits 7),
 // "orphan" (starts a grandchild that sleeps a minute, prints its pid and
 // exits 3 without a word).
 const childEnv = "HANDOFF_TEST_CHILD"
@@ -54,6 +59,18 @@ func child(mode string) int {
 		return 7
 	case "longfail":
 		if handoff.Failed(strings.Repeat("é", 3000)) != nil {
+			return 2
+		}
+		return 7
+	case "rawfailed", "rawready":
+		word := strings.TrimPrefix(mode, "raw")
+		fd, _ := strconv.Atoi(os.Getenv(handoff.EnvReadyFD))
+		if _, err := os.NewFile(uintptr(fd), "ready").WriteString(word + " " + hostile + "\n"); err != nil {
+			return 2
+		}
+		return 7
+	case "hostilefail":
+		if handoff.Failed(hostile) != nil {
 			return 2
 		}
 		return 7
@@ -95,6 +112,26 @@ func child(mode string) int {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	ln.Close()
 	return 0
+}
+
+// hostile is a reason no terminal or log should take as it is: an ANSI
+// escape that clears the screen, a carriage return that overwrites the
+// line, a NUL, a byte that is not UTF-8, a line separator and a
+// right-to-left override.
+const hostile = "a\x1b[2Jb\rFAKE\x00c\xffd\u2028e\u202ef\tg"
+
+// printable reports the first rune of s that is not printable text on one
+// line, or -1.
+func printable(s string) int {
+	if !utf8.ValidString(s) {
+		return utf8.RuneError
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || (r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069') {
+			return int(r)
+		}
+	}
+	return -1
 }
 
 func command(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
@@ -190,6 +227,65 @@ func TestChildThatDiesIsNotReady(t *testing.T) {
 	if p.State().ExitCode() != 3 {
 		t.Errorf("state %v", p.State())
 	}
+}
+
+// TestHostileLinesAreOneLineOfText: what a child writes on the readiness
+// pipe reaches the parent's log, its management API's answer and an
+// operator's terminal (reconfd restart prints the message), so the parent
+// keeps it to one line of printable UTF-8 whatever the child sent, and
+// Failed writes nothing else. Before, the escape, the carriage return and
+// the rest went through as sent.
+func TestHostileLinesAreOneLineOfText(t *testing.T) {
+	for _, mode := range []string{"rawfailed", "rawready"} {
+		t.Run(mode, func(t *testing.T) {
+			cmd, stdin := command(t, mode)
+			defer stdin.Close()
+			p, err := handoff.Start(cmd, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			status, err := p.WaitReady(ctx)
+			<-p.Exited()
+			got := status
+			if mode == "rawfailed" {
+				if !errors.Is(err, handoff.ErrNotReady) {
+					t.Fatalf("WaitReady: %v; want ErrNotReady", err)
+				}
+				got = p.Failure()
+				if r := printable(err.Error()); r != -1 {
+					t.Errorf("WaitReady's error %q holds %U", err, r)
+				}
+			}
+			if r := printable(got); r != -1 || !strings.Contains(got, "FAKE") {
+				t.Errorf("the parent got %q, holding %U; want the text, on one printable line", got, r)
+			}
+		})
+	}
+	t.Run("Failed", func(t *testing.T) {
+		// Read as any parent would, not through Start.
+		cmd, stdin := command(t, "hostilefail")
+		stdin.Close()
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		cmd.ExtraFiles = []*os.File{w}
+		cmd.Env = append(cmd.Env, handoff.EnvReadyFD+"=3")
+		err = cmd.Start()
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(r, 1<<20))
+		_ = cmd.Wait()
+		line, ok := strings.CutSuffix(string(b), "\n")
+		if cut := printable(line); !ok || cut != -1 || !strings.HasPrefix(line, "failed a") {
+			t.Errorf("Failed wrote %q, holding %U; want one printable line", b, cut)
+		}
+	})
 }
 
 // TestChildThatDiesLeavingAGrandchildIsNotReady: a process the child

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 )
 
 // EnvReadyFD names, in a child's environment, the descriptor of the pipe on
@@ -74,6 +76,7 @@ func Start(cmd *exec.Cmd, set *Set) (*Process, error) {
 		if !strings.HasSuffix(line, "\n") {
 			return
 		}
+		status = oneLine(status, maxReadyLine)
 		switch word {
 		case "ready":
 			p.mu.Lock()
@@ -122,7 +125,8 @@ func (p *Process) Status() string {
 }
 
 // Failure returns the reason the child gave with Failed ("" if it gave
-// none, or before its pipe was read).
+// none, or before its pipe was read). Whatever the child wrote, it is one
+// line of printable UTF-8 of at most 4 KiB (see oneLine); so is Status.
 func (p *Process) Failure() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -189,8 +193,8 @@ func Ready(status string) error {
 // will not become ready, just before it exits: the parent's WaitReady and
 // Failure carry the reason, so that a failed upgrade or roll names its
 // cause where the operator asked for it, not only in the child's log.
-// The reason is one line (newlines become spaces), cut to fit the pipe's
-// bound; it must not hold secrets. Only the first call of Ready or Failed
+// The reason is one line of printable text (see Process.Failure), cut to
+// fit the pipe's bound; it must not hold secrets. Only the first call of Ready or Failed
 // writes; a process not started by Start gets nil.
 func Failed(reason string) error {
 	return say("failed", reason)
@@ -216,14 +220,43 @@ func say(word, text string) error {
 	f := os.NewFile(uintptr(fd), "handoff-ready")
 	defer f.Close()
 	line := word
-	if text = strings.ReplaceAll(text, "\n", " "); text != "" {
+	if text != "" {
 		line += " " + text
 	}
-	if len(line) >= maxReadyLine {
-		line = strings.ToValidUTF8(line[:maxReadyLine-4], "") + "..."
-	}
+	line = oneLine(line, maxReadyLine-1) // and the newline
 	if _, err := f.WriteString(line + "\n"); err != nil {
 		return fmt.Errorf("handoff: tell the parent this process is %s: %w", word, err)
 	}
 	return nil
+}
+
+// oneLine returns s as one line of printable UTF-8 of at most limit
+// bytes: a line break, a tab or a line separator becomes a space; any
+// other control character, a bidirectional override and a byte that is
+// not UTF-8 become U+FFFD; a longer result is cut at a rune's edge and
+// ends in "...". What a child writes on the pipe reaches its parent's
+// log, a management API's answer and an operator's terminal (reconfd
+// restart prints the message), where an escape sequence clears the screen,
+// a carriage return overwrites the line and an override reverses it; and
+// a child's text can carry a remote party's (an etcd server's error).
+func oneLine(s string, limit int) string {
+	var b strings.Builder
+	for _, r := range s { // a byte that is not UTF-8 is utf8.RuneError
+		switch {
+		case r == '\t', r == '\n', r == '\v', r == '\f', r == '\r', r == '\u0085', r == '\u2028', r == '\u2029':
+			r = ' '
+		case unicode.IsControl(r), r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+			r = utf8.RuneError
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if len(out) <= limit {
+		return out
+	}
+	n := limit - len("...")
+	for n > 0 && !utf8.RuneStart(out[n]) {
+		n--
+	}
+	return out[:n] + "..."
 }
