@@ -137,11 +137,12 @@ func (p *Process) Failure() string {
 // returns an error wrapping ErrNotReady when the child exited or closed
 // its pipe without saying ready (with the reason it gave with Failed, if
 // any), and ctx's error when ctx ends first. It never kills the child:
-// that is the caller's decision. A child that links this package keeps
-// the pipe to itself (see the init below), so one that exits without a
-// word is seen not ready at once; a child that does not (a shell script)
-// passes the pipe to what it starts, and is seen not ready only once
-// those have exited too, or when ctx ends.
+// that is the caller's decision. A child that links this package marks
+// the pipe close-on-exec when the package initialises, so one that exits
+// without a word is seen not ready at once, even if it started
+// processes; a child that does not (a shell script) passes the pipe to
+// what it starts, and is seen not ready only once those have exited too,
+// or when ctx ends.
 func (p *Process) WaitReady(ctx context.Context) (string, error) {
 	select {
 	case <-p.ready:
@@ -194,8 +195,8 @@ func Ready(status string) error {
 // Failure carry the reason, so that a failed upgrade or roll names its
 // cause where the operator asked for it, not only in the child's log.
 // The reason is one line of printable text (see Process.Failure), cut to
-// fit the pipe's bound; it must not hold secrets. Only the first call of Ready or Failed
-// writes; a process not started by Start gets nil.
+// fit the pipe's bound; it must not hold secrets. Only the first call of
+// Ready or Failed writes; a process not started by Start gets nil.
 func Failed(reason string) error {
 	return say("failed", reason)
 }
