@@ -26,6 +26,11 @@ const File = "owners"
 // one is not a file this package wrote, and its directory stays.
 const MaxOwners = 64 << 10
 
+// maxPID is the largest pid a system gives (Linux's PID_MAX_LIMIT on
+// 64-bit; other systems' are smaller). A larger number is not a pid: kill
+// would take it modulo 2^32 and call a live owner gone.
+const maxPID = 1 << 22
+
 // Private checks that dir is a directory (not a symbolic link) owned by
 // this user with mode 0700.
 func Private(dir string) error {
@@ -81,7 +86,16 @@ func Add(dir string) (io.Closer, error) {
 // not empty, nobody serving on the unix socket of that name inside. Its
 // log lines start with prefix (a package's, say). It takes about a second
 // at most per directory whose socket a stopped process holds.
+//
+// It sweeps nothing in a parent where another user could rename entries
+// (group- or world-writable without the sticky bit, or owned by another
+// user than this one or root): between the checks and the removal such a
+// user could move a live directory under a leftover's name.
 func Sweep(parent, pattern, keep, sock string, log *slog.Logger, prefix string) {
+	if err := renameGuarded(parent); err != nil {
+		log.Warn(prefix+"leftovers of killed processes are not swept here", "dir", parent, "error", err)
+		return
+	}
 	dirs, _ := filepath.Glob(filepath.Join(parent, pattern))
 	for _, dir := range dirs {
 		if dir == keep {
@@ -128,7 +142,7 @@ func leftover(dir, sock string) *os.File {
 	}
 	for _, p := range pids {
 		pid, err := strconv.Atoi(p)
-		if err != nil || pid <= 0 || alive(pid) {
+		if err != nil || pid <= 0 || pid > maxPID || alive(pid) {
 			return nil
 		}
 	}

@@ -44,6 +44,7 @@ func TestSweep(t *testing.T) {
 				"no-owners":       {mode: 0o700},
 				"empty-owners":    {owners: "\n", mode: 0o700},
 				"not-a-pid":       {owners: "x\n", mode: 0o700},
+				"pid-past-max":    {owners: "2147483648\n", mode: 0o700}, // kill(2) saw no such process
 				"not-private":     {owners: dead + "\n", mode: 0o755},
 				"refused":         {owners: dead + "\n", mode: 0o700, refused: true, gone: true},
 				"served-dead":     {owners: dead + "\n", mode: 0o700, serve: sock != "", gone: sock == ""},
@@ -105,6 +106,37 @@ func TestSweep(t *testing.T) {
 			}
 			if n := strings.Count(logs.String(), "test: removed a directory left by a process that is gone"); n != removed {
 				t.Errorf("%d removals logged, want %d:\n%s", n, removed, logs.String())
+			}
+		})
+	}
+}
+
+// TestSweepKeepsAParentOthersCanRenameIn: where another user may rename
+// entries of the parent, a sweep removes nothing: between its checks and
+// the removal that user could move a live directory under a leftover's
+// name. A sticky parent (as /tmp) is swept.
+func TestSweepKeepsAParentOthersCanRenameIn(t *testing.T) {
+	for mode, swept := range map[os.FileMode]bool{0o777: false, 0o770: false, os.ModeSticky | 0o777: true, 0o700: true} {
+		t.Run(mode.String(), func(t *testing.T) {
+			parent := shortTemp(t)
+			d := filepath.Join(parent, "app-dead")
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, File), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(parent, mode); err != nil {
+				t.Fatal(err)
+			}
+			var logs strings.Builder
+			Sweep(parent, "app-*", "", "", slog.New(slog.NewTextHandler(&logs, nil)), "test: ")
+			_, err := os.Lstat(d)
+			if gone := err != nil; gone != swept {
+				t.Fatalf("parent %v: leftover removed %v, want %v", mode, gone, swept)
+			}
+			if warned := strings.Contains(logs.String(), "test: leftovers of killed processes are not swept here"); warned == swept {
+				t.Errorf("parent %v: warning logged %v, want %v:\n%s", mode, warned, !swept, logs.String())
 			}
 		})
 	}

@@ -3,6 +3,7 @@
 package ownerdir
 
 import (
+	"errors"
 	"os"
 	"syscall"
 
@@ -49,4 +50,22 @@ func lock(f *os.File, exclusive bool) (bool, error) {
 		return false, nil
 	}
 	return lockErr == nil, lockErr
+}
+
+// renameGuarded checks that no other user can rename entries of dir: it
+// is owned by this user or root, and is not group- or world-writable
+// unless it has the sticky bit (as /tmp has), under which only an
+// entry's owner may rename it.
+func renameGuarded(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	switch {
+	case int(st.Uid) != os.Geteuid() && st.Uid != 0:
+		return errors.New("owned by another user, who may rename its entries")
+	case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+		return errors.New("others may rename its entries (group- or world-writable without the sticky bit)")
+	}
+	return nil
 }
