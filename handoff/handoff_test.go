@@ -150,6 +150,22 @@ func command(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
 	return cmd, in
 }
 
+// startAndWait starts the child in mode and waits up to 30 s for its
+// readiness answer.
+func startAndWait(t *testing.T, mode string) (*handoff.Process, string, error) {
+	t.Helper()
+	cmd, stdin := command(t, mode)
+	t.Cleanup(func() { stdin.Close() })
+	p, err := handoff.Start(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	status, err := p.WaitReady(ctx)
+	return p, status, err
+}
+
 // TestQueuedConnectionsSurviveTheHandOff queues connections on a socket
 // that nobody accepts, closes the first process's listener, starts a
 // successor with the socket and checks that every queued connection is
@@ -212,15 +228,8 @@ func TestQueuedConnectionsSurviveTheHandOff(t *testing.T) {
 }
 
 func TestChildThatDiesIsNotReady(t *testing.T) {
-	cmd, stdin := command(t, "die")
-	defer stdin.Close()
-	p, err := handoff.Start(cmd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := p.WaitReady(ctx); !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 3") {
+	p, _, err := startAndWait(t, "die")
+	if !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("WaitReady: %v; want ErrNotReady naming exit status 3", err)
 	}
 	<-p.Exited()
@@ -238,15 +247,7 @@ func TestChildThatDiesIsNotReady(t *testing.T) {
 func TestHostileLinesAreOneLineOfText(t *testing.T) {
 	for _, mode := range []string{"rawfailed", "rawready"} {
 		t.Run(mode, func(t *testing.T) {
-			cmd, stdin := command(t, mode)
-			defer stdin.Close()
-			p, err := handoff.Start(cmd, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			status, err := p.WaitReady(ctx)
+			p, status, err := startAndWait(t, mode)
 			<-p.Exited()
 			got := status
 			if mode == "rawfailed" {
@@ -334,15 +335,7 @@ func TestFailedNamesTheReason(t *testing.T) {
 		"longfail": strings.Repeat("é", 2042) + "...",
 	} {
 		t.Run(mode, func(t *testing.T) {
-			cmd, stdin := command(t, mode)
-			defer stdin.Close()
-			p, err := handoff.Start(cmd, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err = p.WaitReady(ctx)
+			p, _, err := startAndWait(t, mode)
 			if !errors.Is(err, handoff.ErrNotReady) || !strings.Contains(err.Error(), "exit status 7") || !strings.HasSuffix(err.Error(), ": "+want) {
 				t.Fatalf("WaitReady: %.200v; want ErrNotReady naming exit status 7 and the reason", err)
 			}
