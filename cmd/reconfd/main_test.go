@@ -18,7 +18,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envTestChild); mode != "" {
+		os.Exit(testChild(mode)) // a new process of restart_notready_test.go
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func noEnv(string) (string, bool) { return "", false }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -110,16 +109,8 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 	defer cancel()
 	status, err := p.WaitReady(ctx)
 	if err != nil {
-		select {
-		case <-p.Exited():
-		default:
-			p.Kill()
-		}
-		msg := fmt.Sprintf("the new process (pid %d) did not become ready within %v: %v; it was stopped and this process keeps serving", p.PID(), r.timeout, err)
-		if errors.Is(err, handoff.ErrNotReady) {
-			msg = fmt.Sprintf("the new process (pid %d) exited before it was ready %s; this process keeps serving", p.PID(), whyNotReady(p))
-		}
-		fail(admin.ReasonRestartNotReady, msg)
+		err = stopNotReady(p, r.timeout, err)
+		fail(admin.ReasonRestartNotReady, fmt.Sprintf("the new process (pid %d) %v; this process keeps serving", p.PID(), err))
 		return
 	}
 	res := r.track.finish(run, func(res *admin.RestartResult) {

@@ -271,13 +271,27 @@ func (g restartGuard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Resu
 	return g.Runtime.Reload(ctx, t)
 }
 
-// whyNotReady says how a new process that exited before it was ready
-// ended: its exit status and the reason it gave its parent
-// (handoff.Failed), or, when it gave none (it crashed, or is not
-// reconfd), where to look.
-func whyNotReady(p *handoff.Process) string {
-	if why := p.Failure(); why != "" {
-		return fmt.Sprintf("(%s): %s", p.State(), why)
+// stopNotReady stops p, a new process that WaitReady found not ready
+// (err) within timeout, unless it had exited by itself, and says what
+// became of it, to follow "the new process (pid N) ". Only one that had
+// exited before it was stopped "exited before it was ready (exit status
+// 2): <reason>"; one still running (it said Failed, then its shutdown
+// hung) "did not become ready within 1m0s (<err>); it said: <reason>; it
+// was stopped" and ends by our signal, not its own. The reason is the one
+// it gave with handoff.Failed; an exited one that gave none is pointed to
+// its log. The error wraps err when p was stopped.
+func stopNotReady(p *handoff.Process, timeout time.Duration, err error) error {
+	select {
+	case <-p.Exited():
+		if why := p.Failure(); why != "" {
+			return fmt.Errorf("exited before it was ready (%s): %s", p.State(), why)
+		}
+		return fmt.Errorf("exited before it was ready (%s); see its log lines above", p.State())
+	default:
 	}
-	return fmt.Sprintf("(%s); see its log lines above", p.State())
+	p.Kill()
+	if why := p.Failure(); why != "" {
+		return fmt.Errorf("did not become ready within %v (%w); it said: %s; it was stopped", timeout, err, why)
+	}
+	return fmt.Errorf("did not become ready within %v (%w); it was stopped", timeout, err)
 }

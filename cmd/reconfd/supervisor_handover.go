@@ -270,20 +270,13 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	}
 	status, err := p.WaitReady(wctx)
 	if err != nil {
-		select {
-		case <-p.Exited():
-		default:
-			p.Kill() // its workers see their supervisor gone and stop
-		}
+		err = stopNotReady(p, s.timeout, err) // its workers see their supervisor gone and stop
 		if release != nil {
 			release.Close() // ends the goroutine above, if it still waits
 		}
 		<-asked
 		resume()
-		if errors.Is(err, handoff.ErrNotReady) {
-			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) exited before it was ready %s", p.PID(), whyNotReady(p))
-		}
-		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) was not ready within %v (%w); it was stopped", p.PID(), s.timeout, err)
+		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) %w", p.PID(), err)
 	}
 	if s.member != nil {
 		s.member.Release()

@@ -245,7 +245,9 @@ func (s *Supervisor) watch(sl *slotState, p *handoff.Process) (*handoff.Process,
 }
 
 // awaitReady waits until p said ready, exited, ctx ended or ReadyTimeout
-// passed; in the last two cases it kills p.
+// passed; in the last two cases it kills p. Only a p that had exited by
+// itself "exited before it was ready"; a killed one keeps the reason it
+// gave with handoff.Failed, if any.
 func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
@@ -262,10 +264,14 @@ func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
 	default:
 	}
 	p.Kill()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("was not ready within %v; killed", s.cfg.ReadyTimeout)
+	said := "" // a worker that said Failed, then lingered (its shutdown hung)
+	if why := p.Failure(); why != "" {
+		said = "; it said: " + why
 	}
-	return fmt.Errorf("was not ready (%w); killed", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("was not ready within %v%s; killed", s.cfg.ReadyTimeout, said)
+	}
+	return fmt.Errorf("was not ready (%w)%s; killed", err, said)
 }
 
 func (s *Supervisor) isStopping() bool {

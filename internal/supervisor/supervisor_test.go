@@ -37,8 +37,9 @@ type logBuf = testkit.Buffer
 // workerEnv turns the test binary into a fake worker: "ok" (ready, records
 // SIGHUPs in RECONF_TEST_DIR/<slot>, exits 0 on SIGTERM), "fail-N" (slot N
 // tells its parent why with handoff.Failed and exits 1 before ready; other
-// slots are ok), "gone" (ready, exits 7 when
-// the supervisor is gone).
+// slots are ok), "linger-N" (slot N says Failed the same way, then does
+// not exit: its shutdown hangs), "gone" (ready, exits 7 when the
+// supervisor is gone).
 const workerEnv = "RECONF_SUPERVISOR_TEST_WORKER"
 
 func TestMain(m *testing.M) {
@@ -53,6 +54,11 @@ func fakeWorker(mode string) int {
 	if n, ok := strings.CutPrefix(mode, "fail-"); ok && n == slot {
 		fmt.Fprintln(os.Stderr, "fake worker: failing on purpose")
 		_ = handoff.Failed("the fake worker's reason")
+		return 1
+	}
+	if n, ok := strings.CutPrefix(mode, "linger-"); ok && n == slot {
+		_ = handoff.Failed("the fake worker's reason")
+		time.Sleep(time.Minute) // until the supervisor kills it
 		return 1
 	}
 	sigs := make(chan os.Signal, 4)
@@ -120,8 +126,9 @@ func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, erro
 }
 
 // startWith starts n fake workers whose mode is read at each start, with
-// the listeners in set (may be nil).
-func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.Set) (*Supervisor, string, *logBuf, error) {
+// the listeners in set (may be nil); tune, if given, changes the
+// configuration first.
+func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.Set, tune ...func(*Config)) (*Supervisor, string, *logBuf, error) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -129,7 +136,7 @@ func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.S
 	}
 	dir := t.TempDir()
 	logs := &logBuf{}
-	s, err := Start(context.Background(), Config{
+	cfg := Config{
 		Workers: n,
 		Command: func(slot int) *exec.Cmd {
 			cmd := exec.Command(exe, "-test.run=^$")
@@ -141,7 +148,11 @@ func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.S
 		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: nil})),
 		MinBackoff:   20 * time.Millisecond,
 		ReadyTimeout: 20 * time.Second,
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	s, err := Start(context.Background(), cfg)
 	if s != nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -238,6 +249,32 @@ func TestStartFailsWhenAWorkerCannotStart(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "failing on purpose") {
 		t.Errorf("the worker's own stderr was lost:\n%s", logs)
+	}
+}
+
+// TestStartFailsWhenAWorkerLingers: a worker that says Failed and then
+// does not exit (its shutdown hangs) is killed at ReadyTimeout, and the
+// error keeps its reason and does not say it exited: the supervisor
+// ended it. Before, the reason was dropped ("was not ready within 2s;
+// killed").
+func TestStartFailsWhenAWorkerLingers(t *testing.T) {
+	mode := "linger-1"
+	var m atomic.Pointer[string]
+	m.Store(&mode)
+	begun := time.Now()
+	s, _, _, err := startWith(t, 1, &m, nil, func(c *Config) { c.ReadyTimeout = 2 * time.Second })
+	if err == nil || s != nil {
+		t.Fatalf("got %v, %v; want a failed start", s, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "worker 1") || !strings.Contains(msg, "was not ready within 2s; it said: the fake worker's reason; killed") {
+		t.Errorf("error %q does not name the worker, the timeout and the reason it gave", msg)
+	}
+	if strings.Contains(msg, "exited") {
+		t.Errorf("error %q says the worker exited; it was killed", msg)
+	}
+	if d := time.Since(begun); d > 15*time.Second {
+		t.Errorf("the start took %v; the worker should have been killed at 2s", d)
 	}
 }
 

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/gateway"
+)
+
+// envTestChild turns the test binary into the new process of a restart
+// or a hand-over (TestMain): "fail" says Failed and exits 2 before ready,
+// "linger" says Failed and then does not exit (its shutdown hangs).
+const envTestChild = "RECONF_MAIN_TEST_CHILD"
+
+const childReason = "the test child's reason"
+
+func testChild(mode string) int {
+	_ = handoff.Failed(childReason)
+	if mode == "linger" {
+		time.Sleep(time.Minute) // until its parent stops it
+	}
+	return 2
+}
+
+// notReadyCases: only a new process that exited by itself "exited before
+// it was ready"; one that said Failed and lingered until the timeout was
+// stopped by its parent, and the message says so with its reason. Before,
+// the lingerer was reported as "exited before it was ready (signal:
+// killed)", the signal being its parent's.
+var notReadyCases = []struct {
+	mode    string
+	want    string
+	exited  bool
+	timeout time.Duration
+}{
+	{"fail", "exited before it was ready (exit status 2): " + childReason, true, 20 * time.Second},
+	{"linger", "did not become ready within 3s (", false, 3 * time.Second},
+}
+
+func checkNotReady(t *testing.T, msg, want string, exited bool) {
+	t.Helper()
+	t.Log(msg)
+	if !strings.Contains(msg, want) || !strings.Contains(msg, childReason) {
+		t.Errorf("message %q does not hold %q and the child's reason", msg, want)
+	}
+	if !exited && (strings.Contains(msg, "exited") || !strings.Contains(msg, "it said: "+childReason+"; it was stopped")) {
+		t.Errorf("message %q does not say the child was stopped after it said its reason, or says it exited", msg)
+	}
+}
+
+func TestRestartNewProcessNotReady(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range notReadyCases {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Setenv(envTestChild, c.mode)
+			ctx := context.Background()
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Shutdown(ctx)
+			r := &selfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, timeout: c.timeout, handedOff: make(chan struct{})}
+			begun, err := r.Restart(ctx, "test")
+			if err != nil || begun.Outcome != admin.RestartRunning {
+				t.Fatalf("Restart: %+v, %v; want it running", begun, err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			res, ok := r.WaitRestart(wctx, begun.ID)
+			if !ok || !res.Done || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
+				t.Fatalf("result %+v; want a finished restart-failed %s", res, admin.ReasonRestartNotReady)
+			}
+			checkNotReady(t, res.Message, c.want, c.exited)
+			if !strings.HasSuffix(res.Message, "; this process keeps serving") {
+				t.Errorf("message %q does not say this process keeps serving", res.Message)
+			}
+		})
+	}
+}
+
+func TestHandoverNewSupervisorNotReady(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range notReadyCases {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Setenv(envTestChild, c.mode)
+			track := &restartTracker{}
+			run, _, ok := track.begin(1)
+			if !ok {
+				t.Fatal("the restart did not begin")
+			}
+			defer track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.RestartFailed })
+			s := &supervisorSuccessor{exe: exe, args: []string{"-test.run=^$"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				fleet: "test", timeout: c.timeout, track: track, done: make(chan struct{})}
+			res, err := s.replace(context.Background(), run)
+			if err == nil {
+				t.Fatalf("replace: %+v; want an error", res)
+			}
+			if res.pid == 0 || !strings.HasPrefix(err.Error(), "the new supervisor (pid ") {
+				t.Errorf("replace: %+v, %v; want the new supervisor's pid", res, err)
+			}
+			checkNotReady(t, err.Error(), c.want, c.exited)
+		})
+	}
+}
