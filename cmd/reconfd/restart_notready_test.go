@@ -34,14 +34,18 @@ func testChild(mode string) int {
 // stopped by its parent, and the message says so with its reason. Before,
 // the lingerer was reported as "exited before it was ready (signal:
 // killed)", the signal being its parent's.
-var notReadyCases = []struct {
+var notReadyCases = []notReadyCase{
+	{"fail", "exited before it was ready (exit status 2): " + childReason, true, 20 * time.Second},
+	{"linger", "did not become ready within 3s (", false, 3 * time.Second},
+}
+
+// notReadyCase is a new process's mode, what the message must hold,
+// whether it exits by itself, and how long its parent waits.
+type notReadyCase struct {
 	mode    string
 	want    string
 	exited  bool
 	timeout time.Duration
-}{
-	{"fail", "exited before it was ready (exit status 2): " + childReason, true, 20 * time.Second},
-	{"linger", "did not become ready within 3s (", false, 3 * time.Second},
 }
 
 func checkNotReady(t *testing.T, msg, want string, exited bool) {
@@ -55,7 +59,9 @@ func checkNotReady(t *testing.T, msg, want string, exited bool) {
 	}
 }
 
-func TestRestartNewProcessNotReady(t *testing.T) {
+// eachNotReadyCase runs body for each of notReadyCases, with this test
+// binary as the new process in the case's mode.
+func eachNotReadyCase(t *testing.T, body func(t *testing.T, exe string, c notReadyCase)) {
 	if !handoff.Supported {
 		t.Skip(handoff.ErrUnsupported)
 	}
@@ -66,59 +72,55 @@ func TestRestartNewProcessNotReady(t *testing.T) {
 	for _, c := range notReadyCases {
 		t.Run(c.mode, func(t *testing.T) {
 			t.Setenv(envTestChild, c.mode)
-			ctx := context.Background()
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Shutdown(ctx)
-			r := &selfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, timeout: c.timeout, handedOff: make(chan struct{})}
-			begun, err := r.Restart(ctx, "test")
-			if err != nil || begun.Outcome != admin.RestartRunning {
-				t.Fatalf("Restart: %+v, %v; want it running", begun, err)
-			}
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			res, ok := r.WaitRestart(wctx, begun.ID)
-			if !ok || !res.Done || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
-				t.Fatalf("result %+v; want a finished restart-failed %s", res, admin.ReasonRestartNotReady)
-			}
-			checkNotReady(t, res.Message, c.want, c.exited)
-			if !strings.HasSuffix(res.Message, "; this process keeps serving") {
-				t.Errorf("message %q does not say this process keeps serving", res.Message)
-			}
+			body(t, exe, c)
 		})
 	}
 }
 
+func TestRestartNewProcessNotReady(t *testing.T) {
+	eachNotReadyCase(t, func(t *testing.T, exe string, c notReadyCase) {
+		ctx := context.Background()
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Shutdown(ctx)
+		r := &selfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, timeout: c.timeout, handedOff: make(chan struct{})}
+		begun, err := r.Restart(ctx, "test")
+		if err != nil || begun.Outcome != admin.RestartRunning {
+			t.Fatalf("Restart: %+v, %v; want it running", begun, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		res, ok := r.WaitRestart(wctx, begun.ID)
+		if !ok || !res.Done || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
+			t.Fatalf("result %+v; want a finished restart-failed %s", res, admin.ReasonRestartNotReady)
+		}
+		checkNotReady(t, res.Message, c.want, c.exited)
+		if !strings.HasSuffix(res.Message, "; this process keeps serving") {
+			t.Errorf("message %q does not say this process keeps serving", res.Message)
+		}
+	})
+}
+
 func TestHandoverNewSupervisorNotReady(t *testing.T) {
-	if !handoff.Supported {
-		t.Skip(handoff.ErrUnsupported)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range notReadyCases {
-		t.Run(c.mode, func(t *testing.T) {
-			t.Setenv(envTestChild, c.mode)
-			track := &restartTracker{}
-			run, _, ok := track.begin(1)
-			if !ok {
-				t.Fatal("the restart did not begin")
-			}
-			defer track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.RestartFailed })
-			s := &supervisorSuccessor{exe: exe, args: []string{"-test.run=^$"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				fleet: "test", timeout: c.timeout, track: track, done: make(chan struct{})}
-			res, err := s.replace(context.Background(), run)
-			if err == nil {
-				t.Fatalf("replace: %+v; want an error", res)
-			}
-			if res.pid == 0 || !strings.HasPrefix(err.Error(), "the new supervisor (pid ") {
-				t.Errorf("replace: %+v, %v; want the new supervisor's pid", res, err)
-			}
-			checkNotReady(t, err.Error(), c.want, c.exited)
-		})
-	}
+	eachNotReadyCase(t, func(t *testing.T, exe string, c notReadyCase) {
+		track := &restartTracker{}
+		run, _, ok := track.begin(1)
+		if !ok {
+			t.Fatal("the restart did not begin")
+		}
+		defer track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.RestartFailed })
+		s := &supervisorSuccessor{exe: exe, args: []string{"-test.run=^$"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			fleet: "test", timeout: c.timeout, track: track, done: make(chan struct{})}
+		res, err := s.replace(context.Background(), run)
+		if err == nil {
+			t.Fatalf("replace: %+v; want an error", res)
+		}
+		if res.pid == 0 || !strings.HasPrefix(err.Error(), "the new supervisor (pid ") {
+			t.Errorf("replace: %+v, %v; want the new supervisor's pid", res, err)
+		}
+		checkNotReady(t, err.Error(), c.want, c.exited)
+	})
 }
