@@ -43,7 +43,6 @@ func locateAll(doc *yaml.Node, e *Error) *Error {
 type nodeLoc struct {
 	path      string
 	line, col int
-	isKey     bool
 }
 
 // nodeIndex maps a path to the first place it is written (for a mapping
@@ -74,11 +73,11 @@ func indexNodes(root *yaml.Node) *nodeIndex {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				p := joinPath(path, safeSegment(k.Value))
-				idx.add(nodeLoc{path: p, line: k.Line, col: k.Column, isKey: true})
+				idx.add(nodeLoc{path: p, line: k.Line, col: k.Column})
 				if path != "" {
 					// The same key as a Go map entry: "model_aliases[gpt-4o-mini]".
 					mp := path + "[" + safeSegment(k.Value) + "]"
-					idx.add(nodeLoc{path: mp, line: k.Line, col: k.Column, isKey: true})
+					idx.add(nodeLoc{path: mp, line: k.Line, col: k.Column})
 				}
 				walk(v, p, depth+1)
 			}
@@ -106,14 +105,15 @@ func (x *nodeIndex) locate(path string) (int, int) {
 	if l, ok := x.locs[path]; ok {
 		return l.line, l.col
 	}
-	// A field that is absent (e.g. required but missing): point at its parent.
+	// A field that is absent (e.g. required but missing): point at its
+	// nearest written parent, a mapping's key or a list's element.
 	for p := path; p != ""; {
 		i := strings.LastIndexAny(p, ".[")
 		if i <= 0 {
 			break
 		}
 		p = p[:i]
-		if l, ok := x.locs[p]; ok && l.isKey {
+		if l, ok := x.locs[p]; ok {
 			return l.line, l.col
 		}
 	}
