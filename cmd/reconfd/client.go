@@ -145,7 +145,7 @@ func (f *clientFlags) get(ctx context.Context, url, what string, v any) ([]byte,
 		return nil, fail("%v", err)
 	}
 	if status != http.StatusOK {
-		return nil, refused(status, body)
+		return nil, f.refused(status, body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return nil, fail("the management API's %s is not JSON: %v", what, err)
@@ -154,12 +154,18 @@ func (f *clientFlags) get(ctx context.Context, url, what string, v any) ([]byte,
 }
 
 // refused explains an answer that is not a result: 401, 403, 400, 202...
-func refused(status int, body []byte) error {
+// A 401 to a request sent without a token says how to give one: a server
+// whose token was set (not generated) keeps it out of its discovery file.
+func (f *clientFlags) refused(status int, body []byte) error {
+	var hint string
+	if status == http.StatusUnauthorized && f.token == "" {
+		hint = "; no token was sent: pass --token or set " + admin.EnvToken
+	}
 	var e admin.ErrorBody
 	if json.Unmarshal(body, &e) == nil && e.Error.Reason != "" {
-		return fail("the management API answered %d %s: %s", status, e.Error.Reason, e.Error.Message)
+		return fail("the management API answered %d %s: %s%s", status, e.Error.Reason, e.Error.Message, hint)
 	}
-	return fail("the management API answered %d %s", status, http.StatusText(status))
+	return fail("the management API answered %d %s%s", status, http.StatusText(status), hint)
 }
 
 func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -184,7 +190,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 			}
 			var res reconf.Result
 			if json.Unmarshal(body, &res) != nil || res.Outcome == 0 {
-				return refused(status, body)
+				return f.refused(status, body)
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))

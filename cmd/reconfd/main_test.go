@@ -338,3 +338,38 @@ func TestClusterURLNeverPrinted(t *testing.T) {
 		})
 	}
 }
+
+// TestClientUnauthorizedWithoutToken: a 401 to a CLI that sent no token
+// says so and names the two ways to give one (a server started with
+// --management-address keeps its token out of the discovery file, so the
+// CLI finds the address there but not the token).
+func TestClientUnauthorizedWithoutToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":{"reason":"unauthorized","message":"a valid bearer token is required"}}`))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	for _, withToken := range []bool{false, true} {
+		lookup := func(k string) (string, bool) {
+			switch k {
+			case "RECONF_MANAGEMENT_ADDRESS":
+				return srv.URL, true
+			case "RECONF_MANAGEMENT_TOKEN":
+				if withToken {
+					return "token-from-the-env-123", true
+				}
+			case "XDG_RUNTIME_DIR", "TMPDIR":
+				return dir, true
+			}
+			return "", false
+		}
+		for _, cmd := range []string{"reload", "status", "history", "restart"} {
+			code, _, errOut := runCmd(t, lookup, cmd)
+			hint := strings.Contains(errOut, "no token was sent") && strings.Contains(errOut, "--token") && strings.Contains(errOut, "RECONF_MANAGEMENT_TOKEN")
+			if code != 1 || !strings.Contains(errOut, "401 unauthorized") || hint == withToken {
+				t.Errorf("%s, token sent %v: exit %d, stderr %q; want exit 1, the 401, and the no-token hint only when no token was sent", cmd, withToken, code, errOut)
+			}
+		}
+	}
+}

@@ -59,7 +59,7 @@ cannot be reached, 2 usage.`,
 			}
 			var res admin.RestartResult
 			if json.Unmarshal(body, &res) != nil || res.Outcome == "" {
-				return refused(status, body)
+				return f.refused(status, body)
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
