@@ -21,7 +21,9 @@ import (
 type Subject[T any] struct {
 	// Consumer is the consumer under test.
 	Consumer reconf.Consumer[T]
-	// Name is its registration name (default "subject").
+	// Name is the name it is registered under (default "subject"): that
+	// of the reconf.Key the service reads its value with, so Use can read
+	// it through that key.
 	Name string
 	// Paths are the paths it is registered for, as given to
 	// reconf.WithConsumer; none means every change.
