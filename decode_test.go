@@ -96,7 +96,7 @@ func TestCompileFailures(t *testing.T) {
 		{"rule: required", strings.Replace(baseYAML(1), "default_route: stub", "default_route: \"\"", 1), ReasonValidation, "routing.default_route", 4},
 		{"cross-field", strings.Replace(baseYAML(1), "gpt-4o-mini: stub", "gpt-4o-mini: "+canary, 1), ReasonValidation, "model_aliases[gpt-4o-mini]", 13},
 		{"duplicate key", strings.Replace(baseYAML(1), "name: other", "name: stub", 1), ReasonValidation, "backends[stub]", 0},
-		{"unresolved env secret", strings.Replace(baseYAML(1), "    timeout: 5s\n", "    timeout: 5s\n    api_key: ${env:NOPE_"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[stub].api_key", 10},
+		{"unresolved env secret", strings.Replace(baseYAML(1), "    timeout: 5s\n", "    timeout: 5s\n    api_key: ${env:NOPE_UNSET}\n", 1), ReasonSecretUnresolved, "backends[stub].api_key", 10},
 		{"duplicate mapping key", baseYAML(1) + "backends: []\n", ReasonMalformed, "", 14},
 		{"unresolved file secret", strings.Replace(baseYAML(1), "    weight: 3\n", "    weight: 3\n    api_key: ${file:/nonexistent/"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[other].api_key", 12},
 		{"malformed secret reference", strings.Replace(baseYAML(1), "    weight: 3\n", "    weight: 3\n    api_key: ${file:relative/"+canary+"}\n", 1), ReasonSecretUnresolved, "backends[other].api_key", 12},

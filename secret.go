@@ -170,6 +170,21 @@ func (s Secret) Resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
 	})
 }
 
+// envName reports whether s is a conventional variable name (a letter or
+// underscore, then letters, digits and underscores). Only such a name is
+// shown in an error; anything else may be a value pasted by mistake.
+func envName(s string) bool {
+	for i, c := range s {
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
 // resolve returns a copy with the reference resolved, or an error naming
 // the reference kind, never the value. readFile reads a ${file:} reference
 // with the bounded reader; an *Error it returns (a refused file) is passed
@@ -182,8 +197,13 @@ func (s Secret) resolve(lookupEnv func(string) (string, bool), readFile func(str
 	switch nb.kind {
 	case "env":
 		v, ok := lookupEnv(nb.target)
+		if !ok && envName(nb.target) {
+			return s, fmt.Errorf("env reference cannot be resolved: the variable %s is not set", nb.target)
+		}
 		if !ok {
-			return s, fmt.Errorf("env reference cannot be resolved: the variable is not set")
+			// Not a variable's name, perhaps a value pasted into the
+			// reference: not echoed.
+			return s, fmt.Errorf("env reference cannot be resolved: the variable is not set, and its name is not of letters, digits and underscores")
 		}
 		nb.value = v
 	case "file":

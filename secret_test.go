@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -191,5 +192,53 @@ func TestEmptySecretEqualsAbsent(t *testing.T) {
 	c := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: NewSecret("x")}}}
 	if got := Diff(a, c); len(got) != 1 || got[0].Path != "backends[stub].api_key" {
 		t.Fatalf("a set secret: %v", got)
+	}
+}
+
+// TestUnresolvedEnvNamesVariable: an unset variable is named, so the
+// operator knows what to set (a variable's name is not secret); a value
+// never appears, and a reference whose target is not a variable name (a
+// value pasted in by mistake) is not echoed.
+func TestUnresolvedEnvNamesVariable(t *testing.T) {
+	const value = "CANARY-value-6120"
+	env := func(k string) (string, bool) {
+		if k == "SET_KEY" {
+			return value, true
+		}
+		return "", false
+	}
+	tests := []struct {
+		name, target string
+		named        bool
+	}{
+		{"variable name", "UNSET_KEY_1", true},
+		{"pasted value", "sk-" + value, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := strings.Replace(baseYAML(1), "    timeout: 5s\n", "    timeout: 5s\n    api_key: ${env:"+tt.target+"}\n", 1)
+			data = strings.Replace(data, "    weight: 3\n", "    weight: 3\n    api_key: ${env:SET_KEY}\n", 1)
+			_, err := New[testConfig](context.Background(), Bytes("t", []byte(data)), WithEnv(env))
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != ReasonSecretUnresolved {
+				t.Fatalf("err = %v, want %s", err, ReasonSecretUnresolved)
+			}
+			if len(e.Problems) != 1 || e.Problems[0].Path != "backends[stub].api_key" {
+				t.Fatalf("problems = %v, want one at backends[stub].api_key", e.Problems)
+			}
+			if got := strings.Contains(e.Problems[0].Detail, tt.target); got != tt.named {
+				t.Errorf("detail %q names %s: %v, want %v", e.Problems[0].Detail, tt.target, got, tt.named)
+			}
+			if strings.Contains(e.Error(), value) {
+				t.Errorf("error shows a value: %v", e)
+			}
+		})
+	}
+	s, err := SecretRef("${env:UNSET_KEY_2}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resolve(noEnv); err == nil || !strings.Contains(err.Error(), "UNSET_KEY_2") {
+		t.Errorf("Resolve: err = %v, want one naming UNSET_KEY_2", err)
 	}
 }

@@ -1,5 +1,3 @@
-// Package reconftest holds helpers that users of reconf call from their own
-// tests.
 package reconftest
 
 import (
