@@ -39,8 +39,10 @@ var (
 // body that is not one JSON object is problemNotObject; a field of the
 // wrong type (model a string or null, stream a boolean or null, messages
 // an array of objects) is problemShape; no message is problemMessages; a
-// field given twice is refused, since the gateway and the upstream might
-// read different ones. Other fields are the upstream's to judge.
+// field given twice, or a key that encoding/json would read as one of
+// them (see chatFields), is refused with codeAmbiguousKey, since the
+// gateway and the upstream might read different ones. Other fields are
+// the upstream's to judge.
 //
 // The body is walked once: the validation records where the three fields
 // are (chatScan), and they are judged from that record, in body order, as
@@ -60,19 +62,23 @@ func parseChat(body []byte) (chatRequest, *problem) {
 	if body[skipSpace(body, 0)] != '{' {
 		return c, problemNotObject
 	}
-	var seen [3]bool
+	var seen [len(chatFieldNames)]bool
 	for _, m := range t.members[:t.n] {
-		if p := c.take(m.field, m.v, &seen); p != nil {
+		if p := c.take(m.field, m.variant, m.v, &seen); p != nil {
 			return c, p
 		}
 	}
 	return c, c.judgeMessages(t.msgCount, t.msgShaped)
 }
 
-// take reads the value v of the top-level field into c: a problem if its
-// type is wrong, or if the field was seen before (the gateway and the
-// upstream might read different ones).
-func (c *chatRequest) take(field int, v span, seen *[3]bool) *problem {
+// take reads the value v of the top-level field into c: a problem if the
+// key is a variant of the field's name (variant), if its type is wrong, or
+// if the field was seen before (the gateway and the upstream might read
+// different ones).
+func (c *chatRequest) take(field int, variant bool, v span, seen *[len(chatFieldNames)]bool) *problem {
+	if variant {
+		return problemVariant[field]
+	}
 	body := c.body
 	switch field {
 	case fieldModel:
@@ -105,7 +111,7 @@ func (c *chatRequest) take(field int, v span, seen *[3]bool) *problem {
 		}
 	}
 	if seen[field] {
-		return &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", fieldNames[field])}
+		return problemTwice[field]
 	}
 	seen[field] = true
 	return nil
@@ -125,39 +131,41 @@ func (c *chatRequest) judgeMessages(count int, shaped bool) *problem {
 	return nil
 }
 
-// The top-level fields parseChat reads.
+// The top-level fields parseChat reads: indexes in chatFieldNames.
 const (
 	fieldModel = iota
 	fieldStream
 	fieldMessages
-	fieldOther
+	fieldOther = -1
 )
 
-var fieldNames = [...]string{"model", "stream", "messages"}
-
-// fieldOf is the field a top-level key (decoded) names, or fieldOther.
-func fieldOf(key []byte) int {
-	switch string(key) {
-	case "model":
-		return fieldModel
-	case "stream":
-		return fieldStream
-	case "messages":
-		return fieldMessages
+// problemTwice and problemVariant are, per field, the problem of a field
+// given twice and of a key that differs from the field's name only by
+// letter case or escapes.
+var problemTwice, problemVariant = func() (twice, variant [len(chatFieldNames)]*problem) {
+	for i, n := range chatFieldNames {
+		twice[i] = &problem{codeAmbiguousKey, fmt.Sprintf("the request gives %q more than once", n)}
+		variant[i] = &problem{codeAmbiguousKey, fmt.Sprintf("the request has a key that differs from %q only in letter case or escapes, which some upstreams read as %q; give %q once, spelled exactly", n, n, n)}
 	}
-	return fieldOther
-}
+	return twice, variant
+}()
+
+// fieldOf is the field a top-level key (decoded) names exactly, or
+// fieldOther.
+func fieldOf(key []byte) int { return chatFields.exact(key) }
 
 // chatScan is what scanJSON records of a body's top-level object for
 // parseChat: the members named model, stream or messages, in body order,
 // and the shape of the messages array.
 type chatScan struct {
-	// members holds the first four such members: four of three names
-	// hold a name twice, which parseChat refuses at or before the fourth,
+	// members holds the first such members, and keys that are variants
+	// of their names: one more than there are names, since parseChat
+	// refuses a variant, and a name given twice, at or before that one,
 	// so later ones are never looked at.
-	members [4]struct {
-		field int
-		v     span
+	members [len(chatFieldNames) + 1]struct {
+		field   int
+		variant bool // the key is a variant of the field's name
+		v       span
 	}
 	n          int
 	cur        int  // 1 + the index in members of the member whose value is being scanned, or 0
@@ -178,20 +186,24 @@ func (t *chatScan) member(b []byte, k, v int) {
 	for j--; b[j] != '"'; j-- {
 	}
 	key := b[k+1 : j]
-	f := fieldOf(key)
+	f, variant := fieldOf(key), false
 	if f == fieldOther {
 		if bytes.IndexByte(key, '\\') >= 0 {
 			t.escapedKey = true
+			return
 		}
-		return
+		if f = chatFields.folded(key); f == fieldOther {
+			return
+		}
+		variant = true
 	}
 	if t.n == len(t.members) {
 		return
 	}
-	t.members[t.n].field, t.members[t.n].v.start = f, v
+	t.members[t.n].field, t.members[t.n].variant, t.members[t.n].v.start = f, variant, v
 	t.n++
 	t.cur = t.n
-	t.inMessages = f == fieldMessages && v < len(b) && b[v] == '['
+	t.inMessages = f == fieldMessages && !variant && v < len(b) && b[v] == '['
 }
 
 // message counts an element of a messages array that starts with c.
@@ -224,7 +236,7 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 		return c, problemNotObject
 	}
 	i++
-	var seen [3]bool
+	var seen [len(chatFieldNames)]bool
 	msgCount, msgShaped := 0, true // of the messages array
 	for {
 		i = skipSpace(body, i)
@@ -253,11 +265,14 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 			v.end = skipValue(body, i)
 		}
 		i = v.end
-		field := fieldOf(key)
+		field, variant := fieldOf(key), false
 		if field == fieldOther {
-			continue
+			if field = chatFields.folded(key); field == fieldOther {
+				continue
+			}
+			variant = true
 		}
-		if p := c.take(field, v, &seen); p != nil {
+		if p := c.take(field, variant, v, &seen); p != nil {
 			return c, p
 		}
 	}

@@ -93,6 +93,7 @@ const (
 	codeHeaderTooLarge = "header_too_large"
 	codeRequestTimeout = "request_timeout"
 	codeMalformed      = "malformed_request"
+	codeAmbiguousKey   = "ambiguous_key"
 )
 
 // writeError writes an error in OpenAI's shape.
