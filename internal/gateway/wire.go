@@ -87,6 +87,8 @@ const (
 	codeUpstreamError  = "upstream_error"
 	codeUpstreamAuth   = "upstream_auth_failed"
 	codeTimeout        = "upstream_timeout"
+	codeUpstreamBroken = "upstream_stream_broken"
+	codeUpstreamLarge  = "upstream_answer_too_large"
 	codeNotFound       = "not_found"
 	codeMethod         = "method_not_allowed"
 	codeShuttingDown   = "shutting_down"
