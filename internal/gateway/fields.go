@@ -18,8 +18,12 @@ import (
 var (
 	// chatFieldNames are chat completions' fields, in the order of the
 	// field* constants.
-	chatFieldNames = [...]string{"model", "stream", "messages"}
+	chatFieldNames = [...]string{"model", "stream", "messages", "stream_options"}
 	chatFields     = fieldList(chatFieldNames[:])
+
+	// streamOptionFields are the fields of a chat completion's
+	// stream_options that the gateway reads.
+	streamOptionFields = fieldList{"include_usage"}
 )
 
 // fieldList is the names of the fields an endpoint reads, each ASCII.

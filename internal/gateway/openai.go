@@ -292,7 +292,7 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 		passHeaders(ctx, resp)
 		ctx.SetStatusCode(st)
 		x.status = st
-		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b, buf: u.streamBuf[:0]}, -1)
+		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b, buf: u.streamBuf[:0], dropUsage: !c.req.includeUsage}, -1)
 		handed = true
 	default:
 		passHeaders(ctx, resp)

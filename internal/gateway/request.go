@@ -18,6 +18,10 @@ type chatRequest struct {
 	modelAt  span   // the "model" value (a string or null); empty when absent
 	stream   bool
 	messages span // the "messages" array, brackets included
+
+	streamOptions span // the "stream_options" value (an object or null); empty when absent
+	usageAt       span // its "include_usage" value; empty when absent
+	includeUsage  bool // the client asked for the usage chunk of a stream
 }
 
 // span is body[start:end]; end is 0 when the field is absent.
@@ -31,7 +35,7 @@ type problem struct{ code, msg string }
 
 var (
 	problemNotObject = &problem{codeInvalidJSON, "the request body is not a JSON object"}
-	problemShape     = &problem{codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean)"}
+	problemShape     = &problem{codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean, stream_options: object with include_usage: boolean)"}
 	problemMessages  = &problem{codeInvalidRequest, "messages must be a non-empty array"}
 )
 
@@ -109,11 +113,61 @@ func (c *chatRequest) take(field int, variant bool, v span, seen *[len(chatField
 		default:
 			return problemShape
 		}
+	case fieldStreamOptions:
+		switch body[v.start] {
+		case '{':
+			c.streamOptions = v
+			if p := c.readStreamOptions(v); p != nil {
+				return p
+			}
+		case 'n':
+			c.streamOptions, c.usageAt, c.includeUsage = v, span{}, false
+		default:
+			return problemShape
+		}
 	}
 	if seen[field] {
 		return problemTwice[field]
 	}
 	seen[field] = true
+	return nil
+}
+
+// readStreamOptions reads include_usage from the stream_options object at
+// v, refusing a variant of its key or a second one as a top-level field's
+// (see streamOptionFields).
+func (c *chatRequest) readStreamOptions(v span) *problem {
+	b := c.body
+	c.usageAt, c.includeUsage = span{}, false
+	seen := false
+	i := skipSpace(b, v.start+1)
+	for b[i] != '}' {
+		if b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+		kEnd := skipValue(b, i)
+		key := unquote(b[i:kEnd])
+		i = skipSpace(b, skipSpace(b, kEnd)+1) // past the colon
+		vEnd := skipValue(b, i)
+		switch {
+		case streamOptionFields.exact(key) == 0:
+			if seen {
+				return problemUsageTwice
+			}
+			seen = true
+			switch b[i] {
+			case 't':
+				c.includeUsage = true
+			case 'f', 'n':
+			default:
+				return problemShape
+			}
+			c.usageAt = span{i, vEnd}
+		case streamOptionFields.folded(key) == 0:
+			return problemUsageVariant
+		}
+		i = skipSpace(b, vEnd)
+	}
 	return nil
 }
 
@@ -136,6 +190,7 @@ const (
 	fieldModel = iota
 	fieldStream
 	fieldMessages
+	fieldStreamOptions
 	fieldOther = -1
 )
 
@@ -149,6 +204,11 @@ var problemTwice, problemVariant = func() (twice, variant [len(chatFieldNames)]*
 	}
 	return twice, variant
 }()
+
+var (
+	problemUsageTwice   = &problem{codeAmbiguousKey, `the request gives "stream_options.include_usage" more than once`}
+	problemUsageVariant = &problem{codeAmbiguousKey, `the request has a key in "stream_options" that differs from "include_usage" only in letter case or escapes, which some upstreams read as "include_usage"; give "include_usage" once, spelled exactly`}
+)
 
 // fieldOf is the field a top-level key (decoded) names exactly, or
 // fieldOther.
@@ -329,45 +389,74 @@ func unquote(q []byte) []byte {
 }
 
 // upstreamBody appends to dst the body to send upstream: the client's body
-// with the model's value replaced by model (a JSON string) and, when system
-// is not nil, system put first among the messages.
+// with the model's value replaced by model (a JSON string), system put
+// first among the messages when it is not nil and, for a stream,
+// stream_options.include_usage set to true, so that every upstream
+// stream ends with its usage (the stream drops the chunk when the client
+// did not ask for it).
 func (c *chatRequest) upstreamBody(dst, model, system []byte) []byte {
 	b := c.body
-	// Two edits at most, applied in the order they appear in the body:
-	// the model's value (or, without one, a "model" key first in the
-	// object) and the start of the messages.
-	mAt, mEnd := c.modelAt.start, c.modelAt.end
-	if !c.modelAt.ok() {
-		mAt = bytes.IndexByte(b, '{') + 1
-		mEnd = mAt
+	obj := bytes.IndexByte(b, '{') + 1
+	// At most three edits, each a span of the body replaced by up to
+	// three pieces, applied in body order.
+	var edits [3]bodyEdit
+	n := 0
+	if c.modelAt.ok() {
+		edits[n] = bodyEdit{at: c.modelAt.start, end: c.modelAt.end, with: [3][]byte{model}}
+	} else {
+		edits[n] = bodyEdit{at: obj, end: obj, with: [3][]byte{modelKey, model, comma}}
 	}
-	model1 := func(dst []byte) []byte {
-		if !c.modelAt.ok() {
-			dst = append(dst, `"model":`...)
-			dst = append(append(dst, model...), ',')
-			return dst
+	n++
+	if system != nil {
+		at := c.messages.start + 1
+		edits[n] = bodyEdit{at: at, end: at, with: [3][]byte{system, comma}}
+		n++
+	}
+	if c.stream {
+		so := c.streamOptions
+		switch {
+		case !so.ok():
+			edits[n] = bodyEdit{at: obj, end: obj, with: [3][]byte{streamOptionsKey, includeUsageObject, comma}}
+		case c.usageAt.ok():
+			edits[n] = bodyEdit{at: c.usageAt.start, end: c.usageAt.end, with: [3][]byte{jsonTrue}}
+		case b[so.start] == 'n' || b[skipSpace(b, so.start+1)] == '}':
+			edits[n] = bodyEdit{at: so.start, end: so.end, with: [3][]byte{includeUsageObject}}
+		default:
+			edits[n] = bodyEdit{at: so.start + 1, end: so.start + 1, with: [3][]byte{includeUsageMember, comma}}
 		}
-		return append(dst, model...)
+		n++
 	}
-	if system == nil {
-		dst = append(dst, b[:mAt]...)
-		dst = model1(dst)
-		return append(dst, b[mEnd:]...)
+	es := edits[:n]
+	for i := 1; i < len(es); i++ { // insertion sort of three, stable
+		for j := i; j > 0 && es[j].at < es[j-1].at; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
 	}
-	sAt := c.messages.start + 1
-	if sAt < mAt {
-		dst = append(dst, b[:sAt]...)
-		dst = append(append(dst, system...), ',')
-		dst = append(dst, b[sAt:mAt]...)
-		dst = model1(dst)
-		return append(dst, b[mEnd:]...)
+	last := 0
+	for _, e := range es {
+		dst = append(dst, b[last:e.at]...)
+		for _, w := range e.with {
+			dst = append(dst, w...)
+		}
+		last = e.end
 	}
-	dst = append(dst, b[:mAt]...)
-	dst = model1(dst)
-	dst = append(dst, b[mEnd:sAt]...)
-	dst = append(append(dst, system...), ',')
-	return append(dst, b[sAt:]...)
+	return append(dst, b[last:]...)
 }
+
+// bodyEdit replaces body[at:end] with the concatenation of with.
+type bodyEdit struct {
+	at, end int
+	with    [3][]byte
+}
+
+var (
+	modelKey           = []byte(`"model":`)
+	comma              = []byte(",")
+	jsonTrue           = []byte("true")
+	streamOptionsKey   = []byte(`"stream_options":`)
+	includeUsageObject = []byte(`{"include_usage":true}`)
+	includeUsageMember = []byte(`"include_usage":true`)
+)
 
 // messages decodes the messages, for the stub backend.
 func (c *chatRequest) decodeMessages() []chatMessage {

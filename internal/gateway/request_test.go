@@ -30,6 +30,13 @@ func TestParseChat(t *testing.T) {
 		{`{"model":"m","messages":[{}],"ſtream":true}`, "", false, codeAmbiguousKey},
 		{`{"model":"m","messages":[{}],"Models":"x","modeL ":"y","stream_":true}`, "m", false, ""},
 		{`{"model":"m","messages":[{}],"extra":{"Model":"x"}}`, "m", false, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"other":1}}`, "m", true, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":null}`, "m", true, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"Include_Usage":false}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"include_usage":false}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"Stream_Options":{}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":1}}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":[]}`, "", false, codeInvalidRequest},
 		{`{"model":"m","messages":[{}],"extra":{"model":"inner","messages":[]}}`, "m", false, ""},
 		{`{"model":"m","messages":[]}`, "", false, codeInvalidRequest},
 		{`{"model":"m"}`, "", false, codeInvalidRequest},
@@ -73,6 +80,21 @@ func TestUpstreamBody(t *testing.T) {
 			`{"messages":[{"role":"system","content":"be brief"}, {"role":"user"}],"model":"real"}`},
 		{`{"messages":[{"role":"user"}]}`, "sys",
 			`{"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}]}`},
+		// A stream asks for its usage.
+		{`{"model":"alias","messages":[{"role":"user"}],"stream":true}`, "sys",
+			`{"stream_options":{"include_usage":true},"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}],"stream":true}`},
+		{`{"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{"include_usage":false,"x":1},"messages":[{"role":"user"}],"stream":true,"model":"a"}`, "sys",
+			`{"stream_options":{"include_usage":true,"x":1},"messages":[{"role":"system","content":"be brief"},{"role":"user"}],"stream":true,"model":"real"}`},
+		{`{"stream_options":{"x":1},"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true,"x":1},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{ },"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":null,"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`},
 	} {
 		c, p := parseChat([]byte(tc.in))
 		if p != nil {
@@ -99,6 +121,7 @@ func FuzzParseChat(f *testing.F) {
 		`{"model":"m","messages":[]}`,
 		`{}`, `[]`, `"model"`, `{"a":1`,
 		`{"Model":"x","messages":[{}]}`, `{"messages":[{}],"MESSAGES":[]}`, `{"messages":[{}],"\u004dodel":"x"}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"y":{}}}`, `{"stream_options":{},"stream":true,"messages":[{}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -131,6 +154,22 @@ func FuzzParseChat(f *testing.F) {
 		if err := json.Unmarshal(out, &dec); err != nil || dec.Model != "real" || len(dec.Messages) == 0 || string(dec.Messages[0]) != `{"role":"system"}` {
 			t.Fatalf("encoding/json reads model %q, messages %s from %s", dec.Model, dec.Messages, out)
 		}
+		if c.stream {
+			// A stream asks for its usage, keeping the client's other
+			// stream options.
+			var so, inSo map[string]json.RawMessage
+			if err := json.Unmarshal(got["stream_options"], &so); err != nil || string(so["include_usage"]) != "true" {
+				t.Fatalf("stream_options %s from %s", got["stream_options"], body)
+			}
+			_ = json.Unmarshal(in["stream_options"], &inSo)
+			delete(so, "include_usage")
+			delete(inSo, "include_usage")
+			if len(so) != len(inSo) {
+				t.Fatalf("stream_options %s from %s", got["stream_options"], body)
+			}
+			delete(got, "stream_options")
+			delete(in, "stream_options")
+		}
 		delete(got, "model")
 		delete(got, "messages")
 		delete(in, "model")
@@ -157,6 +196,8 @@ func FuzzParseChatOnce(f *testing.F) {
 		`{"mod\u0065l":"a","messages":[{}],"model":"b"}`, `{"messages":{"a":[1]},"x":[{"messages":[]}]}`,
 		`{"model":1,"Model":"a","messages":[{}]}`, `{"Messages":[1],"messages":[]}`, `{"model":"a","Mod\u0065l":"b"}`,
 		`{"meſſages":[{}],"model":"a","stream":1,"messages":[{}],"x":1,"Stream":true}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"include_usage":true,"\u0069nclude_usage":false}}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"x":[1],"INCLUDE_USAGE":true},"stream_options":null}`,
 		`{}`, `[]`, `[{"model":"m","messages":[{}]}]`, `"model"`, `{"a":1`, `{"messages":[{}]} x`,
 	} {
 		f.Add([]byte(s))
@@ -170,7 +211,8 @@ func FuzzParseChatOnce(f *testing.F) {
 		if p != nil {
 			return
 		}
-		if string(c.model) != string(w.model) || c.modelAt != w.modelAt || c.stream != w.stream || c.messages != w.messages {
+		if string(c.model) != string(w.model) || c.modelAt != w.modelAt || c.stream != w.stream || c.messages != w.messages ||
+			c.streamOptions != w.streamOptions || c.usageAt != w.usageAt || c.includeUsage != w.includeUsage {
 			t.Fatalf("%q: read %+v, the walk read %+v", body, c, w)
 		}
 	})

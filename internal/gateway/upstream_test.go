@@ -110,10 +110,20 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"id":"up-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hello from upstream"},"finish_reason":"stop"}]}`, model)
 		return
 	}
+	// Like OpenAI: with stream_options.include_usage, every chunk has
+	// "usage": null and a last chunk has no choices and the usage.
+	var opts struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	_ = json.Unmarshal(body["stream_options"], &opts)
+	usageNull := ""
+	if opts.IncludeUsage {
+		usageNull = `,"usage":null`
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
 	for i, tok := range []string{"hel", "lo", " from", " up", "stream"} {
-		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", model, tok)
+		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]%s}\n\n", model, tok, usageNull)
 		_ = rc.Flush()
 		if i == 0 && f.release != nil {
 			select {
@@ -122,6 +132,9 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if opts.IncludeUsage {
+		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":5,\"total_tokens\":7}}\n\n", model)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }

@@ -16,13 +16,15 @@ type chatMessage struct {
 }
 
 type chatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             *usage       `json:"usage,omitempty"`
-	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	// Usage is a *usage, or jsonNull in the chunks of a stream that
+	// asked for its usage (OpenAI's "usage": null), or nil (left out).
+	Usage             any    `json:"usage,omitempty"`
+	SystemFingerprint string `json:"system_fingerprint,omitempty"`
 	// ReconfGeneration is the configuration generation that served the
 	// request; an extension field that OpenAI clients ignore.
 	ReconfGeneration uint64 `json:"reconf_generation"`
@@ -31,15 +33,31 @@ type chatCompletion struct {
 type chatChoice struct {
 	Index        int         `json:"index"`
 	Message      *chatOutput `json:"message,omitempty"`
-	Delta        *chatOutput `json:"delta,omitempty"`
+	Delta        *chatDelta  `json:"delta,omitempty"`
 	FinishReason *string     `json:"finish_reason"`
 	Logprobs     any         `json:"logprobs"`
 }
 
+// chatOutput is a whole answer's message. Refusal is always there, null
+// unless the model refused, as OpenAI's schema requires.
 type chatOutput struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
 }
+
+// chatDelta is a streamed chunk's delta, as OpenAI sends them: the first
+// {"role":"assistant","content":"","refusal":null}, then {"content":...},
+// and {} in the chunk that carries the finish reason.
+type chatDelta struct {
+	Role    string          `json:"role,omitempty"`
+	Content *string         `json:"content,omitempty"`
+	Refusal json.RawMessage `json:"refusal,omitempty"`
+}
+
+// jsonNull is JSON's null: the "usage" of a chunk before the usage
+// chunk, the "refusal" of the first delta.
+var jsonNull = json.RawMessage("null")
 
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
