@@ -321,9 +321,15 @@ func errorBody(resp *fasthttp.Response) []byte {
 
 // passedHeaders are the upstream headers a successful answer keeps besides
 // Content-Type, in fasthttp's canonical form (the form its parser stores
-// them in).
+// them in), and passedAs the names they are passed under: the upstream's
+// X-Request-Id becomes Reconf-Upstream-Request-Id, since X-Request-Id is
+// the gateway's own (see exchange.requestID).
 var passedHeaders = [][]byte{
 	[]byte(fasthttp.HeaderCacheControl), []byte("X-Request-Id"), []byte("Openai-Processing-Ms"), []byte("Openai-Model"),
+}
+
+var passedAs = [][]byte{
+	[]byte(fasthttp.HeaderCacheControl), []byte("Reconf-Upstream-Request-Id"), []byte("Openai-Processing-Ms"), []byte("Openai-Model"),
 }
 
 // passedLengths has bit n set when a passed header's name is n bytes long.
@@ -352,7 +358,7 @@ func passHeaders(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
 		for i, h := range passedHeaders {
 			if seen&(1<<i) == 0 && bytes.Equal(k, h) {
 				seen |= 1 << i
-				ctx.Response.Header.SetCanonical(h, v)
+				ctx.Response.Header.SetCanonical(passedAs[i], v)
 				break
 			}
 		}

@@ -137,3 +137,57 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestRequestID: X-Request-Id is echoed when the client sends a usable one
+// and made otherwise, on every data-plane answer, streams included, and
+// the request's log line names it.
+func TestRequestID(t *testing.T) {
+	tg := startGateway(t, baseConfig)
+	if got := tg.chat("stub-1", "X-Request-Id", "client-id_7.x").header.Get("X-Request-Id"); got != "client-id_7.x" {
+		t.Errorf("given client-id_7.x, got %q", got)
+	}
+	waitFor(t, "the log line to name the id", func() bool { return strings.Contains(tg.logs.String(), "request_id=client-id_7.x") })
+	made := map[string]bool{}
+	for _, given := range []string{"", strings.Repeat("a", 129), "has space", "tab\there", "é"} {
+		var hdr []string
+		if given != "" {
+			hdr = []string{"X-Request-Id", given}
+		}
+		for _, r := range []response{tg.chat("stub-1", hdr...), tg.do("GET", "/v1/models", "", hdr...), tg.do("GET", "/nowhere", "", hdr...)} {
+			id := r.header.Get("X-Request-Id")
+			if len(id) != 36 || !strings.HasPrefix(id, "req_") || strings.Trim(id[4:], "0123456789abcdef") != "" || made[id] {
+				t.Errorf("given %q: got id %q, want a new req_ and 32 hex digits", given, id)
+			}
+			made[id] = true
+		}
+	}
+	if s := tg.stream("stub-1", "X-Request-Id", "s-1"); s.resp.Header.Get("X-Request-Id") != "s-1" {
+		t.Errorf("a stream's id is %q", s.resp.Header.Get("X-Request-Id"))
+	}
+	if n := strings.Repeat("b", 128); tg.chat("stub-1", "X-Request-Id", n).header.Get("X-Request-Id") != n {
+		t.Errorf("an id of 128 characters was not echoed")
+	}
+}
+
+// TestModelByID: GET /v1/models/{id} answers one entry of the list, an
+// alias's included, or 404 model_not_found in OpenAI's shape.
+func TestModelByID(t *testing.T) {
+	tg := startGateway(t, strings.Replace(baseConfig, "model: other-1", "model: org/other-1", 1))
+	for id, owner := range map[string]string{"stub-1": "stub", "gpt-4o-mini": "stub", "org/other-1": "other", "cheap": "other"} {
+		r := tg.do("GET", "/v1/models/"+id, "")
+		var m modelInfo
+		if r.status != 200 || json.Unmarshal(r.body, &m) != nil || m.ID != id || m.Object != "model" || m.OwnedBy != owner {
+			t.Errorf("%s: got %d %s", id, r.status, r.body)
+		}
+	}
+	r := tg.do("GET", "/v1/models/gpt-9", "")
+	if e := r.apiError(t); r.status != 404 || code(e) != codeModelNotFound || e.Param == nil || *e.Param != "model" || e.Type != typeInvalidRequest {
+		t.Errorf("unknown model: got %d %s", r.status, r.body)
+	}
+	if r := tg.do("POST", "/v1/models/stub-1", "{}"); r.status != 405 {
+		t.Errorf("POST: got %d", r.status)
+	}
+	if r := tg.do("GET", "/v1/models/", ""); r.status != 404 || code(r.apiError(t)) != codeNotFound {
+		t.Errorf("no id: got %d %s", r.status, r.body)
+	}
+}

@@ -471,8 +471,9 @@ func TestUpstreamClientLifecycle(t *testing.T) {
 }
 
 // A whole answer keeps the upstream's Content-Type, Cache-Control,
-// X-Request-Id, Openai-Processing-Ms and Openai-Model (the first value of
-// each) and nothing else of the upstream's headers.
+// Openai-Processing-Ms and Openai-Model (the first value of each), and its
+// X-Request-Id as Reconf-Upstream-Request-Id (X-Request-Id is the
+// gateway's), and nothing else of the upstream's headers.
 func TestUpstreamHeadersPassed(t *testing.T) {
 	up := newFakeOpenAI(t, goodKey)
 	up.header = http.Header{
@@ -484,12 +485,13 @@ func TestUpstreamHeadersPassed(t *testing.T) {
 		"Set-Cookie":           {"upstream=1"},
 	}
 	tg := startGateway(t, upstreamConfig(up.host(), ""), WithEnv(envWith(goodKey)))
-	r := tg.chat("gpt-4o-mini")
+	r := tg.chat("gpt-4o-mini", "X-Request-Id", "client-7")
 	if r.status != 200 {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
 	for k, want := range map[string]string{
-		"Content-Type": "application/json", "Cache-Control": "no-store", "X-Request-Id": "req-1",
+		"X-Request-Id": "client-7",
+		"Content-Type": "application/json", "Cache-Control": "no-store", "Reconf-Upstream-Request-Id": "req-1",
 		"Openai-Processing-Ms": "12", "Openai-Model": "gpt-4o-mini-2024",
 	} {
 		if got := r.header.Values(k); len(got) != 1 || got[0] != want {

@@ -118,7 +118,12 @@ const (
 
 // writeError writes an error in OpenAI's shape.
 func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
-	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
+	writeErrorParam(ctx, status, typ, code, nil, msg)
+}
+
+// writeErrorParam is writeError naming the request parameter at fault.
+func writeErrorParam(ctx *fasthttp.RequestCtx, status int, typ, code string, param *string, msg string) {
+	body := apiError{Error: apiErrorBody{Message: msg, Type: typ, Param: param}}
 	if code != "" {
 		body.Error.Code = &code
 	}
