@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,6 +46,9 @@ type exchange struct {
 	slot     gate.Slot
 	admitted bool
 	status   int // set when the answer is streamed; otherwise read at end
+
+	reqID    [maxRequestID]byte // the request's id: reqID[:reqIDLen]
+	reqIDLen uint8
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
@@ -52,6 +58,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	x := exchange{g: g, ctx: ctx, start: time.Now(), pin: g.rt.Acquire()}
 	h := &ctx.Response.Header
 	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
+	h.SetCanonical(requestIDKey, x.requestID())
 	if g.workerHdr != nil {
 		h.SetCanonical(workerKey, g.workerHdr)
 	}
@@ -81,7 +88,15 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			methodNotAllowed(ctx, "GET, HEAD")
 		}
 	default:
-		writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, GET /v1/models and GET /healthz")
+		id, ok := bytes.CutPrefix(ctx.Path(), modelsPrefix)
+		switch {
+		case !ok || len(id) == 0:
+			writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, GET /v1/models, GET /v1/models/{model} and GET /healthz")
+		case ctx.IsGet() || ctx.IsHead():
+			g.model(&x, id)
+		default:
+			methodNotAllowed(ctx, "GET, HEAD")
+		}
 	}
 	if !handed {
 		x.end()
@@ -103,7 +118,7 @@ func (x *exchange) end() {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
 			slog.Int("status", status), slog.Uint64("generation", x.pin.ID()),
-			slog.String("backend", x.backend),
+			slog.String("backend", x.backend), slog.String("request_id", string(x.reqID[:x.reqIDLen])),
 			slog.Duration("duration", time.Since(x.start)))
 	}
 	x.pin.Release()
@@ -247,6 +262,26 @@ func (g *Gateway) models(x *exchange) {
 		data = []modelInfo{}
 	}
 	writeJSON(x.ctx, fasthttp.StatusOK, modelList{Object: "list", Data: data})
+}
+
+var modelsPrefix = []byte("/v1/models/")
+
+// model answers one model of the list, or 404 model_not_found in OpenAI's
+// shape.
+func (g *Gateway) model(x *exchange, id []byte) {
+	st := routesKey.Get(x.pin.Generation())
+	if x.pin.Config().Auth.Mode == "api_keys" && !x.clientAuthorized(st) {
+		unauthorized(x.ctx)
+		return
+	}
+	i, found := slices.BinarySearchFunc(st.models, id, func(m modelInfo, id []byte) int { return strings.Compare(m.ID, string(id)) })
+	if !found {
+		param := "model"
+		writeErrorParam(x.ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound, &param,
+			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(id))))
+		return
+	}
+	writeJSON(x.ctx, fasthttp.StatusOK, st.models[i])
 }
 
 func (g *Gateway) healthz(x *exchange) {

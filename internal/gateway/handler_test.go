@@ -47,7 +47,10 @@ func TestStubIsDeterministic(t *testing.T) {
 	if a != b {
 		t.Errorf("two answers differ: %q and %q", a, b)
 	}
-	var c chatCompletion
+	var c struct {
+		chatCompletion
+		Usage *usage `json:"usage"`
+	}
 	_ = json.Unmarshal(tg.chat("stub-1").body, &c)
 	if c.Object != "chat.completion" || c.Model != "stub-1" || c.Usage == nil || c.Usage.CompletionTokens != 4 ||
 		c.Choices[0].FinishReason == nil || *c.Choices[0].FinishReason != "stop" || c.ReconfGeneration != 1 {

@@ -149,6 +149,8 @@ type upstreamRequest struct {
 	body   []byte // the body the request sends, built per request
 	resp   fasthttp.Response
 	stream bool // a request for a stream, from b.reqs[1]
+
+	streamBuf []byte // upstreamStream's buffer, kept for the next stream
 }
 
 // request returns a prepared request for a whole answer or a stream;
@@ -217,7 +219,7 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 	req, resp := &u.req, &u.resp
 	req.SetBodyRaw(u.body)
 
-	got, attempts, expired := false, 0, false
+	got, attempts, expired, tooLarge := false, 0, false, false
 	for attempts < c.maxAttempts {
 		attempts++
 		if attempts > 1 && !sleepUntil(c.deadline, backoff(attempts)) {
@@ -230,6 +232,12 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 		if err != nil {
 			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
 				expired = true
+				break
+			}
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				// The upstream answered, too much: asking again would
+				// get the same answer, at the same cost.
+				tooLarge = true
 				break
 			}
 			c.log.Warn("upstream connection failed", "backend", b.name, "attempt", attempts, "error", redactErr(err, b.apiKey))
@@ -245,6 +253,12 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 	if !got {
 		if expired {
 			timedOut(ctx, b.name)
+			return false
+		}
+		if tooLarge {
+			c.log.Warn("upstream answer over the bound of a whole answer", "backend", b.name, "bound_bytes", maxUpstreamBody)
+			writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamLarge,
+				fmt.Sprintf("backend %s answered with more than %d MiB, the bound of a whole answer (a streamed answer has none); not retried", b.name, maxUpstreamBody>>20))
 			return false
 		}
 		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUnavailable,
@@ -278,7 +292,7 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 		passHeaders(ctx, resp)
 		ctx.SetStatusCode(st)
 		x.status = st
-		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b}, -1)
+		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b, buf: u.streamBuf[:0], dropUsage: !c.req.includeUsage}, -1)
 		handed = true
 	default:
 		passHeaders(ctx, resp)
@@ -307,9 +321,15 @@ func errorBody(resp *fasthttp.Response) []byte {
 
 // passedHeaders are the upstream headers a successful answer keeps besides
 // Content-Type, in fasthttp's canonical form (the form its parser stores
-// them in).
+// them in), and passedAs the names they are passed under: the upstream's
+// X-Request-Id becomes Reconf-Upstream-Request-Id, since X-Request-Id is
+// the gateway's own (see exchange.requestID).
 var passedHeaders = [][]byte{
 	[]byte(fasthttp.HeaderCacheControl), []byte("X-Request-Id"), []byte("Openai-Processing-Ms"), []byte("Openai-Model"),
+}
+
+var passedAs = [][]byte{
+	[]byte(fasthttp.HeaderCacheControl), []byte("Reconf-Upstream-Request-Id"), []byte("Openai-Processing-Ms"), []byte("Openai-Model"),
 }
 
 // passedLengths has bit n set when a passed header's name is n bytes long.
@@ -338,7 +358,7 @@ func passHeaders(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
 		for i, h := range passedHeaders {
 			if seen&(1<<i) == 0 && bytes.Equal(k, h) {
 				seen |= 1 << i
-				ctx.Response.Header.SetCanonical(h, v)
+				ctx.Response.Header.SetCanonical(passedAs[i], v)
 				break
 			}
 		}
@@ -349,84 +369,6 @@ func copyHeader(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, h string) {
 	if v := resp.Header.Peek(h); len(v) > 0 {
 		ctx.Response.Header.SetBytesV(h, v)
 	}
-}
-
-// upstreamStream is a streamed answer on its way from the upstream to the
-// client: fasthttp reads it after the handler returns, writing each read
-// as one chunk and flushing it, so the upstream's events pass through as
-// they arrive, byte for byte. It owns the request's exchange: Close (which
-// fasthttp calls once the body is written, or when the client's connection
-// fails or its write deadline passes) releases the upstream connection,
-// the gate slot and the pin.
-type upstreamStream struct {
-	x    exchange
-	u    *upstreamRequest // its request and answer
-	body io.Reader
-	c    call
-	b    *openaiBackend
-
-	tail   []byte // what is left to send after the upstream broke off
-	done   bool
-	closed bool
-}
-
-func (s *upstreamStream) Read(p []byte) (int, error) {
-	if len(s.tail) > 0 {
-		n := copy(p, s.tail)
-		s.tail = s.tail[n:]
-		return n, nil
-	}
-	if s.done {
-		return 0, io.EOF
-	}
-	n, err := s.body.Read(p)
-	if n > 0 {
-		switch {
-		case err != nil && !errors.Is(err, io.EOF):
-			s.fail(err)
-		case err != nil:
-			s.done = true
-		case !time.Now().Before(s.c.deadline):
-			// Read in time, written late: the write deadline would cut
-			// it, so it goes with more time and the timeout event.
-			s.fail(os.ErrDeadlineExceeded)
-		}
-		return n, nil
-	}
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.Is(err, io.EOF):
-		s.done = true
-		return 0, io.EOF
-	}
-	s.fail(err)
-	return s.Read(p)
-}
-
-// fail ends the stream after an upstream read error: at the backend's
-// timeout with an error event (the status is long sent), otherwise with
-// nothing more.
-func (s *upstreamStream) fail(err error) {
-	s.done = true
-	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
-		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.b.name)
-		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
-		// End the partial event, then say why the stream stops.
-		s.tail = append([]byte("\n\n"), timeoutEvent(s.b.name, s.c.gen)...)
-		return
-	}
-	s.c.log.Warn("upstream answer broke off", "backend", s.b.name, "error", redactErr(err, s.b.apiKey))
-}
-
-func (s *upstreamStream) Close() error {
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.b.done(s.u) // a body not read to its end closes the connection
-	s.x.end()
-	return nil
 }
 
 func isTimeout(err error) bool {

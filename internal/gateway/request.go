@@ -18,6 +18,10 @@ type chatRequest struct {
 	modelAt  span   // the "model" value (a string or null); empty when absent
 	stream   bool
 	messages span // the "messages" array, brackets included
+
+	streamOptions span // the "stream_options" value (an object or null); empty when absent
+	usageAt       span // its "include_usage" value; empty when absent
+	includeUsage  bool // the client asked for the usage chunk of a stream
 }
 
 // span is body[start:end]; end is 0 when the field is absent.
@@ -31,7 +35,7 @@ type problem struct{ code, msg string }
 
 var (
 	problemNotObject = &problem{codeInvalidJSON, "the request body is not a JSON object"}
-	problemShape     = &problem{codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean)"}
+	problemShape     = &problem{codeInvalidRequest, "the request does not have the shape of a chat completion request (model: string, messages: array, stream: boolean, stream_options: object with include_usage: boolean)"}
 	problemMessages  = &problem{codeInvalidRequest, "messages must be a non-empty array"}
 )
 
@@ -39,8 +43,10 @@ var (
 // body that is not one JSON object is problemNotObject; a field of the
 // wrong type (model a string or null, stream a boolean or null, messages
 // an array of objects) is problemShape; no message is problemMessages; a
-// field given twice is refused, since the gateway and the upstream might
-// read different ones. Other fields are the upstream's to judge.
+// field given twice, or a key that encoding/json would read as one of
+// them (see chatFields), is refused with codeAmbiguousKey, since the
+// gateway and the upstream might read different ones. Other fields are
+// the upstream's to judge.
 //
 // The body is walked once: the validation records where the three fields
 // are (chatScan), and they are judged from that record, in body order, as
@@ -60,19 +66,23 @@ func parseChat(body []byte) (chatRequest, *problem) {
 	if body[skipSpace(body, 0)] != '{' {
 		return c, problemNotObject
 	}
-	var seen [3]bool
+	var seen [len(chatFieldNames)]bool
 	for _, m := range t.members[:t.n] {
-		if p := c.take(m.field, m.v, &seen); p != nil {
+		if p := c.take(m.field, m.variant, m.v, &seen); p != nil {
 			return c, p
 		}
 	}
 	return c, c.judgeMessages(t.msgCount, t.msgShaped)
 }
 
-// take reads the value v of the top-level field into c: a problem if its
-// type is wrong, or if the field was seen before (the gateway and the
-// upstream might read different ones).
-func (c *chatRequest) take(field int, v span, seen *[3]bool) *problem {
+// take reads the value v of the top-level field into c: a problem if the
+// key is a variant of the field's name (variant), if its type is wrong, or
+// if the field was seen before (the gateway and the upstream might read
+// different ones).
+func (c *chatRequest) take(field int, variant bool, v span, seen *[len(chatFieldNames)]bool) *problem {
+	if variant {
+		return problemVariant[field]
+	}
 	body := c.body
 	switch field {
 	case fieldModel:
@@ -103,11 +113,61 @@ func (c *chatRequest) take(field int, v span, seen *[3]bool) *problem {
 		default:
 			return problemShape
 		}
+	case fieldStreamOptions:
+		switch body[v.start] {
+		case '{':
+			c.streamOptions = v
+			if p := c.readStreamOptions(v); p != nil {
+				return p
+			}
+		case 'n':
+			c.streamOptions, c.usageAt, c.includeUsage = v, span{}, false
+		default:
+			return problemShape
+		}
 	}
 	if seen[field] {
-		return &problem{codeInvalidRequest, fmt.Sprintf("the request gives %q more than once", fieldNames[field])}
+		return problemTwice[field]
 	}
 	seen[field] = true
+	return nil
+}
+
+// readStreamOptions reads include_usage from the stream_options object at
+// v, refusing a variant of its key or a second one as a top-level field's
+// (see streamOptionFields).
+func (c *chatRequest) readStreamOptions(v span) *problem {
+	b := c.body
+	c.usageAt, c.includeUsage = span{}, false
+	seen := false
+	i := skipSpace(b, v.start+1)
+	for b[i] != '}' {
+		if b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+		kEnd := skipValue(b, i)
+		key := unquote(b[i:kEnd])
+		i = skipSpace(b, skipSpace(b, kEnd)+1) // past the colon
+		vEnd := skipValue(b, i)
+		switch {
+		case streamOptionFields.exact(key) == 0:
+			if seen {
+				return problemUsageTwice
+			}
+			seen = true
+			switch b[i] {
+			case 't':
+				c.includeUsage = true
+			case 'f', 'n':
+			default:
+				return problemShape
+			}
+			c.usageAt = span{i, vEnd}
+		case streamOptionFields.folded(key) == 0:
+			return problemUsageVariant
+		}
+		i = skipSpace(b, vEnd)
+	}
 	return nil
 }
 
@@ -125,39 +185,47 @@ func (c *chatRequest) judgeMessages(count int, shaped bool) *problem {
 	return nil
 }
 
-// The top-level fields parseChat reads.
+// The top-level fields parseChat reads: indexes in chatFieldNames.
 const (
 	fieldModel = iota
 	fieldStream
 	fieldMessages
-	fieldOther
+	fieldStreamOptions
+	fieldOther = -1
 )
 
-var fieldNames = [...]string{"model", "stream", "messages"}
-
-// fieldOf is the field a top-level key (decoded) names, or fieldOther.
-func fieldOf(key []byte) int {
-	switch string(key) {
-	case "model":
-		return fieldModel
-	case "stream":
-		return fieldStream
-	case "messages":
-		return fieldMessages
+// problemTwice and problemVariant are, per field, the problem of a field
+// given twice and of a key that differs from the field's name only by
+// letter case or escapes.
+var problemTwice, problemVariant = func() (twice, variant [len(chatFieldNames)]*problem) {
+	for i, n := range chatFieldNames {
+		twice[i] = &problem{codeAmbiguousKey, fmt.Sprintf("the request gives %q more than once", n)}
+		variant[i] = &problem{codeAmbiguousKey, fmt.Sprintf("the request has a key that differs from %q only in letter case or escapes, which some upstreams read as %q; give %q once, spelled exactly", n, n, n)}
 	}
-	return fieldOther
-}
+	return twice, variant
+}()
+
+var (
+	problemUsageTwice   = &problem{codeAmbiguousKey, `the request gives "stream_options.include_usage" more than once`}
+	problemUsageVariant = &problem{codeAmbiguousKey, `the request has a key in "stream_options" that differs from "include_usage" only in letter case or escapes, which some upstreams read as "include_usage"; give "include_usage" once, spelled exactly`}
+)
+
+// fieldOf is the field a top-level key (decoded) names exactly, or
+// fieldOther.
+func fieldOf(key []byte) int { return chatFields.exact(key) }
 
 // chatScan is what scanJSON records of a body's top-level object for
 // parseChat: the members named model, stream or messages, in body order,
 // and the shape of the messages array.
 type chatScan struct {
-	// members holds the first four such members: four of three names
-	// hold a name twice, which parseChat refuses at or before the fourth,
+	// members holds the first such members, and keys that are variants
+	// of their names: one more than there are names, since parseChat
+	// refuses a variant, and a name given twice, at or before that one,
 	// so later ones are never looked at.
-	members [4]struct {
-		field int
-		v     span
+	members [len(chatFieldNames) + 1]struct {
+		field   int
+		variant bool // the key is a variant of the field's name
+		v       span
 	}
 	n          int
 	cur        int  // 1 + the index in members of the member whose value is being scanned, or 0
@@ -178,20 +246,24 @@ func (t *chatScan) member(b []byte, k, v int) {
 	for j--; b[j] != '"'; j-- {
 	}
 	key := b[k+1 : j]
-	f := fieldOf(key)
+	f, variant := fieldOf(key), false
 	if f == fieldOther {
 		if bytes.IndexByte(key, '\\') >= 0 {
 			t.escapedKey = true
+			return
 		}
-		return
+		if f = chatFields.folded(key); f == fieldOther {
+			return
+		}
+		variant = true
 	}
 	if t.n == len(t.members) {
 		return
 	}
-	t.members[t.n].field, t.members[t.n].v.start = f, v
+	t.members[t.n].field, t.members[t.n].variant, t.members[t.n].v.start = f, variant, v
 	t.n++
 	t.cur = t.n
-	t.inMessages = f == fieldMessages && v < len(b) && b[v] == '['
+	t.inMessages = f == fieldMessages && !variant && v < len(b) && b[v] == '['
 }
 
 // message counts an element of a messages array that starts with c.
@@ -224,7 +296,7 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 		return c, problemNotObject
 	}
 	i++
-	var seen [3]bool
+	var seen [len(chatFieldNames)]bool
 	msgCount, msgShaped := 0, true // of the messages array
 	for {
 		i = skipSpace(body, i)
@@ -253,11 +325,14 @@ func parseChatWalk(body []byte) (chatRequest, *problem) {
 			v.end = skipValue(body, i)
 		}
 		i = v.end
-		field := fieldOf(key)
+		field, variant := fieldOf(key), false
 		if field == fieldOther {
-			continue
+			if field = chatFields.folded(key); field == fieldOther {
+				continue
+			}
+			variant = true
 		}
-		if p := c.take(field, v, &seen); p != nil {
+		if p := c.take(field, variant, v, &seen); p != nil {
 			return c, p
 		}
 	}
@@ -314,45 +389,74 @@ func unquote(q []byte) []byte {
 }
 
 // upstreamBody appends to dst the body to send upstream: the client's body
-// with the model's value replaced by model (a JSON string) and, when system
-// is not nil, system put first among the messages.
+// with the model's value replaced by model (a JSON string), system put
+// first among the messages when it is not nil and, for a stream,
+// stream_options.include_usage set to true, so that every upstream
+// stream ends with its usage (the stream drops the chunk when the client
+// did not ask for it).
 func (c *chatRequest) upstreamBody(dst, model, system []byte) []byte {
 	b := c.body
-	// Two edits at most, applied in the order they appear in the body:
-	// the model's value (or, without one, a "model" key first in the
-	// object) and the start of the messages.
-	mAt, mEnd := c.modelAt.start, c.modelAt.end
-	if !c.modelAt.ok() {
-		mAt = bytes.IndexByte(b, '{') + 1
-		mEnd = mAt
+	obj := bytes.IndexByte(b, '{') + 1
+	// At most three edits, each a span of the body replaced by up to
+	// three pieces, applied in body order.
+	var edits [3]bodyEdit
+	n := 0
+	if c.modelAt.ok() {
+		edits[n] = bodyEdit{at: c.modelAt.start, end: c.modelAt.end, with: [3][]byte{model}}
+	} else {
+		edits[n] = bodyEdit{at: obj, end: obj, with: [3][]byte{modelKey, model, comma}}
 	}
-	model1 := func(dst []byte) []byte {
-		if !c.modelAt.ok() {
-			dst = append(dst, `"model":`...)
-			dst = append(append(dst, model...), ',')
-			return dst
+	n++
+	if system != nil {
+		at := c.messages.start + 1
+		edits[n] = bodyEdit{at: at, end: at, with: [3][]byte{system, comma}}
+		n++
+	}
+	if c.stream {
+		so := c.streamOptions
+		switch {
+		case !so.ok():
+			edits[n] = bodyEdit{at: obj, end: obj, with: [3][]byte{streamOptionsKey, includeUsageObject, comma}}
+		case c.usageAt.ok():
+			edits[n] = bodyEdit{at: c.usageAt.start, end: c.usageAt.end, with: [3][]byte{jsonTrue}}
+		case b[so.start] == 'n' || b[skipSpace(b, so.start+1)] == '}':
+			edits[n] = bodyEdit{at: so.start, end: so.end, with: [3][]byte{includeUsageObject}}
+		default:
+			edits[n] = bodyEdit{at: so.start + 1, end: so.start + 1, with: [3][]byte{includeUsageMember, comma}}
 		}
-		return append(dst, model...)
+		n++
 	}
-	if system == nil {
-		dst = append(dst, b[:mAt]...)
-		dst = model1(dst)
-		return append(dst, b[mEnd:]...)
+	es := edits[:n]
+	for i := 1; i < len(es); i++ { // insertion sort of three, stable
+		for j := i; j > 0 && es[j].at < es[j-1].at; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
 	}
-	sAt := c.messages.start + 1
-	if sAt < mAt {
-		dst = append(dst, b[:sAt]...)
-		dst = append(append(dst, system...), ',')
-		dst = append(dst, b[sAt:mAt]...)
-		dst = model1(dst)
-		return append(dst, b[mEnd:]...)
+	last := 0
+	for _, e := range es {
+		dst = append(dst, b[last:e.at]...)
+		for _, w := range e.with {
+			dst = append(dst, w...)
+		}
+		last = e.end
 	}
-	dst = append(dst, b[:mAt]...)
-	dst = model1(dst)
-	dst = append(dst, b[mEnd:sAt]...)
-	dst = append(append(dst, system...), ',')
-	return append(dst, b[sAt:]...)
+	return append(dst, b[last:]...)
 }
+
+// bodyEdit replaces body[at:end] with the concatenation of with.
+type bodyEdit struct {
+	at, end int
+	with    [3][]byte
+}
+
+var (
+	modelKey           = []byte(`"model":`)
+	comma              = []byte(",")
+	jsonTrue           = []byte("true")
+	streamOptionsKey   = []byte(`"stream_options":`)
+	includeUsageObject = []byte(`{"include_usage":true}`)
+	includeUsageMember = []byte(`"include_usage":true`)
+)
 
 // messages decodes the messages, for the stub backend.
 func (c *chatRequest) decodeMessages() []chatMessage {

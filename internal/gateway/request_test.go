@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,24 @@ func TestParseChat(t *testing.T) {
 		{` { "messages" : [ {} ] , "stream" : true , "model" : "a\"b" } `, `a"b`, true, ""},
 		{`{"model":null,"messages":[null,{"role":"user"}],"stream":null}`, "", false, ""},
 		{`{"mod\u0065l":"x","messages":[{}]}`, "x", false, ""},
-		{`{"MODEL":"x","messages":[{}]}`, "", false, ""}, // keys are case-sensitive
+		// Keys that encoding/json reads as a field the gateway reads are
+		// refused: by case, by escape, by Unicode simple folding.
+		{`{"MODEL":"x","messages":[{}]}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","Messages":[{}],"messages":[{}]}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"Stream":true}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"Model":"x"}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","meſſages":[{}],"messages":[{}]}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"ſtream":true}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"ſtream":true}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"Models":"x","modeL ":"y","stream_":true}`, "m", false, ""},
+		{`{"model":"m","messages":[{}],"extra":{"Model":"x"}}`, "m", false, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"other":1}}`, "m", true, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":null}`, "m", true, ""},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"Include_Usage":false}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true,"include_usage":false}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"Stream_Options":{}}`, "", false, codeAmbiguousKey},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":1}}`, "", false, codeInvalidRequest},
+		{`{"model":"m","messages":[{}],"stream":true,"stream_options":[]}`, "", false, codeInvalidRequest},
 		{`{"model":"m","messages":[{}],"extra":{"model":"inner","messages":[]}}`, "m", false, ""},
 		{`{"model":"m","messages":[]}`, "", false, codeInvalidRequest},
 		{`{"model":"m"}`, "", false, codeInvalidRequest},
@@ -27,7 +45,7 @@ func TestParseChat(t *testing.T) {
 		{`{"model":"m","messages":[{}],"stream":"yes"}`, "", false, codeInvalidRequest},
 		{`{"model":"m","messages":{}}`, "", false, codeInvalidRequest},
 		{`{"model":"m","messages":["hi"]}`, "", false, codeInvalidRequest},
-		{`{"model":"a","model":"b","messages":[{}]}`, "", false, codeInvalidRequest},
+		{`{"model":"a","model":"b","messages":[{}]}`, "", false, codeAmbiguousKey},
 		{`{"model":"m","messages":[{}]`, "", false, codeInvalidJSON},
 		{`[{"model":"m"}]`, "", false, codeInvalidJSON},
 		{`null`, "", false, codeInvalidJSON},
@@ -62,6 +80,21 @@ func TestUpstreamBody(t *testing.T) {
 			`{"messages":[{"role":"system","content":"be brief"}, {"role":"user"}],"model":"real"}`},
 		{`{"messages":[{"role":"user"}]}`, "sys",
 			`{"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}]}`},
+		// A stream asks for its usage.
+		{`{"model":"alias","messages":[{"role":"user"}],"stream":true}`, "sys",
+			`{"stream_options":{"include_usage":true},"model":"real","messages":[{"role":"system","content":"be brief"},{"role":"user"}],"stream":true}`},
+		{`{"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{"include_usage":false,"x":1},"messages":[{"role":"user"}],"stream":true,"model":"a"}`, "sys",
+			`{"stream_options":{"include_usage":true,"x":1},"messages":[{"role":"system","content":"be brief"},{"role":"user"}],"stream":true,"model":"real"}`},
+		{`{"stream_options":{"x":1},"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true,"x":1},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{ },"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":null,"messages":[{"role":"user"}],"stream":true}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}],"stream":true}`},
+		{`{"stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`, "",
+			`{"model":"real","stream_options":{"include_usage":true},"messages":[{"role":"user"}]}`},
 	} {
 		c, p := parseChat([]byte(tc.in))
 		if p != nil {
@@ -87,6 +120,8 @@ func FuzzParseChat(f *testing.F) {
 		` {"model" :"\u00e9\\","messages":[ null ]} `,
 		`{"model":"m","messages":[]}`,
 		`{}`, `[]`, `"model"`, `{"a":1`,
+		`{"Model":"x","messages":[{}]}`, `{"messages":[{}],"MESSAGES":[]}`, `{"messages":[{}],"\u004dodel":"x"}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"y":{}}}`, `{"stream_options":{},"stream":true,"messages":[{}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -108,6 +143,32 @@ func FuzzParseChat(f *testing.F) {
 		if json.Unmarshal(got["messages"], &msgs) != nil || json.Unmarshal(in["messages"], &inMsgs) != nil ||
 			len(msgs) != len(inMsgs)+1 || string(msgs[0]) != `{"role":"system"}` || string(got["model"]) != `"real"` {
 			t.Fatalf("upstream body %s from %s", out, body)
+		}
+		// An upstream that decodes the way encoding/json does sees the
+		// backend's model and the system message first, whatever the
+		// keys' case or escapes.
+		var dec struct {
+			Model    string            `json:"model"`
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(out, &dec); err != nil || dec.Model != "real" || len(dec.Messages) == 0 || string(dec.Messages[0]) != `{"role":"system"}` {
+			t.Fatalf("encoding/json reads model %q, messages %s from %s", dec.Model, dec.Messages, out)
+		}
+		if c.stream {
+			// A stream asks for its usage, keeping the client's other
+			// stream options.
+			var so, inSo map[string]json.RawMessage
+			if err := json.Unmarshal(got["stream_options"], &so); err != nil || string(so["include_usage"]) != "true" {
+				t.Fatalf("stream_options %s from %s", got["stream_options"], body)
+			}
+			_ = json.Unmarshal(in["stream_options"], &inSo)
+			delete(so, "include_usage")
+			delete(inSo, "include_usage")
+			if len(so) != len(inSo) {
+				t.Fatalf("stream_options %s from %s", got["stream_options"], body)
+			}
+			delete(got, "stream_options")
+			delete(in, "stream_options")
 		}
 		delete(got, "model")
 		delete(got, "messages")
@@ -133,6 +194,10 @@ func FuzzParseChatOnce(f *testing.F) {
 		`{"model":"a","stream":true,"messages":[{}],"model":"b"}`,
 		`{"model":"a","stream":true,"messages":[{}],"stream":false,"messages":null}`,
 		`{"mod\u0065l":"a","messages":[{}],"model":"b"}`, `{"messages":{"a":[1]},"x":[{"messages":[]}]}`,
+		`{"model":1,"Model":"a","messages":[{}]}`, `{"Messages":[1],"messages":[]}`, `{"model":"a","Mod\u0065l":"b"}`,
+		`{"meſſages":[{}],"model":"a","stream":1,"messages":[{}],"x":1,"Stream":true}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"include_usage":true,"\u0069nclude_usage":false}}`,
+		`{"messages":[{}],"stream":true,"stream_options":{"x":[1],"INCLUDE_USAGE":true},"stream_options":null}`,
 		`{}`, `[]`, `[{"model":"m","messages":[{}]}]`, `"model"`, `{"a":1`, `{"messages":[{}]} x`,
 	} {
 		f.Add([]byte(s))
@@ -146,7 +211,8 @@ func FuzzParseChatOnce(f *testing.F) {
 		if p != nil {
 			return
 		}
-		if string(c.model) != string(w.model) || c.modelAt != w.modelAt || c.stream != w.stream || c.messages != w.messages {
+		if string(c.model) != string(w.model) || c.modelAt != w.modelAt || c.stream != w.stream || c.messages != w.messages ||
+			c.streamOptions != w.streamOptions || c.usageAt != w.usageAt || c.includeUsage != w.includeUsage {
 			t.Fatalf("%q: read %+v, the walk read %+v", body, c, w)
 		}
 	})
@@ -177,4 +243,38 @@ func FuzzSkipValue(f *testing.F) {
 			t.Fatalf("skipValue(%q) ends at %d, encoding/json at %d", doc, got, want)
 		}
 	})
+}
+
+// TestFieldListFolding holds fieldList.folded to encoding/json: a key is
+// a variant of a field exactly when json.Unmarshal into a struct with
+// that field sets it, and the key is not the field's name.
+func TestFieldListFolding(t *testing.T) {
+	keys := []string{"model", "Model", "MODEL", "mOdEl", "models", "mode", "modeł", "Stream", "ſtream", "STREAM", "\u017fTREAM",
+		"meſſages", "MeSſAgEs", "messageſ", "messages_", "stream ", "\u006dodel", "\u004dodel", "K", "\u212a", `moDel\u0000`, `\u004dODEL`}
+	for _, k := range keys {
+		var key string
+		if err := json.Unmarshal([]byte(`"`+k+`"`), &key); err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range chatFieldNames {
+			doc, _ := json.Marshal(map[string]int{key: 1})
+			set := jsonSetsField(t, name, string(doc))
+			want := set && key != name
+			if got := chatFields.folded([]byte(key)) == i; got != want {
+				t.Errorf("key %q, field %q: folded %v, encoding/json sets the field: %v", key, name, got, set)
+			}
+		}
+	}
+}
+
+// jsonSetsField reports whether json.Unmarshal of doc into a struct whose
+// one field is named name sets that field.
+func jsonSetsField(t *testing.T, name, doc string) bool {
+	t.Helper()
+	typ := reflect.StructOf([]reflect.StructField{{Name: "F", Type: reflect.TypeFor[*int](), Tag: reflect.StructTag(`json:"` + name + `"`)}})
+	v := reflect.New(typ)
+	if err := json.Unmarshal([]byte(doc), v.Interface()); err != nil {
+		t.Fatal(err)
+	}
+	return !v.Elem().Field(0).IsNil()
 }

@@ -70,7 +70,7 @@ func (s *stubBackend) serve(x *exchange, c *call) bool {
 	h.Set("X-Accel-Buffering", "no")
 	x.ctx.SetStatusCode(fasthttp.StatusOK)
 	x.status = fasthttp.StatusOK
-	x.ctx.Response.SetBodyStream(&stubStream{x: *x, s: s, c: *c, id: id, created: created, next: -1}, -1)
+	x.ctx.Response.SetBodyStream(&stubStream{x: *x, s: s, c: *c, id: id, created: created, prompt: prompt, next: -1}, -1)
 	return true
 }
 
@@ -84,17 +84,34 @@ type stubStream struct {
 	c        call
 	id       string
 	created  int64
+	prompt   int    // the prompt's tokens, for the usage chunk
 	next     int    // the next token; -1 before the role event
 	pending  []byte // the rest of an event a short read did not take
 	done     bool
 	finished bool
+	usage    bool // the usage chunk was sent
 	closed   bool
 }
 
-func (st *stubStream) chunk(delta *chatOutput, finish *string) chatCompletion {
-	return chatCompletion{
+func (st *stubStream) chunk(delta *chatDelta, finish *string) chatCompletion {
+	c := chatCompletion{
 		ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.s.model,
 		Choices:          []chatChoice{{Delta: delta, FinishReason: finish}},
+		ReconfGeneration: st.c.gen,
+	}
+	if st.c.req.includeUsage {
+		c.Usage = jsonNull
+	}
+	return c
+}
+
+// usageChunk is the last chunk of a stream that asked for its usage: no
+// choices, and the usage of the whole answer.
+func (st *stubStream) usageChunk() chatCompletion {
+	return chatCompletion{
+		ID: st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.s.model,
+		Choices:          []chatChoice{},
+		Usage:            &usage{PromptTokens: st.prompt, CompletionTokens: st.s.tokens, TotalTokens: st.prompt + st.s.tokens},
 		ReconfGeneration: st.c.gen,
 	}
 }
@@ -116,7 +133,8 @@ func (st *stubStream) event() []byte {
 	switch {
 	case st.next < 0:
 		st.next = 0
-		return sseEvent(st.chunk(&chatOutput{Role: "assistant"}, nil))
+		empty := ""
+		return sseEvent(st.chunk(&chatDelta{Role: "assistant", Content: &empty, Refusal: jsonNull}, nil))
 	case st.next < st.s.tokens:
 		// A sleep that would pass the deadline, or that overslept it,
 		// ends the stream with the timeout event: a token written now
@@ -129,11 +147,15 @@ func (st *stubStream) event() []byte {
 		}
 		i := st.next
 		st.next++
-		return sseEvent(st.chunk(&chatOutput{Content: st.s.token(i)}, nil))
+		tok := st.s.token(i)
+		return sseEvent(st.chunk(&chatDelta{Content: &tok}, nil))
 	case !st.finished:
 		st.finished = true
 		stop := "stop"
-		return sseEvent(st.chunk(&chatOutput{}, &stop))
+		return sseEvent(st.chunk(&chatDelta{}, &stop))
+	case st.c.req.includeUsage && !st.usage:
+		st.usage = true
+		return sseEvent(st.usageChunk())
 	default:
 		st.done = true
 		return []byte("data: [DONE]\n\n")

@@ -110,10 +110,20 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"id":"up-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hello from upstream"},"finish_reason":"stop"}]}`, model)
 		return
 	}
+	// Like OpenAI: with stream_options.include_usage, every chunk has
+	// "usage": null and a last chunk has no choices and the usage.
+	var opts struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	_ = json.Unmarshal(body["stream_options"], &opts)
+	usageNull := ""
+	if opts.IncludeUsage {
+		usageNull = `,"usage":null`
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
 	for i, tok := range []string{"hel", "lo", " from", " up", "stream"} {
-		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", model, tok)
+		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]%s}\n\n", model, tok, usageNull)
 		_ = rc.Flush()
 		if i == 0 && f.release != nil {
 			select {
@@ -122,6 +132,9 @@ func (f *fakeOpenAI) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if opts.IncludeUsage {
+		fmt.Fprintf(w, "data: {\"id\":\"up-1\",\"object\":\"chat.completion.chunk\",\"model\":%q,\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":5,\"total_tokens\":7}}\n\n", model)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
@@ -458,8 +471,9 @@ func TestUpstreamClientLifecycle(t *testing.T) {
 }
 
 // A whole answer keeps the upstream's Content-Type, Cache-Control,
-// X-Request-Id, Openai-Processing-Ms and Openai-Model (the first value of
-// each) and nothing else of the upstream's headers.
+// Openai-Processing-Ms and Openai-Model (the first value of each), and its
+// X-Request-Id as Reconf-Upstream-Request-Id (X-Request-Id is the
+// gateway's), and nothing else of the upstream's headers.
 func TestUpstreamHeadersPassed(t *testing.T) {
 	up := newFakeOpenAI(t, goodKey)
 	up.header = http.Header{
@@ -471,12 +485,13 @@ func TestUpstreamHeadersPassed(t *testing.T) {
 		"Set-Cookie":           {"upstream=1"},
 	}
 	tg := startGateway(t, upstreamConfig(up.host(), ""), WithEnv(envWith(goodKey)))
-	r := tg.chat("gpt-4o-mini")
+	r := tg.chat("gpt-4o-mini", "X-Request-Id", "client-7")
 	if r.status != 200 {
 		t.Fatalf("got %d %s", r.status, r.body)
 	}
 	for k, want := range map[string]string{
-		"Content-Type": "application/json", "Cache-Control": "no-store", "X-Request-Id": "req-1",
+		"X-Request-Id": "client-7",
+		"Content-Type": "application/json", "Cache-Control": "no-store", "Reconf-Upstream-Request-Id": "req-1",
 		"Openai-Processing-Ms": "12", "Openai-Model": "gpt-4o-mini-2024",
 	} {
 		if got := r.header.Values(k); len(got) != 1 || got[0] != want {

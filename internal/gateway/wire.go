@@ -16,13 +16,15 @@ type chatMessage struct {
 }
 
 type chatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             *usage       `json:"usage,omitempty"`
-	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	// Usage is a *usage, or jsonNull in the chunks of a stream that
+	// asked for its usage (OpenAI's "usage": null), or nil (left out).
+	Usage             any    `json:"usage,omitempty"`
+	SystemFingerprint string `json:"system_fingerprint,omitempty"`
 	// ReconfGeneration is the configuration generation that served the
 	// request; an extension field that OpenAI clients ignore.
 	ReconfGeneration uint64 `json:"reconf_generation"`
@@ -31,15 +33,31 @@ type chatCompletion struct {
 type chatChoice struct {
 	Index        int         `json:"index"`
 	Message      *chatOutput `json:"message,omitempty"`
-	Delta        *chatOutput `json:"delta,omitempty"`
+	Delta        *chatDelta  `json:"delta,omitempty"`
 	FinishReason *string     `json:"finish_reason"`
 	Logprobs     any         `json:"logprobs"`
 }
 
+// chatOutput is a whole answer's message. Refusal is always there, null
+// unless the model refused, as OpenAI's schema requires.
 type chatOutput struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
 }
+
+// chatDelta is a streamed chunk's delta, as OpenAI sends them: the first
+// {"role":"assistant","content":"","refusal":null}, then {"content":...},
+// and {} in the chunk that carries the finish reason.
+type chatDelta struct {
+	Role    string          `json:"role,omitempty"`
+	Content *string         `json:"content,omitempty"`
+	Refusal json.RawMessage `json:"refusal,omitempty"`
+}
+
+// jsonNull is JSON's null: the "usage" of a chunk before the usage
+// chunk, the "refusal" of the first delta.
+var jsonNull = json.RawMessage("null")
 
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
@@ -87,17 +105,25 @@ const (
 	codeUpstreamError  = "upstream_error"
 	codeUpstreamAuth   = "upstream_auth_failed"
 	codeTimeout        = "upstream_timeout"
+	codeUpstreamBroken = "upstream_stream_broken"
+	codeUpstreamLarge  = "upstream_answer_too_large"
 	codeNotFound       = "not_found"
 	codeMethod         = "method_not_allowed"
 	codeShuttingDown   = "shutting_down"
 	codeHeaderTooLarge = "header_too_large"
 	codeRequestTimeout = "request_timeout"
 	codeMalformed      = "malformed_request"
+	codeAmbiguousKey   = "ambiguous_key"
 )
 
 // writeError writes an error in OpenAI's shape.
 func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
-	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
+	writeErrorParam(ctx, status, typ, code, nil, msg)
+}
+
+// writeErrorParam is writeError naming the request parameter at fault.
+func writeErrorParam(ctx *fasthttp.RequestCtx, status int, typ, code string, param *string, msg string) {
+	body := apiError{Error: apiErrorBody{Message: msg, Type: typ, Param: param}}
 	if code != "" {
 		body.Error.Code = &code
 	}

@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+)
+
+// upstreamStream is a streamed answer on its way from the upstream to the
+// client: fasthttp reads it after the handler returns, writing each read
+// as one chunk and flushing it. The upstream's bytes are passed on
+// unchanged, whole events at a time, as they arrive: an event is held
+// until its blank line has come, so that a stream the upstream breaks off
+// never leaves the client with half an event, and so that the usage
+// chunk the gateway asked for on the client's behalf can be dropped (see
+// chatRequest.upstreamBody). It owns the request's exchange: Close (which
+// fasthttp calls once the body is written, or when the client's
+// connection fails or its write deadline passes) releases the upstream
+// connection, the gate slot and the pin.
+type upstreamStream struct {
+	x    exchange
+	u    *upstreamRequest // its request and answer
+	body io.Reader
+	c    call
+	b    *openaiBackend
+
+	// buf holds what was read from the upstream and not yet passed on:
+	// buf[out:ready] is whole events to pass on, buf[ready:] the start of
+	// an event whose end has not come. scan is where the search for the
+	// end of that event resumes.
+	buf              []byte
+	out, ready, scan int
+	begun            bool // part of the event at ready was passed on (it outgrew maxEventHold)
+	dropUsage        bool // the client did not ask for the usage chunk
+	tail             []byte
+	end              error // returned once tail is sent: io.EOF, or errStreamBroken
+	closed           bool
+}
+
+// Stream buffer bounds: an event is held until whole up to maxEventHold;
+// a longer one is passed on as it comes (it cannot be the usage chunk).
+const (
+	streamReadSize = 16 << 10
+	maxEventHold   = 256 << 10
+)
+
+// errStreamBroken ends a stream's chunked body without its last chunk, so
+// that an HTTP client sees the answer as cut, not complete.
+var errStreamBroken = errors.New("the upstream stream broke off")
+
+func (s *upstreamStream) Read(p []byte) (int, error) {
+	for {
+		if s.out < s.ready {
+			n := copy(p, s.buf[s.out:s.ready])
+			s.out += n
+			return n, nil
+		}
+		if len(s.tail) > 0 {
+			n := copy(p, s.tail)
+			s.tail = s.tail[n:]
+			return n, nil
+		}
+		if s.end != nil {
+			return 0, s.end
+		}
+		s.fill()
+	}
+}
+
+// fill reads once from the upstream and frames what came; at the end of
+// the upstream's answer it sets end (and tail).
+func (s *upstreamStream) fill() {
+	// Keep only the event not yet whole, at the start of the buffer.
+	if s.out > 0 {
+		n := copy(s.buf, s.buf[s.out:])
+		s.buf = s.buf[:n]
+		s.ready -= s.out
+		s.scan -= s.out
+		s.out = 0
+	}
+	if len(s.buf) >= maxEventHold {
+		// An event this long is passed on as it comes.
+		s.ready, s.scan, s.begun = len(s.buf), len(s.buf), true
+		return
+	}
+	if cap(s.buf)-len(s.buf) < streamReadSize/2 {
+		s.buf = slices.Grow(s.buf, streamReadSize)
+	}
+	n, err := s.body.Read(s.buf[len(s.buf):cap(s.buf)])
+	s.buf = s.buf[:len(s.buf)+n]
+	s.frame()
+	switch {
+	case err == nil && n > 0 && !time.Now().Before(s.c.deadline):
+		// Read in time, written late: the write deadline would cut it,
+		// so it goes with more time and the timeout event.
+		s.fail(os.ErrDeadlineExceeded)
+	case err == nil:
+	case errors.Is(err, io.EOF) && !s.halfEvent():
+		s.end = io.EOF
+	case errors.Is(err, io.EOF):
+		s.fail(io.ErrUnexpectedEOF)
+	default:
+		s.fail(err)
+	}
+}
+
+// frame moves ready past every event that is now whole, dropping the
+// usage chunk when the client did not ask for it.
+func (s *upstreamStream) frame() {
+	for {
+		end := eventEnd(s.buf, s.scan)
+		if end < 0 {
+			// Resume at the last newline or two, which may start the
+			// blank line.
+			s.scan = max(s.ready, len(s.buf)-3)
+			return
+		}
+		ev := s.buf[s.ready:end]
+		if s.dropUsage && !s.begun && isUsageChunk(ev) {
+			n := copy(s.buf[s.ready:], s.buf[end:])
+			s.buf = s.buf[:s.ready+n]
+			s.scan = s.ready
+			continue
+		}
+		s.begun = false
+		s.ready, s.scan = end, end
+	}
+}
+
+// halfEvent reports whether what is held, or was begun, is part of an
+// event whose end never came (white space between events is not).
+func (s *upstreamStream) halfEvent() bool {
+	return s.begun || len(bytes.TrimSpace(s.buf[s.ready:])) > 0
+}
+
+// fail ends the stream after the upstream broke off or the backend's
+// timeout passed: an event begun is ended, one held is dropped, then an
+// error event says why the stream stops. Past the timeout the body then
+// ends (the client reads the error event as the end); a broken upstream
+// ends it without its last chunk, so that the stream is never taken for
+// a complete answer.
+func (s *upstreamStream) fail(err error) {
+	s.buf = s.buf[:s.ready]
+	var ev []byte
+	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
+		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.b.name)
+		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
+		ev, s.end = timeoutEvent(s.b.name, s.c.gen), io.EOF
+	} else {
+		s.c.log.Warn("upstream answer broke off", "backend", s.b.name, "error", redactErr(err, s.b.apiKey))
+		ev, s.end = brokenEvent(s.b.name, s.c.gen), errStreamBroken
+	}
+	if s.begun {
+		s.tail = append([]byte("\n\n"), ev...)
+	} else {
+		s.tail = ev
+	}
+	s.begun = false
+}
+
+func (s *upstreamStream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.u.streamBuf = s.buf[:0]
+	s.b.done(s.u) // a body not read to its end closes the connection
+	s.x.end()
+	return nil
+}
+
+// eventEnd returns the index just past the first blank line at or after
+// from that ends a server-sent event ("\n\n", "\r\n\r\n", or "\n\r\n"),
+// or -1 when none is whole in b.
+func eventEnd(b []byte, from int) int {
+	for {
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return -1
+		}
+		i += from
+		switch {
+		case i+1 < len(b) && b[i+1] == '\n':
+			return i + 2
+		case i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n':
+			return i + 3
+		}
+		from = i + 1
+	}
+}
+
+// isUsageChunk reports whether the event ev is a usage chunk: one data
+// line holding a JSON object whose "choices" is empty (or null, or
+// absent) and whose "usage" is an object. It is the last chunk a stream
+// asked with stream_options.include_usage sends.
+func isUsageChunk(ev []byte) bool {
+	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
+	if !ok {
+		return false
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' || !validJSON(data) {
+		return false
+	}
+	usage, choices := false, true
+	i := skipSpace(data, 1)
+	for i < len(data) && data[i] != '}' {
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		kEnd := skipValue(data, i)
+		key := data[i+1 : kEnd-1]
+		i = skipSpace(data, skipSpace(data, kEnd)+1)
+		vEnd := skipValue(data, i)
+		switch string(key) {
+		case "usage":
+			usage = data[i] == '{'
+		case "choices":
+			choices = data[i] == 'n' || data[i] == '[' && data[skipSpace(data, i+1)] == ']'
+		}
+		i = skipSpace(data, vEnd)
+	}
+	return usage && choices
+}
+
+// brokenEvent is the error event that ends a stream the upstream broke
+// off.
+func brokenEvent(backend string, gen uint64) []byte {
+	code := codeUpstreamBroken
+	return sseEvent(struct {
+		Error            apiErrorBody `json:"error"`
+		ReconfGeneration uint64       `json:"reconf_generation"`
+	}{apiErrorBody{Message: fmt.Sprintf("backend %s broke off its answer before the end", backend), Type: typeServer, Code: &code}, gen})
+}
