@@ -1,4 +1,4 @@
-//go:build linux
+//go:build unix
 
 package e2e
 
@@ -15,8 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // floodConfig serves a stub and an openai backend (upstream, the base
@@ -48,6 +46,16 @@ type flood struct {
 // (the answer is left unread: a kept-alive connection is then idle).
 func startFlood(t *testing.T, addr string, n int) *flood {
 	t.Helper()
+	return startFloodFrom(t, addr, "", n)
+}
+
+// startFloodFrom is startFlood from the local address from ("" for any).
+func startFloodFrom(t *testing.T, addr, from string, n int) *flood {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
 	f := &flood{}
 	t.Cleanup(f.Close)
 	var wg sync.WaitGroup
@@ -60,7 +68,7 @@ func startFlood(t *testing.T, addr string, n int) *flood {
 					return
 				}
 				f.mu.Unlock()
-				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				c, err := d.Dial("tcp", addr)
 				if err != nil {
 					continue // a full queue of an exhausted process: try again
 				}
@@ -173,40 +181,6 @@ func TestConnectionFloodUnderDescriptorLimit(t *testing.T) {
 	}
 }
 
-// TestAcceptSurvivesDescriptorExhaustion lowers the descriptor limit of a
-// running reconfd below its connection bound (computed at start), so that
-// accepting meets EMFILE: the process pauses and serves on; after the
-// flood, new clients are served.
-func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
-	requireBinary(t)
-	s := startServer(t, config(4, "0s"), []string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
-	lim := unix.Rlimit{Cur: 128, Max: 128}
-	if err := unix.Prlimit(s.pid(), unix.RLIMIT_NOFILE, &lim, nil); err != nil {
-		t.Fatal(err)
-	}
-	fl := startFlood(t, strings.TrimPrefix(s.url, "http://"), 300)
-	// Management has no descriptor either while the flood holds: the
-	// figures are read after it.
-	s.requireAlive(t, 2*time.Second)
-	fl.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if r := s.freshTry("GET", "/healthz"); r == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new client served after the flood\n%s", s.logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := s.metric(t, "reconfd_accept_backoffs_total"); got <= 0 {
-		t.Errorf("reconfd_accept_backoffs_total after the flood: got %v, want more than 0", got)
-	}
-	if !strings.Contains(s.logs.String(), "out of file descriptors") {
-		t.Errorf("no log line says descriptors ran out")
-	}
-}
-
 // TestFleetConnectionFlood floods a fleet of two workers, each under a
 // limit of 256 descriptors, past both their bounds: no worker exits.
 func TestFleetConnectionFlood(t *testing.T) {
@@ -242,6 +216,32 @@ func (s *server) requireAlive(t *testing.T, d time.Duration) {
 		t.Fatalf("reconfd exited: %v\n%s", s.exit, s.logs.String())
 	case <-time.After(d):
 	}
+}
+
+// robustFloodFrom is the address the robustness suites flood from, and
+// robustPerAddress the per-address bound their configurations set: the
+// load and the probes, from 127.0.0.1, are not shed.
+const (
+	robustFloodFrom  = "127.0.0.2"
+	robustPerAddress = 48
+	robustFDLimit    = 512
+)
+
+// robustConfig is config with the per-address bound of the robustness
+// suites.
+func robustConfig(tokens int, delay string) string {
+	return strings.Replace(config(tokens, delay), "server:\n", fmt.Sprintf("server:\n  max_connections_per_address: %d\n", robustPerAddress), 1)
+}
+
+// maybeFlood, one step in six, holds more idle connections from
+// robustFloodFrom than the process has descriptors (robustFDLimit); the
+// caller closes it after the step and its probe. It returns nil otherwise.
+func (r *robust) maybeFlood() *flood {
+	if r.rng.IntN(6) != 0 {
+		return nil
+	}
+	r.kinds["fd flood"]++
+	return startFloodFrom(r.t, strings.TrimPrefix(r.s.url, "http://"), robustFloodFrom, robustFDLimit+200)
 }
 
 // writeConfig writes cfg into a temporary directory and returns its path.
