@@ -33,7 +33,9 @@ var (
 // /proc, 3 MiB, random bytes, deep nesting, an alias bomb, ten thousand
 // unknown keys, missing, rewritten in place or changing a restart field;
 // clients that send half a body, stop reading or disconnect; SIGHUP at
-// random moments, twice in a row, and a valid reload now and then. It
+// random moments, twice in a row, and a valid reload now and then; and,
+// one step in six, a flood of idle connections from one address past the
+// process's descriptor limit (512), held through the step. It
 // checks after every step:
 //
 //   - the process never exits, and stops cleanly (exit 0) on SIGTERM;
@@ -53,15 +55,19 @@ func TestRobustness(t *testing.T) {
 
 	r := &robust{t: t, rng: rng, gen: 1, tokens: map[int]int{1: 4}, current: 4,
 		kinds: map[string]int{}, reasons: map[reconf.Reason]int{}}
-	r.s = startServer(t, config(4, "0s"), []string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
+	r.s = startServerVia(t, underFDLimit(robustFDLimit), writeConfig(t, robustConfig(4, "0s")), []string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
 	r.dir = filepath.Dir(r.s.config)
 	l := startLoad(t, r.s.url, 3, 1, 1)
 	stopClients := r.hostileClients()
 
 	deadline := time.Now().Add(*robustFor)
 	for time.Now().Before(deadline) && !t.Failed() {
+		fl := r.maybeFlood()
 		r.step()
 		r.probe()
+		if fl != nil {
+			fl.Close()
+		}
 	}
 	stopClients()
 	l.finish()
@@ -133,7 +139,7 @@ func (r *robust) hostile() string {
 		}
 	case 3:
 		kind = "oversize"
-		put([]byte(config(5, "0s") + "#" + strings.Repeat("x", 3<<20) + "\n"))
+		put([]byte(robustConfig(5, "0s") + "#" + strings.Repeat("x", 3<<20) + "\n"))
 	case 4:
 		kind = "random-bytes"
 		b := make([]byte, 1+r.rng.IntN(8192))
@@ -156,7 +162,7 @@ func (r *robust) hostile() string {
 	case 7:
 		kind = "unknown-keys"
 		var b strings.Builder
-		b.WriteString(config(5, "0s"))
+		b.WriteString(robustConfig(5, "0s"))
 		for i := range 10000 {
 			fmt.Fprintf(&b, "k%d: %d\n", i, i)
 		}
@@ -169,14 +175,14 @@ func (r *robust) hostile() string {
 		return kind
 	case 9:
 		kind = "restart-field"
-		put([]byte(strings.Replace(config(r.current, "0s"), "127.0.0.1:0", "127.0.0.1:1", 1)))
+		put([]byte(strings.Replace(robustConfig(r.current, "0s"), "127.0.0.1:0", "127.0.0.1:1", 1)))
 	default:
 		kind = "in-place"
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = f.WriteString(config(r.current+1, "0s"))
+		_, err = f.WriteString(robustConfig(r.current+1, "0s"))
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +203,7 @@ func (r *robust) valid() int {
 	if k == r.current {
 		k += 2
 	}
-	writeAtomic(r.t, r.s.config, config(k, "0s"))
+	writeAtomic(r.t, r.s.config, robustConfig(k, "0s"))
 	return k
 }
 

@@ -22,6 +22,10 @@ type collector struct {
 	inFlight *prometheus.Desc
 	waiting  *prometheus.Desc
 	degraded *prometheus.Desc
+	connOpen *prometheus.Desc
+	connMax  *prometheus.Desc
+	shed     *prometheus.Desc
+	backoffs *prometheus.Desc
 }
 
 func newCollector(g *Gateway) *collector {
@@ -44,6 +48,13 @@ func newCollector(g *Gateway) *collector {
 		waiting:  prometheus.NewDesc("reconfd_backend_waiting", "Requests of this process waiting for one of the backend's concurrency slots.", []string{"backend"}, nil),
 		degraded: prometheus.NewDesc("reconfd_backend_gate_degraded",
 			"1 while this worker cannot reach etcd and runs the backend's limit on a conservative local share.", []string{"backend"}, nil),
+		connOpen: prometheus.NewDesc("reconfd_connections_open", "Data-plane client connections this process holds open.", nil, nil),
+		connMax: prometheus.NewDesc("reconfd_connections_max",
+			"The bound on this process's open data-plane connections now (server.max_connections, or its default from the descriptor limit).", nil, nil),
+		shed: prometheus.NewDesc("reconfd_connections_shed_total",
+			"Data-plane connections closed at once because a bound was full, by bound (max_connections, max_connections_per_address).", []string{"bound"}, nil),
+		backoffs: prometheus.NewDesc("reconfd_accept_backoffs_total",
+			"Pauses of the data plane's accept loop because the process or the system ran out of file descriptors.", nil, nil),
 	}
 }
 
@@ -97,12 +108,17 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inFlight
 	ch <- c.waiting
 	ch <- c.degraded
+	ch <- c.connOpen
+	ch <- c.connMax
+	ch <- c.shed
+	ch <- c.backoffs
 }
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.requests.Collect(ch)
 	c.latency.Collect(ch)
+	c.collectConns(ch)
 	pin := c.g.rt.Acquire()
 	defer pin.Release()
 	st, ok := routesKey.Lookup(pin)
@@ -121,6 +137,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting), r.name)
 		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, degraded, r.name)
 	}
+}
+
+func (c *collector) collectConns(ch chan<- prometheus.Metric) {
+	k := c.g.caps
+	total, _ := k.bounds()
+	ch <- prometheus.MustNewConstMetric(c.connOpen, prometheus.GaugeValue, float64(k.openConns()))
+	ch <- prometheus.MustNewConstMetric(c.connMax, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(c.shed, prometheus.CounterValue, float64(k.shedTotal.Load()), "max_connections")
+	ch <- prometheus.MustNewConstMetric(c.shed, prometheus.CounterValue, float64(k.shedAddr.Load()), "max_connections_per_address")
+	ch <- prometheus.MustNewConstMetric(c.backoffs, prometheus.CounterValue, float64(k.backoffs.Load()))
 }
 
 // Collector returns the gateway's Prometheus collector; register it with

@@ -50,6 +50,14 @@ type ServerConfig struct {
 	// ones, makes new connections present the new certificate (and one
 	// that sets or clears it turns TLS on or off for new connections).
 	TLS TLSConfig `yaml:"tls" reconf:"live"`
+	// MaxConnections bounds this process's open data-plane connections: one
+	// past it is closed at once. 0 derives it from the descriptor limit. It
+	// is live, as TLS is: it applies to each new connection.
+	MaxConnections int `yaml:"max_connections" reconf:"live" validate:"min=0"`
+	// MaxConnectionsPerAddress bounds one client address's open data-plane
+	// connections in this process; 0 sets no bound of its own (behind an
+	// ingress every client shares its address). Live.
+	MaxConnectionsPerAddress int `yaml:"max_connections_per_address" reconf:"live" validate:"min=0"`
 }
 
 // Clustered reports whether the configuration makes serve a worker of a
@@ -197,7 +205,7 @@ func (b *Backend) Validate() error {
 	if b.Name != "" && !validName(b.Name) {
 		add("name", "may hold only letters, digits and . _ - characters")
 	}
-	if b.Timeout < 0 {
+	if b.Timeout <= 0 {
 		add("timeout", "must be greater than zero")
 	}
 	switch b.Kind {

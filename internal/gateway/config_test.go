@@ -22,13 +22,15 @@ func TestEveryFieldClassified(t *testing.T) {
 }
 
 // wantClasses is the contract of issue 4 (and of issue 11 for
-// server.tls): which sections are live and which need a restart. A new field lands in one of them by inheritance;
-// this test makes a change of class a deliberate edit.
+// server.tls and the connection bounds, which apply per new connection):
+// which sections are live and which need a restart. A new field lands in
+// one of them by inheritance; this test makes a change of class a
+// deliberate edit.
 func TestClassesFollowTheContract(t *testing.T) {
 	for _, fc := range reconf.Classes[Config]() {
 		var want reconf.Class
 		switch {
-		case strings.HasPrefix(fc.Path, "server.tls."):
+		case strings.HasPrefix(fc.Path, "server.tls."), fc.Path == "server.max_connections", fc.Path == "server.max_connections_per_address":
 			want = reconf.Live
 		case strings.HasPrefix(fc.Path, "server."), fc.Path == "auth.mode":
 			want = reconf.Restart

@@ -31,6 +31,7 @@ type Gateway struct {
 	srv      *fasthttp.Server
 	conns    connSet      // the data plane's open connections, closed when a drain times out
 	share    *acceptShare // the connections' balance with this host's other workers, or nil
+	caps     *connCap     // the bounds on open connections
 	timeouts ServerTimeouts
 	draining atomic.Bool
 	metrics  *collector
@@ -218,6 +219,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		}
 		g.conns.share = g.share
 	}
+	g.caps = newConnCap(fdLimitOr(fdLimit()), func() *ServerConfig { return &g.rt.Current().Config().Server }, log)
+	g.conns.cap = g.caps
 	g.metrics = newCollector(g)
 	g.timeouts = o.timeouts.orDefaults()
 	g.srv = g.newServer()
@@ -262,7 +265,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	g.serving = append(g.serving, ln)
 	g.servingMu.Unlock()
 	g.log.Info("listening", "address", ln.Addr().String(), "generation", g.rt.Current().ID(), "tls", g.TLSEnabled())
-	err := g.srv.Serve(&tlsListener{Listener: newRawListener(ln, g.share), g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
+	err := g.srv.Serve(&tlsListener{Listener: newRawListener(ln, g.share, g.caps), g: g, cfg: certfile.ServerConfig(g.certificate, "http/1.1")})
 	if g.draining.Load() {
 		return nil
 	}

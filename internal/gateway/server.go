@@ -136,6 +136,7 @@ type connSet struct {
 	mu    sync.Mutex
 	m     map[net.Conn]struct{}
 	share *acceptShare // counts them for the balance between workers, or nil
+	cap   *connCap     // counts them against the connection bounds, or nil
 }
 
 func (s *connSet) track(c net.Conn, st fasthttp.ConnState) {
@@ -153,6 +154,9 @@ func (s *connSet) track(c net.Conn, st fasthttp.ConnState) {
 		delete(s.m, c)
 		s.mu.Unlock()
 		s.share.closed()
+		if s.cap != nil {
+			s.cap.release(c)
+		}
 	}
 }
 
