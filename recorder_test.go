@@ -79,7 +79,9 @@ func TestRecorderCountsPerGeneration(t *testing.T) {
 
 func TestJudge(t *testing.T) {
 	th := Thresholds{MaxFailureIncrease: 1, MaxP99Ratio: 1.5, P99Tolerance: 5 * time.Millisecond, MinRequests: 100}
-	fig := func(req, fail uint64, p99 time.Duration) Figures { return Figures{Requests: req, Failures: fail, P99: p99} }
+	fig := func(req, fail uint64, p99 time.Duration) Figures {
+		return Figures{Requests: req, Failures: fail, P99: p99}
+	}
 	for _, c := range []struct {
 		name      string
 		a, c      Figures
