@@ -2,6 +2,7 @@ package reconf
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -13,7 +14,31 @@ type Figures struct {
 	Generation uint64        `json:"generation"`
 	Requests   uint64        `json:"requests"`
 	Failures   uint64        `json:"failures"`
-	P99        time.Duration `json:"p99"`
+	P99        time.Duration `json:"-"`
+}
+
+// figuresJSON is Figures on the wire: p99 as fractional milliseconds,
+// like every duration of the management API.
+type figuresJSON struct {
+	Generation uint64  `json:"generation"`
+	Requests   uint64  `json:"requests"`
+	Failures   uint64  `json:"failures"`
+	P99MS      float64 `json:"p99_ms"`
+}
+
+// MarshalJSON encodes the figures with p99 as p99_ms.
+func (f Figures) MarshalJSON() ([]byte, error) {
+	return json.Marshal(figuresJSON{f.Generation, f.Requests, f.Failures, Milliseconds(f.P99)})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (f *Figures) UnmarshalJSON(b []byte) error {
+	var w figuresJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*f = Figures{w.Generation, w.Requests, w.Failures, time.Duration(w.P99MS * float64(time.Millisecond))}
+	return nil
 }
 
 // FailureRate returns the failures as a percentage of the requests (0
@@ -69,8 +94,29 @@ func (h Health) String() string {
 	return healthNames[h]
 }
 
-// MarshalText encodes the verdict's text form.
-func (h Health) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+// MarshalText encodes the verdict's text form; the zero Health (no
+// verdict) encodes as empty text.
+func (h Health) MarshalText() ([]byte, error) {
+	if h == 0 {
+		return []byte{}, nil
+	}
+	return []byte(h.String()), nil
+}
+
+// UnmarshalText decodes a verdict's text form.
+func (h *Health) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*h = 0
+		return nil
+	}
+	for i := Healthy; i <= NotEnoughData; i++ {
+		if healthNames[i] == string(b) {
+			*h = i
+			return nil
+		}
+	}
+	return fmt.Errorf("reconf: unknown health verdict")
+}
 
 // Verdict is a judge's answer: the health, a stable machine reason
 // (healthy, failure_rate_above_baseline, p99_above_baseline,

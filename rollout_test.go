@@ -554,3 +554,38 @@ func TestCloseDuringRollout(t *testing.T) {
 		t.Errorf("pause after close: %v", err)
 	}
 }
+
+func TestHistoryRecordsEveryDecision(t *testing.T) {
+	src := newMem(baseYAML(1))
+	h := NewHistory(0)
+	log := newRolloutLog()
+	rt := newTestRuntime(t, src, WithObserver(h), WithObserver(log))
+	stop := make(chan struct{})
+	wg := traffic(rt, stop, func(c *testConfig) (bool, time.Duration) { return c.Routing.A == 2, time.Millisecond })
+	defer func() { close(stop); wg.Wait() }()
+	src.set(baseYAML(2))
+	s := quick(LinearGrowth, 50, ExtendThenRollBack, 1000)
+	s.StepInterval = 20 * time.Millisecond
+	mustStage(t, rt, s, ReasonRolloutStarted)
+	log.wait(t)
+	es := h.Entries(0)
+	last := es[0]
+	if last.Outcome != "roll_back" || last.Actor != DeciderRollout || last.Reason != "failure_rate_above_baseline" || last.Generation != 3 || last.PreviousGeneration != 1 {
+		t.Fatalf("last entry %+v", last)
+	}
+	r := last.Rollout
+	if r == nil || r.Candidate == nil || r.Candidate.Failures == 0 || r.Active == nil || r.Active.Requests == 0 || r.Strategy != "quick" || r.Health != Unhealthy {
+		t.Fatalf("rollout entry %+v", r)
+	}
+	if first := es[len(es)-2]; first.Reason != ReasonRolloutStarted || first.Generation != 2 {
+		t.Errorf("first entry %+v", first)
+	}
+	b, err := json.Marshal(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back HistoryEntry
+	if err := json.Unmarshal(b, &back); err != nil || back.Rollout.Decision != RollBack || back.Rollout.Phase != RolledBack {
+		t.Errorf("history entry JSON %s: %v", b, err)
+	}
+}
