@@ -37,6 +37,8 @@ type settings struct {
 	firstGen          uint64
 	startupPublish    bool // WithStartupPublish
 	health            HealthFunc
+	processWide       []string // WithProcessWide
+	recorded          int      // WithRecordedGenerations
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.

@@ -95,9 +95,17 @@ func (r *Runtime[T]) stageWith(ctx context.Context, trigger Trigger, s Strategy,
 // candidate too; feed it from every request (see Recorder).
 func (r *Runtime[T]) Recorder() *Recorder { return r.rec }
 
-// running returns the rollout in progress, or nil. The attempt slot or
-// r.mu must be held.
-func (r *Runtime[T]) running() *rollout[T] { return r.ro }
+// inProgress answers an attempt busy / rollout_in_progress while a
+// rollout runs. It holds the slot.
+func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
+	ro := r.ro
+	if ro == nil {
+		return Result{}, false
+	}
+	res.Outcome, res.Reason = Busy, ReasonRolloutInProgress
+	res.Message = fmt.Sprintf("rollout %d is in progress (generation %d at %s); promote or abort it first", ro.state.ID, ro.state.Candidate, shareText(ro.state.Share))
+	return *res, true
+}
 
 // begin starts a rollout of next over prev. It holds the attempt slot.
 func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generation[T], cand *candidate[T], s Strategy) {
@@ -282,6 +290,7 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 	r.cur.Store(ro.cand)
 	r.split.Store(nil)
 	r.rec.Track(ro.cand.id)
+	r.remember(ro.cand)
 	ro.active.replace()
 	r.decide(ro, func(s *RolloutState) {
 		s.Phase, s.Share = Promoted, FullShare
@@ -305,6 +314,7 @@ func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window,
 	r.cur.Store(g)
 	r.split.Store(nil)
 	r.rec.Track(g.id)
+	r.remember(g)
 	ro.cand.replace()
 	ro.active.replace()
 	r.activeData, r.rolledBack = ro.activeData, ro.content

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -587,5 +588,57 @@ func TestHistoryRecordsEveryDecision(t *testing.T) {
 	var back HistoryEntry
 	if err := json.Unmarshal(b, &back); err != nil || back.Rollout.Decision != RollBack || back.Rollout.Phase != RolledBack {
 		t.Errorf("history entry JSON %s: %v", b, err)
+	}
+}
+
+func TestProcessWideFieldsRefuseARollout(t *testing.T) {
+	src := newMem(baseYAML(1))
+	rt := newTestRuntime(t, src, WithProcessWide("routing.max_attempts", "backends[*].weight"))
+	src.set(strings.Replace(baseYAML(1), "  b: 1\n", "  b: 1\n  max_attempts: 3\n", 1))
+	res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes())
+	if res.Outcome != Invalid || res.Reason != ReasonNotSplittable || len(res.Problems) != 1 || res.Problems[0].Path != "routing.max_attempts" {
+		t.Fatalf("stage of a process-wide change: %s/%s %+v", res.Outcome, res.Reason, res.Problems)
+	}
+	src.set(strings.Replace(baseYAML(1), "    weight: 3", "    weight: 4", 1))
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Reason != ReasonNotSplittable || res.Problems[0].Path != "backends[other].weight" {
+		t.Fatalf("element field: %s %+v", res.Reason, res.Problems)
+	}
+	// Reload publishes it; so does a strategy with nothing to split.
+	mustReload(t, rt, Published)
+	src.set(strings.Replace(baseYAML(1), "    weight: 3", "    weight: 5", 1))
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, AllAtOnce().withBake(0)); res.Reason != ReasonPublished {
+		t.Errorf("all at once without bake: %s", res.Reason)
+	}
+	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithProcessWide("routing.max_attempt")); !errors.Is(err, ErrUnknownPath) {
+		t.Errorf("a typo in a process-wide path: %v", err)
+	}
+}
+
+func TestRevertToARecordedGeneration(t *testing.T) {
+	src := newMem(baseYAML(1))
+	rt := newTestRuntime(t, src, WithRecordedGenerations(3))
+	for i := 2; i <= 5; i++ {
+		src.set(baseYAML(i))
+		mustReload(t, rt, Published)
+	}
+	if got := rt.Status().RecordedGenerations; !slices.Equal(got, []uint64{3, 4, 5}) {
+		t.Fatalf("recorded %v", got)
+	}
+	if res, _ := rt.Revert(context.Background(), TriggerSDK, 1); res.Outcome != Invalid || res.Reason != ReasonNotRecorded {
+		t.Errorf("revert to a forgotten generation: %s/%s", res.Outcome, res.Reason)
+	}
+	res, err := rt.Revert(WithActor(context.Background(), "ops"), TriggerAPI, 3)
+	if err != nil || res.Outcome != Published || res.Generation != 6 || res.Actor != "ops" {
+		t.Fatalf("Revert = %+v, %v", res, err)
+	}
+	if g := rt.Current(); g.Config().Routing.A != 3 {
+		t.Errorf("after revert a=%d, want 3", g.Config().Routing.A)
+	}
+	// The file still holds generation 5's content: not re-applied silently.
+	if res := mustReload(t, rt, Invalid); res.Reason != ReasonRolledBack {
+		t.Errorf("reload after revert: %s", res.Reason)
+	}
+	if res, _ := rt.Reapply(context.Background(), TriggerSDK, AllAtOnce().withBake(0)); res.Outcome != Published || res.Generation != 7 {
+		t.Errorf("reapply after revert: %+v", res)
 	}
 }

@@ -78,6 +78,7 @@ type Runtime[T any] struct {
 	ro           *rollout[T]     // the rollout in progress; written under the slot too
 	lastRollout  *RolloutStatus  // the last one that ended
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
+	recorded     []recorded      // the latest published generations' content, for Revert; written under the slot too
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
@@ -111,6 +112,9 @@ type Status struct {
 	// (nil when none ran): both generations, the share, the step, the
 	// next step's time and the last window's figures.
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// RecordedGenerations are the generations whose content Revert can
+	// publish again, oldest first.
+	RecordedGenerations []uint64 `json:"recorded_generations,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -140,7 +144,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err := r.o.resolve(); err != nil {
 		return nil, err
 	}
-	if err := checkRegistrations(r.o.consumers, r.o.resources); err != nil {
+	if err := checkRegistrations(r.o.consumers, append(slices.Clip(r.o.resources), resource{"process-wide fields", r.o.processWide})); err != nil {
 		return nil, err
 	}
 	if r.o.logger == nil {
@@ -186,6 +190,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	r.retained[g] = struct{}{}
 	r.cur.Store(g)
 	r.rec.Track(id)
+	r.remember(g)
 	for _, s := range staged {
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
@@ -459,10 +464,10 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 	dry := p.dry
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
-		if ro := r.running(); ro != nil && !dry {
-			res.Outcome, res.Reason = Busy, ReasonRolloutInProgress
-			res.Message = fmt.Sprintf("rollout %d is in progress (generation %d at %s); promote or abort it first", ro.state.ID, ro.state.Candidate, shareText(ro.state.Share))
-			return *res
+		if !dry {
+			if busy, ok := r.inProgress(res); ok {
+				return busy
+			}
 		}
 		stop := lap(&res.Timings.Read)
 		snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Last: r.lastRead})
@@ -592,6 +597,9 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	var rollout *Strategy
 	if p.strategy != nil && !p.strategy.immediate() {
 		rollout = p.strategy
+		if pw := unsplittable(changes, r.o.processWide); len(pw) > 0 {
+			return r.failed(ctx, *res, notSplittable(pw))
+		}
 	}
 	// Applying a cluster version always moves to its number, even when its
 	// content equals ours, so every worker names it the same way.
@@ -675,6 +683,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	r.swapCheck.check(r, prev)
 	r.cur.Store(next)
 	r.rec.Track(next.id)
+	r.remember(next)
 	r.unpublished = false
 	prev.replace()
 	prev.atSwap.Store(false)
@@ -976,6 +985,7 @@ func (r *Runtime[T]) Status() Status {
 		s.Pinned += g.pinned()
 	}
 	s.Rollout = r.rolloutStatusLocked()
+	s.RecordedGenerations = r.recordedIDsLocked()
 	return s
 }
 
