@@ -190,7 +190,7 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 	if r.takeSlot(r.ctx) != nil {
 		return
 	}
-	defer func() { <-r.slot }()
+	defer r.releaseSlot()
 	if r.ro != ro || ro.state.Phase != Running || r.o.now().Before(ro.state.NextStep) {
 		return
 	}
@@ -365,10 +365,21 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 		level = slog.LevelWarn
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
-	ev := RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v}
-	for _, obs := range r.o.observers {
-		if ro, ok := obs.(RolloutObserver); ok {
-			runHook(r.o.logger, func() { ro.ObserveRollout(ev) })
+	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v})
+}
+
+// releaseSlot releases the attempt slot a decision held, then tells the
+// observers the decisions taken under it: one that reacts to an end by
+// staging the next change does not find the slot still taken.
+func (r *Runtime[T]) releaseSlot() {
+	evs := r.events
+	r.events = nil
+	<-r.slot
+	for _, ev := range evs {
+		for _, obs := range r.o.observers {
+			if ro, ok := obs.(RolloutObserver); ok {
+				runHook(r.o.logger, func() { ro.ObserveRollout(ev) })
+			}
 		}
 	}
 }
@@ -393,7 +404,7 @@ func (r *Runtime[T]) control(ctx context.Context, act func(ro *rollout[T], actor
 	if err := r.takeSlot(ctx); err != nil {
 		return RolloutStatus{}, err
 	}
-	defer func() { <-r.slot }()
+	defer r.releaseSlot()
 	ro := r.ro
 	if ro == nil {
 		return RolloutStatus{}, ErrNoRollout

@@ -79,6 +79,7 @@ type Runtime[T any] struct {
 	lastRollout  *RolloutStatus  // the last one that ended
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
 	recorded     []recorded      // the latest published generations' content, for Revert; written under the slot too
+	events       []RolloutEvent  // decisions taken under the slot, told when it is released; only its holder touches them
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
