@@ -438,6 +438,7 @@ func BenchmarkAcquireFor(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
 					p := rt.AcquireFor(entities[i&1023])
