@@ -410,3 +410,56 @@ func BenchmarkDetectorCost(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkAcquireFor(b *testing.B) {
+	entities := make([]string, 1024)
+	for i := range entities {
+		entities[i] = fmt.Sprintf("client-key-%04d", i)
+	}
+	for _, staged := range []bool{false, true} {
+		name := "rollout=none"
+		if staged {
+			name = "rollout=50%"
+		}
+		b.Run(name, func(b *testing.B) {
+			src := newMem(baseYAML(1))
+			rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = rt.Close(context.Background()) })
+			if staged {
+				src.set(baseYAML(2))
+				s := Linear50PercentEvery30Seconds()
+				s.StepInterval = time.Hour
+				if res, _ := rt.Stage(context.Background(), TriggerSDK, s); res.Reason != ReasonRolloutStarted {
+					b.Fatal(res.Reason)
+				}
+			}
+			b.ReportAllocs()
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					p := rt.AcquireFor(entities[i&1023])
+					sink += p.Config().Routing.MaxAttempts
+					p.Release()
+					i++
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					n, i := 0, 0
+					for pb.Next() {
+						p := rt.AcquireFor(entities[i&1023])
+						n += p.Config().Routing.MaxAttempts
+						p.Release()
+						i++
+					}
+					sink += n
+				})
+			})
+		})
+	}
+}

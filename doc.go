@@ -144,9 +144,31 @@
 // One attempt runs at a time; a trigger that arrives during one gets Busy at
 // once. Once accepted, an attempt belongs to the runtime, bounded by the
 // attempt timeout and canceled by Close, not by the caller's context.
+// A rollout's decisions (its driver's and the rollout controls') take
+// the attempt slot too, so they never interleave with an attempt.
 // Lock order: Runtime.closeLock, then the attempt slot, then Runtime.mu;
 // Generation.hookMu is taken alone. No lock is held while calling a
 // consumer, a hook or an observer.
+//
+// # Staged rollout
+//
+// Stage offers a change to a share of entities under a Strategy (a
+// preset such as Canary10Percent20Minutes, or one declared in the
+// service's configuration) instead of publishing it to all:
+//
+//	res, err := rt.Stage(ctx, reconf.TriggerAPI, reconf.Canary10Percent20Minutes())
+//
+//	pin := rt.AcquireFor(clientKey) // the candidate or the active generation, sticky
+//	defer pin.Release()
+//	rt.Recorder().Observe(pin.ID(), failed, latency)
+//
+// A driver owned by the runtime judges each step (WithHealth; by default
+// the strategy's thresholds over the Recorder) and widens, extends,
+// holds, promotes or rolls back; a rollback is a new generation with the
+// previous content, and a reload does not re-apply the rolled-back
+// content (rolled_back_content) unless through Reapply. Current and
+// Acquire keep returning the active generation. docs/design/rollout.md
+// has the whole design.
 //
 // # Clusters
 //

@@ -97,6 +97,26 @@ const (
 	// never applied.
 	ReasonRecordOlder Reason = "record_older"
 
+	// The reasons of staged rollouts (see Strategy and Runtime.Stage).
+
+	// ReasonRolloutStarted: a candidate generation serves a share of the
+	// requests; the active generation serves the rest.
+	ReasonRolloutStarted Reason = "rollout_started"
+	// ReasonStrategyInvalid: a rollout strategy failed Strategy.Validate.
+	ReasonStrategyInvalid Reason = "rollout_strategy_invalid"
+	// ReasonNotSplittable: the candidate changes a field declared with
+	// WithProcessWide(RefuseRollout, ...), which one process cannot hold two
+	// values of; publish it without a rollout.
+	ReasonNotSplittable Reason = "rollout_field_not_splittable"
+	// ReasonRolloutInProgress: a rollout runs; promote or abort it first.
+	ReasonRolloutInProgress Reason = "rollout_in_progress"
+	// ReasonRolledBack: the source holds the content a rollout rolled
+	// back; it is not applied again unless deliberately (Runtime.Reapply).
+	ReasonRolledBack Reason = "rolled_back_content"
+	// ReasonNotRecorded: a revert named a generation whose content is no
+	// longer recorded (see WithRecordedGenerations).
+	ReasonNotRecorded Reason = "generation_not_recorded"
+
 	ReasonInternal Reason = "internal_error"
 )
 
@@ -140,6 +160,12 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonDeadline:           Canceled,
 	ReasonConsumerRefused:    PreparationFailed,
 	ReasonInternal:           InternalFailed,
+	ReasonRolloutStarted:     Published,
+	ReasonStrategyInvalid:    Invalid,
+	ReasonNotSplittable:      Invalid,
+	ReasonRolloutInProgress:  Busy,
+	ReasonRolledBack:         Invalid,
+	ReasonNotRecorded:        Invalid,
 }
 
 // Outcome returns the outcome a reason belongs to, or InternalFailed for a

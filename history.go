@@ -44,6 +44,49 @@ type HistoryEntry struct {
 	// Applies is, in a fleet, each worker's apply of the version this
 	// entry published, sorted by worker (the publisher included).
 	Applies []ApplyEntry `json:"applies,omitempty"`
+	// Rollout is set on the entry of a rollout's decision (Outcome is
+	// then the decision: widen, extend, hold, promote, roll_back, pause,
+	// resume; Actor the decider): the step, the share and the figures
+	// the decision was taken on.
+	Rollout *RolloutEntry `json:"rollout,omitempty"`
+}
+
+// RolloutEntry is what a history entry of a rollout decision records.
+type RolloutEntry struct {
+	ID       uint64 `json:"id"`
+	Strategy string `json:"strategy"`
+	Step     int    `json:"step"`
+	// Share is the share after the decision, in basis points.
+	Share    uint32   `json:"share"`
+	Phase    Phase    `json:"phase"`
+	Decision Decision `json:"decision"`
+	// Active and Candidate are the generations' figures over the judged
+	// window (absent for an operator's decision); EarlierBaseline says
+	// the active figures come from an earlier window (see Window).
+	Active          *Figures `json:"active,omitempty"`
+	Candidate       *Figures `json:"candidate,omitempty"`
+	EarlierBaseline bool     `json:"earlier_baseline,omitempty"`
+	Health          Health   `json:"health,omitempty"`
+}
+
+// HistoryEntryOfRollout returns the history entry of a rollout decision.
+func HistoryEntryOfRollout(ev RolloutEvent) HistoryEntry {
+	st := ev.State
+	e := HistoryEntry{Time: ev.Time.UTC(), Trigger: st.Trigger, Actor: st.Decider, Outcome: st.Decision.String(), Reason: Reason(st.Reason),
+		PreviousGeneration: st.Active, Generation: st.Candidate,
+		Rollout: &RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision}}
+	if st.Done() {
+		e.Generation = st.Result
+	}
+	if ev.Window != nil {
+		a, c := ev.Window.Active, ev.Window.Candidate
+		e.Rollout.Active, e.Rollout.Candidate, e.Rollout.EarlierBaseline = &a, &c, ev.Window.EarlierBaseline
+	}
+	if ev.Verdict != nil {
+		e.Rollout.Health = ev.Verdict.Health
+		e.Message = ev.Verdict.Detail
+	}
+	return e
 }
 
 // ApplyEntry is one worker's apply of a published version, folded into
@@ -128,6 +171,10 @@ func (h *History) Observe(res Result) {
 	}
 	h.Add(HistoryEntryOf(res))
 }
+
+// ObserveRollout records a rollout's decision, for WithObserver: History
+// is a RolloutObserver.
+func (h *History) ObserveRollout(ev RolloutEvent) { h.Add(HistoryEntryOfRollout(ev)) }
 
 // Add records e, dropping the oldest entry when the history is full. A
 // service records what the runtime does not see itself (a restart), or

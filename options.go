@@ -36,6 +36,9 @@ type settings struct {
 	baseDir           string
 	firstGen          uint64
 	startupPublish    bool // WithStartupPublish
+	health            HealthFunc
+	processWide       []string // WithProcessWide
+	recorded          int      // WithRecordedGenerations
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.
@@ -216,6 +219,13 @@ func WithChannel(ch Channel) Option { return func(o *settings) { o.channel = ch 
 // fields are resolved against (usually the configuration file's). The
 // default is the process's working directory.
 func WithBaseDir(dir string) Option { return func(o *settings) { o.baseDir = dir } }
+
+// WithHealth sets the function that judges every step of a rollout (see
+// Runtime.Stage). It receives both generations' figures over the step's
+// window, measured by the runtime's Recorder, and may use them, its own
+// measurements, or both; StandardHealth, the default, applies the
+// strategy's thresholds.
+func WithHealth(fn HealthFunc) Option { return func(o *settings) { o.health = fn } }
 
 type resource struct {
 	name  string

@@ -20,10 +20,14 @@ import (
 // immutable generations, and in-flight work keeps the generation it pinned.
 // All methods are safe for concurrent use.
 type Runtime[T any] struct {
-	cur  atomic.Pointer[Generation[T]]
-	src  Source
-	o    options[T]
-	comp compiler[T]
+	cur atomic.Pointer[Generation[T]]
+	// split divides requests between the active generation and a
+	// rollout's candidate (AcquireFor); nil without a rollout.
+	split atomic.Pointer[split[T]]
+	rec   *Recorder
+	src   Source
+	o     options[T]
+	comp  compiler[T]
 
 	// slot admits one attempt at a time: a trigger that finds it full is
 	// answered busy at once, never queued.
@@ -54,6 +58,11 @@ type Runtime[T any] struct {
 	// does not run here; the next reload publishes it even if unchanged.
 	// It is read and written under the attempt slot.
 	unpublished bool
+	// rolledBack is the content digest (Record.Digest) of the candidate
+	// the last rollout rolled back, until a reload finds the source
+	// holding something else: a reload of it is refused, not re-applied.
+	// It is read and written under the attempt slot.
+	rolledBack string
 
 	mu           sync.Mutex // guards the fields below; never held while calling out
 	closing      bool
@@ -66,6 +75,11 @@ type Runtime[T any] struct {
 	mutations    uint64
 	lastMutation *Mutation
 	releases     []func()
+	ro           *rollout[T]     // the rollout in progress; written under the slot too
+	lastRollout  *RolloutStatus  // the last one that ended
+	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
+	recorded     []recorded      // the latest published generations' content, for Revert; written under the slot too
+	events       []RolloutEvent  // decisions taken under the slot, told when it is released; only its holder touches them
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
@@ -95,6 +109,13 @@ type Status struct {
 	// detector found (see WithMutationCheck); LastMutation is the latest.
 	Mutations    uint64    `json:"mutations_detected"`
 	LastMutation *Mutation `json:"last_mutation,omitempty"`
+	// Rollout is the rollout in progress, else the last one that ended
+	// (nil when none ran): both generations, the share, the step, the
+	// next step's time and the last window's figures.
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// RecordedGenerations are the generations whose content Revert can
+	// publish again, oldest first.
+	RecordedGenerations []uint64 `json:"recorded_generations,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -110,6 +131,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		retained:  map[*Generation[T]]struct{}{},
 		retiredCh: make(chan struct{}, 1),
 		closeLock: make(chan struct{}, 1),
+		rec:       NewRecorder(),
 		o: options[T]{settings: settings{
 			retention:      DefaultRetention,
 			attemptTimeout: DefaultAttemptTimeout,
@@ -123,7 +145,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err := r.o.resolve(); err != nil {
 		return nil, err
 	}
-	if err := checkRegistrations(r.o.consumers, r.o.resources); err != nil {
+	if err := checkRegistrations(r.o.consumers, append(slices.Clip(r.o.resources), resource{"process-wide fields", r.o.processWide})); err != nil {
 		return nil, err
 	}
 	if r.o.logger == nil {
@@ -168,6 +190,8 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	r.attach(g, nil, staged)
 	r.retained[g] = struct{}{}
 	r.cur.Store(g)
+	r.rec.Track(id)
+	r.remember(g)
 	for _, s := range staged {
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
@@ -220,7 +244,7 @@ func (r *Runtime[T]) Acquire() Pin[T] {
 // included, is a Result with a nil error; after Close begins the error is
 // ErrClosed.
 func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error) {
-	return r.start(ctx, trigger, false, func(ctx context.Context) Result { return r.attempt(ctx, trigger, false) })
+	return r.start(ctx, trigger, false, func(ctx context.Context) Result { return r.attempt(ctx, trigger, plan{}) })
 }
 
 // Check runs the same steps as Reload up to and including prepare, then
@@ -228,7 +252,7 @@ func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error
 // generation, and reports the outcome a reload would have had (published
 // with reason check_passed when it would publish, with DryRun set).
 func (r *Runtime[T]) Check(ctx context.Context) (Result, error) {
-	return r.start(ctx, TriggerCheck, true, func(ctx context.Context) Result { return r.attempt(ctx, TriggerCheck, true) })
+	return r.start(ctx, TriggerCheck, true, func(ctx context.Context) Result { return r.attempt(ctx, TriggerCheck, plan{dry: true}) })
 }
 
 // Apply applies version, published by another worker of the cluster,
@@ -427,12 +451,25 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 	}
 }
 
+// plan is what an attempt is asked to do beyond a reload.
+type plan struct {
+	dry      bool      // Check: prepare, then abort
+	strategy *Strategy // Stage: offer the candidate as a rollout
+	reapply  bool      // Reapply: the content a rollout rolled back is accepted
+}
+
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
-func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Result {
+func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Result {
 	prev := r.cur.Load()
 	defer r.checkActive(prev)
+	dry := p.dry
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
+		if !dry {
+			if busy, ok := r.inProgress(res); ok {
+				return busy
+			}
+		}
 		stop := lap(&res.Timings.Read)
 		snap, err := r.src.Read(ctx, ReadRequest{MaxBytes: r.o.maxBytes, Last: r.lastRead})
 		stop()
@@ -452,9 +489,10 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
-		out := r.stage(ctx, res, prev, cand, 0)
+		out := r.stage(ctx, res, prev, cand, 0, p)
 		if !dry && out.Outcome.OK() {
 			r.activeData = snap.Data
+			r.rolledBack = "" // the source holds other content, or it was re-applied
 		}
 		return out
 	})
@@ -481,7 +519,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 		if err != nil {
 			out = r.failed(ctx, *res, err)
 		} else {
-			out = r.stage(ctx, res, prev, cand, version)
+			out = r.stage(ctx, res, prev, cand, version, plan{})
 		}
 		if refusal(out.Outcome) {
 			r.refused = max(r.refused, version)
@@ -525,7 +563,7 @@ func lap(d *time.Duration) func() {
 // retention, prepare, publish (through the channel in a cluster), commit.
 // version is the generation ID to publish as when a cluster version is
 // being applied, else 0.
-func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64) Result {
+func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T], cand *candidate[T], version uint64, p plan) Result {
 	digested := r.digestBeside(cand)
 	defer digested()
 	stop := lap(&res.Timings.Diff)
@@ -552,6 +590,18 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		}
 		return *res
 	}
+	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
+		res.Outcome, res.Reason = Invalid, ReasonRolledBack
+		res.Message = fmt.Sprintf("the source holds the content that a rollout rolled back; generation %d runs the previous content. Change the file, or re-apply it deliberately (Reapply)", prev.id)
+		return *res
+	}
+	var rollout *Strategy
+	if p.strategy != nil && !p.strategy.immediate() {
+		rollout = p.strategy
+		if pw := unsplittable(changes, r.o.processWide); len(pw) > 0 {
+			return r.failed(ctx, *res, notSplittable(pw))
+		}
+	}
 	// Applying a cluster version always moves to its number, even when its
 	// content equals ours, so every worker names it the same way.
 	if live == 0 && version == 0 && !r.unpublished {
@@ -567,9 +617,12 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		// allows only over a version this worker refused or no worker
 		// applies; over any other it is busy (superseded) until caught up.
 	}
-	if n := r.retainedCount(); n >= r.o.retention {
+	if n := r.retainedCount(); n >= r.o.retention || (rollout != nil && n+2 > r.o.retention) {
 		res.Outcome, res.Reason = RetentionBlocked, ReasonRetention
 		res.Message = fmt.Sprintf("%d generations are retained (budget %d) because in-flight work still pins them; retry when it drains", n, r.o.retention)
+		if rollout != nil {
+			res.Message = fmt.Sprintf("%d generations are retained (budget %d); a rollout needs room for two more (its candidate, and a rollback's generation); retry when in-flight work drains", n, r.o.retention)
+		}
 		return *res
 	}
 	digest := digested()
@@ -615,8 +668,23 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	r.mu.Lock()
 	r.retained[next] = struct{}{}
 	r.mu.Unlock()
+	if rollout != nil {
+		r.begin(ctx, res, prev, next, cand, *rollout)
+		stop()
+		stop = lap(&res.Timings.Commit)
+		for _, s := range st {
+			commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
+		}
+		stop()
+		res.Outcome, res.Reason, res.Generation = Published, ReasonRolloutStarted, next.id
+		res.Message = fmt.Sprintf("generation %d is the candidate of a %s rollout at %s; generation %d serves the rest (%d field(s) changed)",
+			next.id, rollout.Name, shareText(r.ro.state.Share), prev.id, live)
+		return *res
+	}
 	r.swapCheck.check(r, prev)
 	r.cur.Store(next)
+	r.rec.Track(next.id)
+	r.remember(next)
 	r.unpublished = false
 	prev.replace()
 	prev.atSwap.Store(false)
@@ -917,6 +985,8 @@ func (r *Runtime[T]) Status() Status {
 	for g := range r.retained {
 		s.Pinned += g.pinned()
 	}
+	s.Rollout = r.rolloutStatusLocked()
+	s.RecordedGenerations = r.recordedIDsLocked()
 	return s
 }
 
@@ -954,6 +1024,9 @@ func (r *Runtime[T]) Close(ctx context.Context) error {
 		return err
 	}
 
+	if err := r.endRolloutAtClose(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	replace := !r.activeGone
 	r.activeGone = true

@@ -1,0 +1,507 @@
+package reconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Errors of the rollout controls.
+var (
+	// ErrNoRollout is returned by a rollout control when no rollout runs.
+	ErrNoRollout = errors.New("reconf: no rollout in progress")
+	// ErrRolloutInCluster is returned by Stage and Reapply on a runtime
+	// with a Channel: a fleet's rollout is driven through the channel.
+	ErrRolloutInCluster = errors.New("reconf: a staged rollout in a cluster goes through the channel")
+)
+
+// rollout is the running rollout of a runtime.
+type rollout[T any] struct {
+	state        RolloutState // written under the attempt slot and r.mu
+	shares       []uint32
+	active, cand *Generation[T]
+	activeData   []byte // the runtime's activeData before the candidate
+	content      string // contentDigest of the candidate as the source holds it
+	base         [2]Counts
+	baseline     Figures // the active generation's last window that had requests
+	lastWindow   *Window
+	lastVerdict  *Verdict
+	wake         chan struct{} // the state changed outside the driver
+	done         chan struct{} // closed when the driver returns
+}
+
+// stepLength is how long the current step lasts before it is judged.
+func (ro *rollout[T]) stepLength() time.Duration {
+	if ro.state.Share == FullShare {
+		return ro.state.Strategy.FinalBake
+	}
+	return ro.state.Strategy.StepInterval
+}
+
+// immediate reports whether the strategy publishes to every request at
+// once with nothing to judge: a plain publish.
+func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.FinalBake == 0 }
+
+// Stage offers the source's content as a candidate under strategy s: the
+// attempt reads, compiles, classifies, checks retention and prepares
+// exactly as Reload does (a restart-class change is restart-required, an
+// unchanged source no-op), and then, instead of making the candidate
+// active for every request, starts a rollout. The candidate serves
+// s.Shares()[0] of the entities that AcquireFor names, the active
+// generation the rest; Current and Acquire keep returning the active
+// generation. A driver owned by the runtime judges each step (WithHealth)
+// when its interval ends and widens, extends, holds, promotes or rolls
+// back; Status shows it, and the rollout controls (PauseRollout,
+// ResumeRollout, PromoteRollout, AbortRollout) act on it.
+//
+// The answer is published with reason rollout_started, Generation the
+// candidate's number; an invalid strategy is invalid /
+// rollout_strategy_invalid; a change to a field declared WithProcessWide
+// is refused (rollout_field_not_splittable) or kept at its active value
+// until promotion, as declared; a rollout needs room for two more
+// generations within the retention budget. While a rollout runs, Reload,
+// Stage and Reapply are busy (rollout_in_progress); Check runs. A
+// strategy that is all_at_once with no bake publishes like Reload. On a
+// runtime with a Channel it returns ErrRolloutInCluster.
+func (r *Runtime[T]) Stage(ctx context.Context, trigger Trigger, s Strategy) (Result, error) {
+	return r.stageWith(ctx, trigger, s, false)
+}
+
+// Reapply is Stage for a source that holds the content a rollout rolled
+// back: Reload and Stage refuse it (invalid / rolled_back_content) so
+// that it never returns silently; Reapply is the deliberate way back. On
+// any other source it is Stage.
+func (r *Runtime[T]) Reapply(ctx context.Context, trigger Trigger, s Strategy) (Result, error) {
+	return r.stageWith(ctx, trigger, s, true)
+}
+
+func (r *Runtime[T]) stageWith(ctx context.Context, trigger Trigger, s Strategy, reapply bool) (Result, error) {
+	if r.o.channel != nil {
+		return Result{}, ErrRolloutInCluster
+	}
+	return r.start(ctx, trigger, false, func(ctx context.Context) Result {
+		if err := s.Validate(); err != nil {
+			id := r.cur.Load().id
+			return r.failed(ctx, Result{Trigger: trigger, PreviousGeneration: id, Generation: id, Started: r.o.now()}, err)
+		}
+		return r.attempt(ctx, trigger, plan{strategy: &s, reapply: reapply})
+	})
+}
+
+// Recorder returns the runtime's recorder, which the standard health
+// judge reads. It tracks the active generation, and during a rollout the
+// candidate too; feed it from every request (see Recorder).
+func (r *Runtime[T]) Recorder() *Recorder { return r.rec }
+
+// inProgress answers an attempt busy / rollout_in_progress while a
+// rollout runs. It holds the slot.
+func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
+	ro := r.ro
+	if ro == nil {
+		return Result{}, false
+	}
+	res.Outcome, res.Reason = Busy, ReasonRolloutInProgress
+	res.Message = fmt.Sprintf("rollout %d is in progress (generation %d at %s); promote or abort it first", ro.state.ID, ro.state.Candidate, shareText(ro.state.Share))
+	return *res, true
+}
+
+// begin starts a rollout of next over prev. It holds the attempt slot.
+func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generation[T], cand *candidate[T], s Strategy) {
+	now := r.o.now()
+	shares := s.Shares()
+	ro := &rollout[T]{shares: shares, active: prev, cand: next, activeData: r.activeData, content: contentDigest(cand),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	ro.state = RolloutState{ID: next.id, Strategy: s, Phase: Running, Share: shares[0], Active: prev.id, Candidate: next.id,
+		Decision: Start, Decider: actorOf(ctx, res.Trigger), Reason: "operator", Trigger: res.Trigger, Actor: actorOf(ctx, res.Trigger),
+		Started: now, StepStarted: now}
+	ro.state.NextStep = now.Add(ro.stepLength())
+	r.rec.Track(prev.id, next.id)
+	ac, _ := r.rec.Counts(prev.id)
+	ro.base[0], ro.baseline = ac, ac.Figures(prev.id) // before the rollout
+	ro.base[1], _ = r.rec.Counts(next.id)
+	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID, share: ro.state.Share})
+	r.mu.Lock()
+	r.ro = ro
+	live := r.drivers[:0]
+	for _, d := range r.drivers {
+		select {
+		case <-d:
+		default:
+			live = append(live, d)
+		}
+	}
+	r.drivers = append(live, ro.done)
+	r.mu.Unlock()
+	go r.drive(ro)
+}
+
+// drive judges the rollout's steps when they are due, until it ends or
+// the runtime closes.
+func (r *Runtime[T]) drive(ro *rollout[T]) {
+	defer close(ro.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		st := ro.state
+		r.mu.Unlock()
+		if st.Done() || r.ctx.Err() != nil {
+			return
+		}
+		t.Stop()
+		var due <-chan time.Time
+		if st.Phase == Running {
+			t.Reset(max(st.NextStep.Sub(r.o.now()), 0))
+			due = t.C
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-ro.wake:
+		case <-due:
+			r.stepDue(ro)
+		}
+	}
+}
+
+// takeSlot waits for the attempt slot: a rollout's decisions run one at
+// a time with attempts. It fails with ErrClosed once Close began.
+func (r *Runtime[T]) takeSlot(ctx context.Context) error {
+	r.mu.Lock()
+	closing := r.closing
+	r.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	select {
+	case r.slot <- struct{}{}:
+		return nil
+	case <-r.ctx.Done():
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stepDue judges the step if it is still due and decides.
+func (r *Runtime[T]) stepDue(ro *rollout[T]) {
+	if r.takeSlot(r.ctx) != nil {
+		return
+	}
+	defer r.releaseSlot()
+	if r.ro != ro || ro.state.Phase != Running || r.o.now().Before(ro.state.NextStep) {
+		return
+	}
+	w, v := r.judge(ro)
+	st := ro.state.Strategy
+	switch {
+	case v.Health == Unhealthy:
+		r.rollBack(ro, DeciderRollout, v.Reason, &w, &v)
+	case v.Health == NotEnoughData && st.NoData == HoldForData:
+		r.extend(ro, Hold, v.Reason, &w, &v)
+	case v.Health == NotEnoughData && ro.state.Extensions < st.MaxExtensions:
+		r.extend(ro, Extend, v.Reason, &w, &v)
+	case v.Health == NotEnoughData:
+		r.rollBack(ro, DeciderRollout, "not_enough_data_after_extensions", &w, &v)
+	case ro.state.Share == FullShare:
+		r.promote(ro, DeciderRollout, v.Reason, &w, &v)
+	default:
+		r.widen(ro, &w, &v)
+	}
+}
+
+// judge measures the step's window and asks the health function.
+func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
+	st := ro.state
+	ac, _ := r.rec.Counts(ro.active.id)
+	cc, _ := r.rec.Counts(ro.cand.id)
+	w := Window{Rollout: st.ID, Step: st.Step, Share: st.Share, Start: st.StepStarted, End: r.o.now(),
+		Active: ac.Sub(ro.base[0]).Figures(ro.active.id), Candidate: cc.Sub(ro.base[1]).Figures(ro.cand.id), Strategy: st.Strategy}
+	if st.Share == FullShare {
+		w.Active, w.EarlierBaseline = ro.baseline, true
+	}
+	fn := r.o.health
+	if fn == nil {
+		fn = StandardHealth
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
+	defer cancel()
+	v := func() (v Verdict) {
+		defer func() {
+			if p := recover(); p != nil {
+				r.o.logger.Error("reconf: a rollout health function panicked", "panic", p)
+				v = Verdict{Health: NotEnoughData, Reason: "health_function_failed"}
+			}
+		}()
+		return fn(ctx, w)
+	}()
+	if v.Health < Healthy || v.Health > NotEnoughData {
+		v = Verdict{Health: NotEnoughData, Reason: "no_verdict", Detail: "the health function returned no verdict"}
+	}
+	return w, v
+}
+
+// widen moves to the next step. It holds the slot.
+func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
+	next := ro.shares[ro.state.Step+1]
+	if next == FullShare && ro.state.Strategy.FinalBake == 0 {
+		r.promote(ro, DeciderRollout, v.Reason, w, v)
+		return
+	}
+	now := r.o.now()
+	if !w.EarlierBaseline && w.Active.Requests > 0 {
+		ro.baseline = w.Active
+	}
+	ro.base[0], _ = r.rec.Counts(ro.active.id)
+	ro.base[1], _ = r.rec.Counts(ro.cand.id)
+	r.split.Store(&split[T]{active: ro.active, cand: ro.cand, seed: ro.state.ID, share: next})
+	r.decide(ro, func(s *RolloutState) {
+		s.Step++
+		s.Share = next
+		s.Extensions = 0
+		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
+		s.StepStarted = now
+		s.NextStep = now.Add(ro.stepLength())
+	}, w, v)
+}
+
+// extend keeps the step (and its window) for one more interval. It holds
+// the slot.
+func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window, v *Verdict) {
+	now := r.o.now()
+	r.decide(ro, func(s *RolloutState) {
+		if d == Extend {
+			s.Extensions++
+		}
+		s.Decision, s.Decider, s.Reason = d, DeciderRollout, reason
+		s.NextStep = now.Add(ro.stepLength())
+	}, w, v)
+}
+
+// promote makes the candidate the only active generation. It holds the
+// slot.
+func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
+	now := r.o.now()
+	// The order keeps every pin valid: a reader that sees no split
+	// pins cur, already the candidate; one that saw the split finds it
+	// gone after its hold and retries (acquireSplit).
+	r.cur.Store(ro.cand)
+	r.split.Store(nil)
+	r.rec.Track(ro.cand.id)
+	r.remember(ro.cand)
+	ro.active.replace()
+	r.decide(ro, func(s *RolloutState) {
+		s.Phase, s.Share = Promoted, FullShare
+		s.Decision, s.Decider, s.Reason = Promote, decider, reason
+		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
+	}, w, v)
+}
+
+// rollBack makes the active generation's content active again as a new
+// generation, numbered after the candidate (numbers never go back), and
+// remembers the candidate's content so that a reload does not re-apply
+// it. It cannot fail: the previous generation's state (its consumer
+// values) served throughout and is carried over, no consumer is asked.
+// It holds the slot.
+func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
+	now := r.o.now()
+	g := r.revive(ro.active, ro.cand.id+1)
+	r.mu.Lock()
+	r.retained[g] = struct{}{}
+	r.mu.Unlock()
+	r.cur.Store(g)
+	r.split.Store(nil)
+	r.rec.Track(g.id)
+	r.remember(g)
+	ro.cand.replace()
+	ro.active.replace()
+	r.activeData, r.rolledBack = ro.activeData, ro.content
+	r.decide(ro, func(s *RolloutState) {
+		s.Phase = RolledBack
+		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
+		s.NextStep, s.Ended, s.Result = time.Time{}, now, g.id
+	}, w, v)
+}
+
+// revive returns a new generation id with src's configuration and
+// consumer values.
+func (r *Runtime[T]) revive(src *Generation[T], id uint64) *Generation[T] {
+	g := &Generation[T]{id: id, cfg: src.cfg, files: src.files, shared: src.shared, fileClass: src.fileClass, published: r.o.now(),
+		onRetire: r.retired, logger: r.o.logger, data: src.data, live: src.live, liveJSON: src.liveJSON, restartPinned: src.restartPinned}
+	g.seen.Store(src.seen.Load())
+	r.attach(g, src, nil)
+	return g
+}
+
+// decide applies a decision to the state, ends the rollout if it is
+// done, wakes the driver and tells the observers. It holds the slot.
+func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Window, v *Verdict) {
+	r.mu.Lock()
+	change(&ro.state)
+	if w != nil {
+		ro.lastWindow, ro.lastVerdict = w, v
+	}
+	st := ro.state
+	if st.Done() {
+		r.ro = nil
+		r.lastRollout = ro.statusLocked()
+	}
+	r.mu.Unlock()
+	select {
+	case ro.wake <- struct{}{}:
+	default:
+	}
+	attrs := []slog.Attr{slog.Uint64("rollout", st.ID), slog.String("decision", st.Decision.String()), slog.String("decider", st.Decider),
+		slog.String("reason", st.Reason), slog.Int("step", st.Step), slog.String("share", shareText(st.Share)),
+		slog.Uint64("active_generation", st.Active), slog.Uint64("candidate_generation", st.Candidate)}
+	if w != nil {
+		attrs = append(attrs, slog.Uint64("active_requests", w.Active.Requests), slog.Uint64("active_failures", w.Active.Failures),
+			slog.Uint64("candidate_requests", w.Candidate.Requests), slog.Uint64("candidate_failures", w.Candidate.Failures))
+	}
+	level := slog.LevelInfo
+	if st.Decision == RollBack {
+		level = slog.LevelWarn
+	}
+	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
+	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v})
+}
+
+// releaseSlot releases the attempt slot a decision held, then tells the
+// observers the decisions taken under it: one that reacts to an end by
+// staging the next change does not find the slot still taken.
+func (r *Runtime[T]) releaseSlot() {
+	evs := r.events
+	r.events = nil
+	<-r.slot
+	for _, ev := range evs {
+		for _, obs := range r.o.observers {
+			if ro, ok := obs.(RolloutObserver); ok {
+				runHook(r.o.logger, func() { ro.ObserveRollout(ev) })
+			}
+		}
+	}
+}
+
+// statusLocked returns the rollout's status. r.mu must be held.
+func (ro *rollout[T]) statusLocked() *RolloutStatus {
+	return &RolloutStatus{RolloutState: ro.state, LastWindow: ro.lastWindow, LastVerdict: ro.lastVerdict}
+}
+
+// rolloutStatusLocked returns the running rollout's status, else the
+// last one's. r.mu must be held.
+func (r *Runtime[T]) rolloutStatusLocked() *RolloutStatus {
+	if r.ro != nil {
+		return r.ro.statusLocked()
+	}
+	return r.lastRollout
+}
+
+// control runs an operator's decision on the rollout in progress, under
+// the attempt slot, and returns the status after it.
+func (r *Runtime[T]) control(ctx context.Context, act func(ro *rollout[T], actor string)) (RolloutStatus, error) {
+	if err := r.takeSlot(ctx); err != nil {
+		return RolloutStatus{}, err
+	}
+	defer r.releaseSlot()
+	ro := r.ro
+	if ro == nil {
+		return RolloutStatus{}, ErrNoRollout
+	}
+	act(ro, actorOf(ctx, TriggerSDK))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *ro.statusLocked(), nil
+}
+
+// PauseRollout stops the rollout's clock: the share holds, no step is
+// judged until ResumeRollout. Pausing a paused rollout changes nothing.
+// It waits for an attempt or a decision in flight; with no rollout it
+// returns ErrNoRollout. The actor is WithActor's on ctx.
+func (r *Runtime[T]) PauseRollout(ctx context.Context) (RolloutStatus, error) {
+	return r.control(ctx, func(ro *rollout[T], actor string) {
+		if ro.state.Phase == Paused {
+			return
+		}
+		r.decide(ro, func(s *RolloutState) {
+			s.Phase, s.Decision, s.Decider, s.Reason, s.NextStep = Paused, Pause, actor, "operator", time.Time{}
+		}, nil, nil)
+	})
+}
+
+// ResumeRollout restarts a paused rollout's clock: the current step is
+// judged one full interval from now, on the figures since it began.
+func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
+	return r.control(ctx, func(ro *rollout[T], actor string) {
+		if ro.state.Phase != Paused {
+			return
+		}
+		now := r.o.now()
+		r.decide(ro, func(s *RolloutState) {
+			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
+			s.NextStep = now.Add(ro.stepLength())
+		}, nil, nil)
+	})
+}
+
+// PromoteRollout promotes the candidate now, whatever the step: it
+// becomes the only active generation.
+func (r *Runtime[T]) PromoteRollout(ctx context.Context) (RolloutStatus, error) {
+	return r.control(ctx, func(ro *rollout[T], actor string) { r.promote(ro, actor, "operator", nil, nil) })
+}
+
+// AbortRollout rolls the rollout back now: the previous content is
+// active again as a new generation, and the source's content is not
+// re-applied by a reload (see Reapply).
+func (r *Runtime[T]) AbortRollout(ctx context.Context) (RolloutStatus, error) {
+	return r.control(ctx, func(ro *rollout[T], actor string) { r.rollBack(ro, actor, "aborted", nil, nil) })
+}
+
+// endRolloutAtClose waits for every rollout driver to return (Close has
+// canceled them) and takes a rollout's candidate out of service, so that
+// it retires like the active generation. Close holds the slot.
+func (r *Runtime[T]) endRolloutAtClose(ctx context.Context) error {
+	r.mu.Lock()
+	drivers := r.drivers
+	r.mu.Unlock()
+	for _, d := range drivers {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return fmt.Errorf("reconf: close: a rollout driver is still deciding: %w", ctx.Err())
+		}
+	}
+	r.mu.Lock()
+	ro := r.ro
+	r.ro, r.drivers = nil, nil
+	if ro != nil {
+		ro.state.NextStep = time.Time{}
+		r.lastRollout = ro.statusLocked()
+	}
+	r.mu.Unlock()
+	if ro != nil {
+		r.split.Store(nil)
+		ro.cand.replace()
+	}
+	return nil
+}
+
+// contentDigest is the Record digest of a candidate: what a generation
+// compiled from it reports (Generation.appliedDigest), so a source that
+// holds a rolled-back content is recognised however it was reformatted.
+func contentDigest[T any](c *candidate[T]) string {
+	live, format, err := encodePayload(c.cfg)
+	if err != nil {
+		return ""
+	}
+	return Record{Live: live, Format: format, Files: c.sharedFiles()}.Digest()
+}
+
+// shareText renders basis points as a percentage ("12.5%").
+func shareText(bp uint32) string {
+	if bp%100 == 0 {
+		return fmt.Sprintf("%d%%", bp/100)
+	}
+	return fmt.Sprintf("%.2f%%", float64(bp)/100)
+}
