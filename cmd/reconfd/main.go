@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/redact"
 )
 
 // Exit codes.
@@ -70,10 +71,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	if err == nil {
 		return exitOK
 	}
+	// Every message printed here may quote a flag's value: a URL's
+	// password goes, however malformed the URL (see internal/redact).
+	red := redact.New(append(args, lookup.get(envFleetChannel))...)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			msg := redactURLs(ee.msg)
+			msg := red.String(ee.msg)
 			fmt.Fprintln(stderr, "reconfd:", msg)
 			// A process a restart started, failing before it was ready,
 			// tells its parent why: the restart's result then names
@@ -89,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	// Anything else comes from cobra itself: an unknown command or flag, a
 	// missing required flag, wrong arguments (an upgrade whose executable
 	// no longer has the command a restart runs: told to the parent too).
-	msg := redactURLs(err.Error())
+	msg := red.String(err.Error())
 	fmt.Fprintln(stderr, "reconfd:", msg)
 	_ = handoff.Failed(msg)
 	fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")

@@ -318,6 +318,16 @@ func TestClusterURLNeverPrinted(t *testing.T) {
 		{[]string{"check-config", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
 		{[]string{"serve", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
 		{[]string{"check-config", "--config", good, "--cluster", "ftp://127.0.0.1:2379"}, 2},
+		// Malformed URLs: no scheme, a scheme without "//", a space in
+		// the password, the --flag=value form.
+		{[]string{"check-config", "--config", good, "--cluster", "user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http:user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "http:user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster=http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http://127.0.0.1:2379,user:" + pw + " x@127.0.0.1:2379"}, 2},
 		{[]string{"serve", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
 		{[]string{"check-config", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
 		{[]string{"check-config", "--config", remote}, 1},
