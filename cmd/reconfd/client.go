@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/termtext"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -325,7 +326,8 @@ func printConcurrency(w io.Writer, extra map[string]any) {
 				capacity += " (local share)"
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\n", name, limit, capacity, s.InFlight, s.Waiting)
+		// A row is cleaned before the tabwriter measures it (termtext).
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%s\t%s\t%d\t%d\n", name, limit, capacity, s.InFlight, s.Waiting)))
 	}
 	_ = tw.Flush()
 }
@@ -380,7 +382,7 @@ func printFleet(w io.Writer, extra map[string]any) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tDIGEST\tSTATE\tLAST ERROR\tDRIFT")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)))
 	}
 	_ = tw.Flush()
 }

@@ -383,3 +383,64 @@ func TestClientUnauthorizedWithoutToken(t *testing.T) {
 		}
 	}
 }
+
+// TestServerTextSanitized: what a management server answers reaches the
+// terminal without a single control character: a certificate subject
+// holding escape sequences in the history's actor, a worker's id in
+// status, a reload's message, an error's message on stderr, and a raw
+// --output json body.
+func TestServerTextSanitized(t *testing.T) {
+	const esc = `\u001b]0;owned\u0007\u001b[2J\u009b31m\u202e`
+	var body string
+	status := 200
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/history"):
+			w.WriteHeader(200)
+			_, _ = w.Write([]byte(`{"entries":[{"time":"2026-12-02T00:00:00Z","trigger":"api","actor":"certificate CN=a` + esc + `b","outcome":"published","reason":"published","generation":2,"previous_generation":1}]}`))
+		case strings.HasSuffix(r.URL.Path, "/status"):
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		default:
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		}
+	}))
+	defer srv.Close()
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case "RECONF_MANAGEMENT_ADDRESS":
+			return srv.URL, true
+		case "RECONF_MANAGEMENT_TOKEN":
+			return "token-from-the-env-123", true
+		}
+		return "", false
+	}
+	cases := []struct {
+		name   string
+		status int
+		body   string
+		args   []string
+	}{
+		{"history", 200, `{"active_generation":2,"cluster_version":2,"converged":true,"cluster_reachable":true,"workers":[{"id":"w` + esc + `","applied_version":2}]}`, []string{"history"}},
+		{"status", 200, `{"active_generation":2,"fixed_source_path":"/c` + esc + `.yaml","cluster_version":3,"converged":false,"cluster_reachable":true,` +
+			`"workers":[{"id":"w` + esc + `","host":"h` + esc + `","applied_version":2,"state":"failing","last_error":"e` + esc + `"}]}`, []string{"status"}},
+		{"reload", 422, `{"outcome":"invalid","reason":"validation_failed","message":"m` + esc + `","problems":[{"path":"p` + esc + `","detail":"d` + esc + `"}]}`, []string{"reload"}},
+		{"reload json", 200, "{\"outcome\":\"published\",\"message\":\"raw \x1b[2J\"}", []string{"reload", "--output", "json"}},
+		{"error", 403, `{"error":{"reason":"origin_not_allowed","message":"no` + esc + `"}}`, []string{"status"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body = tc.status, tc.body
+			_, out, errOut := runCmd(t, lookup, tc.args...)
+			for _, r := range out + errOut {
+				if (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) || r == 0x202e {
+					t.Fatalf("a control character %U reached the terminal:\n%q\n%q", r, out, errOut)
+				}
+			}
+			if tc.name != "reload json" && !strings.Contains(out+errOut, `\x1b`) { // that body is refused as not JSON
+				t.Errorf("the escape is not shown escaped:\n%q\n%q", out, errOut)
+			}
+		})
+	}
+}
