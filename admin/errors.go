@@ -24,9 +24,25 @@ var (
 	// every request. The token itself is never part of the error.
 	ErrTokenWhitespace = errors.New("admin: management token has leading or trailing whitespace (a newline from the file it came from?); remove it")
 	// ErrTokenFile is wrapped when the token file (EnvTokenFile) cannot be
-	// used: missing, not a regular file, oversize or empty; or when both
-	// EnvToken and EnvTokenFile are set. Management does not start.
+	// used: missing, not a regular file, kept with a mode or owner that
+	// others could use (see ReadTokenFile), oversize, empty or holding a
+	// line that is not a token; or when both EnvToken and EnvTokenFile
+	// are set. Management does not start, or a re-read keeps the tokens
+	// it has.
 	ErrTokenFile = errors.New("admin: management token file")
+	// ErrTokenFileNotRegular is wrapped, with ErrTokenFile, when the token
+	// file is not a regular file after symlinks (a FIFO, a device, a
+	// directory, a /proc file).
+	ErrTokenFileNotRegular = errors.New("not a regular file")
+	// ErrTokenFileWritable is wrapped, with ErrTokenFile, when the token
+	// file (after symlinks) may be written by its group or by others.
+	ErrTokenFileWritable = errors.New("writable by group or others")
+	// ErrTokenFileReadable is wrapped, with ErrTokenFile, when others may
+	// read the token file (group read is allowed).
+	ErrTokenFileReadable = errors.New("readable by others")
+	// ErrTokenFileOwner is wrapped, with ErrTokenFile, when the token file
+	// belongs to neither this process's user nor root.
+	ErrTokenFileOwner = errors.New("owned by neither this user nor root")
 	// ErrTLS is wrapped when the management listener's TLS files cannot
 	// be used (missing, not a regular file, a certificate that does not
 	// parse, does not match its key or has expired, a CA file without a
