@@ -276,7 +276,14 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	} else {
 		fmt.Fprintf(w, "last failure:         none\n")
 	}
-	fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations)
+	if st.RetentionBudget > 0 {
+		fmt.Fprintf(w, "retained generations: %d of %d\n", st.RetainedGenerations, st.RetentionBudget)
+	} else {
+		fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations) // a server that does not say
+	}
+	if st.RetentionPressure {
+		fmt.Fprintf(w, "retention pressure:   the budget is full; a change is refused retention-blocked until pinned work drains\n")
+	}
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.Source)

@@ -213,6 +213,8 @@ func TestReloadClient(t *testing.T) {
 		{"unauthorized", `{"error":{"reason":"unauthorized","message":"a valid bearer token is required"}}`, 401, []string{"reload"}, 1, ""},
 		{"pending", `{"error":{"reason":"attempt_pending","message":"still running"}}`, 202, []string{"reload"}, 1, ""},
 		{"status", `{"active_generation":3,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0, "active generation:    3"},
+		{"status under retention pressure", `{"active_generation":3,"retained_generations":2,"retention_budget":2,"retention_pressure":true,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0,
+			"retained generations: 2 of 2\nretention pressure:   the budget is full; a change is refused retention-blocked until pinned work drains\n"},
 		{"status refused", `{"error":{"reason":"unauthorized","message":"no"}}`, 401, []string{"status"}, 1, ""},
 		{"status of a fleet", `{"active_generation":7,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml",` +
 			`"cluster_version":7,"converged":false,"bootstrap_drift":false,"cluster_reachable":true,` +
