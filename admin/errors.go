@@ -1,6 +1,9 @@
 package admin
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Sentinel errors of configuration and lifecycle. A service branches on them
 // with errors.Is to decide whether management stays off quietly, stays off
@@ -75,6 +78,11 @@ const (
 	ReasonOriginNotAllowed = "origin_not_allowed"
 	// ReasonCrossSite (403): Sec-Fetch-Site is cross-site.
 	ReasonCrossSite = "cross_site_request"
+	// ReasonThrottled (429): too many failed authentications from this
+	// client address (a wrong token, a failed login); the Retry-After
+	// header says how many seconds to wait. A right token is never
+	// throttled.
+	ReasonThrottled = "authentication_throttled"
 	// ReasonMethodNotAllowed (405): the method is not one the path serves.
 	ReasonMethodNotAllowed = "method_not_allowed"
 	// ReasonNotFound (404): no such management path, or no such restart id.
@@ -109,6 +117,7 @@ const (
 // status, reason and a fixed message that never repeats the request.
 var (
 	errUnauthorized       = errors.New("admin: missing or wrong bearer token")
+	errThrottled          = errors.New("admin: too many failed authentications")
 	errHostNotAllowed     = errors.New("admin: host not allowed")
 	errOriginRefused      = errors.New("admin: origin not allowed")
 	errCrossSite          = errors.New("admin: cross-site request")
@@ -124,3 +133,9 @@ var (
 	errHistoryUnavailable = errors.New("admin: history unavailable")
 	errBadWait            = errors.New("admin: bad wait parameter")
 )
+
+// throttledError is errThrottled with the wait it announces.
+type throttledError struct{ retryAfter time.Duration }
+
+func (e *throttledError) Error() string        { return errThrottled.Error() }
+func (e *throttledError) Is(target error) bool { return target == errThrottled }

@@ -92,7 +92,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		return errBodyMalformed
 	}
 	if !s.validToken(r.PostForm.Get("token")) {
-		s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: status page login refused", slog.String("remote_addr", r.RemoteAddr))
+		d := s.throttle.fail(r.RemoteAddr)
+		if ok, left := s.throttle.allowLog(r.RemoteAddr); ok {
+			s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: status page login refused",
+				slog.String("remote_addr", r.RemoteAddr), slog.Int("refusals_not_logged", left))
+		}
+		if d > 0 {
+			w.Header().Set("Retry-After", retryAfter(d))
+			return s.renderLogin(w, r, http.StatusTooManyRequests, "Too many failed logins from this address: wait "+retryAfter(d)+" s before the next try.")
+		}
 		return s.renderLogin(w, r, http.StatusUnauthorized, "That is not the management token.")
 	}
 	v, err := s.newSession(time.Now().Add(SessionTTL))
