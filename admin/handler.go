@@ -132,12 +132,12 @@ func (s *Server) check(r *http.Request, methods []string, acc access) error {
 }
 
 // refuse answers a request that is not authorized. A request that
-// presented a credential (a token) counts as a failed authentication of
+// presented a credential (a token, a session's page key) counts as a failed authentication of
 // its client address, which is throttled (see throttle); one that
 // presented nothing does not. It runs only after the credential was
 // checked: a right token never reaches it.
 func (s *Server) refuse(r *http.Request) error {
-	if r.Header.Get("Authorization") == "" {
+	if r.Header.Get("Authorization") == "" && r.Header.Get(SessionHeader) == "" {
 		return errUnauthorized
 	}
 	if d := s.throttle.fail(r.RemoteAddr); d > 0 {
