@@ -186,9 +186,10 @@ func (r *resolver) fileFailed(path string, err error) {
 	r.fileErrs = append(r.fileErrs, Problem{Path: path, Detail: e.Message})
 }
 
-// readSecretFile reads a ${file:} secret with the attempt's bound.
+// readSecretFile reads a ${file:} secret with the attempt's bound, as a
+// credential (see readCredential).
 func (r *resolver) readSecretFile(path string) ([]byte, error) {
-	return readReferenced(r.ctx, path, r.read.limit)
+	return readCredential(r.ctx, path, r.read.limit)
 }
 
 func (r *resolver) walk(root *node, v reflect.Value) {

@@ -64,6 +64,15 @@ const (
 	ReasonFileOversize Reason = "file_oversize"
 	// ReasonFileUnreadable: a referenced file exists but cannot be read.
 	ReasonFileUnreadable Reason = "file_unreadable"
+	// ReasonFileWritable: a ${file:} secret's file (after symlinks) may be
+	// written by its group or by others.
+	ReasonFileWritable Reason = "file_writable_by_others"
+	// ReasonFileReadable: a ${file:} secret's file may be read by others
+	// (group read is allowed).
+	ReasonFileReadable Reason = "file_readable_by_others"
+	// ReasonFileOwner: a ${file:} secret's file belongs to neither the
+	// process's user nor root.
+	ReasonFileOwner Reason = "file_foreign_owner"
 	// ReasonRecordTooLarge: the cluster record of a candidate is larger
 	// than the cluster accepts in one request (etcd's --max-request-bytes).
 	ReasonRecordTooLarge Reason = "record_too_large"
@@ -129,6 +138,9 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonFileNotRegular:     Invalid,
 	ReasonFileOversize:       Invalid,
 	ReasonFileUnreadable:     Invalid,
+	ReasonFileWritable:       Invalid,
+	ReasonFileReadable:       Invalid,
+	ReasonFileOwner:          Invalid,
 	ReasonRecordTooLarge:     Invalid,
 	ReasonClusterUnavailable: PreparationFailed,
 	ReasonChannelUnreachable: PreparationFailed,

@@ -11,31 +11,57 @@ import (
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
-// readReferenced reads a file the configuration references (a ${file:}
-// secret or a `reconf:",file"` field) with the bounded reader: a FIFO, a
-// device or a /proc file is refused at once, a file over limit is refused
-// while it is read, and ctx ends the read. The error is an *Error with a
-// file_* reason, fs.ErrNotExist for a missing file (whether that is fatal
-// is the caller's decision), or ctx's error. It never quotes content.
+// readReferenced reads a file the configuration references (a
+// `reconf:",file"` field) with the bounded reader: a FIFO, a device or a
+// /proc file is refused at once, a file over limit is refused while it is
+// read, and ctx ends the read. The error is an *Error with a file_*
+// reason, fs.ErrNotExist for a missing file (whether that is fatal is the
+// caller's decision), or ctx's error. It never quotes content.
 func readReferenced(ctx context.Context, path string, limit int64) ([]byte, error) {
 	data, err := safefile.ReadFile(ctx, path, limit)
+	return data, referenceError(ctx, err, limit)
+}
+
+// readCredential reads a ${file:} secret's file: readReferenced's checks,
+// and the file must be kept as ssh keeps a private key (see
+// safefile.CheckCredential): a file others may read, or anyone but its
+// owner may write, or that belongs to another user, is refused with its
+// own reason before it is read. Every ${file:} reference is a secret, so
+// every one is read this way; files that are not credentials (a prompt
+// file, a digested file field) are read with readReferenced.
+func readCredential(ctx context.Context, path string, limit int64) ([]byte, error) {
+	data, err := safefile.ReadCredential(ctx, path, limit)
+	return data, referenceError(ctx, err, limit)
+}
+
+// referenceError maps a read error of a referenced file (see
+// readReferenced); nil stays nil.
+func referenceError(ctx context.Context, err error, limit int64) error {
 	if err == nil {
-		return data, nil
+		return nil
 	}
 	var nr *safefile.NotRegularError
+	var ce *safefile.CredentialError
 	switch {
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return ctx.Err()
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fs.ErrNotExist
+		return fs.ErrNotExist
+	case errors.As(err, &ce):
+		reason := map[error]Reason{
+			safefile.ErrCredentialWritable: ReasonFileWritable,
+			safefile.ErrCredentialReadable: ReasonFileReadable,
+			safefile.ErrCredentialOwner:    ReasonFileOwner,
+		}[ce.Err]
+		return &Error{Reason: reason, Message: ce.Error(), Err: err}
 	case errors.As(err, &nr):
-		return nil, &Error{Reason: ReasonFileNotRegular, Message: nr.Error() + "; reference a regular file", Err: err}
+		return &Error{Reason: ReasonFileNotRegular, Message: nr.Error() + "; reference a regular file", Err: err}
 	case errors.Is(err, safefile.ErrOversize):
-		return nil, Errorf(ReasonFileOversize, "the file is over the %d byte bound; shrink it or raise the bound", limit)
+		return Errorf(ReasonFileOversize, "the file is over the %d byte bound; shrink it or raise the bound", limit)
 	case errors.Is(err, fs.ErrPermission):
-		return nil, &Error{Reason: ReasonFileUnreadable, Message: "permission denied; give the process read access to the file and search access to its directories", Err: err}
+		return &Error{Reason: ReasonFileUnreadable, Message: "permission denied; give the process read access to the file and search access to its directories", Err: err}
 	default:
-		return nil, &Error{Reason: ReasonFileUnreadable, Message: "the file cannot be read; check the path, its symlinks and the file system", Err: err}
+		return &Error{Reason: ReasonFileUnreadable, Message: "the file cannot be read; check the path, its symlinks and the file system", Err: err}
 	}
 }
 

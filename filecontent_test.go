@@ -207,3 +207,82 @@ func TestFileContentOutsideAnAttempt(t *testing.T) {
 		t.Fatalf("got %v, want file_not_regular", err)
 	}
 }
+
+// TestSecretFileKeptAsCredential: a ${file:} secret is a credential: its
+// file is refused, with one reason per cause, when others may read it,
+// anyone but its owner may write it, or another user owns it, after
+// symlinks; group read is allowed. A file field (a prompt) is not a
+// credential and keeps the ordinary rules.
+func TestSecretFileKeptAsCredential(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("s3cret-value\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(write("world-readable-target", 0o644), link); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path string
+		want       Reason // "" accepted
+	}{
+		{"0600", write("own", 0o600), ""},
+		{"0440 (group read)", write("group", 0o440), ""},
+		{"0644", write("world", 0o644), ReasonFileReadable},
+		{"symlink to 0644", link, ReasonFileReadable},
+		{"0660", write("groupw", 0o660), ReasonFileWritable},
+		{"0606", write("otherw", 0o606), ReasonFileWritable},
+	}
+	if os.Geteuid() == 0 {
+		p := write("nobody", 0o600)
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		tests = append(tests, struct {
+			name, path string
+			want       Reason
+		}{"owned by nobody", p, ReasonFileOwner})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []Option{WithLogger(discardLogger()), WithConsumer(Name("prompt"), &promptConsumer{})}
+			rt, err := New[fileConfig](context.Background(), newMem("key: ${file:"+tt.path+"}\n"), opts...)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				_ = rt.Close(context.Background())
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != tt.want || e.Outcome() != Invalid {
+				t.Fatalf("New: got %v, want reason %s", err, tt.want)
+			}
+			if strings.Contains(e.Error(), "s3cret-value") {
+				t.Fatalf("the error holds the value: %v", e)
+			}
+			// The same file as a prompt, which is no credential, loads.
+			rt, err = New[fileConfig](context.Background(), newMem("prompt: "+tt.path+"\n"), opts...)
+			if err != nil {
+				t.Fatalf("as a file field: %v", err)
+			}
+			_ = rt.Close(context.Background())
+		})
+	}
+	// Resolve, for a service's own flags, applies the same rule.
+	ref, err := SecretRef("${file:" + filepath.Join(dir, "world") + "}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *Error
+	if _, err := ref.Resolve(nil); !errors.As(err, &e) || e.Reason != ReasonFileReadable {
+		t.Fatalf("Resolve: got %v, want %s", err, ReasonFileReadable)
+	}
+}

@@ -101,10 +101,17 @@ type Status struct {
 	LastSuccess         *AttemptSummary `json:"last_success"`
 	LastFailure         *AttemptSummary `json:"last_failure"`
 	RetainedGenerations int             `json:"retained_generations"`
-	Pinned              int64           `json:"pinned"`
-	Busy                bool            `json:"busy"`
-	Source              string          `json:"fixed_source_path"`
-	Closed              bool            `json:"closed,omitempty"`
+	// RetentionBudget is how many generations may be retained at once
+	// (WithRetention; DefaultRetention by default).
+	RetentionBudget int `json:"retention_budget"`
+	// RetentionPressure is true while the retained generations fill the
+	// budget: an attempt that would publish is refused retention-blocked
+	// until pinned work drains. It tells operators before a reload does.
+	RetentionPressure bool   `json:"retention_pressure"`
+	Pinned            int64  `json:"pinned"`
+	Busy              bool   `json:"busy"`
+	Source            string `json:"fixed_source_path"`
+	Closed            bool   `json:"closed,omitempty"`
 	// Mutations counts the modifications of published generations the
 	// detector found (see WithMutationCheck); LastMutation is the latest.
 	Mutations    uint64    `json:"mutations_detected"`
@@ -976,6 +983,8 @@ func (r *Runtime[T]) Status() Status {
 		LastSuccess:         r.lastSuccess,
 		LastFailure:         r.lastFailure,
 		RetainedGenerations: len(r.retained),
+		RetentionBudget:     r.o.retention,
+		RetentionPressure:   len(r.retained) >= r.o.retention,
 		Busy:                len(r.slot) > 0 && !r.slotHeld,
 		Source:              source,
 		Closed:              r.closed,

@@ -12,8 +12,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // Redacted is what every rendering of a Secret prints.
@@ -156,17 +154,19 @@ func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
 
 // Resolve returns s with its reference resolved: ${env:NAME} through
 // lookupEnv (os.LookupEnv when nil), ${file:/path} from the file (read with
-// the bounded reader: a regular file of at most DefaultMaxSourceBytes). A
-// literal or an already resolved secret is returned as is. The error never
-// holds a value. It is for settings outside a configuration file (a
+// the bounded reader: a regular file of at most DefaultMaxSourceBytes,
+// kept as a credential: not readable by others, writable by its owner
+// alone, owned by this user or root; else an *Error with a file_* reason).
+// A literal or an already resolved secret is returned as is. The error
+// never holds a value. It is for settings outside a configuration file (a
 // service's own flags); a runtime resolves its configuration's secrets
-// itself.
+// itself, by the same rules.
 func (s Secret) Resolve(lookupEnv func(string) (string, bool)) (Secret, error) {
 	if lookupEnv == nil {
 		lookupEnv = os.LookupEnv
 	}
 	return s.resolve(lookupEnv, func(path string) ([]byte, error) {
-		return safefile.ReadFile(context.Background(), path, DefaultMaxSourceBytes)
+		return readCredential(context.Background(), path, DefaultMaxSourceBytes)
 	})
 }
 

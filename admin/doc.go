@@ -84,8 +84,9 @@
 //  2. Sec-Fetch-Site: cross-site is refused 403.
 //  3. A non-empty Origin that is neither the request's own (the status
 //     page's login form) nor on the WithAllowedOrigins list is refused 403.
-//  4. A method the path does not serve is 405 with an Allow header; OPTIONS
-//     is always 405 and GET never reloads.
+//  4. A method the path does not serve is 405 with an Allow header; GET
+//     never reloads. OPTIONS is 405 too, and a preflight with a foreign
+//     Origin is already refused 403 by the Origin check.
 //  5. The bearer token, when one is configured (or, for reading, a
 //     status page session).
 //

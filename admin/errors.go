@@ -1,6 +1,9 @@
 package admin
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Sentinel errors of configuration and lifecycle. A service branches on them
 // with errors.Is to decide whether management stays off quietly, stays off
@@ -24,9 +27,25 @@ var (
 	// every request. The token itself is never part of the error.
 	ErrTokenWhitespace = errors.New("admin: management token has leading or trailing whitespace (a newline from the file it came from?); remove it")
 	// ErrTokenFile is wrapped when the token file (EnvTokenFile) cannot be
-	// used: missing, not a regular file, oversize or empty; or when both
-	// EnvToken and EnvTokenFile are set. Management does not start.
+	// used: missing, not a regular file, kept with a mode or owner that
+	// others could use (see ReadTokenFile), oversize, empty or holding a
+	// line that is not a token; or when both EnvToken and EnvTokenFile
+	// are set. Management does not start, or a re-read keeps the tokens
+	// it has.
 	ErrTokenFile = errors.New("admin: management token file")
+	// ErrTokenFileNotRegular is wrapped, with ErrTokenFile, when the token
+	// file is not a regular file after symlinks (a FIFO, a device, a
+	// directory, a /proc file).
+	ErrTokenFileNotRegular = errors.New("not a regular file")
+	// ErrTokenFileWritable is wrapped, with ErrTokenFile, when the token
+	// file (after symlinks) may be written by its group or by others.
+	ErrTokenFileWritable = errors.New("writable by group or others")
+	// ErrTokenFileReadable is wrapped, with ErrTokenFile, when others may
+	// read the token file (group read is allowed).
+	ErrTokenFileReadable = errors.New("readable by others")
+	// ErrTokenFileOwner is wrapped, with ErrTokenFile, when the token file
+	// belongs to neither this process's user nor root.
+	ErrTokenFileOwner = errors.New("owned by neither this user nor root")
 	// ErrTLS is wrapped when the management listener's TLS files cannot
 	// be used (missing, not a regular file, a certificate that does not
 	// parse, does not match its key or has expired, a CA file without a
@@ -59,6 +78,11 @@ const (
 	ReasonOriginNotAllowed = "origin_not_allowed"
 	// ReasonCrossSite (403): Sec-Fetch-Site is cross-site.
 	ReasonCrossSite = "cross_site_request"
+	// ReasonThrottled (429): too many failed authentications from this
+	// client address (a wrong token, a failed login); the Retry-After
+	// header says how many seconds to wait. A right token is never
+	// throttled.
+	ReasonThrottled = "authentication_throttled"
 	// ReasonMethodNotAllowed (405): the method is not one the path serves.
 	ReasonMethodNotAllowed = "method_not_allowed"
 	// ReasonNotFound (404): no such management path, or no such restart id.
@@ -93,6 +117,7 @@ const (
 // status, reason and a fixed message that never repeats the request.
 var (
 	errUnauthorized       = errors.New("admin: missing or wrong bearer token")
+	errThrottled          = errors.New("admin: too many failed authentications")
 	errHostNotAllowed     = errors.New("admin: host not allowed")
 	errOriginRefused      = errors.New("admin: origin not allowed")
 	errCrossSite          = errors.New("admin: cross-site request")
@@ -108,3 +133,9 @@ var (
 	errHistoryUnavailable = errors.New("admin: history unavailable")
 	errBadWait            = errors.New("admin: bad wait parameter")
 )
+
+// throttledError is errThrottled with the wait it announces.
+type throttledError struct{ retryAfter time.Duration }
+
+func (e *throttledError) Error() string        { return errThrottled.Error() }
+func (e *throttledError) Is(target error) bool { return target == errThrottled }

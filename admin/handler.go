@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,9 +126,24 @@ func (s *Server) check(r *http.Request, methods []string, acc access) error {
 		return errMethod
 	}
 	if acc != noCredential && !s.credentialed(r, acc) {
-		return errUnauthorized
+		return s.refuse(r)
 	}
 	return nil
+}
+
+// refuse answers a request that is not authorized. A request that
+// presented a credential (a token, a session's page key) counts as a failed authentication of
+// its client address, which is throttled (see throttle); one that
+// presented nothing does not. It runs only after the credential was
+// checked: a right token never reaches it.
+func (s *Server) refuse(r *http.Request) error {
+	if r.Header.Get("Authorization") == "" && r.Header.Get(SessionHeader) == "" {
+		return errUnauthorized
+	}
+	if d := s.throttle.fail(r.RemoteAddr); d > 0 {
+		return &throttledError{retryAfter: d}
+	}
+	return errUnauthorized
 }
 
 // credentialed reports whether r carries what authorizes it: the token
@@ -210,6 +226,7 @@ var answers = []struct {
 	apiError
 }{
 	{errUnauthorized, apiError{http.StatusUnauthorized, ReasonUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)"}},
+	{errThrottled, apiError{http.StatusTooManyRequests, ReasonThrottled, "too many failed authentications from this address; wait the Retry-After seconds (a valid token is never refused this way)"}},
 	{errHostNotAllowed, apiError{http.StatusForbidden, ReasonHostNotAllowed, "the Host header must name a loopback host or an allowed origin"}},
 	{errOriginRefused, apiError{http.StatusForbidden, ReasonOriginNotAllowed, "the request's Origin is not on the management allowlist"}},
 	{errCrossSite, apiError{http.StatusForbidden, ReasonCrossSite, "cross-site browser requests are refused"}},
@@ -256,13 +273,23 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case a.status == http.StatusInternalServerError:
 		s.o.logger.LogAttrs(r.Context(), slog.LevelError, "admin: management request failed", append(attrs, slog.Any("error", err))...)
-	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
-		s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: management request refused", attrs...)
+	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden || a.status == http.StatusTooManyRequests:
+		// A client may send these as fast as it likes: a few lines per
+		// address, then one a minute with the count left out.
+		if ok, left := s.throttle.allowLog(r.RemoteAddr); ok {
+			if left > 0 {
+				attrs = append(attrs, slog.Int("refusals_not_logged", left))
+			}
+			s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: management request refused", attrs...)
+		}
 	case a.status != http.StatusNotFound:
 		s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: management request refused", attrs...)
 	}
 	if a.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="reconf management"`)
+	}
+	if te, ok := errors.AsType[*throttledError](err); ok {
+		w.Header().Set("Retry-After", retryAfter(te.retryAfter))
 	}
 	if err := writeJSON(w, a.status, ErrorBody{ErrorDetail{a.reason, a.message}}); err != nil {
 		s.o.logger.Error("admin: writing an error answer", "error", err)
@@ -354,4 +381,9 @@ func decodeReloadRequest(body []byte) error {
 		}
 	}
 	return errBodyMalformed
+}
+
+// retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(int((d+time.Second-1)/time.Second), 1))
 }

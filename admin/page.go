@@ -58,7 +58,9 @@ func (s *Server) pageRoutes(mux *http.ServeMux) {
 
 // pageHandler serves the page behind the usual checks, a session standing
 // in for the token; an unauthorized browser gets the login form instead
-// of a JSON error.
+// of a JSON error. A browser's navigation carries the session's cookie
+// but never its page key, so it gets the login form too: its script
+// finds the key in sessionStorage and fetches the page with it.
 func (s *Server) pageHandler() http.Handler {
 	methods := []string{http.MethodGet, http.MethodHead}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,17 +94,26 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		return errBodyMalformed
 	}
 	if !s.validToken(r.PostForm.Get("token")) {
-		s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: status page login refused", slog.String("remote_addr", r.RemoteAddr))
+		d := s.throttle.fail(r.RemoteAddr)
+		if ok, left := s.throttle.allowLog(r.RemoteAddr); ok {
+			s.o.logger.LogAttrs(r.Context(), slog.LevelWarn, "admin: status page login refused",
+				slog.String("remote_addr", r.RemoteAddr), slog.Int("refusals_not_logged", left))
+		}
+		if d > 0 {
+			w.Header().Set("Retry-After", retryAfter(d))
+			return s.renderLogin(w, r, http.StatusTooManyRequests, "Too many failed logins from this address: wait "+retryAfter(d)+" s before the next try.")
+		}
 		return s.renderLogin(w, r, http.StatusUnauthorized, "That is not the management token.")
 	}
-	v, err := s.newSession(time.Now().Add(SessionTTL))
+	v, key, err := s.newSession(time.Now().Add(SessionTTL))
 	if err != nil {
 		return err
 	}
 	http.SetCookie(w, sessionCookie(r, v, int(SessionTTL/time.Second)))
 	s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: status page login", slog.String("remote_addr", r.RemoteAddr))
-	http.Redirect(w, r, PagePath, http.StatusSeeOther)
-	return nil
+	// Not a redirect: the page key goes to this origin's script alone,
+	// which keeps it in sessionStorage and then opens the page.
+	return s.render(w, r, http.StatusOK, pageData{SessionKey: key, Now: time.Now()})
 }
 
 // logout clears the session cookie.
@@ -116,6 +127,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 type pageData struct {
 	Nonce      string
 	Login      bool   // the login form instead of the page
+	SessionKey string // a login's page key, for the script to keep (see SessionHeader)
 	LoginError string // why the last login failed
 	LoggedIn   bool   // through a session: show the logout button
 	Now        time.Time
@@ -134,6 +146,12 @@ type pageData struct {
 	History      []reconf.HistoryEntry
 	Pending      *reconf.HistoryEntry // restart-required fields not applied
 }
+
+// SessionHeader is SessionHeader, for the page's script.
+func (pageData) SessionHeader() string { return SessionHeader }
+
+// PagePath is PagePath, for the page's script.
+func (pageData) PagePath() string { return PagePath }
 
 // pageWorker is a worker row as the status document holds it.
 type pageWorker struct {
@@ -258,7 +276,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, d pa
 	// "Origin: null" on the login form's POST, which must be refused.
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'nonce-"+d.Nonce+"'; script-src 'nonce-"+d.Nonce+
-		"'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		"'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(buf.Bytes())

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -25,14 +26,31 @@ func (e *env) login(tok string, hdr ...string) answer {
 	return e.send(req)
 }
 
-func (e *env) withCookie(method, path string, c *http.Cookie) answer {
+// withSession sends a request with a session's cookie and, when key is
+// not empty, its page key, as the page's script does.
+func (e *env) withSession(method, path string, c *http.Cookie, key string) answer {
 	e.t.Helper()
 	req, err := http.NewRequest(method, e.base+path, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	req.AddCookie(c)
+	if key != "" {
+		req.Header.Set(admin.SessionHeader, key)
+	}
 	return e.send(req)
+}
+
+var rePageKey = regexp.MustCompile(`id="session-start" data-key="([A-Za-z0-9_-]+)"`)
+
+// pageKey returns the page key a successful login hands to the page.
+func pageKey(t *testing.T, a answer) string {
+	t.Helper()
+	m := rePageKey.FindSubmatch(a.body)
+	if m == nil {
+		t.Fatalf("the login answer holds no page key:\n%s", a.body)
+	}
+	return string(m[1])
 }
 
 // TestPageLogin walks the status page's login: the form for a browser
@@ -67,8 +85,12 @@ func TestPageLogin(t *testing.T) {
 	}
 
 	a = e.login(tok)
-	if a.status != http.StatusSeeOther || a.header.Get("Location") != admin.PagePath {
+	if a.status != http.StatusOK || a.header.Get("Location") != "" {
 		t.Fatalf("login: %d %v %s", a.status, a.header, a.body)
+	}
+	key := pageKey(t, a)
+	if strings.Contains(key, tok) || strings.Contains(a.header.Get("Set-Cookie"), key) {
+		t.Errorf("the page key is the token, or is in the cookie")
 	}
 	cookies := (&http.Response{Header: a.header}).Cookies()
 	if len(cookies) != 1 {
@@ -83,7 +105,7 @@ func TestPageLogin(t *testing.T) {
 		t.Errorf("the token is in the cookie: %s", raw)
 	}
 
-	a = e.withCookie("GET", admin.PagePath, c)
+	a = e.withSession("GET", admin.PagePath, c, key)
 	page := string(a.body)
 	if a.status != http.StatusOK || !strings.Contains(page, `id="generation">1<`) || !strings.Contains(page, "Single process at generation 1") {
 		t.Fatalf("page with the session: %d\n%s", a.status, page)
@@ -96,13 +118,16 @@ func TestPageLogin(t *testing.T) {
 	if strings.Contains(page, "<script src") || strings.Contains(page, "http://") || strings.Contains(page, "https://") {
 		t.Errorf("the page loads something from elsewhere")
 	}
-	if a := e.withCookie("GET", admin.StatusPath, c); a.status != http.StatusOK {
+	if a := e.withSession("GET", admin.StatusPath, c, key); a.status != http.StatusOK {
 		t.Errorf("status with the session: %d", a.status)
 	}
-	if a := e.withCookie("POST", admin.ReloadPath, c); a.status != http.StatusUnauthorized {
+	if a := e.withSession("GET", admin.HistoryPath, c, key); a.status != http.StatusOK {
+		t.Errorf("history with the session: %d", a.status)
+	}
+	if a := e.withSession("POST", admin.ReloadPath, c, key); a.status != http.StatusUnauthorized {
 		t.Errorf("a session reloaded: %d, want 401", a.status)
 	}
-	if a := e.withCookie("HEAD", admin.PagePath, c); a.status != http.StatusOK || len(a.body) != 0 {
+	if a := e.withSession("HEAD", admin.PagePath, c, key); a.status != http.StatusOK || len(a.body) != 0 {
 		t.Errorf("HEAD: %d, %d bytes", a.status, len(a.body))
 	}
 
@@ -117,19 +142,20 @@ func TestPageLogin(t *testing.T) {
 		return string(b)
 	}
 	for _, bad := range []string{flip(c.Value, 3), flip(c.Value, len(c.Value)-5), "x", c.Value + "x", strings.SplitN(c.Value, ".", 2)[0]} {
-		if a := e.withCookie("GET", admin.PagePath, &http.Cookie{Name: admin.SessionCookie, Value: bad}); a.status != http.StatusUnauthorized {
+		// After five failures the address is throttled: 429.
+		if a := e.withSession("GET", admin.PagePath, &http.Cookie{Name: admin.SessionCookie, Value: bad}, key); a.status != http.StatusUnauthorized && a.status != http.StatusTooManyRequests {
 			t.Errorf("forged session %q: %d", bad, a.status)
 		}
 	}
 
 	// Another token signs other sessions: this one is refused there.
 	other := start(t, setup{token: "another-token-0123456789"})
-	if a := other.withCookie("GET", admin.PagePath, c); a.status != http.StatusUnauthorized {
+	if a := other.withSession("GET", admin.PagePath, c, key); a.status != http.StatusUnauthorized {
 		t.Errorf("a session from another token: %d", a.status)
 	}
 
 	other.client.CheckRedirect = e.client.CheckRedirect
-	a = e.withCookie("POST", admin.LogoutPath, c)
+	a = e.withSession("POST", admin.LogoutPath, c, "")
 	if a.status != http.StatusSeeOther || !strings.Contains(a.header.Get("Set-Cookie"), "Max-Age=0") {
 		t.Errorf("logout: %d %q", a.status, a.header.Get("Set-Cookie"))
 	}
@@ -148,5 +174,44 @@ func TestPageWithoutToken(t *testing.T) {
 	}
 	if a := e.do("GET", "/admin/nothing", ""); a.status != http.StatusNotFound {
 		t.Errorf("/admin/nothing: %d", a.status)
+	}
+}
+
+// TestCapturedCookieReplayed: a browser sends the session cookie to every
+// port of the host, so a server on another port can capture it. Replayed
+// to the management listener, alone, it reads nothing: not the page (the
+// login form), not the status, not the history. Nor does it with a page
+// key of another session, or with a made-up one.
+func TestCapturedCookieReplayed(t *testing.T) {
+	e := start(t, setup{token: testToken, history: true})
+	e.token = ""
+	a := e.login(testToken)
+	if a.status != http.StatusOK {
+		t.Fatalf("login: %d", a.status)
+	}
+	key := pageKey(t, a)
+	cookies := (&http.Response{Header: a.header}).Cookies()
+	if len(cookies) != 1 {
+		t.Fatalf("login set %d cookies", len(cookies))
+	}
+	// What a server on another port of the host receives from the browser.
+	captured := &http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value}
+	other := e.login(testToken)
+	otherKey := pageKey(t, other)
+
+	for _, k := range []string{"", otherKey, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"} {
+		a := e.withSession("GET", admin.PagePath, captured, k)
+		if a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), `action="/admin/login"`) || strings.Contains(string(a.body), `id="history"`) {
+			t.Errorf("page with the captured cookie and key %q: %d", k, a.status)
+		}
+		for _, path := range []string{admin.StatusPath, admin.HistoryPath} {
+			if a := e.withSession("GET", path, captured, k); a.status != http.StatusUnauthorized && a.status != http.StatusTooManyRequests {
+				t.Errorf("%s with the captured cookie and key %q: %d, want 401", path, k, a.status)
+			}
+		}
+	}
+	// The page's own script, with both halves, reads it.
+	if a := e.withSession("GET", admin.StatusPath, captured, key); a.status != http.StatusOK {
+		t.Errorf("status with both halves: %d", a.status)
 	}
 }

@@ -132,6 +132,7 @@ type Server struct {
 	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
 	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
 	draining atomic.Bool                // answers carry Connection: close (Drain)
+	throttle *throttle                  // failed authentications per client address
 
 	mu    sync.Mutex
 	state int // stateNew, stateServing, stateClosed
@@ -149,7 +150,7 @@ const (
 // returns ErrTokenTooShort for a short token and an error wrapping
 // ErrBadOrigin for a malformed allowed origin.
 func New(rt Runtime, opts ...Option) (*Server, error) {
-	s := &Server{rt: rt, origins: map[string]bool{}, hosts: map[string]bool{}}
+	s := &Server{rt: rt, origins: map[string]bool{}, hosts: map[string]bool{}, throttle: newThrottle(time.Now)}
 	for _, opt := range opts {
 		opt(&s.o)
 	}

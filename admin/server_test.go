@@ -412,3 +412,36 @@ func TestSlowClientsTimedOut(t *testing.T) {
 	}
 	e.wantNoReload(0)
 }
+
+// TestPreflightFromAnotherSite: another site's preflight is refused by the
+// Origin check (403) before the method is looked at; an OPTIONS without a
+// foreign Origin is 405. Neither reloads nor carries a CORS header (send
+// checks that).
+func TestPreflightFromAnotherSite(t *testing.T) {
+	tests := []struct {
+		origin string
+		want   int
+		reason string
+	}{
+		{"https://evil.example", http.StatusForbidden, admin.ReasonOriginNotAllowed},
+		{"", http.StatusMethodNotAllowed, admin.ReasonMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run("origin "+tt.origin, func(t *testing.T) {
+			e := start(t, setup{token: testToken})
+			e.src.set(baseYAML(2))
+			req := e.req(http.MethodOptions, admin.ReloadPath, "")
+			req.Header.Set("Origin", tt.origin)
+			req.Header.Set("Access-Control-Request-Method", "POST")
+			req.Header.Set("Access-Control-Request-Headers", "authorization")
+			a := e.send(req)
+			if a.status != tt.want {
+				t.Fatalf("got %d (%s), want %d", a.status, a.body, tt.want)
+			}
+			if got := errorReason(t, a); got != tt.reason {
+				t.Errorf("reason %q, want %q", got, tt.reason)
+			}
+			e.wantNoReload(0)
+		})
+	}
+}

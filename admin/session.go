@@ -17,6 +17,10 @@ const SessionCookie = "reconf_session"
 // SessionTTL is how long a status page login lasts.
 const SessionTTL = 8 * time.Hour
 
+// SessionHeader carries a session's page key, the second half of a status
+// page session: the cookie alone authorizes nothing.
+const SessionHeader = "Reconf-Session-Key"
+
 // A session is what a browser holds after logging in to the status page
 // with the token: a random id and an expiry, signed with a key derived
 // from the token. It is never the token, and it cannot be turned back
@@ -29,6 +33,16 @@ const SessionTTL = 8 * time.Hour
 // site's page makes the browser send it), Secure on a TLS listener, and
 // valid for reading only: the page, the status and the history. A reload
 // still needs the token (or a client certificate).
+//
+// Cookies are not isolated by port: a browser sends this one to every
+// port of the host, where any local user's server can capture it. So a
+// session is two halves. The cookie, and a page key derived from it with
+// the signing key, which the login hands to the page's script alone; the
+// script keeps it in sessionStorage, which is scoped to the origin (port
+// included) and to the tab, and sends it in the SessionHeader header on
+// the requests it makes. A browser never sends that header to another
+// port, and the key cannot be derived from the cookie without the token,
+// so a captured cookie authorizes nothing.
 
 const sessionIDBytes = 16
 
@@ -43,21 +57,30 @@ func (s *Server) sessionKey() []byte {
 	return m.Sum(nil)
 }
 
-// newSession returns a signed session value that expires at exp.
-func (s *Server) newSession(exp time.Time) (string, error) {
+// newSession returns a signed session cookie value that expires at exp,
+// and its page key.
+func (s *Server) newSession(exp time.Time) (cookie, key string, err error) {
 	var b [sessionIDBytes + 8]byte
 	if _, err := rand.Read(b[:sessionIDBytes]); err != nil {
-		return "", err
+		return "", "", err
 	}
 	binary.BigEndian.PutUint64(b[sessionIDBytes:], uint64(exp.Unix()))
-	m := hmac.New(sha256.New, s.sessionKey())
-	m.Write(b[:])
 	enc := base64.RawURLEncoding
-	return enc.EncodeToString(b[:]) + "." + enc.EncodeToString(m.Sum(nil)), nil
+	return enc.EncodeToString(b[:]) + "." + enc.EncodeToString(s.sessionMAC("cookie", b[:])), enc.EncodeToString(s.sessionMAC("page key", b[:])), nil
 }
 
-// validSession reports whether r carries a session cookie that this
-// server signed and that has not expired.
+// sessionMAC signs a session's id and expiry for one use: the cookie's
+// signature or the page key, which are different values.
+func (s *Server) sessionMAC(use string, body []byte) []byte {
+	m := hmac.New(sha256.New, s.sessionKey())
+	m.Write([]byte(use + "\x00"))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// validSession reports whether r carries both halves of a session this
+// server signed and that has not expired: the cookie, and its page key in
+// the SessionHeader header.
 func (s *Server) validSession(r *http.Request, now time.Time) bool {
 	if !s.hasToken {
 		return false
@@ -70,12 +93,14 @@ func (s *Server) validSession(r *http.Request, now time.Time) bool {
 	enc := base64.RawURLEncoding
 	b, err1 := enc.DecodeString(body)
 	got, err2 := enc.DecodeString(sig)
-	if !ok || err1 != nil || err2 != nil || len(b) != sessionIDBytes+8 {
+	key, err3 := enc.DecodeString(r.Header.Get(SessionHeader))
+	if !ok || err1 != nil || err2 != nil || err3 != nil || len(b) != sessionIDBytes+8 {
 		return false
 	}
-	m := hmac.New(sha256.New, s.sessionKey())
-	m.Write(b)
-	if !hmac.Equal(got, m.Sum(nil)) {
+	// Both compared, without an early exit between them.
+	cookieOK := hmac.Equal(got, s.sessionMAC("cookie", b))
+	keyOK := hmac.Equal(key, s.sessionMAC("page key", b))
+	if !cookieOK || !keyOK {
 		return false
 	}
 	return now.Unix() < int64(binary.BigEndian.Uint64(b[sessionIDBytes:]))

@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/metrics"
 )
 
 func decodeInto(t *testing.T, a answer, v any) {
@@ -48,7 +50,7 @@ func TestStatus(t *testing.T) {
 	var raw map[string]json.RawMessage
 	decodeInto(t, a, &raw)
 	keys := slices.Sorted(maps.Keys(raw))
-	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "mutations_detected", "pinned", "retained_generations", "workers"}
+	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "mutations_detected", "pinned", "retained_generations", "retention_budget", "retention_pressure", "workers"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("status keys %v, want %v", keys, want)
 	}
@@ -133,5 +135,60 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if a := e.do(http.MethodPost, admin.MetricsPath, ""); a.status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /metrics: got %d, want 405", a.status)
+	}
+}
+
+// TestRetentionPressure: status, the page and the metrics say how many
+// generations may be retained and when the budget is full, before a
+// reload is refused retention-blocked.
+func TestRetentionPressure(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := metrics.New("reconf")
+	reg.MustRegister(m)
+	e := start(t, setup{runtime: []reconf.Option{reconf.WithRetention(2)}, admin: []admin.Option{admin.WithMetrics(reg)}})
+	m.BindStatus(e.rt.Status)
+	state := func() (admin.StatusResponse, string, string) {
+		var st admin.StatusResponse
+		decodeInto(t, e.do(http.MethodGet, admin.StatusPath, ""), &st)
+		page := e.do(http.MethodGet, admin.PagePath, "")
+		prom := e.do(http.MethodGet, admin.MetricsPath, "")
+		return st, string(page.body), string(prom.body)
+	}
+	st, page, prom := state()
+	if st.RetentionBudget != 2 || st.RetentionPressure {
+		t.Errorf("at rest: budget %d pressure %v, want 2 false", st.RetentionBudget, st.RetentionPressure)
+	}
+	if !strings.Contains(page, `id="retention">1 of 2 retained<`) || strings.Contains(page, "retention budget is full") {
+		t.Errorf("page at rest lacks the budget:\n%s", page)
+	}
+	if !strings.Contains(prom, "reconf_retention_budget 2") || !strings.Contains(prom, "reconf_retention_pressure 0") {
+		t.Errorf("metrics at rest:\n%s", prom)
+	}
+
+	pin := e.rt.Acquire() // generation 1 stays retained
+	release := sync.OnceFunc(pin.Release)
+	defer release()
+	e.src.set(baseYAML(2))
+	if a := e.do(http.MethodPost, admin.ReloadPath, ""); a.status != http.StatusOK {
+		t.Fatalf("reload: %d %s", a.status, a.body)
+	}
+	st, page, prom = state()
+	if st.RetentionBudget != 2 || !st.RetentionPressure || st.RetainedGenerations != 2 {
+		t.Errorf("budget full: %+v, want budget 2, pressure, 2 retained", st.Status)
+	}
+	if !strings.Contains(page, `id="retention">2 of 2 retained<`) || !strings.Contains(page, "retention budget is full") {
+		t.Errorf("page under pressure:\n%s", page)
+	}
+	if !strings.Contains(prom, "reconf_retention_pressure 1") {
+		t.Errorf("metrics under pressure:\n%s", prom)
+	}
+	// What the pressure announces: the next change is refused.
+	e.src.set(baseYAML(3))
+	if a := e.do(http.MethodPost, admin.ReloadPath, ""); a.status != http.StatusConflict || reloadBody(t, a).Outcome != reconf.RetentionBlocked {
+		t.Fatalf("reload under pressure: %d %s", a.status, a.body)
+	}
+	release()
+	if st, _, _ := state(); st.RetentionPressure {
+		t.Errorf("after the pin drained: pressure %v", st.RetentionPressure)
 	}
 }

@@ -1,14 +1,13 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // EnvTokenFile names a file that holds the bearer tokens, as an alternative
@@ -34,37 +33,58 @@ type Token struct {
 }
 
 // ReadTokenFile reads the bearer tokens from path: a regular file after
-// symlinks, at most 4 KiB. Each line that is neither blank nor a comment
-// (#) is one token: the token alone, or a name and the token separated by
-// spaces ("alice 6f1c..."). Every token is at least MinTokenLength
-// characters; names and tokens are unique. A FIFO or a device is refused at
-// once, never waited on. Errors wrap ErrTokenFile (or ErrTokenTooShort),
-// name the line, and never quote the file's content.
+// symlinks, at most 4 KiB, kept the way ssh keeps a private key: others
+// may not read it, nobody but its owner may write it, and its owner is
+// this process's user or root (group read is allowed: mode 0600, 0400,
+// 0640 or 0440). Each line that is neither blank nor a comment (#) is one
+// token: the token alone, or a name and the token separated by spaces
+// ("alice 6f1c..."). A token is at least MinTokenLength of letters,
+// digits and - . _ ~ + / = (hex, base64 and base64url tokens); any other
+// line is refused, so that a path pointing at another file (/etc/shadow)
+// loads nothing. Names and tokens are unique. A FIFO or a device is
+// refused at once, never waited on. Errors wrap ErrTokenFile (or
+// ErrTokenTooShort), and for the file's mode or owner also
+// ErrTokenFileNotRegular, ErrTokenFileWritable, ErrTokenFileReadable or
+// ErrTokenFileOwner; they name the line, and never quote the file's
+// content.
 func ReadTokenFile(path string) ([]Token, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := safefile.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrTokenFile, err)
+		return nil, tokenFileError(path, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrTokenFile, err)
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrTokenFile, path)
+	if err := safefile.CheckCredential(f.Info()); err != nil {
+		return nil, tokenFileError(path, err)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %w", ErrTokenFile, path, err)
-	case len(b) > maxTokenFile:
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrTokenFile, path, maxTokenFile)
+	b, err := f.ReadAll(context.Background(), maxTokenFile)
+	if err != nil {
+		return nil, tokenFileError(path, err)
 	}
 	toks, err := parseTokens(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
 	}
 	return toks, nil
+}
+
+// tokenFileError wraps a refusal of the token file at path with
+// ErrTokenFile and the sentinel of its cause.
+func tokenFileError(path string, err error) error {
+	var ce *safefile.CredentialError
+	switch {
+	case errors.Is(err, safefile.ErrNotRegular):
+		return fmt.Errorf("%w: %s: %w: %w", ErrTokenFile, path, ErrTokenFileNotRegular, err)
+	case errors.Is(err, safefile.ErrOversize):
+		return fmt.Errorf("%w: %s is larger than %d bytes", ErrTokenFile, path, maxTokenFile)
+	case errors.As(err, &ce):
+		cause := map[error]error{
+			safefile.ErrCredentialWritable: ErrTokenFileWritable,
+			safefile.ErrCredentialReadable: ErrTokenFileReadable,
+			safefile.ErrCredentialOwner:    ErrTokenFileOwner,
+		}[ce.Err]
+		return fmt.Errorf("%w: %s: %w: %s", ErrTokenFile, path, cause, ce.Error())
+	}
+	return fmt.Errorf("%w: %w", ErrTokenFile, err)
 }
 
 // parseTokens reads a token file's lines (see ReadTokenFile).
@@ -88,6 +108,9 @@ func parseTokens(text string) ([]Token, error) {
 		default:
 			return nil, fmt.Errorf("%w: line %d: write the token alone, or a name and the token", ErrTokenFile, i+1)
 		}
+		if !validFileToken(t.Secret.Reveal()) {
+			return nil, fmt.Errorf("%w: line %d: not a token: a token is letters, digits and - . _ ~ + / = (is this the right file?)", ErrTokenFile, i+1)
+		}
 		if err := checkToken(t.Secret.Reveal()); err != nil {
 			return nil, fmt.Errorf("%w: line %d", err, i+1)
 		}
@@ -104,6 +127,19 @@ func parseTokens(text string) ([]Token, error) {
 		return nil, fmt.Errorf("%w: no token in the file", ErrTokenFile)
 	}
 	return toks, nil
+}
+
+// validFileToken reports whether a token of a token file is made of the
+// characters hex, base64 and base64url tokens use. A line of another kind
+// of file (a password hash, "user:x:0:0:...") is not a token.
+func validFileToken(tok string) bool {
+	for _, c := range []byte(tok) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~+/=", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func validTokenName(name string) bool {

@@ -79,6 +79,79 @@ func TestReadTokenFile(t *testing.T) {
 	}
 }
 
+// TestTokenFileKeptAsCredential: the token file is refused, with one
+// sentinel per cause, when others may read it, anyone but its owner may
+// write it, another user owns it, or it is not a regular file, after
+// symlinks; group read is allowed. A line that is not a token (another
+// file's content: a password hash) is refused, so a link to /etc/shadow
+// loads nothing.
+func TestTokenFileKeptAsCredential(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(write("world", testToken+"\n", 0o644), link); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, path string
+		want       error // nil: accepted
+	}{
+		{"0600", write("own", testToken+"\n", 0o600), nil},
+		{"0440", write("group", testToken+"\n", 0o440), nil},
+		{"0644", filepath.Join(dir, "world"), admin.ErrTokenFileReadable},
+		{"symlink to 0644", link, admin.ErrTokenFileReadable},
+		{"0664", write("groupw", testToken+"\n", 0o664), admin.ErrTokenFileWritable},
+		{"0602", write("otherw", testToken+"\n", 0o602), admin.ErrTokenFileWritable},
+		{"device", "/dev/null", admin.ErrTokenFileNotRegular},
+		{"shadow-like lines", write("shadow", "root:$6$0123456789abcdef$0123456789abcdef:19000:0:99999:7:::\n"+
+			"daemon:*:19000:0:99999:7:::\nnobody:!:19000::::::\n", 0o600), admin.ErrTokenFile},
+		{"passwd-like line", write("passwd", "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", 0o600), admin.ErrTokenFile},
+	}
+	if os.Geteuid() == 0 {
+		p := write("nobody", testToken+"\n", 0o600)
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct {
+			name, path string
+			want       error
+		}{"owned by nobody", p, admin.ErrTokenFileOwner})
+	}
+	if _, err := os.Stat("/etc/shadow"); err == nil {
+		shadow := filepath.Join(dir, "shadow-link")
+		if err := os.Symlink("/etc/shadow", shadow); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct {
+			name, path string
+			want       error
+		}{"link to /etc/shadow", shadow, admin.ErrTokenFile})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			toks, err := admin.ReadTokenFile(c.path)
+			switch {
+			case c.want == nil && (err != nil || len(toks) != 1):
+				t.Fatalf("got %d tokens, %v; want the token", len(toks), err)
+			case c.want != nil && (!errors.Is(err, c.want) || !errors.Is(err, admin.ErrTokenFile) || toks != nil):
+				t.Fatalf("got %d tokens, %v; want %v", len(toks), err, c.want)
+			}
+			if err != nil && (strings.Contains(err.Error(), testToken) || strings.Contains(err.Error(), "$6$") || strings.Contains(err.Error(), "nologin")) {
+				t.Errorf("the error quotes the file: %v", err)
+			}
+		})
+	}
+}
+
 // TestSetTokenRotates: after SetToken the old token is refused and the new
 // one accepted; a short token is refused and the current one stays.
 func TestSetTokenRotates(t *testing.T) {

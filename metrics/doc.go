@@ -20,6 +20,8 @@
 //	reconf_last_success_timestamp_seconds              gauge
 //	reconf_last_failure_timestamp_seconds              gauge
 //	reconf_retained_generations                        gauge
+//	reconf_retention_budget                            gauge
+//	reconf_retention_pressure                          gauge (0 or 1)
 //	reconf_pinned_units                                gauge
 //	reconf_busy                                        gauge (0 or 1)
 //	reconf_mutations_detected_total                    counter

@@ -38,6 +38,7 @@ type Metrics struct {
 	status   atomic.Pointer[func() reconf.Status]
 
 	generation, lastSuccess, lastFailure, retained, pinned, busy, mutations *prometheus.Desc
+	budget, pressure                                                        *prometheus.Desc
 }
 
 var (
@@ -75,6 +76,8 @@ func New(namespace string, opts ...Option) *Metrics {
 		lastFailure: desc("last_failure_timestamp_seconds", "Unix time of the last attempt that failed or was refused."),
 		retained:    desc("retained_generations", "Generations retained: the active one plus old ones still pinned."),
 		pinned:      desc("pinned_units", "Units of in-flight work pinning a retained generation."),
+		budget:      desc("retention_budget", "How many generations may be retained at once."),
+		pressure:    desc("retention_pressure", "1 while the retained generations fill the budget (a reload that would publish is refused retention-blocked), else 0."),
 		busy:        desc("busy", "1 while an attempt is in flight, else 0."),
 		mutations:   desc("mutations_detected_total", "Published generations found modified in place (a reader wrote to its configuration); the paths are in the log and in status."),
 	}
@@ -110,7 +113,7 @@ func (m *Metrics) BindStatus(status func() reconf.Status) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.attempts.Describe(ch)
 	m.duration.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.generation, m.lastSuccess, m.lastFailure, m.retained, m.pinned, m.busy, m.mutations} {
+	for _, d := range []*prometheus.Desc{m.generation, m.lastSuccess, m.lastFailure, m.retained, m.pinned, m.busy, m.mutations, m.budget, m.pressure} {
 		ch <- d
 	}
 }
@@ -137,6 +140,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		busy = 1
 	}
 	gauge(m.busy, busy)
+	gauge(m.budget, float64(st.RetentionBudget))
+	pressure := 0.0
+	if st.RetentionPressure {
+		pressure = 1
+	}
+	gauge(m.pressure, pressure)
 	ch <- prometheus.MustNewConstMetric(m.mutations, prometheus.CounterValue, float64(st.Mutations))
 	if s := st.LastSuccess; s != nil {
 		gauge(m.lastSuccess, unixSeconds(s))

@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/termtext"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -275,7 +276,14 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	} else {
 		fmt.Fprintf(w, "last failure:         none\n")
 	}
-	fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations)
+	if st.RetentionBudget > 0 {
+		fmt.Fprintf(w, "retained generations: %d of %d\n", st.RetainedGenerations, st.RetentionBudget)
+	} else {
+		fmt.Fprintf(w, "retained generations: %d\n", st.RetainedGenerations) // a server that does not say
+	}
+	if st.RetentionPressure {
+		fmt.Fprintf(w, "retention pressure:   the budget is full; a change is refused retention-blocked until pinned work drains\n")
+	}
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.Source)
@@ -325,7 +333,8 @@ func printConcurrency(w io.Writer, extra map[string]any) {
 				capacity += " (local share)"
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\n", name, limit, capacity, s.InFlight, s.Waiting)
+		// A row is cleaned before the tabwriter measures it (termtext).
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%s\t%s\t%d\t%d\n", name, limit, capacity, s.InFlight, s.Waiting)))
 	}
 	_ = tw.Flush()
 }
@@ -380,7 +389,7 @@ func printFleet(w io.Writer, extra map[string]any) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tDIGEST\tSTATE\tLAST ERROR\tDRIFT")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)))
 	}
 	_ = tw.Flush()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/termtext"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -98,6 +99,11 @@ func printHistory(w io.Writer, es []reconf.HistoryEntry) {
 			cols = append(cols, applied(e))
 		}
 		cols = append(cols, strconv.FormatFloat(e.DurationMS, 'f', 1, 64))
+		for i := range cols {
+			// Cleaned before the tabwriter measures them, so a row
+			// with escapes keeps its alignment.
+			cols[i] = termtext.Clean(cols[i])
+		}
 		fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	}
 	_ = tw.Flush()

@@ -24,6 +24,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/redact"
+	"github.com/reconfhq/reconf/internal/termtext"
 )
 
 // Exit codes.
@@ -70,10 +72,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	if err == nil {
 		return exitOK
 	}
+	// Every message printed here may quote a flag's value: a URL's
+	// password goes, however malformed the URL (see internal/redact).
+	red := redact.New(append(args, lookup.get(envFleetChannel))...)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			msg := redactURLs(ee.msg)
+			msg := termtext.Clean(red.String(ee.msg))
 			fmt.Fprintln(stderr, "reconfd:", msg)
 			// A process a restart started, failing before it was ready,
 			// tells its parent why: the restart's result then names
@@ -89,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	// Anything else comes from cobra itself: an unknown command or flag, a
 	// missing required flag, wrong arguments (an upgrade whose executable
 	// no longer has the command a restart runs: told to the parent too).
-	msg := redactURLs(err.Error())
+	msg := termtext.Clean(red.String(err.Error()))
 	fmt.Fprintln(stderr, "reconfd:", msg)
 	_ = handoff.Failed(msg)
 	fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
@@ -116,14 +121,18 @@ finishes on the generation it started with.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, msg: err.Error()}
 	})
+	// What the commands print may come from a server (or a file name):
+	// it reaches the terminal through termtext, escapes shown, never
+	// acted on. serve's log stream stays the process's own.
+	out := termtext.NewWriter(stdout)
 	root.AddCommand(
 		newServeCmd(stderr, lookup),
-		newCheckCmd(stdout, lookup),
-		newReloadCmd(stdout, lookup),
-		newRestartCmd(stdout, lookup),
-		newStatusCmd(stdout, lookup),
-		newHistoryCmd(stdout, lookup),
-		newVersionCmd(stdout),
+		newCheckCmd(out, lookup),
+		newReloadCmd(out, lookup),
+		newRestartCmd(out, lookup),
+		newStatusCmd(out, lookup),
+		newHistoryCmd(out, lookup),
+		newVersionCmd(out),
 	)
 	return root
 }

@@ -213,6 +213,8 @@ func TestReloadClient(t *testing.T) {
 		{"unauthorized", `{"error":{"reason":"unauthorized","message":"a valid bearer token is required"}}`, 401, []string{"reload"}, 1, ""},
 		{"pending", `{"error":{"reason":"attempt_pending","message":"still running"}}`, 202, []string{"reload"}, 1, ""},
 		{"status", `{"active_generation":3,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0, "active generation:    3"},
+		{"status under retention pressure", `{"active_generation":3,"retained_generations":2,"retention_budget":2,"retention_pressure":true,"fixed_source_path":"/c.yaml"}`, 200, []string{"status"}, 0,
+			"retained generations: 2 of 2\nretention pressure:   the budget is full; a change is refused retention-blocked until pinned work drains\n"},
 		{"status refused", `{"error":{"reason":"unauthorized","message":"no"}}`, 401, []string{"status"}, 1, ""},
 		{"status of a fleet", `{"active_generation":7,"last_success":null,"last_failure":null,"retained_generations":1,"pinned":0,"busy":false,"fixed_source_path":"/c.yaml",` +
 			`"cluster_version":7,"converged":false,"bootstrap_drift":false,"cluster_reachable":true,` +
@@ -318,6 +320,16 @@ func TestClusterURLNeverPrinted(t *testing.T) {
 		{[]string{"check-config", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
 		{[]string{"serve", "--config", good, "--cluster", `http://user:` + pw + `"q@127.0.0.1:2379`}, 2},
 		{[]string{"check-config", "--config", good, "--cluster", "ftp://127.0.0.1:2379"}, 2},
+		// Malformed URLs: no scheme, a scheme without "//", a space in
+		// the password, the --flag=value form.
+		{[]string{"check-config", "--config", good, "--cluster", "user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http:user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "http:user:" + pw + "@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster", "http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"serve", "--config", good, "--cluster=http://user:" + pw + " x@127.0.0.1:2379"}, 2},
+		{[]string{"check-config", "--config", good, "--cluster", "http://127.0.0.1:2379,user:" + pw + " x@127.0.0.1:2379"}, 2},
 		{[]string{"serve", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
 		{[]string{"check-config", "--config", good, "--cluster", "http://10.255.0.1:2379"}, 1},
 		{[]string{"check-config", "--config", remote}, 1},
@@ -371,5 +383,66 @@ func TestClientUnauthorizedWithoutToken(t *testing.T) {
 				t.Errorf("%s, token sent %v: exit %d, stderr %q; want exit 1, the 401, and the no-token hint only when no token was sent", cmd, withToken, code, errOut)
 			}
 		}
+	}
+}
+
+// TestServerTextSanitized: what a management server answers reaches the
+// terminal without a single control character: a certificate subject
+// holding escape sequences in the history's actor, a worker's id in
+// status, a reload's message, an error's message on stderr, and a raw
+// --output json body.
+func TestServerTextSanitized(t *testing.T) {
+	const esc = `\u001b]0;owned\u0007\u001b[2J\u009b31m\u202e`
+	var body string
+	status := 200
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/history"):
+			w.WriteHeader(200)
+			_, _ = w.Write([]byte(`{"entries":[{"time":"2026-12-02T00:00:00Z","trigger":"api","actor":"certificate CN=a` + esc + `b","outcome":"published","reason":"published","generation":2,"previous_generation":1}]}`))
+		case strings.HasSuffix(r.URL.Path, "/status"):
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		default:
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(body))
+		}
+	}))
+	defer srv.Close()
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case "RECONF_MANAGEMENT_ADDRESS":
+			return srv.URL, true
+		case "RECONF_MANAGEMENT_TOKEN":
+			return "token-from-the-env-123", true
+		}
+		return "", false
+	}
+	cases := []struct {
+		name   string
+		status int
+		body   string
+		args   []string
+	}{
+		{"history", 200, `{"active_generation":2,"cluster_version":2,"converged":true,"cluster_reachable":true,"workers":[{"id":"w` + esc + `","applied_version":2}]}`, []string{"history"}},
+		{"status", 200, `{"active_generation":2,"fixed_source_path":"/c` + esc + `.yaml","cluster_version":3,"converged":false,"cluster_reachable":true,` +
+			`"workers":[{"id":"w` + esc + `","host":"h` + esc + `","applied_version":2,"state":"failing","last_error":"e` + esc + `"}]}`, []string{"status"}},
+		{"reload", 422, `{"outcome":"invalid","reason":"validation_failed","message":"m` + esc + `","problems":[{"path":"p` + esc + `","detail":"d` + esc + `"}]}`, []string{"reload"}},
+		{"reload json", 200, "{\"outcome\":\"published\",\"message\":\"raw \x1b[2J\"}", []string{"reload", "--output", "json"}},
+		{"error", 403, `{"error":{"reason":"origin_not_allowed","message":"no` + esc + `"}}`, []string{"status"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body = tc.status, tc.body
+			_, out, errOut := runCmd(t, lookup, tc.args...)
+			for _, r := range out + errOut {
+				if (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) || r == 0x202e {
+					t.Fatalf("a control character %U reached the terminal:\n%q\n%q", r, out, errOut)
+				}
+			}
+			if tc.name != "reload json" && !strings.Contains(out+errOut, `\x1b`) { // that body is refused as not JSON
+				t.Errorf("the escape is not shown escaped:\n%q\n%q", out, errOut)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,7 +183,8 @@ func reload(t *testing.T, mgmt string) {
 // TestStatusPage logs in through the form and reads the page: two worker
 // rows at the cluster version, converged, the reload in the history with
 // both applies, the gate's limit; the session cookie is not readable by
-// script. It saves a screenshot.
+// script, and captured on another port of the host it reads nothing. It
+// saves a screenshot.
 func TestStatusPage(t *testing.T) {
 	browser := chromium(t)
 	cfg := filepath.Join(t.TempDir(), "reconfd.yaml")
@@ -287,6 +289,44 @@ func TestStatusPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+
+	// Cookies are not isolated by port: a server on another port of the
+	// host receives the session cookie when the browser visits it.
+	// Replayed alone to the management listener, it reads nothing.
+	captured := make(chan string, 1)
+	trap := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case captured <- r.Header.Get("Cookie"):
+		default:
+		}
+		_, _ = io.WriteString(w, "<!doctype html><title>elsewhere</title>")
+	}))
+	defer trap.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(trap.URL+"/")); err != nil {
+		t.Fatalf("visiting another port: %v", err)
+	}
+	var cookie string
+	select {
+	case cookie = <-captured:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other port saw no request")
+	}
+	if !strings.Contains(cookie, "reconf_session=") {
+		t.Fatalf("the browser sent %q to another port: this browser isolates cookies by port, so the replay below shows nothing", cookie)
+	}
+	for _, path := range []string{"/admin/config/status", "/admin/config/history", "/admin/"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+mgmt+path, nil)
+		req.Header.Set("Cookie", cookie)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(b), "workers") {
+			t.Errorf("%s with the captured cookie: %d, want 401 and nothing read", path, resp.StatusCode)
+		}
+	}
 
 	// A cross-site page cannot log in: the same form posted from another
 	// origin is refused before the token is looked at.

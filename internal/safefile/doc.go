@@ -19,4 +19,15 @@
 //
 // Errors wrap ErrNotRegular or ErrOversize, or the fs error of the stat,
 // open or read (fs.ErrNotExist, fs.ErrPermission). They name no content.
+//
+// # Credentials
+//
+// A file that holds a credential (a ${file:} secret, a management token
+// file) is read with ReadCredential, which adds ssh's rule for private
+// keys, checked on the opened file before a byte is read: no write for
+// group or others (ErrCredentialWritable), no read for others
+// (ErrCredentialReadable), and an owner that is this user or root
+// (ErrCredentialOwner). Group read is allowed. There is no warn mode: a
+// file someone else could read or write is a credential someone else may
+// know or choose.
 package safefile

@@ -4,7 +4,14 @@ package safefile
 
 import "io/fs"
 
-// OwnedByMe reports true: a system without Unix owners (Windows) guards a
-// user's files by the ACL of the user's own directories, not by a uid a
-// stat could compare.
+// unixPermissions is false: a system without Unix owners (Windows) guards
+// a user's files by the ACL of the user's own directories, not by mode
+// bits and a uid a stat could compare.
+const unixPermissions = false
+
+// OwnedByMe reports true: see unixPermissions.
 func OwnedByMe(fs.FileInfo) bool { return true }
+
+func ownerOf(fs.FileInfo) int { return -1 }
+
+func euid() int { return -1 }

@@ -35,7 +35,7 @@ func (s *Buffer) String() string {
 func WriteAtomic(t testing.TB, path, data string) {
 	t.Helper()
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
