@@ -50,7 +50,7 @@ func TestStatus(t *testing.T) {
 	var raw map[string]json.RawMessage
 	decodeInto(t, a, &raw)
 	keys := slices.Sorted(maps.Keys(raw))
-	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "mutations_detected", "pinned", "retained_generations", "retention_budget", "retention_pressure", "workers"}
+	want := []string{"active_generation", "busy", "cluster_version", "converged", "fixed_source_path", "last_failure", "last_success", "mutations_detected", "pinned", "recorded_generations", "retained_generations", "retention_budget", "retention_pressure", "workers"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("status keys %v, want %v", keys, want)
 	}
