@@ -38,6 +38,9 @@ type HistoryEntry struct {
 	PreviousGeneration        uint64   `json:"previous_generation"`
 	Generation                uint64   `json:"generation"`
 	DurationMS                float64  `json:"duration_ms"`
+	// Revisions names the atomic-writer revision of each mount the
+	// attempt read (see Result.Revisions).
+	Revisions map[string]string `json:"revisions,omitempty"`
 	// Worker is the worker that ran the attempt, in a fleet; empty for a
 	// single process.
 	Worker string `json:"worker,omitempty"`
@@ -90,6 +93,7 @@ func HistoryEntryOf(res Result) HistoryEntry {
 		PreviousGeneration:        res.PreviousGeneration,
 		Generation:                res.Generation,
 		DurationMS:                Milliseconds(res.Duration),
+		Revisions:                 res.Revisions,
 	}
 }
 

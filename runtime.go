@@ -95,6 +95,10 @@ type Status struct {
 	// detector found (see WithMutationCheck); LastMutation is the latest.
 	Mutations    uint64    `json:"mutations_detected"`
 	LastMutation *Mutation `json:"last_mutation,omitempty"`
+	// Revisions names the atomic-writer revision (a Kubernetes volume's
+	// ..data target) each mount held when the active generation was read:
+	// mount directory -> revision name.
+	Revisions map[string]string `json:"revisions,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -136,7 +140,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err != nil {
 		return nil, err
 	}
-	cand, err := r.comp.compileWith(ctx, snap.Data, nil, true)
+	cand, err := r.comp.compileWith(withRevisions(ctx, snap.Revisions), snap.Data, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +183,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Actor: actorOf(ctx, TriggerStartup),
-		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
+		Generation: id, Started: start, Duration: r.o.now().Sub(start), Revisions: g.revisions}
 	res.Message = fmt.Sprintf("generation %d loaded", id)
 	r.record(res)
 	for _, obs := range r.o.observers {
@@ -392,7 +396,8 @@ func (r *Runtime[T]) digestBeside(cand *candidate[T]) func() uint64 {
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
 	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
-		logger: r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
+		revisions: c.read.pins.Revisions(),
+		logger:    r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
 	g.seen.Store(digest)
 	return g
 }
@@ -446,12 +451,16 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
+		// The files the configuration references come from the revisions
+		// the source was read from (Snapshot.Revisions).
+		res.Revisions = snap.Revisions
 		stop = lap(&res.Timings.Decode)
-		cand, err := r.comp.compile(ctx, snap.Data)
+		cand, err := r.comp.compile(withRevisions(ctx, snap.Revisions), snap.Data)
 		stop()
 		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
+		res.Revisions = cand.read.pins.Revisions()
 		out := r.stage(ctx, res, prev, cand, 0)
 		if !dry && out.Outcome.OK() {
 			r.activeData = snap.Data
@@ -913,6 +922,7 @@ func (r *Runtime[T]) Status() Status {
 		Closed:              r.closed,
 		Mutations:           r.mutations,
 		LastMutation:        r.lastMutation,
+		Revisions:           r.cur.Load().revisions,
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()

@@ -40,6 +40,13 @@ type Snapshot struct {
 	// Version identifies what was read. It is opaque to the runtime, which
 	// keeps the last one and hands it back in the next ReadRequest. It must never be exposed: it may hold a digest.
 	Version any
+	// Revisions names, for each atomic-writer mount the read went through
+	// (a Kubernetes ConfigMap, Secret or projected volume), the revision
+	// directory its ..data link named: mount directory -> revision name.
+	// The attempt reads every file the configuration references under
+	// the same mount from that revision, so one generation never mixes
+	// two. Revision names are shown in results, history and status.
+	Revisions map[string]string
 }
 
 // Bytes returns a Source that always yields data. It is meant for tests,

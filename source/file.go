@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/atomicdir"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -77,10 +78,24 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 		limit = reconf.DefaultMaxSourceBytes
 	}
 
+	// Under an atomic-writer mount (a Kubernetes volume) the ..data link
+	// is resolved once: the bytes, the stat after reading and every file
+	// the configuration references under the mount come from that
+	// revision, whatever the kubelet swaps meanwhile.
+	var pins atomicdir.Pins
+	path := pins.Resolve(f.path)
+
 	// safefile refuses a FIFO, a device or a pseudo file without blocking
 	// and bounds the read; opened is the stat of the file actually read.
-	fh, err := safefile.Open(f.path)
+	fh, err := safefile.Open(path)
 	if err != nil {
+		if path != f.path && errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Stat(f.path); serr == nil {
+				// The writer removed the revision between resolving
+				// ..data and opening: a newer one is in place.
+				return reconf.Snapshot{}, unstable(err)
+			}
+		}
 		return reconf.Snapshot{}, pathError(err)
 	}
 	defer fh.Close()
@@ -102,7 +117,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	if afterReadHook != nil {
 		afterReadHook()
 	}
-	after, err := os.Stat(f.path)
+	after, err := os.Stat(path)
 	if err != nil {
 		return reconf.Snapshot{}, unstable(err)
 	}
@@ -125,7 +140,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	if rewritten {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
-	return reconf.Snapshot{Data: data, Version: id}, nil
+	return reconf.Snapshot{Data: data, Version: id, Revisions: pins.Revisions()}, nil
 }
 
 // sameState reports whether two stats describe the same file in the same
