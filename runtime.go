@@ -66,6 +66,7 @@ type Runtime[T any] struct {
 	mutations    uint64
 	lastMutation *Mutation
 	releases     []func()
+	warnings     []Warning // the last accepted read's (Snapshot.Warnings)
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
@@ -99,6 +100,9 @@ type Status struct {
 	// ..data target) each mount held when the active generation was read:
 	// mount directory -> revision name.
 	Revisions map[string]string `json:"revisions,omitempty"`
+	// Warnings are the last accepted read's source warnings (see
+	// Snapshot.Warnings).
+	Warnings []Warning `json:"source_warnings,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -175,7 +179,10 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	for _, s := range staged {
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
-	r.lastRead, r.activeData = snap.Version, snap.Data
+	r.lastRead, r.activeData, r.warnings = snap.Version, snap.Data, snap.Warnings
+	for _, w := range snap.Warnings {
+		r.o.logger.Warn("reconf: "+w.Message, "reason", w.Reason, "source", src.Describe())
+	}
 	if publish {
 		// Held as if refused: the first reload publishes the file over
 		// the cluster's version even though it is unchanged here.
@@ -446,6 +453,9 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 			// candidate's fate: a file that fails validation and is then
 			// rewritten in place must be refused as non-atomic.
 			r.lastRead = snap.Version
+			r.mu.Lock()
+			r.warnings = snap.Warnings
+			r.mu.Unlock()
 			err = ctx.Err()
 		}
 		if err != nil {
@@ -923,6 +933,7 @@ func (r *Runtime[T]) Status() Status {
 		Mutations:           r.mutations,
 		LastMutation:        r.lastMutation,
 		Revisions:           r.cur.Load().revisions,
+		Warnings:            r.warnings,
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()

@@ -21,6 +21,13 @@ const (
 	msgUnstable  = "the file changed while it was read; retry after the writer finishes"
 )
 
+// ReasonSubPathMount is the reason of the warning for a source file that
+// is a mount point of its own: a Kubernetes subPath mount, which the
+// kubelet never updates (kubernetes#50345).
+const ReasonSubPathMount reconf.Reason = "source_subpath_mount"
+
+const msgSubPath = "the file is mounted on its own path (a Kubernetes subPath mount); Kubernetes never updates it, so a changed ConfigMap or Secret never reaches it: mount the volume's directory and point the source at the file inside it"
+
 // afterReadHook is a fault-injection point for tests only: when set, Read
 // calls it after reading the bytes and before the final stat of the path, so
 // a test can change the file at exactly that moment. It is nil in production.
@@ -140,7 +147,11 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	if rewritten {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
-	return reconf.Snapshot{Data: data, Version: id, Revisions: pins.Revisions()}, nil
+	snap := reconf.Snapshot{Data: data, Version: id, Revisions: pins.Revisions()}
+	if mountedOnItself(f.path) {
+		snap.Warnings = []reconf.Warning{{Reason: ReasonSubPathMount, Message: msgSubPath}}
+	}
+	return snap, nil
 }
 
 // sameState reports whether two stats describe the same file in the same
