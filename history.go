@@ -38,6 +38,10 @@ type HistoryEntry struct {
 	PreviousGeneration        uint64   `json:"previous_generation"`
 	Generation                uint64   `json:"generation"`
 	DurationMS                float64  `json:"duration_ms"`
+	// Mismatches counts the consecutive precondition-failed attempts of
+	// one actor this entry stands for: a pipeline waiting for its content
+	// (WithExpectedDigest) leaves one entry, not one per try.
+	Mismatches int `json:"precondition_mismatches,omitempty"`
 	// Revisions names the atomic-writer revision of each mount the
 	// attempt read (see Result.Revisions).
 	Revisions map[string]string `json:"revisions,omitempty"`
@@ -94,7 +98,15 @@ func HistoryEntryOf(res Result) HistoryEntry {
 		Generation:                res.Generation,
 		DurationMS:                Milliseconds(res.Duration),
 		Revisions:                 res.Revisions,
+		Mismatches:                mismatches(res),
 	}
+}
+
+func mismatches(res Result) int {
+	if res.Outcome == PreconditionFailed {
+		return 1
+	}
+	return 0
 }
 
 // Milliseconds renders d as fractional milliseconds, to the microsecond.
@@ -130,7 +142,33 @@ func (h *History) Observe(res Result) {
 	if res.DryRun {
 		return
 	}
-	h.Add(HistoryEntryOf(res))
+	e := HistoryEntryOf(res)
+	if res.Outcome == PreconditionFailed && h.foldMismatch(e) {
+		return
+	}
+	h.Add(e)
+}
+
+// foldMismatch counts e into the newest entry when that is a
+// precondition failure of the same actor and trigger, and reports whether
+// it did.
+func (h *History) foldMismatch(e HistoryEntry) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.buf) == 0 {
+		return false
+	}
+	newest := len(h.buf) - 1
+	if len(h.buf) == h.limit {
+		newest = (h.next + h.limit - 1) % h.limit
+	}
+	last := &h.buf[newest]
+	if last.Outcome != e.Outcome || last.Actor != e.Actor || last.Trigger != e.Trigger {
+		return false
+	}
+	last.Mismatches++
+	last.Time, last.DurationMS = e.Time, e.DurationMS
+	return true
 }
 
 // Add records e, dropping the oldest entry when the history is full. A

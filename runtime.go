@@ -282,6 +282,9 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 
 	actor := actorOf(ctx, trigger)
 	ctxA = context.WithValue(ctxA, actorKey{}, actor) // a publish names it in the record
+	if d, ok := expectedDigest(ctx); ok {
+		ctxA = context.WithValue(ctxA, expectKey{}, d)
+	}
 	done := make(chan Result, 1)
 	go func() {
 		defer cancel()
@@ -457,6 +460,9 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, dry bool) Res
 			r.warnings = snap.Warnings
 			r.mu.Unlock()
 			err = ctx.Err()
+		}
+		if err == nil && !dry {
+			err = digestMismatch(ctx, snap.Data)
 		}
 		if err != nil {
 			return r.failed(ctx, *res, err)
