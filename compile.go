@@ -107,7 +107,7 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 		limit = DefaultMaxSourceBytes
 	}
 	r := &resolver{ctx: ctx, lookupEnv: lookup, propagated: c.propagated, baseDir: c.baseDir,
-		read: &attemptFiles{baseDir: c.baseDir, limit: limit}}
+		read: newAttemptFiles(ctx, c.baseDir, limit)}
 	r.walk(root, v)
 	if r.ctxErr != nil {
 		return nil, r.ctxErr
@@ -189,7 +189,7 @@ func (r *resolver) fileFailed(path string, err error) {
 // readSecretFile reads a ${file:} secret with the attempt's bound, as a
 // credential (see readCredential).
 func (r *resolver) readSecretFile(path string) ([]byte, error) {
-	return readCredential(r.ctx, path, r.read.limit)
+	return r.read.readCredential(r.ctx, path)
 }
 
 func (r *resolver) walk(root *node, v reflect.Value) {

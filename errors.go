@@ -39,21 +39,24 @@ const (
 	ReasonInFlight     Reason = "attempt_in_flight"
 	ReasonSuperseded   Reason = "superseded"
 
-	ReasonSourceMissing      Reason = "source_missing"
-	ReasonSourceNotRegular   Reason = "source_not_regular"
-	ReasonSourceOversize     Reason = "source_oversize"
-	ReasonSourceUnstable     Reason = "source_unstable"
-	ReasonSourceNonAtomic    Reason = "source_non_atomic_update"
-	ReasonSourceUnreadable   Reason = "source_unreadable"
-	ReasonMultiDocument      Reason = "source_multi_document"
-	ReasonTrailingContent    Reason = "source_trailing_content"
-	ReasonMalformed          Reason = "source_malformed"
-	ReasonUnknownField       Reason = "source_unknown_field"
-	ReasonFieldType          Reason = "field_type_mismatch"
-	ReasonValidation         Reason = "validation_failed"
-	ReasonDerivedSet         Reason = "derived_field_set"
-	ReasonSecretUnresolved   Reason = "secret_unresolved"
-	ReasonSecretNotPropagate Reason = "secret_not_propagatable"
+	ReasonSourceMissing    Reason = "source_missing"
+	ReasonSourceNotRegular Reason = "source_not_regular"
+	ReasonSourceOversize   Reason = "source_oversize"
+	ReasonSourceUnstable   Reason = "source_unstable"
+	// ReasonSourceDigestMismatch: the source does not hold the content the
+	// trigger expected (WithExpectedDigest).
+	ReasonSourceDigestMismatch Reason = "source_digest_mismatch"
+	ReasonSourceNonAtomic      Reason = "source_non_atomic_update"
+	ReasonSourceUnreadable     Reason = "source_unreadable"
+	ReasonMultiDocument        Reason = "source_multi_document"
+	ReasonTrailingContent      Reason = "source_trailing_content"
+	ReasonMalformed            Reason = "source_malformed"
+	ReasonUnknownField         Reason = "source_unknown_field"
+	ReasonFieldType            Reason = "field_type_mismatch"
+	ReasonValidation           Reason = "validation_failed"
+	ReasonDerivedSet           Reason = "derived_field_set"
+	ReasonSecretUnresolved     Reason = "secret_unresolved"
+	ReasonSecretNotPropagate   Reason = "secret_not_propagatable"
 	// ReasonDigestMismatch: a file a cluster version names differs here.
 	ReasonDigestMismatch Reason = "file_digest_mismatch"
 	// ReasonFileNotRegular: a file the configuration references (a
@@ -130,54 +133,55 @@ const (
 )
 
 var reasonOutcome = map[Reason]Outcome{
-	ReasonPublished:          Published,
-	ReasonDryRunOK:           Published,
-	ReasonUnchanged:          NoOp,
-	ReasonStale:              NoOp,
-	ReasonDigestMismatch:     Invalid,
-	ReasonFileNotRegular:     Invalid,
-	ReasonFileOversize:       Invalid,
-	ReasonFileUnreadable:     Invalid,
-	ReasonFileWritable:       Invalid,
-	ReasonFileReadable:       Invalid,
-	ReasonFileOwner:          Invalid,
-	ReasonRecordTooLarge:     Invalid,
-	ReasonClusterUnavailable: PreparationFailed,
-	ReasonChannelUnreachable: PreparationFailed,
-	ReasonRecordMalformed:    Invalid,
-	ReasonRecordFormat:       RestartRequired,
-	ReasonPublisherUnknown:   Invalid,
-	ReasonRecordOlder:        Invalid,
-	ReasonRestart:            RestartRequired,
-	ReasonUnclassified:       RestartRequired,
-	ReasonRetention:          RetentionBlocked,
-	ReasonInFlight:           Busy,
-	ReasonSuperseded:         Busy,
-	ReasonSourceMissing:      SourceIntegrityFailed,
-	ReasonSourceNotRegular:   SourceIntegrityFailed,
-	ReasonSourceOversize:     SourceIntegrityFailed,
-	ReasonSourceUnstable:     SourceIntegrityFailed,
-	ReasonSourceNonAtomic:    SourceIntegrityFailed,
-	ReasonSourceUnreadable:   SourceIntegrityFailed,
-	ReasonMultiDocument:      Invalid,
-	ReasonTrailingContent:    Invalid,
-	ReasonMalformed:          Invalid,
-	ReasonUnknownField:       Invalid,
-	ReasonFieldType:          Invalid,
-	ReasonValidation:         Invalid,
-	ReasonDerivedSet:         Invalid,
-	ReasonSecretUnresolved:   Invalid,
-	ReasonSecretNotPropagate: Invalid,
-	ReasonShutdown:           Canceled,
-	ReasonDeadline:           Canceled,
-	ReasonConsumerRefused:    PreparationFailed,
-	ReasonInternal:           InternalFailed,
-	ReasonRolloutStarted:     Published,
-	ReasonStrategyInvalid:    Invalid,
-	ReasonNotSplittable:      Invalid,
-	ReasonRolloutInProgress:  Busy,
-	ReasonRolledBack:         Invalid,
-	ReasonNotRecorded:        Invalid,
+	ReasonPublished:            Published,
+	ReasonDryRunOK:             Published,
+	ReasonUnchanged:            NoOp,
+	ReasonStale:                NoOp,
+	ReasonDigestMismatch:       Invalid,
+	ReasonFileNotRegular:       Invalid,
+	ReasonFileOversize:         Invalid,
+	ReasonFileUnreadable:       Invalid,
+	ReasonFileWritable:         Invalid,
+	ReasonFileReadable:         Invalid,
+	ReasonFileOwner:            Invalid,
+	ReasonRecordTooLarge:       Invalid,
+	ReasonClusterUnavailable:   PreparationFailed,
+	ReasonChannelUnreachable:   PreparationFailed,
+	ReasonRecordMalformed:      Invalid,
+	ReasonRecordFormat:         RestartRequired,
+	ReasonPublisherUnknown:     Invalid,
+	ReasonRecordOlder:          Invalid,
+	ReasonRestart:              RestartRequired,
+	ReasonUnclassified:         RestartRequired,
+	ReasonRetention:            RetentionBlocked,
+	ReasonInFlight:             Busy,
+	ReasonSuperseded:           Busy,
+	ReasonSourceMissing:        SourceIntegrityFailed,
+	ReasonSourceNotRegular:     SourceIntegrityFailed,
+	ReasonSourceOversize:       SourceIntegrityFailed,
+	ReasonSourceUnstable:       SourceIntegrityFailed,
+	ReasonSourceDigestMismatch: PreconditionFailed,
+	ReasonSourceNonAtomic:      SourceIntegrityFailed,
+	ReasonSourceUnreadable:     SourceIntegrityFailed,
+	ReasonMultiDocument:        Invalid,
+	ReasonTrailingContent:      Invalid,
+	ReasonMalformed:            Invalid,
+	ReasonUnknownField:         Invalid,
+	ReasonFieldType:            Invalid,
+	ReasonValidation:           Invalid,
+	ReasonDerivedSet:           Invalid,
+	ReasonSecretUnresolved:     Invalid,
+	ReasonSecretNotPropagate:   Invalid,
+	ReasonShutdown:             Canceled,
+	ReasonDeadline:             Canceled,
+	ReasonConsumerRefused:      PreparationFailed,
+	ReasonInternal:             InternalFailed,
+	ReasonRolloutStarted:       Published,
+	ReasonStrategyInvalid:      Invalid,
+	ReasonNotSplittable:        Invalid,
+	ReasonRolloutInProgress:    Busy,
+	ReasonRolledBack:           Invalid,
+	ReasonNotRecorded:          Invalid,
 }
 
 // Outcome returns the outcome a reason belongs to, or InternalFailed for a

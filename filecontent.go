@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 
+	"github.com/reconfhq/reconf/internal/atomicdir"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -66,19 +68,71 @@ func referenceError(ctx context.Context, err error, limit int64) error {
 }
 
 // attemptFiles is what one attempt read for its `reconf:",file"` fields,
-// keyed by absolute path: the bytes, or the error of the read.
+// keyed by absolute path: the bytes, or the error of the read. Every file
+// the attempt reads goes through pins, so a file under an atomic-writer
+// mount (a Kubernetes volume) comes from the revision the attempt met
+// first, the source's own when the source is under that mount.
 type attemptFiles struct {
 	baseDir string
 	limit   int64
+	pins    atomicdir.Pins
 	data    map[string][]byte
 	errs    map[string]error
+}
+
+// read reads a referenced file from the attempt's revision of its mount.
+func (a *attemptFiles) read(ctx context.Context, path string) ([]byte, error) {
+	return a.readWith(ctx, path, readReferenced)
+}
+
+// readCredential reads a ${file:} secret from the attempt's revision of its
+// mount, under the credential rules (see readCredential).
+func (a *attemptFiles) readCredential(ctx context.Context, path string) ([]byte, error) {
+	return a.readWith(ctx, path, readCredential)
+}
+
+func (a *attemptFiles) readWith(ctx context.Context, path string, readFile func(context.Context, string, int64) ([]byte, error)) ([]byte, error) {
+	pinned := a.pins.Resolve(path)
+	data, err := readFile(ctx, pinned, a.limit)
+	if pinned != path && errors.Is(err, fs.ErrNotExist) && fileExists(path) {
+		// The writer removed the pinned revision while the attempt read:
+		// the file exists, in a newer revision this attempt must not mix in.
+		return nil, Errorf(ReasonSourceUnstable, "the mount was updated while the attempt read it; reload again")
+	}
+	return data, err
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// revisionsKey carries the source read's revisions into the compile.
+type revisionsKey struct{}
+
+// withRevisions makes the compile of ctx read referenced files from revs'
+// revisions (Snapshot.Revisions of the attempt's source read).
+func withRevisions(ctx context.Context, revs map[string]string) context.Context {
+	if len(revs) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, revisionsKey{}, revs)
+}
+
+// newAttemptFiles returns the attempt's file reader, its mounts pinned to
+// the revisions the source read from.
+func newAttemptFiles(ctx context.Context, baseDir string, limit int64) *attemptFiles {
+	a := &attemptFiles{baseDir: baseDir, limit: limit}
+	revs, _ := ctx.Value(revisionsKey{}).(map[string]string)
+	a.pins.Seed(revs)
+	return a
 }
 
 // digest reads path once for this attempt and returns the content digest
 // that diffs compare, or a marker for a missing file. A file that cannot
 // be read for another cause is returned as an error.
 func (a *attemptFiles) digest(ctx context.Context, path string) (string, error) {
-	data, err := readReferenced(ctx, path, a.limit)
+	data, err := a.read(ctx, path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return "", err
@@ -119,7 +173,9 @@ func withFiles(ctx context.Context, f *attemptFiles) context.Context {
 // file field of the candidate holds, FileContent reads the file itself
 // with the same checks (a regular file, at most DefaultMaxSourceBytes,
 // ending with ctx) and returns an *Error with a file_* reason for a file
-// it refuses. It is safe for concurrent use.
+// it refuses. Under a Kubernetes volume (an atomic-writer mount), the
+// file comes from the revision the attempt read the mount's other files
+// from. It is safe for concurrent use.
 func FileContent(ctx context.Context, name string) ([]byte, error) {
 	f, _ := ctx.Value(filesKey{}).(*attemptFiles)
 	if f == nil {
@@ -134,5 +190,5 @@ func FileContent(ctx context.Context, name string) ([]byte, error) {
 	if err, ok := f.errs[name]; ok {
 		return nil, err
 	}
-	return readReferenced(ctx, name, f.limit)
+	return f.read(ctx, name)
 }

@@ -20,6 +20,7 @@ type Generation[T any] struct {
 	published time.Time
 	files     map[string]string // digests of files that file fields name
 	fileClass map[string]Class
+	revisions map[string]string // atomic-writer mount -> revision its files came from
 
 	fpOnce      sync.Once
 	fingerprint string // of the bootstrap fields, computed on first use

@@ -38,6 +38,13 @@ type HistoryEntry struct {
 	PreviousGeneration        uint64   `json:"previous_generation"`
 	Generation                uint64   `json:"generation"`
 	DurationMS                float64  `json:"duration_ms"`
+	// Mismatches counts the consecutive precondition-failed attempts of
+	// one actor this entry stands for: a pipeline waiting for its content
+	// (WithExpectedDigest) leaves one entry, not one per try.
+	Mismatches int `json:"precondition_mismatches,omitempty"`
+	// Revisions names the atomic-writer revision of each mount the
+	// attempt read (see Result.Revisions).
+	Revisions map[string]string `json:"revisions,omitempty"`
 	// Worker is the worker that ran the attempt, in a fleet; empty for a
 	// single process.
 	Worker string `json:"worker,omitempty"`
@@ -133,7 +140,16 @@ func HistoryEntryOf(res Result) HistoryEntry {
 		PreviousGeneration:        res.PreviousGeneration,
 		Generation:                res.Generation,
 		DurationMS:                Milliseconds(res.Duration),
+		Revisions:                 res.Revisions,
+		Mismatches:                mismatches(res),
 	}
+}
+
+func mismatches(res Result) int {
+	if res.Outcome == PreconditionFailed {
+		return 1
+	}
+	return 0
 }
 
 // Milliseconds renders d as fractional milliseconds, to the microsecond.
@@ -169,7 +185,33 @@ func (h *History) Observe(res Result) {
 	if res.DryRun {
 		return
 	}
-	h.Add(HistoryEntryOf(res))
+	e := HistoryEntryOf(res)
+	if res.Outcome == PreconditionFailed && h.foldMismatch(e) {
+		return
+	}
+	h.Add(e)
+}
+
+// foldMismatch counts e into the newest entry when that is a
+// precondition failure of the same actor and trigger, and reports whether
+// it did.
+func (h *History) foldMismatch(e HistoryEntry) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.buf) == 0 {
+		return false
+	}
+	newest := len(h.buf) - 1
+	if len(h.buf) == h.limit {
+		newest = (h.next + h.limit - 1) % h.limit
+	}
+	last := &h.buf[newest]
+	if last.Outcome != e.Outcome || last.Actor != e.Actor || last.Trigger != e.Trigger {
+		return false
+	}
+	last.Mismatches++
+	last.Time, last.DurationMS = e.Time, e.DurationMS
+	return true
 }
 
 // ObserveRollout records a rollout's decision, for WithObserver: History

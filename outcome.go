@@ -33,6 +33,9 @@ const (
 	PreparationFailed
 	// InternalFailed means a bug; it is reported, never panicked across the API.
 	InternalFailed
+	// PreconditionFailed means the source did not hold the content the
+	// trigger expected (WithExpectedDigest); nothing else was done.
+	PreconditionFailed
 )
 
 var outcomeNames = [...]string{
@@ -46,6 +49,7 @@ var outcomeNames = [...]string{
 	Canceled:              "canceled",
 	PreparationFailed:     "preparation-failed",
 	InternalFailed:        "internal-failed",
+	PreconditionFailed:    "precondition-failed",
 }
 
 var outcomeStatus = [...]int{
@@ -59,18 +63,19 @@ var outcomeStatus = [...]int{
 	Canceled:              http.StatusServiceUnavailable,
 	PreparationFailed:     http.StatusServiceUnavailable,
 	InternalFailed:        http.StatusServiceUnavailable,
+	PreconditionFailed:    http.StatusPreconditionFailed,
 }
 
 // Outcomes lists every outcome, in declaration order.
 func Outcomes() []Outcome {
 	out := make([]Outcome, 0, len(outcomeNames)-1)
-	for o := Published; o <= InternalFailed; o++ {
+	for o := Published; o <= PreconditionFailed; o++ {
 		out = append(out, o)
 	}
 	return out
 }
 
-func (o Outcome) valid() bool { return o >= Published && o <= InternalFailed }
+func (o Outcome) valid() bool { return o >= Published && o <= PreconditionFailed }
 
 // String returns the outcome's public name, e.g. "no-op".
 func (o Outcome) String() string {
@@ -106,7 +111,7 @@ func (o Outcome) MarshalText() ([]byte, error) {
 
 // UnmarshalText decodes a public outcome name.
 func (o *Outcome) UnmarshalText(b []byte) error {
-	for i := Published; i <= InternalFailed; i++ {
+	for i := Published; i <= PreconditionFailed; i++ {
 		if outcomeNames[i] == string(b) {
 			*o = i
 			return nil

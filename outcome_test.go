@@ -21,6 +21,7 @@ func TestOutcomeTable(t *testing.T) {
 		{Canceled, "canceled", http.StatusServiceUnavailable},
 		{PreparationFailed, "preparation-failed", http.StatusServiceUnavailable},
 		{InternalFailed, "internal-failed", http.StatusServiceUnavailable},
+		{PreconditionFailed, "precondition-failed", http.StatusPreconditionFailed},
 	}
 	if got := len(Outcomes()); got != len(tests) {
 		t.Fatalf("Outcomes() has %d values, table has %d", got, len(tests))

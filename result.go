@@ -57,6 +57,12 @@ type Result struct {
 	Problems     []Problem `json:"problems,omitempty"`
 	ProblemCount int       `json:"problem_count,omitempty"`
 
+	// Revisions names, for each atomic-writer mount (a Kubernetes
+	// ConfigMap, Secret or projected volume) the attempt read files from,
+	// the one revision it read them all from: mount directory -> revision
+	// directory name.
+	Revisions map[string]string `json:"revisions,omitempty"`
+
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`
 	Timings  Timings       `json:"-"`

@@ -80,6 +80,7 @@ type Runtime[T any] struct {
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
 	recorded     []recorded      // the latest published generations' content, for Revert; written under the slot too
 	events       []RolloutEvent  // decisions taken under the slot, told when it is released; only its holder touches them
+	warnings     []Warning       // the last accepted read's (Snapshot.Warnings)
 
 	retiredCh chan struct{} // a generation retired; wakes Close
 	closeLock chan struct{} // serializes Close calls, honouring their ctx
@@ -123,6 +124,13 @@ type Status struct {
 	// RecordedGenerations are the generations whose content Revert can
 	// publish again, oldest first.
 	RecordedGenerations []uint64 `json:"recorded_generations,omitempty"`
+	// Revisions names the atomic-writer revision (a Kubernetes volume's
+	// ..data target) each mount held when the active generation was read:
+	// mount directory -> revision name.
+	Revisions map[string]string `json:"revisions,omitempty"`
+	// Warnings are the last accepted read's source warnings (see
+	// Snapshot.Warnings).
+	Warnings []Warning `json:"source_warnings,omitempty"`
 }
 
 // New loads generation 1 from src, prepares and commits every consumer with
@@ -165,7 +173,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err != nil {
 		return nil, err
 	}
-	cand, err := r.comp.compileWith(ctx, snap.Data, nil, true)
+	cand, err := r.comp.compileWith(withRevisions(ctx, snap.Revisions), snap.Data, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +210,10 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	for _, s := range staged {
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
-	r.lastRead, r.activeData = snap.Version, snap.Data
+	r.lastRead, r.activeData, r.warnings = snap.Version, snap.Data, snap.Warnings
+	for _, w := range snap.Warnings {
+		r.o.logger.Warn("reconf: "+w.Message, "reason", w.Reason, "source", src.Describe())
+	}
 	if publish {
 		// Held as if refused: the first reload publishes the file over
 		// the cluster's version even though it is unchanged here.
@@ -210,7 +221,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	res := Result{Outcome: Published, Reason: ReasonPublished, Trigger: TriggerStartup, Actor: actorOf(ctx, TriggerStartup),
-		Generation: id, Started: start, Duration: r.o.now().Sub(start)}
+		Generation: id, Started: start, Duration: r.o.now().Sub(start), Revisions: g.revisions}
 	res.Message = fmt.Sprintf("generation %d loaded", id)
 	r.record(res)
 	for _, obs := range r.o.observers {
@@ -302,6 +313,9 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 
 	actor := actorOf(ctx, trigger)
 	ctxA = context.WithValue(ctxA, actorKey{}, actor) // a publish names it in the record
+	if d, ok := expectedDigest(ctx); ok {
+		ctxA = context.WithValue(ctxA, expectKey{}, d)
+	}
 	done := make(chan Result, 1)
 	go func() {
 		defer cancel()
@@ -423,7 +437,8 @@ func (r *Runtime[T]) digestBeside(cand *candidate[T]) func() uint64 {
 
 func (r *Runtime[T]) newGeneration(id uint64, c *candidate[T], digest uint64) *Generation[T] {
 	g := &Generation[T]{id: id, cfg: c.cfg, files: c.files, shared: c.sharedFiles(), fileClass: c.fileClass, published: r.o.now(), onRetire: r.retired,
-		logger: r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
+		revisions: c.read.pins.Revisions(),
+		logger:    r.o.logger, data: c.data, live: c.live, liveJSON: c.liveJSON, restartPinned: c.pinned}
 	g.seen.Store(digest)
 	return g
 }
@@ -485,17 +500,27 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 			// candidate's fate: a file that fails validation and is then
 			// rewritten in place must be refused as non-atomic.
 			r.lastRead = snap.Version
+			r.mu.Lock()
+			r.warnings = snap.Warnings
+			r.mu.Unlock()
 			err = ctx.Err()
+		}
+		if err == nil && !dry {
+			err = digestMismatch(ctx, snap.Data)
 		}
 		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
+		// The files the configuration references come from the revisions
+		// the source was read from (Snapshot.Revisions).
+		res.Revisions = snap.Revisions
 		stop = lap(&res.Timings.Decode)
-		cand, err := r.comp.compile(ctx, snap.Data)
+		cand, err := r.comp.compile(withRevisions(ctx, snap.Revisions), snap.Data)
 		stop()
 		if err != nil {
 			return r.failed(ctx, *res, err)
 		}
+		res.Revisions = cand.read.pins.Revisions()
 		out := r.stage(ctx, res, prev, cand, 0, p)
 		if !dry && out.Outcome.OK() {
 			r.activeData = snap.Data
@@ -990,6 +1015,8 @@ func (r *Runtime[T]) Status() Status {
 		Closed:              r.closed,
 		Mutations:           r.mutations,
 		LastMutation:        r.lastMutation,
+		Revisions:           r.cur.Load().revisions,
+		Warnings:            r.warnings,
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()

@@ -40,6 +40,24 @@ type Snapshot struct {
 	// Version identifies what was read. It is opaque to the runtime, which
 	// keeps the last one and hands it back in the next ReadRequest. It must never be exposed: it may hold a digest.
 	Version any
+	// Revisions names, for each atomic-writer mount the read went through
+	// (a Kubernetes ConfigMap, Secret or projected volume), the revision
+	// directory its ..data link named: mount directory -> revision name.
+	// The attempt reads every file the configuration references under
+	// the same mount from that revision, so one generation never mixes
+	// two. Revision names are shown in results, history and status.
+	Revisions map[string]string
+	// Warnings are what the operator should fix about the source although
+	// the read succeeded (a file Kubernetes will never update, say). The
+	// runtime logs them at start and shows the last read's in Status.
+	Warnings []Warning
+}
+
+// Warning is a problem of a source that does not stop a read: a stable
+// reason and a safe message saying what to do.
+type Warning struct {
+	Reason  Reason `json:"reason"`
+	Message string `json:"message"`
 }
 
 // Bytes returns a Source that always yields data. It is meant for tests,

@@ -109,6 +109,9 @@ const (
 	ReasonHistoryUnavailable = "history_unavailable"
 	// ReasonBadWait (400): a restart's ?wait= is not a duration.
 	ReasonBadWait = "bad_wait"
+	// ReasonBadIfMatch (400): a reload's If-Match is not one quoted
+	// "sha256:" digest of 64 hex digits.
+	ReasonBadIfMatch = "bad_if_match"
 	// ReasonInternal (500): a bug in the management API; see the service log.
 	ReasonInternal = "internal_error"
 )
@@ -132,6 +135,7 @@ var (
 	errBadLimit           = errors.New("admin: bad history limit")
 	errHistoryUnavailable = errors.New("admin: history unavailable")
 	errBadWait            = errors.New("admin: bad wait parameter")
+	errBadIfMatch         = errors.New("admin: bad If-Match")
 )
 
 // throttledError is errThrottled with the wait it announces.

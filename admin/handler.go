@@ -238,6 +238,7 @@ var answers = []struct {
 	{errBodyTooLarge, apiError{http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the reload body must be at most %d bytes", MaxRequestBytes)}},
 	{errBodyUnreadable, apiError{http.StatusBadRequest, ReasonBodyUnreadable, "the request body could not be read"}},
 	{errBadLimit, apiError{http.StatusBadRequest, ReasonBadLimit, "limit must be a positive number"}},
+	{errBadIfMatch, apiError{http.StatusBadRequest, ReasonBadIfMatch, `If-Match must be one quoted digest: "sha256:" and 64 hex digits`}},
 	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
 	{errBadWait, apiError{http.StatusBadRequest, ReasonBadWait, "?wait= must be a duration such as 30s"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
@@ -322,6 +323,10 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 	// cancellation, bounded by the reload wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.o.timeouts.Reload)
 	defer cancel()
+	ctx, err := expectIfMatch(ctx, r.Header.Values("If-Match"))
+	if err != nil {
+		return err
+	}
 	res, err := s.rt.Reload(reconf.WithActor(ctx, s.actor(r)), reconf.TriggerAPI)
 	switch {
 	case err == nil, errors.Is(err, reconf.ErrClosed):
@@ -336,6 +341,24 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 		slog.Int("status", res.Outcome.HTTPStatus()), slog.Uint64("generation", res.Generation),
 		slog.Bool("client_gone", r.Context().Err() != nil))
 	return writeJSON(w, res.Outcome.HTTPStatus(), res)
+}
+
+// expectIfMatch makes the reload exact when If-Match names the content
+// the source must hold ("sha256:HEX", quoted as an entity tag): a
+// mismatch is precondition-failed, 412.
+func expectIfMatch(ctx context.Context, values []string) (context.Context, error) {
+	if len(values) == 0 {
+		return ctx, nil
+	}
+	v := strings.TrimSpace(values[0])
+	if len(values) != 1 || len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return ctx, errBadIfMatch
+	}
+	ctx, err := reconf.WithExpectedDigest(ctx, v[1:len(v)-1])
+	if err != nil {
+		return ctx, errBadIfMatch
+	}
+	return ctx, nil
 }
 
 // readEmptyBody reads a reload or restart body, bounded, and accepts only

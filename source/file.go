@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/atomicdir"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -19,6 +20,13 @@ const (
 	msgNonAtomic = "the file was rewritten in place; write a temporary file in the same directory and rename it over the path"
 	msgUnstable  = "the file changed while it was read; retry after the writer finishes"
 )
+
+// ReasonSubPathMount is the reason of the warning for a source file that
+// is a mount point of its own: a Kubernetes subPath mount, which the
+// kubelet never updates (kubernetes#50345).
+const ReasonSubPathMount reconf.Reason = "source_subpath_mount"
+
+const msgSubPath = "the file is mounted on its own path (a Kubernetes subPath mount); Kubernetes never updates it, so a changed ConfigMap or Secret never reaches it: mount the volume's directory and point the source at the file inside it"
 
 // afterReadHook is a fault-injection point for tests only: when set, Read
 // calls it after reading the bytes and before the final stat of the path, so
@@ -77,10 +85,24 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 		limit = reconf.DefaultMaxSourceBytes
 	}
 
+	// Under an atomic-writer mount (a Kubernetes volume) the ..data link
+	// is resolved once: the bytes, the stat after reading and every file
+	// the configuration references under the mount come from that
+	// revision, whatever the kubelet swaps meanwhile.
+	var pins atomicdir.Pins
+	path := pins.Resolve(f.path)
+
 	// safefile refuses a FIFO, a device or a pseudo file without blocking
 	// and bounds the read; opened is the stat of the file actually read.
-	fh, err := safefile.Open(f.path)
+	fh, err := safefile.Open(path)
 	if err != nil {
+		if path != f.path && errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Stat(f.path); serr == nil {
+				// The writer removed the revision between resolving
+				// ..data and opening: a newer one is in place.
+				return reconf.Snapshot{}, unstable(err)
+			}
+		}
 		return reconf.Snapshot{}, pathError(err)
 	}
 	defer fh.Close()
@@ -102,7 +124,7 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	if afterReadHook != nil {
 		afterReadHook()
 	}
-	after, err := os.Stat(f.path)
+	after, err := os.Stat(path)
 	if err != nil {
 		return reconf.Snapshot{}, unstable(err)
 	}
@@ -125,7 +147,11 @@ func (f *FileSource) Read(ctx context.Context, req reconf.ReadRequest) (reconf.S
 	if rewritten {
 		return reconf.Snapshot{}, reconf.Errorf(reconf.ReasonSourceNonAtomic, msgNonAtomic)
 	}
-	return reconf.Snapshot{Data: data, Version: id}, nil
+	snap := reconf.Snapshot{Data: data, Version: id, Revisions: pins.Revisions()}
+	if mountedOnItself(f.path) {
+		snap.Warnings = []reconf.Warning{{Reason: ReasonSubPathMount, Message: msgSubPath}}
+	}
+	return snap, nil
 }
 
 // sameState reports whether two stats describe the same file in the same

@@ -34,6 +34,8 @@ type clientFlags struct {
 	// (default: the system's roots) and, where it asks for one, this
 	// client's certificate and key.
 	caFile, certFile, keyFile string
+	// ifMatch is the If-Match of a reload that expects exact content.
+	ifMatch string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -97,6 +99,9 @@ func (f *clientFlags) call(ctx context.Context, method, url string, body []byte)
 	}
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	if f.ifMatch != "" {
+		req.Header.Set("If-Match", f.ifMatch)
 	}
 	tr := &http.Transport{DisableKeepAlives: true}
 	if strings.HasPrefix(url, "https://") {
@@ -171,11 +176,17 @@ func (f *clientFlags) refused(status int, body []byte) error {
 
 func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var f clientFlags
+	var x expectFlags
 	cmd := &cobra.Command{
-		Use:   "reload [--address ADDR] [--token TOKEN] [--output json]",
+		Use:   "reload [--address ADDR] [--token TOKEN] [--output json] [--expect FILE | --expect-digest sha256:HEX [--wait D]]",
 		Short: "Ask a running reconfd to reload its configuration",
 		Long: `Ask a running reconfd to reload its configuration file through the
 management API (POST /admin/config/reload) and print the outcome.
+
+With --expect FILE (the content as the mount will hold it) or
+--expect-digest sha256:HEX the reload acts only on that exact content:
+otherwise it is precondition-failed (412). With --wait it is retried
+until the content arrives or the wait ends; any other outcome ends it.
 
 Exit status: 0 when the outcome is published or no-op, 1 for any other
 outcome or when the API cannot be reached, 2 usage.`,
@@ -185,7 +196,12 @@ outcome or when the API cannot be reached, 2 usage.`,
 			if err != nil {
 				return err
 			}
-			status, body, err := f.call(cmd.Context(), http.MethodPost, base+admin.ReloadPath, []byte("{}"))
+			if f.ifMatch, err = x.ifMatch(); err != nil {
+				return err
+			}
+			status, body, err := x.retry(cmd.Context(), func() (int, []byte, error) {
+				return f.call(cmd.Context(), http.MethodPost, base+admin.ReloadPath, []byte("{}"))
+			})
 			if err != nil {
 				return fail("%v", err)
 			}
@@ -205,6 +221,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 		},
 	}
 	f.register(cmd)
+	x.register(cmd)
 	return cmd
 }
 
