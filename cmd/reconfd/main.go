@@ -124,6 +124,7 @@ finishes on the generation it started with.`,
 		newStatusCmd(stdout, lookup),
 		newHistoryCmd(stdout, lookup),
 		newVersionCmd(stdout),
+		newSchemaCmd(stdout),
 	)
 	return root
 }
