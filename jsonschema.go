@@ -145,7 +145,7 @@ func (g *jsonGen) typeSchema(n *node) map[string]any {
 		return map[string]any{
 			"type": anyScalar(),
 			"anyOf": []any{
-				map[string]any{"not": map[string]any{"pattern": secretRefShape}},
+				map[string]any{"not": map[string]any{"type": "string", "pattern": secretRefShape}},
 				map[string]any{"pattern": secretRefPattern},
 			},
 		}
@@ -407,7 +407,7 @@ func boundRule(s map[string]any, sh *shape, r *rule) {
 	case sh.kind == kDuration:
 		if min && r.i == 0 {
 			// The one duration bound a pattern says: not below zero.
-			s["not"] = map[string]any{"pattern": negativeDuration}
+			s["not"] = map[string]any{"type": "string", "pattern": negativeDuration}
 		}
 	default:
 		var b any
