@@ -115,6 +115,7 @@ func TestLibraryAgreement(t *testing.T) {
 		{"weight below", over("weight: 0.25\n"), "", false},
 		{"weight above", over("weight: 2.5\n"), "", false},
 		{"level beyond int8", over("level: 128\n"), "", false},
+		{"level below int8", over("level: -129\n"), "", false},
 		{"shards negative", over("shards: -1\n"), "", false},
 		{"shards beyond uint16", over("shards: 65536\n"), "", false},
 		{"mode not in oneof", over("mode: slow\n"), "", false},
