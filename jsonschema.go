@@ -5,6 +5,7 @@ import (
 	"encoding"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -154,13 +155,13 @@ func (g *jsonGen) typeSchema(n *node) map[string]any {
 	case kScalar:
 		return scalarSchema(n.typ)
 	case kList, kArray:
-		s := map[string]any{"type": "array", "items": g.elemSchema(n.elem)}
+		s := map[string]any{"type": "array", "items": g.shapeSchema(n.elem, nil)}
 		if n.kind == kArray {
 			s["maxItems"] = n.typ.Len()
 		}
 		return s
 	case kMap:
-		s := map[string]any{"type": "object", "additionalProperties": g.elemSchema(n.elem)}
+		s := map[string]any{"type": "object", "additionalProperties": g.shapeSchema(n.elem, nil)}
 		switch n.typ.Key().Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			s["propertyNames"] = map[string]any{"pattern": intKeyPattern}
@@ -174,10 +175,6 @@ func (g *jsonGen) typeSchema(n *node) map[string]any {
 		return g.structSchema(n)
 	}
 	return map[string]any{}
-}
-
-func (g *jsonGen) elemSchema(e *node) map[string]any {
-	return g.shapeSchema(e, nil)
 }
 
 // anyScalar is the JSON types of a YAML scalar: a string field takes the
@@ -221,7 +218,7 @@ func (g *jsonGen) structSchema(n *node) map[string]any {
 	defer delete(g.building, t)
 	props := map[string]any{}
 	required := []string{}
-	for _, key := range slices.Sorted(mapKeys(n.keys)) {
+	for _, key := range slices.Sorted(maps.Keys(n.keys)) {
 		f := n.keys[key].n
 		if f.own == Derived {
 			continue
@@ -244,16 +241,6 @@ func (g *jsonGen) structSchema(n *node) map[string]any {
 
 func defName(t reflect.Type) string {
 	return strings.NewReplacer("*", "", "[", "_", "]", "_", "/", "_").Replace(t.String())
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // fieldSchema is the schema of one struct field, with its description and
