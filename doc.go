@@ -93,6 +93,10 @@
 // an unknown rule, or a rule on a kind it cannot apply to (min on a bool,
 // required on a number) is an error from New and from CheckTags.
 //
+// JSONSchema writes the same tags as a JSON Schema for editors: closed
+// objects, types, required fields, defaults, oneof and bounds; a `doc`
+// tag, or WithDescriptions, describes a field.
+//
 // # Generations
 //
 // Current returns the active *Generation with one atomic load. Acquire pins

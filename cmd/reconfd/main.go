@@ -133,6 +133,7 @@ finishes on the generation it started with.`,
 		newStatusCmd(out, lookup),
 		newHistoryCmd(out, lookup),
 		newVersionCmd(out),
+		newSchemaCmd(stdout), // the project's own text, not a server's
 	)
 	return root
 }

@@ -146,72 +146,62 @@ func TestLocalStubRunsAsIs(t *testing.T) {
 	}
 }
 
+// TestValidation loads each configuration in testdata/invalid and finds
+// the refusal its header names: "# reason:", "# path:" (empty for the
+// document) and "# detail:" (a part of the problem's detail). The same files are the invalid half of
+// the JSON Schema agreement test (e2e/schema).
 func TestValidation(t *testing.T) {
-	const backends = `
-backends:
-  - {name: stub, kind: stub, model: m}
-`
-	cases := []struct {
-		name, yaml string
-		path       string // a problem at this path is expected
-		detail     string // and its detail contains this
-		reason     reconf.Reason
-	}{
-		{"workers negative", "server: {workers: -1}\nrouting: {default_route: stub}" + backends, "server.workers", "at least 1", reconf.ReasonValidation},
-		{"workers too many", "server: {workers: 1000}\nrouting: {default_route: stub}" + backends, "server.workers", "at most 256", reconf.ReasonValidation},
-		{"cluster endpoint not a URL", "server: {cluster: ['127.0.0.1:2379']}\nrouting: {default_route: stub}" + backends, "server.cluster[0]", "etcd client URL", reconf.ReasonValidation},
-		{"cluster endpoint without port", "server: {cluster: ['http://h1:2379', 'http://h2']}\nrouting: {default_route: stub}" + backends, "server.cluster[1]", "host and port", reconf.ReasonValidation},
-		{"cluster prefix", "server: {cluster_prefix: reconf}\nrouting: {default_route: stub}" + backends, "server.cluster_prefix", "must start with /", reconf.ReasonValidation},
-		{"literal secret with workers", "server: {workers: 2}\nauth: {mode: api_keys, api_keys: [literal-key-1]}\nrouting: {default_route: stub}" + backends, "auth.api_keys[0]", "", reconf.ReasonSecretNotPropagate},
-		{"literal secret with a cluster", "server: {cluster: ['http://127.0.0.1:2379']}\nauth: {mode: api_keys, api_keys: [literal-key-1]}\nrouting: {default_route: stub}" + backends, "auth.api_keys[0]", "", reconf.ReasonSecretNotPropagate},
-		{"bad kind", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: llama, model: m}\n", "backends[stub].kind", "must be one of", reconf.ReasonValidation},
-		{"openai without host", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m}\n", "backends[up].host", "required", reconf.ReasonValidation},
-		{"openai host with credentials", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'http://u:p@h/v1'}\n", "backends[up].host", "credentials", reconf.ReasonValidation},
-		{"openai host not a URL", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'ftp://h'}\n", "backends[up].host", "http", reconf.ReasonValidation},
-		{"stub with host", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, host: 'http://h'}\n", "backends[stub].host", "only for kind openai", reconf.ReasonValidation},
-		{"openai with stub options", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'http://h', stub: {tokens: 2}}\n", "backends[up].stub", "only for kind stub", reconf.ReasonValidation},
-		{"default route unknown", "routing: {default_route: nope}" + backends, "routing.default_route", "must name a backend", reconf.ReasonValidation},
-		{"default route missing", "routing: {max_attempts: 1}" + backends, "routing.default_route", "required", reconf.ReasonValidation},
-		{"alias to nowhere", "routing: {default_route: stub}\nmodel_aliases: {gpt-4o: nope}" + backends, "model_aliases[gpt-4o]", "must name a backend", reconf.ReasonValidation},
-		{"max attempts negative", "routing: {default_route: stub, max_attempts: -1}" + backends, "routing.max_attempts", "at least 1", reconf.ReasonValidation},
-		{"timeout negative", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, timeout: -1s}\n", "backends[stub].timeout", "greater than zero", reconf.ReasonValidation},
-		{"concurrency negative", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, max_concurrency: -1}\n", "backends[stub].max_concurrency", "at least 0", reconf.ReasonValidation},
-		{"no backends", "routing: {default_route: stub}\n", "backends", "at least 1", reconf.ReasonValidation},
-		{"duplicate backend", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m}\n  - {name: stub, kind: stub, model: n}\n", "backends[stub]", "duplicate", reconf.ReasonValidation},
-		{"model missing", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub}\n", "backends[stub].model", "required", reconf.ReasonValidation},
-		{"api_keys mode without keys", "auth: {mode: api_keys}\nrouting: {default_route: stub}" + backends, "auth.api_keys", "at least one key", reconf.ReasonValidation},
-		{"keys without api_keys mode", "auth: {api_keys: [k1]}\nrouting: {default_route: stub}" + backends, "auth.api_keys", "auth.mode is none", reconf.ReasonValidation},
-		{"bad auth mode", "auth: {mode: oauth}\nrouting: {default_route: stub}" + backends, "auth.mode", "must be one of", reconf.ReasonValidation},
-		{"bad log level", "logging: {level: loud}\nrouting: {default_route: stub}" + backends, "logging.level", "must be one of", reconf.ReasonValidation},
-		{"body limit zero or less", "limits: {max_request_body_bytes: -5}\nrouting: {default_route: stub}" + backends, "limits.max_request_body_bytes", "at least 1", reconf.ReasonValidation},
-		{"stub tokens", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, stub: {tokens: -1}}\n", "backends[stub].stub.tokens", "at least 1", reconf.ReasonValidation},
-		{"unknown field", "routing: {default_route: stub, retries: 3}" + backends, "routing.retries", "unknown", reconf.ReasonUnknownField},
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil || len(files) < 29 {
+		t.Fatalf("found %d invalid fixtures (%v), want at least 29", len(files), err)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fixtureHeader(data)
+			if _, ok := want["path"]; !ok || want["reason"] == "" {
+				t.Fatalf("the header names no reason or path")
+			}
 			path := filepath.Join(t.TempDir(), "c.yaml")
-			writeAtomic(t, path, tc.yaml)
+			writeAtomic(t, path, string(data))
 			rep, err := Check(context.Background(), path, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rep.Valid {
-				t.Fatalf("got valid, want a problem at %s", tc.path)
+				t.Fatalf("got valid, want a problem at %s", want["path"])
 			}
-			if rep.Reason != tc.reason {
-				t.Errorf("got reason %s, want %s (%s)", rep.Reason, tc.reason, rep.Message)
+			if string(rep.Reason) != want["reason"] {
+				t.Errorf("got reason %s, want %s (%s)", rep.Reason, want["reason"], rep.Message)
 			}
 			found := false
 			for _, p := range rep.Problems {
-				if p.Path == tc.path && strings.Contains(p.Detail, tc.detail) {
+				if p.Path == want["path"] && strings.Contains(p.Detail, want["detail"]) {
 					found = true
 				}
 			}
 			if !found {
-				t.Errorf("no problem at %s containing %q; got %v", tc.path, tc.detail, rep.Problems)
+				t.Errorf("no problem at %s containing %q; got %v", want["path"], want["detail"], rep.Problems)
 			}
 		})
 	}
+}
+
+// fixtureHeader reads the "# key: value" lines that open a fixture.
+func fixtureHeader(data []byte) map[string]string {
+	h := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		if k, v, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "#")), ":"); ok && !strings.Contains(k, " ") {
+			h[k] = strings.TrimSpace(v)
+		}
+	}
+	return h
 }
 
 func TestDefaults(t *testing.T) {
