@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/supervisor"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 )
 
 // Names of the sockets a supervisor (or a restarting process) hands on.
@@ -33,7 +33,7 @@ func listen(what, addr string) (net.Listener, error) {
 		return ln, nil
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
-		if h, ok := supervisor.HolderOf(addr); ok {
+		if h, ok := lifecycle.HolderOf(addr); ok {
 			return nil, fmt.Errorf("listen on %s %s: the address is in use by %s; stop it, or use another address", what, addr, h)
 		}
 		return nil, fmt.Errorf("listen on %s %s: the address is in use by another process", what, addr)

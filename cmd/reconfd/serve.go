@@ -24,7 +24,7 @@ import (
 	"github.com/reconfhq/reconf/cmd/reconfd/internal/earlysignal"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
-	"github.com/reconfhq/reconf/internal/supervisor"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/metrics"
 	"github.com/reconfhq/reconf/trigger"
 )
@@ -346,7 +346,7 @@ func withRestart(m map[string]any, st restartState) map[string]any {
 // serveWorker is one worker process of a supervisor: the gateway joined to
 // the cluster, accepting on the sockets the supervisor handed it.
 func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
-	parent, err := supervisor.Attach()
+	parent, err := lifecycle.Attach()
 	if err != nil {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}

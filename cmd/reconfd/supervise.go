@@ -24,8 +24,8 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/ownerdir"
-	"github.com/reconfhq/reconf/internal/supervisor"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -231,7 +231,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	var sup *supervisor.Supervisor
+	var sup *lifecycle.Pool
 	procs := newWorkerProcs(m.workers)
 	// Ends a restart in progress (its roll, or the wait for a new
 	// supervisor) when this supervisor is told to stop.
@@ -287,7 +287,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 	// publish the file's live part, as a roll's first new worker does.
 	var publish atomic.Bool
 	publish.Store(ho != nil)
-	sup, err = supervisor.Start(stopCtx, supervisor.Config{
+	sup, err = lifecycle.StartPool(stopCtx, lifecycle.PoolConfig{
 		Workers:   m.workers,
 		Logger:    log,
 		Listeners: sockets,
@@ -424,7 +424,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m mode, log *slog.Log
 // executable on disk is another program than this supervisor's, the
 // supervisor is replaced instead, fleet and all (see supervisorSuccessor).
 // ctx ends when this supervisor is told to stop.
-func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerConfig, sup *supervisor.Supervisor, succ *supervisorSuccessor,
+func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerConfig, sup *lifecycle.Pool, succ *supervisorSuccessor,
 	procs *workerProcs, fleetFields *atomic.Pointer[gateway.RestartFields], track *restartTracker, run *restartRun, log *slog.Logger, lookup env) {
 	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
 		res := track.finish(run, fn)
@@ -463,7 +463,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 	}
 	log.Info("restart: rolling the workers", "workers", nm.workers)
 	finished := false
-	_, err = sup.Roll(ctx, supervisor.RollOptions{
+	_, err = sup.Roll(ctx, lifecycle.RollOptions{
 		Workers: nm.workers,
 		Prepare: func(slot int, cmd *exec.Cmd) {
 			cmd.Env = procs.env(cmd.Env, nm.workers)                              // the new fleet's share
@@ -472,7 +472,7 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 				cmd.Env = append(cmd.Env, envRestartPublish+"=1")
 			}
 		},
-		OnReady: func(rr supervisor.RollResult) {
+		OnReady: func(rr lifecycle.RollResult) {
 			finished = true
 			procs.resized(nm.workers) // a slot that restarts later gets the new share
 			fleetFields.Store(&nextFields)
@@ -490,9 +490,9 @@ func rollFleet(ctx context.Context, f serveFlags, m mode, server gateway.ServerC
 	if err != nil && !finished {
 		finish(func(r *admin.RestartResult) {
 			switch {
-			case errors.Is(err, supervisor.ErrRolling):
+			case errors.Is(err, lifecycle.ErrRolling):
 				r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
-			case errors.Is(err, supervisor.ErrStopping), ctx.Err() != nil:
+			case errors.Is(err, lifecycle.ErrStopping), ctx.Err() != nil:
 				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartCanceled
 			default:
 				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
@@ -557,7 +557,7 @@ func newFleetID() string {
 // replaceSupervisor replaces this supervisor and its workers with a new
 // supervisor of the executable on disk (see supervisorSuccessor) and
 // finishes the restart with the result.
-func replaceSupervisor(ctx context.Context, sup *supervisor.Supervisor, succ *supervisorSuccessor, run *restartRun,
+func replaceSupervisor(ctx context.Context, sup *lifecycle.Pool, succ *supervisorSuccessor, run *restartRun,
 	finish func(func(*admin.RestartResult)) admin.RestartResult, log *slog.Logger) {
 	var old []int
 	for _, w := range sup.Workers() {

@@ -1,16 +1,21 @@
-// Package supervisor runs a service as several worker processes on one
-// host: it starts them, knows when each is ready, restarts one that dies
-// (with capped backoff), forwards signals, and stops them all. It knows
-// nothing about configuration; reconfd's serve command builds each worker's
-// command line.
+// Package lifecycle owns reconfd's processes from start to exit:
+// supervising a fleet of workers, rolling them, restarting a process and
+// handing over to a successor.
 //
-//	sup, err := supervisor.Start(ctx, supervisor.Config{
+// # Pool
+//
+// A Pool runs a service as several worker processes on one host: it
+// starts them, knows when each is ready, restarts one that dies (with
+// capped backoff), forwards signals, and stops them all. It knows nothing
+// about configuration; its caller builds each worker's command line.
+//
+//	pool, err := lifecycle.StartPool(ctx, lifecycle.PoolConfig{
 //		Workers: 4,
 //		Command: func(slot int) *exec.Cmd { return exec.Command(exe, "serve", "--worker", strconv.Itoa(slot)) },
 //	})
-//	sup.SignalOne(syscall.SIGHUP)      // round-robin over ready workers
-//	res, err := sup.Roll(ctx, supervisor.RollOptions{}) // replace every worker
-//	err = sup.Shutdown(ctx)           // SIGTERM to every worker, wait
+//	pool.SignalOne(syscall.SIGHUP)      // round-robin over ready workers
+//	res, err := pool.Roll(ctx, lifecycle.RollOptions{}) // replace every worker
+//	err = pool.Shutdown(ctx)           // SIGTERM to every worker, wait
 //
 // # The worker protocol
 //
@@ -42,7 +47,7 @@
 //
 // # Concurrency
 //
-// A Supervisor's methods are safe for concurrent use. It owns one goroutine
+// A Pool's methods are safe for concurrent use. It owns one goroutine
 // per worker slot (start, wait, restart) and one per running process
 // (its Wait); Shutdown joins them all.
-package supervisor
+package lifecycle
