@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(workerEnv); mode != "" {
 		os.Exit(fakeWorker(mode))
 	}
+	if mode := os.Getenv(envTestChild); mode != "" {
+		os.Exit(testChild(mode)) // a new process of restart_notready_test.go
+	}
 	goleak.VerifyTestMain(m)
 }
 

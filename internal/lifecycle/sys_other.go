@@ -2,7 +2,12 @@
 
 package lifecycle
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+
+	"github.com/reconfhq/reconf/handoff"
+)
 
 // Workers cannot be started here (see handoff.Supported); these keep the
 // package building.
@@ -10,3 +15,6 @@ import "os/exec"
 func ownProcessGroup(*exec.Cmd) {}
 
 func parentPipe() bool { return false }
+
+// socketPair is not available: a supervisor hand-over needs a Unix system.
+func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.ErrUnsupported }
