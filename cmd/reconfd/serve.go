@@ -289,9 +289,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
-		shared: rs.HandedOver,
-		ready: func() {
+	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: rs.HandedOver,
+		Ready: func() {
 			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the previous process this one is ready", "error", err)
 			}
@@ -417,107 +417,26 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
-		shared: func() bool { return true },
-		ready: func() {
+	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: func() bool { return true },
+		Ready: func() {
 			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the supervisor this worker is ready", "error", err)
 			}
 		}})
 }
 
-// session is what serveUntil runs and stops.
-type session struct {
-	g        *gateway.Gateway
-	data     *handoff.DrainListener
-	served   chan error
-	mgmt     *managementServer
-	reloader trigger.Reloader // SIGHUP's target
-	hold     *trigger.Hold    // SIGHUP caught since start-up
-	// shared reports, at stop, whether other processes hold the data
-	// plane's socket (a worker's fleet, a successor): the drain then
-	// moves the clients to them first (see drainShared).
-	shared func() bool
-	ready  func() // called once everything serves
-}
-
-// serveUntil serves until stop closes or the data plane fails, then shuts down:
-// the SIGHUP trigger, the data plane (draining), management.
-func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, s *session) error {
-	g, served := s.g, s.served
-	log := g.Logger()
-	hup := s.hold.Listen(s.reloader, log)
-	s.ready()
-	log.Info("ready", "pid", os.Getpid(), "version", versionString(), "generation", g.Runtime().Current().ID())
-
-	var serveErr error
-	select {
-	case <-stop:
-		log.Info("shutting down: draining in-flight requests", "timeout", f.shutdownTimeout.String())
-	case serveErr = <-served:
-		served = nil
-		log.Error("the data plane stopped", "error", serveErr)
+// serveSession runs sess with the flags and mgmt (nil: management is
+// off) until stop closes or the data plane fails.
+func serveSession(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, mgmt *managementServer, sess *lifecycle.Session) error {
+	sess.ShutdownTimeout, sess.Version = f.shutdownTimeout, versionString()
+	if mgmt != nil {
+		sess.Management = mgmt
 	}
-	stopSignals() // a second signal now ends the process at once
-
-	hup.Close()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
-	defer cancel()
-	if s.shared() {
-		drainShared(sctx, g, s.data, s.mgmt)
+	if err := sess.Run(ctx, stop, stopSignals); err != nil {
+		return failed // logged
 	}
-	var errs []error
-	if err := g.Shutdown(sctx); err != nil {
-		errs = append(errs, err)
-	}
-	if served != nil {
-		if err := <-served; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.mgmt != nil {
-		if err := s.mgmt.Shutdown(sctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if serveErr != nil {
-		errs = append(errs, serveErr)
-	}
-	if err := errors.Join(errs...); err != nil {
-		log.Error("shutdown was not clean", "error", err)
-		return failed
-	}
-	log.Info("stopped")
 	return nil
-}
-
-// drainShared moves the clients of the data plane and of management (when
-// serve holds its socket) to the other processes that hold the sockets
-// before Shutdown: it answers every further request with Connection:
-// close, stops accepting (queued connections stay in the shared queue for
-// the others), and waits until the accepted connections have closed or
-// drainIdleGrace has passed for those that stay idle. Streams still
-// running then are Shutdown's to wait for. Both listeners drain the same
-// way and at once: net/http's Shutdown alone would close management's
-// idle keep-alive connections, on which a client (a scraper, the CLI)
-// may be sending at that instant.
-func drainShared(ctx context.Context, g *gateway.Gateway, data *handoff.DrainListener, mgmt *managementServer) {
-	lns := map[string]*handoff.DrainListener{"data-plane": data}
-	g.Drain()
-	if mgmt != nil && mgmt.ln != nil {
-		mgmt.Drain()
-		lns["management"] = mgmt.ln
-	}
-	wctx, cancel := context.WithTimeout(ctx, lifecycle.DrainIdleGrace)
-	defer cancel()
-	var wg sync.WaitGroup
-	for name, ln := range lns {
-		if err := ln.StopAccepting(); err != nil {
-			g.Logger().Warn("drain: closing this process's socket", "listener", name, "error", err)
-		}
-		wg.Go(func() { _ = ln.Wait(wctx) })
-	}
-	wg.Wait()
 }
 
 // managementServer is the management API and, when serve opened its
@@ -527,12 +446,15 @@ type managementServer struct {
 	served chan error // nil when admin.Server.Start owns the goroutine
 	// ln is the listener serve opened or inherited (nil when
 	// admin.Server.Start opened it): a drain moves its clients to the
-	// other holders of the socket as the data plane's (drainShared).
+	// other holders of the socket as the data plane's.
 	ln *handoff.DrainListener
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
 }
+
+// Listener is the listener serve opened or inherited, or nil.
+func (m *managementServer) Listener() *handoff.DrainListener { return m.ln }
 
 // Shutdown stops the server and waits for its serving goroutine.
 func (m *managementServer) Shutdown(ctx context.Context) error {
