@@ -12,7 +12,9 @@ import (
 
 // Names of the sockets a supervisor (or a restarting process) hands on.
 const (
-	ListenerData       = "data"
+	// ListenerData is the data plane's socket.
+	ListenerData = "data"
+	// ListenerManagement is management's socket.
 	ListenerManagement = "management"
 )
 
