@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/redact"
 	"github.com/reconfhq/reconf/internal/termtext"
 )
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	}
 	// Every message printed here may quote a flag's value: a URL's
 	// password goes, however malformed the URL (see internal/redact).
-	red := redact.New(append(args, lookup.get(envFleetChannel))...)
+	red := redact.New(append(args, lookup.get(lifecycle.EnvFleetChannel))...)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {

@@ -19,9 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envTestChild); mode != "" {
-		os.Exit(testChild(mode)) // a new process of restart_notready_test.go
-	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +23,7 @@ import (
 	"github.com/reconfhq/reconf/cmd/reconfd/internal/earlysignal"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
-	"github.com/reconfhq/reconf/internal/supervisor"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/metrics"
 	"github.com/reconfhq/reconf/trigger"
 )
@@ -128,27 +127,19 @@ func (f *serveFlags) check() error {
 }
 
 // mode is how serve runs, from the flags over the file's server section.
-type mode struct {
-	workers int
-	cluster []string
-	prefix  string
-}
-
-func (f *serveFlags) mode(s gateway.ServerConfig) mode {
-	m := mode{workers: s.Workers, cluster: s.Cluster, prefix: s.ClusterPrefix}
+func (f *serveFlags) mode(s gateway.ServerConfig) lifecycle.Shape {
+	m := lifecycle.Shape{Workers: s.Workers, Cluster: s.Cluster, Prefix: s.ClusterPrefix}
 	if f.workers > 0 {
-		m.workers = f.workers
+		m.Workers = f.workers
 	}
 	if len(f.cluster) > 0 {
-		m.cluster = f.cluster
+		m.Cluster = f.cluster
 	}
 	if f.clusterPrefix != "" {
-		m.prefix = f.clusterPrefix
+		m.Prefix = f.clusterPrefix
 	}
 	return m
 }
-
-func (m mode) clustered() bool { return m.workers > 1 || len(m.cluster) > 0 }
 
 // envMutationCheck names the variable that sets what the runtime does when
 // a published configuration is modified in place: log (the default), panic
@@ -215,46 +206,34 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// a single process keeps this load (and its lines); a supervisor or a
 	// cluster worker loads again and drops them.
 	out := &heldWriter{w: stderr, held: true}
-	var first []gateway.Option
-	if v := lookup.get(envGeneration); v != "" {
-		// A successor continues its predecessor's numbering.
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			first = append(first, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
-		}
+	// A successor (reconfd restart) continues its predecessor's numbering
+	// and history.
+	inherited, err := lifecycle.Inherit(lookup)
+	if err != nil {
+		fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
 	}
-	var handed handedHistory
-	successor := false
-	if path := lookup.get(envHistory); path != "" {
-		// ... and its history.
-		if seed, h, err := readHistory(path); err == nil {
-			first = append(first, gateway.WithHistorySeed(seed))
-			handed, successor = h, true
-		} else {
-			fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
-		}
-	}
-	g, reg, err := newGateway(stopCtx, f, out, lookup, first...)
+	g, reg, err := newGateway(stopCtx, f, out, lookup, inherited.Options...)
 	if err != nil {
 		out.release()
 		return err
 	}
-	if m := f.mode(g.Config().Server); m.clustered() {
+	if m := f.mode(g.Config().Server); m.Clustered() {
 		out.discard()
 		log := g.Logger() // the supervisor's, at logging.level
 		_ = g.Shutdown(context.WithoutCancel(ctx))
-		if m.workers > 1 {
+		if m.Workers > 1 {
 			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
 		}
-		co, err := f.access.withEnv(lookup).options(m.cluster, lookup)
+		co, err := f.access.withEnv(lookup).options(m.Cluster, lookup)
 		if err != nil {
 			return fail("--cluster: %v", err)
 		}
-		co.Prefix, co.GateTTL = m.prefix, f.leaseTTL
+		co.Prefix, co.GateTTL = m.Prefix, f.leaseTTL
 		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co))
 		if err != nil {
 			return err
 		}
-		log.Info("cluster channel", "endpoints", strings.Join(m.cluster, ","), "prefix", m.prefix, "worker_id", g.WorkerID())
+		log.Info("cluster channel", "endpoints", strings.Join(m.Cluster, ","), "prefix", m.Prefix, "worker_id", g.WorkerID())
 	}
 	out.release()
 	log := g.Logger()
@@ -264,16 +243,16 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		_ = g.Shutdown(context.Background())
 		return fail("%v", err)
 	}
-	raw := lns[listenerData]
+	raw := lns[lifecycle.ListenerData]
 	if raw == nil {
-		if raw, err = listen("server.address", g.Config().Server.Address); err != nil {
+		if raw, err = lifecycle.Listen("server.address", g.Config().Server.Address); err != nil {
 			_ = g.Shutdown(context.Background())
 			return fail("%v", err)
 		}
 	}
 	sockets := handoff.NewSet() // what a restart hands on
 	defer sockets.Close()
-	if err := sockets.Add(listenerData, raw); err != nil {
+	if err := sockets.Add(lifecycle.ListenerData, raw); err != nil {
 		_ = g.Shutdown(context.Background())
 		return fail("%v", err)
 	}
@@ -285,22 +264,18 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	if err != nil {
 		log.Warn("restart is unavailable: cannot find reconfd's own executable", "error", err)
 	}
-	rs := &selfRestarter{g: g, log: log, exe: exe, args: os.Args[1:], sockets: sockets,
-		timeout: successorReadyTimeout, handedOff: make(chan struct{})}
-	if successor {
-		rs.track.seed(handed.Restarts, handed.RestartID, handed.Restart.Time)
-	}
-	reg.MustRegister(restartCollector{state: func() (restartState, bool) { return rs.track.state(), true }})
-	guard := restartGuard{Runtime: g.Runtime(), running: rs.track.running}
+	rs := lifecycle.NewSelfRestarter(g, log, exe, os.Args[1:], sockets, inherited)
+	reg.MustRegister(lifecycle.RestartCollector{State: func() (lifecycle.RestartState, bool) { return rs.State(), true }})
+	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running}
 	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		mln := lns[listenerManagement]
+		mln := lns[lifecycle.ListenerManagement]
 		if mln == nil {
-			if mln, err = listen("the management address", addr); err != nil {
+			if mln, err = lifecycle.Listen("the management address", addr); err != nil {
 				return nil, err
 			}
 		}
-		return mln, sockets.Add(listenerManagement, mln)
-	}, func() map[string]any { return withRestart(g.StatusFields(), rs.track.state()) }, admin.WithRestarter(rs))
+		return mln, sockets.Add(lifecycle.ListenerManagement, mln)
+	}, func() map[string]any { return withRestart(g.StatusFields(), rs.State()) }, admin.WithRestarter(rs))
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
@@ -310,14 +285,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	go func() {
 		select {
 		case <-stopCtx.Done():
-		case <-rs.handedOff:
+		case <-rs.Done():
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
-		shared: func() bool { return isClosed(rs.handedOff) },
-		ready: func() {
-			if err := handoff.Ready(readyStatus(g)); err != nil {
+	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: rs.HandedOver,
+		Ready: func() {
+			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the previous process this one is ready", "error", err)
 			}
 			if err := handoff.NotifyReady(); err != nil {
@@ -326,18 +301,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		}})
 }
 
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // withRestart adds the restart state and this process's version to
 // status fields.
-func withRestart(m map[string]any, st restartState) map[string]any {
+func withRestart(m map[string]any, st lifecycle.RestartState) map[string]any {
 	m["restart"] = st
 	m["version"] = versionString()
 	return m
@@ -346,7 +312,7 @@ func withRestart(m map[string]any, st restartState) map[string]any {
 // serveWorker is one worker process of a supervisor: the gateway joined to
 // the cluster, accepting on the sockets the supervisor handed it.
 func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
-	parent, err := supervisor.Attach()
+	parent, err := lifecycle.Attach()
 	if err != nil {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
@@ -357,15 +323,16 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	defer hold.Release()
 	earlysignal.Handoff()
 
+	wenv := lifecycle.ReadWorkerEnv(lookup)
 	endpoints := f.cluster
-	if len(endpoints) == 0 && lookup.get(envFleetChannel) != "" {
-		endpoints = strings.Split(lookup.get(envFleetChannel), ",")
+	if len(endpoints) == 0 && wenv.Channel != "" {
+		endpoints = strings.Split(wenv.Channel, ",")
 	}
 	if len(endpoints) == 0 {
 		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	lns, err := handoff.Inherited()
-	if err != nil || lns[listenerData] == nil {
+	if err != nil || lns[lifecycle.ListenerData] == nil {
 		return fail("a worker needs the data-plane socket from its supervisor: %v", err)
 	}
 	co := gateway.ClusterOptions{Endpoints: endpoints}
@@ -374,10 +341,10 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 			return fail("--cluster: %v", err)
 		}
 	}
-	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.clusterPrefix, f.worker, lookup.get(envFleetID), f.leaseTTL
-	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(lookup.get(envFleetBaseline)),
-		gateway.WithAcceptShare(lookup.get(envFleetAccept))}
-	if lookup.get(envRestartPublish) == "1" {
+	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.clusterPrefix, f.worker, wenv.Fleet, f.leaseTTL
+	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(wenv.Baseline),
+		gateway.WithAcceptShare(wenv.Accept)}
+	if wenv.Publish {
 		// The first new worker of a restart may not be able to run the
 		// fleet's live part with its new restart fields (auth.mode turned
 		// on or off): it then starts on its file, which its reload below
@@ -385,10 +352,10 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		opts = append(opts, gateway.WithRuntimeOptions(reconf.WithStartupPublish()))
 	}
 	var pending []string // restart fields the file changed that the fleet has not restarted into
-	if v := lookup.get(envFleetRestartFields); v != "" {
+	if v := wenv.RestartFields; v != "" {
 		rf, err := gateway.ParseRestartFields(v)
 		if err != nil {
-			return fail("%s is malformed", envFleetRestartFields)
+			return fail("%s is malformed", lifecycle.RestartFieldsName)
 		}
 		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
 	}
@@ -409,10 +376,10 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		log.Warn("the file changes restart fields the fleet has not restarted into; this worker runs the fleet's values, like its peers, until reconfd restart",
 			"fields", strings.Join(pending, ","))
 	}
-	if lookup.get(envRestartPublish) == "1" {
+	if wenv.Publish {
 		// The first new worker of a restart: the fleet takes the file's
 		// live part now, before the old workers drain.
-		res, err := g.Reload(ctx, triggerRestart)
+		res, err := g.Reload(ctx, lifecycle.TriggerRestart)
 		if err != nil || !res.Outcome.OK() {
 			_ = g.Shutdown(context.Background())
 			if err != nil {
@@ -421,19 +388,19 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 			return fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
 		}
 	}
-	rs := newFleetRestarter(g, lookup.get(envControl), lookup.get(envRestartMark))
-	guard := restartGuard{Runtime: g.Runtime(), running: rs.running}
-	reg.MustRegister(restartCollector{state: rs.state}, workerInfo(f.worker, g.WorkerID()))
-	ln := handoff.NewDrainListener(lns[listenerData])
+	rs := lifecycle.NewFleetRestarter(g, wenv.Control, wenv.RestartMark)
+	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running}
+	reg.MustRegister(lifecycle.RestartCollector{State: rs.State}, workerInfo(f.worker, g.WorkerID()))
+	ln := handoff.NewDrainListener(lns[lifecycle.ListenerData])
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		if ln := lns[listenerManagement]; ln != nil {
+		if ln := lns[lifecycle.ListenerManagement]; ln != nil {
 			return ln, nil
 		}
 		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
 	}, func() map[string]any {
-		st, _ := rs.state()
+		st, _ := rs.State()
 		return withRestart(g.StatusFields(), st)
 	}, admin.WithRestarter(rs))
 	if err != nil {
@@ -450,117 +417,26 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 		close(stop)
 	}()
-	return serveUntil(ctx, stop, stopSignals, f, &session{g: g, data: ln, served: served, mgmt: mgmt, reloader: guard, hold: hold,
-		shared: func() bool { return true },
-		ready: func() {
-			if err := parent.Ready(readyStatus(g)); err != nil {
+	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: func() bool { return true },
+		Ready: func() {
+			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the supervisor this worker is ready", "error", err)
 			}
 		}})
 }
 
-// triggerRestart names the attempt with which a restart's first new
-// worker publishes the file's live part.
-const triggerRestart reconf.Trigger = "restart"
-
-// session is what serveUntil runs and stops.
-type session struct {
-	g        *gateway.Gateway
-	data     *handoff.DrainListener
-	served   chan error
-	mgmt     *managementServer
-	reloader trigger.Reloader // SIGHUP's target
-	hold     *trigger.Hold    // SIGHUP caught since start-up
-	// shared reports, at stop, whether other processes hold the data
-	// plane's socket (a worker's fleet, a successor): the drain then
-	// moves the clients to them first (see drainShared).
-	shared func() bool
-	ready  func() // called once everything serves
-}
-
-// serveUntil serves until stop closes or the data plane fails, then shuts down:
-// the SIGHUP trigger, the data plane (draining), management.
-func serveUntil(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, s *session) error {
-	g, served := s.g, s.served
-	log := g.Logger()
-	hup := s.hold.Listen(s.reloader, log)
-	s.ready()
-	log.Info("ready", "pid", os.Getpid(), "version", versionString(), "generation", g.Runtime().Current().ID())
-
-	var serveErr error
-	select {
-	case <-stop:
-		log.Info("shutting down: draining in-flight requests", "timeout", f.shutdownTimeout.String())
-	case serveErr = <-served:
-		served = nil
-		log.Error("the data plane stopped", "error", serveErr)
+// serveSession runs sess with the flags and mgmt (nil: management is
+// off) until stop closes or the data plane fails.
+func serveSession(ctx context.Context, stop <-chan struct{}, stopSignals func(), f serveFlags, mgmt *managementServer, sess *lifecycle.Session) error {
+	sess.ShutdownTimeout, sess.Version = f.shutdownTimeout, versionString()
+	if mgmt != nil {
+		sess.Management = mgmt
 	}
-	stopSignals() // a second signal now ends the process at once
-
-	hup.Close()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
-	defer cancel()
-	if s.shared() {
-		drainShared(sctx, g, s.data, s.mgmt)
+	if err := sess.Run(ctx, stop, stopSignals); err != nil {
+		return failed // logged
 	}
-	var errs []error
-	if err := g.Shutdown(sctx); err != nil {
-		errs = append(errs, err)
-	}
-	if served != nil {
-		if err := <-served; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.mgmt != nil {
-		if err := s.mgmt.Shutdown(sctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if serveErr != nil {
-		errs = append(errs, serveErr)
-	}
-	if err := errors.Join(errs...); err != nil {
-		log.Error("shutdown was not clean", "error", err)
-		return failed
-	}
-	log.Info("stopped")
 	return nil
-}
-
-// drainShared moves the clients of the data plane and of management (when
-// serve holds its socket) to the other processes that hold the sockets
-// before Shutdown: it answers every further request with Connection:
-// close, stops accepting (queued connections stay in the shared queue for
-// the others), and waits until the accepted connections have closed or
-// drainIdleGrace has passed for those that stay idle. Streams still
-// running then are Shutdown's to wait for. Both listeners drain the same
-// way and at once: net/http's Shutdown alone would close management's
-// idle keep-alive connections, on which a client (a scraper, the CLI)
-// may be sending at that instant.
-func drainShared(ctx context.Context, g *gateway.Gateway, data *handoff.DrainListener, mgmt *managementServer) {
-	lns := map[string]*handoff.DrainListener{"data-plane": data}
-	g.Drain()
-	if mgmt != nil && mgmt.ln != nil {
-		mgmt.Drain()
-		lns["management"] = mgmt.ln
-	}
-	wctx, cancel := context.WithTimeout(ctx, drainIdleGrace)
-	defer cancel()
-	var wg sync.WaitGroup
-	for name, ln := range lns {
-		if err := ln.StopAccepting(); err != nil {
-			g.Logger().Warn("drain: closing this process's socket", "listener", name, "error", err)
-		}
-		wg.Go(func() { _ = ln.Wait(wctx) })
-	}
-	wg.Wait()
-}
-
-// readyStatus is what a worker or a successor says when it is ready: the
-// generation it serves.
-func readyStatus(g *gateway.Gateway) string {
-	return "generation=" + strconv.FormatUint(g.Runtime().Current().ID(), 10)
 }
 
 // managementServer is the management API and, when serve opened its
@@ -570,12 +446,15 @@ type managementServer struct {
 	served chan error // nil when admin.Server.Start owns the goroutine
 	// ln is the listener serve opened or inherited (nil when
 	// admin.Server.Start opened it): a drain moves its clients to the
-	// other holders of the socket as the data plane's (drainShared).
+	// other holders of the socket as the data plane's.
 	ln *handoff.DrainListener
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
 }
+
+// Listener is the listener serve opened or inherited, or nil.
+func (m *managementServer) Listener() *handoff.DrainListener { return m.ln }
 
 // Shutdown stops the server and waits for its serving goroutine.
 func (m *managementServer) Shutdown(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,7 +6,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 )
 
-// restartCollector exports the restart state (this process's tracker, or
+// RestartCollector exports the restart state (this process's tracker, or
 // a worker's supervisor's) as Prometheus metrics at each scrape:
 //
 //	reconfd_restarts_total{outcome}           restarts that began, by how they ended
@@ -15,8 +15,9 @@ import (
 //
 // A worker whose supervisor does not answer exports none of them for
 // that scrape rather than a wrong zero.
-type restartCollector struct {
-	state func() (restartState, bool)
+type RestartCollector struct {
+	// State reads the restart state; false: it cannot be read now.
+	State func() (RestartState, bool)
 }
 
 var (
@@ -30,15 +31,15 @@ var (
 )
 
 // Describe implements prometheus.Collector.
-func (c restartCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c RestartCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRestarts
 	ch <- descRestartInProgress
 	ch <- descRestartLastDuration
 }
 
 // Collect implements prometheus.Collector.
-func (c restartCollector) Collect(ch chan<- prometheus.Metric) {
-	st, ok := c.state()
+func (c RestartCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := c.State()
 	if !ok {
 		return
 	}

@@ -3,7 +3,7 @@
 // Workers run only on Unix (they inherit the sockets and take signals:
 // sys_other.go), so every test here needs it.
 
-package supervisor
+package lifecycle
 
 import (
 	"context"
@@ -45,6 +45,9 @@ const workerEnv = "RECONF_SUPERVISOR_TEST_WORKER"
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(workerEnv); mode != "" {
 		os.Exit(fakeWorker(mode))
+	}
+	if mode := os.Getenv(envTestChild); mode != "" {
+		os.Exit(testChild(mode)) // a new process of restart_notready_test.go
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -118,7 +121,7 @@ func fakeWorker(mode string) int {
 	}
 }
 
-func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, error) {
+func start(t *testing.T, n int, mode string) (*Pool, string, *logBuf, error) {
 	t.Helper()
 	var m atomic.Pointer[string]
 	m.Store(&mode)
@@ -128,7 +131,7 @@ func start(t *testing.T, n int, mode string) (*Supervisor, string, *logBuf, erro
 // startWith starts n fake workers whose mode is read at each start, with
 // the listeners in set (may be nil); tune, if given, changes the
 // configuration first.
-func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.Set, tune ...func(*Config)) (*Supervisor, string, *logBuf, error) {
+func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.Set, tune ...func(*PoolConfig)) (*Pool, string, *logBuf, error) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -136,7 +139,7 @@ func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.S
 	}
 	dir := t.TempDir()
 	logs := &logBuf{}
-	cfg := Config{
+	cfg := PoolConfig{
 		Workers: n,
 		Command: func(slot int) *exec.Cmd {
 			cmd := exec.Command(exe, "-test.run=^$")
@@ -152,7 +155,7 @@ func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.S
 	for _, f := range tune {
 		f(&cfg)
 	}
-	s, err := Start(context.Background(), cfg)
+	s, err := StartPool(context.Background(), cfg)
 	if s != nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -262,7 +265,7 @@ func TestStartFailsWhenAWorkerLingers(t *testing.T) {
 	var m atomic.Pointer[string]
 	m.Store(&mode)
 	begun := time.Now()
-	s, _, _, err := startWith(t, 1, &m, nil, func(c *Config) { c.ReadyTimeout = 2 * time.Second })
+	s, _, _, err := startWith(t, 1, &m, nil, func(c *PoolConfig) { c.ReadyTimeout = 2 * time.Second })
 	if err == nil || s != nil {
 		t.Fatalf("got %v, %v; want a failed start", s, err)
 	}
@@ -463,7 +466,7 @@ func TestHolderOfNamesTheListeningProcess(t *testing.T) {
 	}
 	defer ln.Close()
 	h, ok := HolderOf(ln.Addr().String())
-	if !ok || h.PID != os.Getpid() || !strings.Contains(h.Command, "supervisor.test") {
+	if !ok || h.PID != os.Getpid() || !strings.Contains(h.Command, "lifecycle.test") {
 		t.Fatalf("HolderOf: %+v, %v; want this test process", h, ok)
 	}
 	ln.Close()

@@ -1,4 +1,4 @@
-package supervisor
+package lifecycle
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ type Parent struct {
 }
 
 // Attach returns the worker's side of the protocol, or an error when the
-// process was not started by a Supervisor (descriptor 3 is not its pipe or
+// process was not started by a Pool (descriptor 3 is not its pipe or
 // the readiness variable is missing).
 func Attach() (*Parent, error) {
 	if !handoff.Supported {

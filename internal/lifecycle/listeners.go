@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"errors"
@@ -8,32 +8,33 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/supervisor"
 )
 
 // Names of the sockets a supervisor (or a restarting process) hands on.
 const (
-	listenerData       = "data"
-	listenerManagement = "management"
+	// ListenerData is the data plane's socket.
+	ListenerData = "data"
+	// ListenerManagement is management's socket.
+	ListenerManagement = "management"
 )
 
-// drainIdleGrace bounds how long a drain waits for connections that stay
+// DrainIdleGrace bounds how long a drain waits for connections that stay
 // idle: a client under load sends its next request within milliseconds,
 // is answered with Connection: close and moves to a new connection; one
 // idle for this long is closed by Shutdown.
-const drainIdleGrace = time.Second
+const DrainIdleGrace = time.Second
 
-// listen opens what (server.address, the management address) with a plain
+// Listen opens what (server.address, the management address) with a plain
 // bind. An address in use is an error naming the process that holds it,
 // where /proc tells, so that a second fleet on a running fleet's address
 // fails at start with a clear reason.
-func listen(what, addr string) (net.Listener, error) {
+func Listen(what, addr string) (net.Listener, error) {
 	ln, err := handoff.Listen(addr)
 	if err == nil {
 		return ln, nil
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
-		if h, ok := supervisor.HolderOf(addr); ok {
+		if h, ok := HolderOf(addr); ok {
 			return nil, fmt.Errorf("listen on %s %s: the address is in use by %s; stop it, or use another address", what, addr, h)
 		}
 		return nil, fmt.Errorf("listen on %s %s: the address is in use by another process", what, addr)

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -7,9 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
@@ -17,33 +14,34 @@ import (
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
-// envGeneration tells a successor the generation its predecessor served,
-// so that its own numbering continues (its startup load is one more).
-const envGeneration = "RECONF_RESTART_GENERATION"
-
-// successorReadyTimeout bounds a successor's start: one not ready by then
-// is killed and the restart fails, the old process serving on.
-const successorReadyTimeout = 60 * time.Second
-
-// selfRestarter restarts a single process: it hands the listening sockets
+// SelfRestarter restarts a single process: it hands the listening sockets
 // to a new process started from the executable on disk with the same
-// arguments, waits until that one is ready, then has this process drain
-// and exit. It implements admin.Restarter and is safe for concurrent use.
-type selfRestarter struct {
-	g       *gateway.Gateway
-	log     *slog.Logger
-	exe     string
-	args    []string
-	sockets *handoff.Set
-	timeout time.Duration
-	track   restartTracker
+// arguments (Handover), waits until that one is ready, then has this
+// process drain and exit. It implements admin.Restarter and is safe for
+// concurrent use.
+type SelfRestarter struct {
+	g        *gateway.Gateway
+	log      *slog.Logger
+	exe      string
+	args     []string
+	handover *Handover
+	track    restartTracker
+}
 
-	handedOff chan struct{} // closed once a successor serves
-	once      sync.Once
+// NewSelfRestarter restarts the process that serves g into exe with args,
+// handing it sockets. A process that a restart started continues its
+// predecessor's book of restarts from inherited (Inheritance.Successor).
+func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []string, sockets *handoff.Set, inherited Inheritance) *SelfRestarter {
+	r := &SelfRestarter{g: g, log: log, exe: exe, args: args, handover: newHandover(sockets, successorReadyTimeout)}
+	if inherited.Successor {
+		h := inherited.history
+		r.track.seed(h.Restarts, h.RestartID, h.Restart.Time)
+	}
+	return r
 }
 
 // Restart checks the file like a reload and begins the hand-off.
-func (r *selfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
+func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
 	prev := r.g.Runtime().Current().ID()
 	run, res, ok := r.track.begin(prev)
 	if !ok {
@@ -72,11 +70,24 @@ func (r *selfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 }
 
 // WaitRestart follows a restart by id.
-func (r *selfRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (r *SelfRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
 	return r.track.wait(ctx, id)
 }
 
-func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
+// State is the restart part of this process's status.
+func (r *SelfRestarter) State() RestartState { return r.track.state() }
+
+// Running reports whether a restart runs.
+func (r *SelfRestarter) Running() bool { return r.track.running() }
+
+// Done is closed once a successor serves: this process then drains and
+// exits.
+func (r *SelfRestarter) Done() <-chan struct{} { return r.handover.Done() }
+
+// HandedOver reports whether a successor serves.
+func (r *SelfRestarter) HandedOver() bool { return r.handover.HandedOver() }
+
+func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 	ctx := context.Background()
 	cmd := exec.Command(r.exe, r.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -84,7 +95,7 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 	// The history goes on in the successor: this process's entries, the
 	// restart's own entry first (it is known once the successor is ready,
 	// so the successor records it from the result it is handed).
-	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: triggerRestart, Actor: actor,
+	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: TriggerRestart, Actor: actor,
 		Outcome: string(admin.Restarted), Reason: admin.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
 		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())}, run.id(&r.track), r.track.state().Counts)
 	if err != nil {
@@ -100,16 +111,13 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
 		r.log.Error("restart failed; this process keeps serving", "id", res.ID, "reason", reason, "message", msg)
 	}
-	p, err := handoff.Start(cmd, r.sockets)
+	p, err := r.handover.start(cmd)
 	if err != nil {
 		fail(admin.ReasonRestartNotStarted, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
-	status, err := p.WaitReady(ctx)
+	status, err := r.handover.await(context.Background(), p)
 	if err != nil {
-		err = stopNotReady(p, r.timeout, err)
 		fail(admin.ReasonRestartNotReady, fmt.Sprintf("the new process (pid %d) %v; this process keeps serving", p.PID(), err))
 		return
 	}
@@ -120,17 +128,5 @@ func (r *selfRestarter) run(run *restartRun, prev uint64, actor string) {
 		res.Message = fmt.Sprintf("pid %d serves generation %d; pid %d drains and exits", p.PID(), res.Generation, os.Getpid())
 	})
 	r.log.Info("restart: the new process serves; draining this one", "id", res.ID, "new_pid", p.PID(), "generation", res.Generation)
-	r.once.Do(func() { close(r.handedOff) })
-}
-
-// generationOf reads "generation=N" from a ready status.
-func generationOf(status string, def uint64) uint64 {
-	for _, f := range strings.Fields(status) {
-		if v, ok := strings.CutPrefix(f, "generation="); ok {
-			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-				return n
-			}
-		}
-	}
-	return def
+	r.handover.handedOver()
 }

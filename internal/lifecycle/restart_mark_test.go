@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"os"
@@ -60,16 +60,16 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 	defer ctl.close()
 	client := controlClient(ctl.path)
 	defer client.CloseIdleConnections()
-	w := &fleetRestarter{client: client, mark: ctl.track.mark}
+	w := &FleetRestarter{client: client, mark: ctl.track.mark}
 
-	if w.running() {
+	if w.Running() {
 		t.Fatal("running before any restart")
 	}
 	run, _, ok := ctl.track.begin(1)
 	if !ok {
 		t.Fatal("the restart did not begin")
 	}
-	if !w.running() {
+	if !w.Running() {
 		t.Fatal("a marked, running restart is not seen")
 	}
 	// The supervisor's book says running, but without the mark the
@@ -77,7 +77,7 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 	if err := os.Remove(ctl.track.mark); err != nil {
 		t.Fatal(err)
 	}
-	if w.running() {
+	if w.Running() {
 		t.Fatal("the worker asked the supervisor although there was no mark")
 	}
 	// A mark left behind: the supervisor answers for it.
@@ -85,14 +85,14 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 	if err := os.WriteFile(ctl.track.mark, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if w.running() {
+	if w.Running() {
 		t.Fatal("a stale mark reads as a running restart")
 	}
 	// A worker of a supervisor without the mark always asks.
-	old := &fleetRestarter{client: client}
+	old := &FleetRestarter{client: client}
 	run, _, _ = ctl.track.begin(1)
 	os.Remove(ctl.track.mark)
-	if !old.running() {
+	if !old.Running() {
 		t.Fatal("a worker without the mark's path did not ask")
 	}
 	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/reconfhq/reconf"
@@ -14,9 +15,44 @@ import (
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
-// envHistory names a file (0600, removed by the predecessor) that holds
-// the history a successor carries on.
-const envHistory = "RECONF_RESTART_HISTORY"
+// Inheritance is what a single process that a restart started takes from
+// its predecessor.
+type Inheritance struct {
+	// Options continue the predecessor's generation numbering and its
+	// history in the first load.
+	Options []gateway.Option
+	// Successor: a restart started this process and handed it its
+	// history.
+	Successor bool
+	// history is what the predecessor handed on.
+	history handedHistory
+}
+
+// Inherit reads what a predecessor handed this process through the
+// environment (envGeneration, envHistory); nothing when none did. An
+// error says the history could not be read: the process then starts a
+// new one, and Options still continue the numbering.
+func Inherit(lookup func(string) (string, bool)) (Inheritance, error) {
+	var in Inheritance
+	if v, _ := lookup(envGeneration); v != "" {
+		// A successor continues its predecessor's numbering.
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			in.Options = append(in.Options, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
+		}
+	}
+	path, _ := lookup(envHistory)
+	if path == "" {
+		return in, nil
+	}
+	// ... and its history.
+	seed, h, err := readHistory(path)
+	if err != nil {
+		return in, err
+	}
+	in.Options = append(in.Options, gateway.WithHistorySeed(seed))
+	in.history, in.Successor = h, true
+	return in, nil
+}
 
 // maxHandedHistory bounds the history file a successor reads.
 const maxHandedHistory = 8 << 20
@@ -26,7 +62,7 @@ const maxHandedHistory = 8 << 20
 type handedHistory struct {
 	Entries []reconf.HistoryEntry `json:"entries"`
 	Restart reconf.HistoryEntry   `json:"restart"`
-	// Restarts are the predecessor's restart counts (restartState.Counts).
+	// Restarts are the predecessor's restart counts (RestartState.Counts).
 	Restarts map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
 	// RestartID names the restart that starts the successor.
 	RestartID string `json:"restart_id,omitempty"`

@@ -1,12 +1,20 @@
 //go:build !unix
 
-package main
+package lifecycle
 
 import (
 	"os"
+	"os/exec"
 
 	"github.com/reconfhq/reconf/handoff"
 )
+
+// Workers cannot be started here (see handoff.Supported); these keep the
+// package building.
+
+func ownProcessGroup(*exec.Cmd) {}
+
+func parentPipe() bool { return false }
 
 // socketPair is not available: a supervisor hand-over needs a Unix system.
 func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.ErrUnsupported }

@@ -1,9 +1,8 @@
-package main
+package lifecycle
 
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,18 +13,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
-	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
-
-// envSupervisorHandover carries a supervisorHandover (JSON) to the
-// supervisor that replaces this one.
-const envSupervisorHandover = "RECONF_SUPERVISOR_HANDOVER"
 
 // supervisorHandover is what a supervisor hands to its successor besides
 // the listening sockets: the embedded etcd's directories (the successor's
@@ -46,7 +39,7 @@ type supervisorHandover struct {
 	// is ready by then, so the channel is down for a member's start
 	// only), and reads when the predecessor's member stopped.
 	ReleaseFD int `json:"release_fd,omitempty"`
-	// Restarts are the predecessor's restart counts (restartState.Counts);
+	// Restarts are the predecessor's restart counts (RestartState.Counts);
 	// RestartID and RestartStarted name the restart that starts the
 	// successor.
 	Restarts       map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
@@ -86,7 +79,7 @@ func (h *supervisorHandover) awaitMember() (time.Time, error) {
 
 // takeHandover reads and unsets envSupervisorHandover: nil when this
 // supervisor replaces none.
-func takeHandover(lookup env) (*supervisorHandover, error) {
+func takeHandover(lookup func(string) (string, bool)) (*supervisorHandover, error) {
 	v, ok := lookup(envSupervisorHandover)
 	if !ok {
 		return nil, nil
@@ -97,67 +90,6 @@ func takeHandover(lookup env) (*supervisorHandover, error) {
 		return nil, fmt.Errorf("%s is malformed", envSupervisorHandover)
 	}
 	return &h, nil
-}
-
-// openImage opens the executable this process runs, once, at start:
-// /proc/self/exe where the system has it, else the path os.Executable
-// gave. An open descriptor keeps reaching the running image after a new
-// build is renamed over the path, so a later comparison sees the
-// replacement (without /proc, comparing the path with itself never did:
-// every restart on macOS counted as an upgrade).
-func openImage(exe string) (*os.File, error) {
-	if f, err := os.Open("/proc/self/exe"); err == nil {
-		return f, nil
-	}
-	return os.Open(exe)
-}
-
-// executableChanged reports whether the executable at path is another
-// program than the running image: not the same file (device and inode),
-// and not the same bytes either (a copy of the same build is no upgrade).
-// A file that cannot be read counts as changed: the restart then starts
-// it, and reports why it failed.
-func executableChanged(image *os.File, path string) bool {
-	if image == nil {
-		return true
-	}
-	si, serr := image.Stat()
-	pi, perr := os.Stat(path)
-	if serr == nil && perr == nil && os.SameFile(si, pi) {
-		return false
-	}
-	a, aerr := readerDigest(io.NewSectionReader(image, 0, 1<<62), si)
-	b, berr := fileDigest(path)
-	return serr != nil || aerr != nil || berr != nil || a != b
-}
-
-// fileDigest returns the SHA-256 of a regular file, read in a stream.
-func fileDigest(path string) ([32]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	return readerDigest(f, st)
-}
-
-// readerDigest returns the SHA-256 of r, the content of the file st
-// describes, which must be a regular one.
-func readerDigest(r io.Reader, st os.FileInfo) ([32]byte, error) {
-	var sum [32]byte
-	if st == nil || !st.Mode().IsRegular() {
-		return sum, errors.New("not a regular file")
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return sum, err
-	}
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
 }
 
 // supervisorSuccessor replaces a fleet's supervisor with a new process of
@@ -172,22 +104,17 @@ func readerDigest(r io.Reader, st os.FileInfo) ([32]byte, error) {
 // killed, this supervisor's member resumes from the same data, and the old
 // fleet serves on. It is used by one restart at a time.
 type supervisorSuccessor struct {
-	exe     string
-	image   *os.File // the running executable, opened at start (openImage)
-	args    []string
-	log     *slog.Logger
-	sockets *handoff.Set
-	member  *embedded.Server // nil with an external cluster
-	fleet   string
+	exe    string
+	image  *os.File // the running executable, opened at start (openImage)
+	args   []string
+	log    *slog.Logger
+	member *embedded.Server // nil with an external cluster
+	fleet  string
 	// ownsData: the member's data directory is serve's own (--data-dir).
 	ownsData  bool
-	generated string // the generated management token, or ""
-	timeout   time.Duration
+	generated string          // the generated management token, or ""
 	track     *restartTracker // whose counts the successor carries on
-
-	mu        sync.Mutex
-	handedOff bool
-	done      chan struct{} // closed once a successor serves
+	handover  *Handover
 }
 
 // successorResult is what the successor said when it was ready.
@@ -199,7 +126,7 @@ type successorResult struct {
 
 // replace starts the successor and waits until it is ready; ctx ends the
 // wait (a shutdown of this supervisor), killing the successor. On success
-// the member's directories belong to the successor and done is closed.
+// the member's directories belong to the successor and the hand-over is done.
 func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
 	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
 		RestartID: run.id(s.track), RestartStarted: run.started(s.track)}
@@ -242,14 +169,12 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 			s.log.Error("restart: the embedded etcd did not resume; the workers serve on without their channel", "error", err)
 		}
 	}
-	p, err := handoff.Start(cmd, s.sockets)
+	p, err := s.handover.start(cmd)
 	_ = closeTheirs()
 	if err != nil {
 		resume()
 		return successorResult{}, fmt.Errorf("%w: %w", errNotStarted, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	asked := make(chan struct{})
 	if release == nil {
 		close(asked)
@@ -268,9 +193,8 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 			_, _ = fmt.Fprintf(release, "released %d\n", time.Now().UnixNano())
 		}()
 	}
-	status, err := p.WaitReady(wctx)
+	status, err := s.handover.await(ctx, p) // one not ready is stopped: its workers see their supervisor gone and stop
 	if err != nil {
-		err = stopNotReady(p, s.timeout, err) // its workers see their supervisor gone and stop
 		if release != nil {
 			release.Close() // ends the goroutine above, if it still waits
 		}
@@ -281,10 +205,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	if s.member != nil {
 		s.member.Release()
 	}
-	s.mu.Lock()
-	s.handedOff = true
-	s.mu.Unlock()
-	close(s.done)
+	s.handover.handedOver()
 	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
 }
 
@@ -292,37 +213,4 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 var errNotStarted = errors.New("the new supervisor could not be started")
 
 // releasedData reports whether the data directory went to a successor.
-func (s *supervisorSuccessor) releasedData() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.handedOff
-}
-
-// supervisorReadyStatus is what a supervisor says when its fleet serves:
-// the highest generation its workers serve and their pids.
-func supervisorReadyStatus(statuses []string, pids []int) string {
-	var gen uint64
-	for _, st := range statuses {
-		gen = max(gen, generationOf(st, 0))
-	}
-	ps := make([]string, len(pids))
-	for i, p := range pids {
-		ps[i] = strconv.Itoa(p)
-	}
-	return fmt.Sprintf("generation=%d workers=%s", gen, strings.Join(ps, ","))
-}
-
-// pidsOf reads "workers=1,2,3" from a ready status.
-func pidsOf(status string) []int {
-	var out []int
-	for _, f := range strings.Fields(status) {
-		if v, ok := strings.CutPrefix(f, "workers="); ok {
-			for _, p := range strings.Split(v, ",") {
-				if n, err := strconv.Atoi(p); err == nil {
-					out = append(out, n)
-				}
-			}
-		}
-	}
-	return out
-}
+func (s *supervisorSuccessor) releasedData() bool { return s.handover.HandedOver() }

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
-	"github.com/reconfhq/reconf/handoff"
 )
 
 // keptRestarts is how many finished restarts stay known by id.
@@ -92,13 +91,6 @@ func (t *restartTracker) run(r *restartRun) {
 	}
 }
 
-// update changes a running restart's result.
-func (t *restartTracker) update(r *restartRun, fn func(*admin.RestartResult)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fn(&r.res)
-}
-
 // finish ends r with its final result.
 func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) admin.RestartResult {
 	t.mu.Lock()
@@ -163,8 +155,9 @@ func (t *restartTracker) running() bool {
 	return t.cur != nil
 }
 
-// restartState is the restart part of the status document.
-type restartState struct {
+// RestartState is the restart part of the status document: a process's
+// own book, or, for a worker, its supervisor's.
+type RestartState struct {
 	InProgress bool                 `json:"in_progress"`
 	Current    *admin.RestartResult `json:"current,omitempty"`
 	Last       *admin.RestartResult `json:"last,omitempty"`
@@ -219,10 +212,10 @@ func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id stri
 	return r, nil
 }
 
-func (t *restartTracker) state() restartState {
+func (t *restartTracker) state() RestartState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := restartState{Counts: maps.Clone(t.counts)}
+	st := RestartState{Counts: maps.Clone(t.counts)}
 	if t.cur != nil {
 		res := t.cur.res
 		st.InProgress, st.Current = true, &res
@@ -232,66 +225,4 @@ func (t *restartTracker) state() restartState {
 		st.Last = &res
 	}
 	return st
-}
-
-// checkAllows reports whether a check's outcome lets a restart go on: a
-// refusal other than restart-required ends the restart with its outcome.
-func checkAllows(o reconf.Outcome) bool {
-	return o == reconf.Published || o == reconf.NoOp || o == reconf.RestartRequired
-}
-
-// refusedByCheck is the result of a restart that its check ended.
-func refusedByCheck(res reconf.Result) admin.RestartResult {
-	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(res.Outcome.String()), Reason: string(res.Reason),
-		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &res,
-		PreviousGeneration: res.PreviousGeneration, Generation: res.PreviousGeneration, Started: res.Started}
-}
-
-// historyOf is the history entry of a finished restart.
-func historyOf(res admin.RestartResult, actor string) reconf.HistoryEntry {
-	return reconf.HistoryEntry{Time: res.Started, Trigger: triggerRestart, Actor: actor, Outcome: string(res.Outcome),
-		Reason: reconf.Reason(res.Reason), Message: res.Message, PreviousGeneration: res.PreviousGeneration,
-		Generation: res.Generation, DurationMS: res.DurationMS}
-}
-
-// restartGuard answers busy to reloads while a restart runs, for the
-// management API and SIGHUP; otherwise it is the runtime.
-type restartGuard struct {
-	admin.Runtime
-	running func() bool
-}
-
-// Reload answers busy while a restart runs.
-func (g restartGuard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error) {
-	if g.running() {
-		id := g.Status().ActiveGeneration
-		return reconf.Result{Outcome: reconf.Busy, Reason: reconf.ReasonInFlight, Trigger: t,
-			Message: "a restart is in progress; reload when it ends", PreviousGeneration: id, Generation: id, Started: time.Now()}, nil
-	}
-	return g.Runtime.Reload(ctx, t)
-}
-
-// stopNotReady stops p, a new process that WaitReady found not ready
-// (err) within timeout, unless it had exited by itself, and says what
-// became of it, to follow "the new process (pid N) ". Only one that had
-// exited before it was stopped "exited before it was ready (exit status
-// 2): <reason>"; one still running (it said Failed, then its shutdown
-// hung) "did not become ready within 1m0s (<err>); it said: <reason>; it
-// was stopped" and ends by our signal, not its own. The reason is the one
-// it gave with handoff.Failed; an exited one that gave none is pointed to
-// its log. The error wraps err when p was stopped.
-func stopNotReady(p *handoff.Process, timeout time.Duration, err error) error {
-	select {
-	case <-p.Exited():
-		if why := p.Failure(); why != "" {
-			return fmt.Errorf("exited before it was ready (%s): %s", p.State(), why)
-		}
-		return fmt.Errorf("exited before it was ready (%s); see its log lines above", p.State())
-	default:
-	}
-	p.Kill()
-	if why := p.Failure(); why != "" {
-		return fmt.Errorf("did not become ready within %v (%w); it said: %s; it was stopped", timeout, err, why)
-	}
-	return fmt.Errorf("did not become ready within %v (%w); it was stopped", timeout, err)
 }

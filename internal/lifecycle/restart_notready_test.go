@@ -1,10 +1,11 @@
-package main
+package lifecycle
 
 import (
 	"context"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,22 @@ import (
 const envTestChild = "RECONF_MAIN_TEST_CHILD"
 
 const childReason = "the test child's reason"
+
+// valid is a configuration the restarted gateway loads.
+const valid = `
+routing: {default_route: s}
+backends:
+  - {name: s, kind: stub, model: m}
+`
+
+func writeFile(t *testing.T, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func testChild(mode string) int {
 	_ = handoff.Failed(childReason)
@@ -86,7 +103,7 @@ func TestRestartNewProcessNotReady(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer g.Shutdown(ctx)
-		r := &selfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, timeout: c.timeout, handedOff: make(chan struct{})}
+		r := &SelfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, handover: newHandover(nil, c.timeout)}
 		begun, err := r.Restart(ctx, "test")
 		if err != nil || begun.Outcome != admin.RestartRunning {
 			t.Fatalf("Restart: %+v, %v; want it running", begun, err)
@@ -113,7 +130,7 @@ func TestHandoverNewSupervisorNotReady(t *testing.T) {
 		}
 		defer track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.RestartFailed })
 		s := &supervisorSuccessor{exe: exe, args: []string{"-test.run=^$"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			fleet: "test", timeout: c.timeout, track: track, done: make(chan struct{})}
+			fleet: "test", track: track, handover: newHandover(nil, c.timeout)}
 		res, err := s.replace(context.Background(), run)
 		if err == nil {
 			t.Fatalf("replace: %+v; want an error", res)

@@ -1,4 +1,4 @@
-package supervisor
+package lifecycle
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // supervisor is gone (see the package documentation).
 const ParentFD = 3
 
-// Defaults of Config's zero fields.
+// Defaults of PoolConfig's zero fields.
 const (
 	DefaultMinBackoff   = 100 * time.Millisecond
 	DefaultMaxBackoff   = 5 * time.Second
@@ -26,8 +26,8 @@ const (
 	DefaultStableAfter  = 10 * time.Second
 )
 
-// Config says what to supervise.
-type Config struct {
+// PoolConfig says what to supervise.
+type PoolConfig struct {
 	// Workers is the number of worker processes, at least 1. Slots are
 	// numbered 1 to Workers.
 	Workers int
@@ -47,7 +47,7 @@ type Config struct {
 	// run, capped at MaxBackoff (defaults 100ms and 5s).
 	MinBackoff, MaxBackoff time.Duration
 	// ReadyTimeout bounds a worker's start: one not ready by then is killed
-	// (and, during Start or Roll, fails it). Default 60s.
+	// (and, during StartPool or Roll, fails it). Default 60s.
 	ReadyTimeout time.Duration
 	// StableAfter is how long a worker must have run for its death to reset
 	// the backoff (default 10s).
@@ -63,10 +63,10 @@ type Worker struct {
 	Restarts int    // processes started in this slot after the first
 }
 
-// Supervisor runs Config.Workers processes and keeps them running until
+// Pool runs PoolConfig.Workers processes and keeps them running until
 // Shutdown. Its methods are safe for concurrent use.
-type Supervisor struct {
-	cfg Config
+type Pool struct {
+	cfg PoolConfig
 	log *slog.Logger
 
 	stop chan struct{} // closed when Shutdown begins
@@ -83,16 +83,16 @@ type Supervisor struct {
 
 type slotState struct {
 	n       int
-	proc    *handoff.Process // nil while waiting to restart; guarded by Supervisor.mu
-	started int              // processes started in this slot; guarded by Supervisor.mu
-	removed bool             // a roll shrank the fleet past this slot; guarded by Supervisor.mu
+	proc    *handoff.Process // nil while waiting to restart; guarded by Pool.mu
+	started int              // processes started in this slot; guarded by Pool.mu
+	removed bool             // a roll shrank the fleet past this slot; guarded by Pool.mu
 }
 
-// Start starts every worker and returns once all of them are ready. If one
-// fails to start (it exits, or is not ready within ReadyTimeout), Start
+// StartPool starts every worker and returns once all of them are ready. If one
+// fails to start (it exits, or is not ready within ReadyTimeout), StartPool
 // stops the others and returns an error naming the slot and how its
 // process ended; the process's own explanation went to its stderr.
-func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
+func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 	if cfg.Workers < 1 || cfg.Command == nil {
 		return nil, errors.New("supervisor: at least one worker and a command are required")
 	}
@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 	orDefault(&cfg.MaxBackoff, DefaultMaxBackoff)
 	orDefault(&cfg.ReadyTimeout, DefaultReadyTimeout)
 	orDefault(&cfg.StableAfter, DefaultStableAfter)
-	s := &Supervisor{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), extra: map[*handoff.Process]struct{}{}}
+	s := &Pool{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), extra: map[*handoff.Process]struct{}{}}
 	first := make(chan error, cfg.Workers)
 	for i := range cfg.Workers {
 		sl := &slotState{n: i + 1}
@@ -147,7 +147,7 @@ func orDefault(d *time.Duration, def time.Duration) {
 // removes the slot). The first start's readiness (nil, or why it failed)
 // goes to first. p, when not nil, is a ready process a roll put in the
 // slot.
-func (s *Supervisor) run(sl *slotState, first chan<- error, p *handoff.Process) {
+func (s *Pool) run(sl *slotState, first chan<- error, p *handoff.Process) {
 	defer s.wg.Done()
 	backoff := s.cfg.MinBackoff
 	for {
@@ -193,7 +193,7 @@ func (s *Supervisor) run(sl *slotState, first chan<- error, p *handoff.Process) 
 // starting waits for a slot's new process to be ready and reports the
 // first start's outcome on *first. A non-nil error means the slot ends
 // (its first start failed).
-func (s *Supervisor) starting(sl *slotState, p *handoff.Process, first *chan<- error) error {
+func (s *Pool) starting(sl *slotState, p *handoff.Process, first *chan<- error) error {
 	err := s.awaitReady(context.Background(), p)
 	if err != nil {
 		err = fmt.Errorf("supervisor: worker %d (pid %d) %w", sl.n, p.PID(), err)
@@ -208,7 +208,7 @@ func (s *Supervisor) starting(sl *slotState, p *handoff.Process, first *chan<- e
 	}
 	(*first) <- err
 	*first = nil
-	if err != nil { // Start fails and stops the others
+	if err != nil { // StartPool fails and stops the others
 		<-p.Exited()
 		s.mu.Lock()
 		sl.proc = nil
@@ -221,7 +221,7 @@ func (s *Supervisor) starting(sl *slotState, p *handoff.Process, first *chan<- e
 // roll put in its place. It returns the process that exited and whether
 // the slot must restart it (false on Shutdown or when a roll removed the
 // slot).
-func (s *Supervisor) watch(sl *slotState, p *handoff.Process) (*handoff.Process, bool) {
+func (s *Pool) watch(sl *slotState, p *handoff.Process) (*handoff.Process, bool) {
 	for {
 		<-p.Exited()
 		s.mu.Lock()
@@ -248,7 +248,7 @@ func (s *Supervisor) watch(sl *slotState, p *handoff.Process) (*handoff.Process,
 // passed; in the last two cases it kills p. Only a p that had exited by
 // itself "exited before it was ready"; a killed one keeps the reason it
 // gave with handoff.Failed, if any.
-func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
+func (s *Pool) awaitReady(ctx context.Context, p *handoff.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
 	_, err := p.WaitReady(ctx)
@@ -274,14 +274,14 @@ func (s *Supervisor) awaitReady(ctx context.Context, p *handoff.Process) error {
 	return fmt.Errorf("was not ready (%w)%s; killed", err, said)
 }
 
-func (s *Supervisor) isStopping() bool {
+func (s *Pool) isStopping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stopping
 }
 
 // spawn starts one process for sl.
-func (s *Supervisor) spawn(sl *slotState) (*handoff.Process, error) {
+func (s *Pool) spawn(sl *slotState) (*handoff.Process, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
@@ -301,7 +301,7 @@ func (s *Supervisor) spawn(sl *slotState) (*handoff.Process, error) {
 
 // startLocked starts one worker for slot with the protocol's pipe and the
 // listeners; prepare, when not nil, adjusts its command. s.mu must be held.
-func (s *Supervisor) startLocked(slot int, prepare func(int, *exec.Cmd)) (*handoff.Process, error) {
+func (s *Pool) startLocked(slot int, prepare func(int, *exec.Cmd)) (*handoff.Process, error) {
 	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -338,7 +338,7 @@ func ready(p *handoff.Process) bool {
 }
 
 // Workers describes every slot, in slot order.
-func (s *Supervisor) Workers() []Worker {
+func (s *Pool) Workers() []Worker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Worker, len(s.slots))
@@ -353,7 +353,7 @@ func (s *Supervisor) Workers() []Worker {
 
 // SignalOne sends sig to one ready worker, taking the slots in turn, and
 // returns its slot; 0 means no worker was ready (the signal is dropped).
-func (s *Supervisor) SignalOne(sig syscall.Signal) int {
+func (s *Pool) SignalOne(sig syscall.Signal) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range s.slots {
@@ -370,14 +370,14 @@ func (s *Supervisor) SignalOne(sig syscall.Signal) int {
 
 // SignalAll sends sig to every running worker, those a roll is starting or
 // draining included.
-func (s *Supervisor) SignalAll(sig syscall.Signal) {
+func (s *Pool) SignalAll(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.signalAllLocked(sig)
 }
 
 // signalAllLocked sends sig to every running worker. s.mu must be held.
-func (s *Supervisor) signalAllLocked(sig syscall.Signal) {
+func (s *Pool) signalAllLocked(sig syscall.Signal) {
 	for _, sl := range s.slots {
 		if p := sl.proc; p != nil {
 			_ = p.Signal(sig)
@@ -393,7 +393,7 @@ func (s *Supervisor) signalAllLocked(sig syscall.Signal) {
 // kills the remaining ones with SIGKILL, waits for them, and returns ctx's
 // error. It also returns an error listing workers that exited with a
 // failure status. Calling it again waits again.
-func (s *Supervisor) Shutdown(ctx context.Context) error {
+func (s *Pool) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.stopping {
 		s.stopping = true

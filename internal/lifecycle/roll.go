@@ -1,4 +1,4 @@
-package supervisor
+package lifecycle
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type RollOptions struct {
 	// Workers is the fleet's size after the roll; 0 keeps it.
 	Workers int
 	// Prepare, when not nil, adjusts a new worker's command after
-	// Config.Command made it (for example, an environment entry for the
+	// PoolConfig.Command made it (for example, an environment entry for the
 	// first new worker only).
 	Prepare func(slot int, cmd *exec.Cmd)
 	// OnReady, when not nil, is called once every new worker serves and
@@ -60,7 +60,7 @@ type RollResult struct {
 //
 // Roll returns once the old workers have exited. It returns ErrRolling
 // when another roll is in progress and ErrStopping after Shutdown.
-func (s *Supervisor) Roll(ctx context.Context, o RollOptions) (RollResult, error) {
+func (s *Pool) Roll(ctx context.Context, o RollOptions) (RollResult, error) {
 	s.mu.Lock()
 	switch {
 	case s.stopping:
@@ -104,7 +104,7 @@ func (s *Supervisor) Roll(ctx context.Context, o RollOptions) (RollResult, error
 
 // startFresh starts n new workers one at a time, each ready before the
 // next starts. On failure it kills the ones it started.
-func (s *Supervisor) startFresh(ctx context.Context, n int, prepare func(int, *exec.Cmd)) (fresh []*handoff.Process, err error) {
+func (s *Pool) startFresh(ctx context.Context, n int, prepare func(int, *exec.Cmd)) (fresh []*handoff.Process, err error) {
 	defer func() {
 		if err == nil {
 			return
@@ -142,7 +142,7 @@ func (s *Supervisor) startFresh(ctx context.Context, n int, prepare func(int, *e
 // swap moves the fresh workers into the slots, growing or shrinking the
 // fleet to their number, and returns the processes they replaced, which
 // stay known (extra) until they exit.
-func (s *Supervisor) swap(fresh []*handoff.Process) (RollResult, []*handoff.Process, error) {
+func (s *Pool) swap(fresh []*handoff.Process) (RollResult, []*handoff.Process, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var res RollResult
@@ -194,7 +194,7 @@ func (s *Supervisor) swap(fresh []*handoff.Process) (RollResult, []*handoff.Proc
 
 // drain sends SIGTERM to the old workers and waits for them, killing any
 // still running after timeout.
-func (s *Supervisor) drain(old []*handoff.Process, timeout time.Duration) {
+func (s *Pool) drain(old []*handoff.Process, timeout time.Duration) {
 	for _, p := range old {
 		_ = p.Signal(syscall.SIGTERM)
 	}
@@ -219,7 +219,7 @@ func (s *Supervisor) drain(old []*handoff.Process, timeout time.Duration) {
 }
 
 // Rolling reports whether a roll is in progress.
-func (s *Supervisor) Rolling() bool {
+func (s *Pool) Rolling() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rolling
