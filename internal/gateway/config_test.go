@@ -166,7 +166,7 @@ backends:
 		{"openai without host", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m}\n", "backends[up].host", "required", reconf.ReasonValidation},
 		{"openai host with credentials", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'http://u:p@h/v1'}\n", "backends[up].host", "credentials", reconf.ReasonValidation},
 		{"openai host not a URL", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'ftp://h'}\n", "backends[up].host", "http", reconf.ReasonValidation},
-		{"stub with host", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, host: 'http://h'}\n", "backends[stub].host", "only for kind openai", reconf.ReasonValidation},
+		{"stub with host", "routing: {default_route: stub}\nbackends:\n  - {name: stub, kind: stub, model: m, host: 'http://h'}\n", "backends[stub].host", "only for kinds openai and anthropic", reconf.ReasonValidation},
 		{"openai with stub options", "routing: {default_route: up}\nbackends:\n  - {name: up, kind: openai, model: m, host: 'http://h', stub: {tokens: 2}}\n", "backends[up].stub", "only for kind stub", reconf.ReasonValidation},
 		{"default route unknown", "routing: {default_route: nope}" + backends, "routing.default_route", "must name a backend", reconf.ReasonValidation},
 		{"default route missing", "routing: {max_attempts: 1}" + backends, "routing.default_route", "required", reconf.ReasonValidation},

@@ -190,6 +190,10 @@ func (g *Gateway) chat(x *exchange) bool {
 			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
 		return false
 	}
+	if !rt.serves(epChat) {
+		notServed(ctx, epChat, req.model, rt)
+		return false
+	}
 	x.backend, x.rt = rt.name, rt
 	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 	if !x.admit(rt) {
