@@ -24,6 +24,10 @@ var (
 	// streamOptionFields are the fields of a chat completion's
 	// stream_options that the gateway reads.
 	streamOptionFields = fieldList{"include_usage"}
+
+	// embeddingsFields are /v1/embeddings' fields, in the order of the
+	// emb* constants.
+	embeddingsFields = fieldList{"model", "input", "encoding_format", "dimensions"}
 )
 
 // fieldList is the names of the fields an endpoint reads, each ASCII.
