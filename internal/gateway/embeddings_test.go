@@ -242,3 +242,47 @@ func TestEndpointsShareLimits(t *testing.T) {
 		t.Errorf("embeddings: got %d %s", r.status, r.body)
 	}
 }
+
+// TestModelsListEndpoints: every listed model names the endpoints that
+// serve it, and each of them resolves the model to its backend, as
+// GET /v1/models/{id} says; an anthropic backend's model is served on
+// /v1/messages only, and refused elsewhere as not served.
+func TestModelsListEndpoints(t *testing.T) {
+	up := newPathUpstream(t)
+	tg := startGateway(t, proxyConfig(up.srv.URL+"/v1", up.srv.URL+"/v1", ""), WithEnv(envWith(goodKey)))
+	var list struct {
+		Data []modelInfo `json:"data"`
+	}
+	decode(t, tg.do("GET", "/v1/models", ""), &list)
+	all := strings.Join(endpointPaths[:], " ")
+	want := map[string]string{
+		"gpt-x": all, "upstream-model": all, "stub-1": all,
+		"claude-x": "/v1/messages", "claude-up": "/v1/messages",
+	}
+	if len(list.Data) != len(want) {
+		t.Fatalf("listed %d models, want %d: %+v", len(list.Data), len(want), list.Data)
+	}
+	for _, m := range list.Data {
+		if got := strings.Join(m.ReconfEndpoints, " "); got != want[m.ID] {
+			t.Errorf("%s: endpoints %q, want %q", m.ID, got, want[m.ID])
+		}
+		var one modelInfo
+		decode(t, tg.do("GET", "/v1/models/"+m.ID, ""), &one)
+		if one.ID != m.ID || strings.Join(one.ReconfEndpoints, " ") != want[m.ID] {
+			t.Errorf("GET /v1/models/%s: %+v", m.ID, one)
+		}
+	}
+	for _, body := range []string{chatBody("claude-x", false), `{"model":"claude-up","input":"a"}`} {
+		path := "/v1/chat/completions"
+		if strings.Contains(body, "input") {
+			path = "/v1/embeddings"
+		}
+		r := tg.do("POST", path, body)
+		if e := r.apiError(t); r.status != 404 || code(e) != codeModelNotFound || !strings.Contains(e.Message, "not served on "+path) {
+			t.Errorf("%s for an anthropic backend: got %d %s", path, r.status, r.body)
+		}
+	}
+	if len(up.hits()) != 0 {
+		t.Errorf("the upstream got %d requests, want none", len(up.hits()))
+	}
+}

@@ -439,18 +439,19 @@ func readPrompt(ctx context.Context, path string) (string, error) {
 }
 
 // modelsOf lists what a client may ask for: every alias and every
-// backend's model, sorted, each owned by the backend serving it.
+// backend's model, sorted, each owned by the backend serving it, with the
+// endpoints that serve it, the ones its requests resolve to it on.
 func modelsOf(st *routes) []modelInfo {
 	seen := map[string]bool{}
 	var out []modelInfo
 	for alias, r := range st.aliases {
 		seen[alias] = true
-		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name})
+		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})
 	}
 	for _, r := range st.order {
 		if !seen[r.model] {
 			seen[r.model] = true
-			out = append(out, modelInfo{ID: r.model, Object: "model", OwnedBy: r.name})
+			out = append(out, modelInfo{ID: r.model, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})
 		}
 	}
 	slices.SortFunc(out, func(a, b modelInfo) int { return strings.Compare(a.ID, b.ID) })

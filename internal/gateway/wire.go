@@ -75,6 +75,9 @@ type modelInfo struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// ReconfEndpoints are the paths that serve the model (an extension
+	// field, like reconf_generation).
+	ReconfEndpoints []string `json:"reconf_endpoints"`
 }
 
 // apiError is OpenAI's error body.
