@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -153,4 +155,42 @@ func decode(t *testing.T, r response, v any) {
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("answer is not JSON: %v: %s", err, r.body)
 	}
+}
+
+// namedSSE is one server-sent event: its event name (empty when it has
+// none) and its data.
+type namedSSE struct{ name, data string }
+
+// parseSSE splits a whole event stream into its events.
+func parseSSE(t *testing.T, body []byte) []namedSSE {
+	t.Helper()
+	var out []namedSSE
+	for _, block := range strings.Split(strings.ReplaceAll(string(body), "\r\n", "\n"), "\n\n") {
+		if strings.TrimSpace(block) == "" {
+			continue
+		}
+		var e namedSSE
+		for _, line := range strings.Split(block, "\n") {
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				e.name = v
+			} else if v, ok := strings.CutPrefix(line, "data: "); ok {
+				e.data = v
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// withPrompt writes a system prompt file next to a configuration and
+// serves it; extra names the file under the backends that take it.
+func startWithPrompt(t *testing.T, cfg, prompt string, opts ...Option) *testGateway {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prompt.txt"), []byte(prompt), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "reconfd.yaml")
+	writeAtomic(t, path, cfg)
+	return startGatewayAt(t, path, opts...)
 }

@@ -28,6 +28,11 @@ var (
 	// embeddingsFields are /v1/embeddings' fields, in the order of the
 	// emb* constants.
 	embeddingsFields = fieldList{"model", "input", "encoding_format", "dimensions"}
+
+	// responsesFields are /v1/responses' fields, in the order of the
+	// resp* constants: those it forwards edited, and the stateful
+	// options it refuses.
+	responsesFields = fieldList{"model", "input", "stream", "previous_response_id", "store", "background", "conversation"}
 )
 
 // fieldList is the names of the fields an endpoint reads, each ASCII.
