@@ -87,6 +87,12 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		} else {
 			methodNotAllowed(ctx, "POST")
 		}
+	case "/v1/messages":
+		if ctx.IsPost() {
+			handed = g.messages(&x)
+		} else {
+			methodNotAllowed(ctx, "POST")
+		}
 	case "/v1/models":
 		if ctx.IsGet() || ctx.IsHead() {
 			g.models(&x)
@@ -103,7 +109,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		id, ok := bytes.CutPrefix(ctx.Path(), modelsPrefix)
 		switch {
 		case !ok || len(id) == 0:
-			writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, POST /v1/embeddings, POST /v1/responses, GET /v1/models, GET /v1/models/{model} and GET /healthz")
+			writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, POST /v1/embeddings, POST /v1/responses, POST /v1/messages, GET /v1/models, GET /v1/models/{model} and GET /healthz")
 		case ctx.IsGet() || ctx.IsHead():
 			g.model(&x, id)
 		default:

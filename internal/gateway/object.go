@@ -15,6 +15,7 @@ type object struct {
 	body  []byte
 	names fieldList
 	at    []span
+	other []byte // the first top-level key that is not in names, or nil
 }
 
 // readObject reads body as a JSON object and finds the fields named in
@@ -49,6 +50,8 @@ func readObject(body []byte, names fieldList) (object, *problem) {
 			o.at[f] = v
 		} else if f := names.folded(key); f >= 0 {
 			return o, variantProblem(names[f])
+		} else if o.other == nil {
+			o.other = key
 		}
 		i = skipSpace(body, v.end)
 	}
