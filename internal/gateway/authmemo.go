@@ -6,15 +6,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// authMemo remembers, for one client connection, the Authorization header
-// its last admitted request carried and the generation whose keys let it
+// authMemo remembers, for one client connection, the client key (see
+// authorization) its last admitted request carried and the generation whose keys let it
 // in. The next request on the connection that carries the same header and
 // is pinned to the same generation is let in without the key's SHA-256
 // digest, which was 7% of a proxied request's instructions (callgrind, see
 // bench/README.md): a keep-alive client sends the same key every time.
 //
 // A reload that revokes a key makes a new generation, so the memo never
-// outlives the keys that admitted it. The header is compared in constant
+// outlives the keys that admitted it. The key is compared in constant
 // time; it is the connection's own client's, and stays in memory only as
 // long as fasthttp's own copy of the request would. Only the connection's
 // serving goroutine touches it (fasthttp serves a connection's requests one
@@ -25,7 +25,7 @@ type authMemo struct {
 	hdr [maxMemoHeader]byte
 }
 
-// maxMemoHeader bounds the header a memo keeps; a longer one is checked
+// maxMemoHeader bounds the key a memo keeps; a longer one is checked
 // every time.
 const maxMemoHeader = 128
 
@@ -62,15 +62,26 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 	return true
 }
 
-// authorization returns a request's Authorization header (the first one),
-// or nil. The name is looked up as fasthttp stores it, canonical, where
+// authorization returns a request's client key: the token of its
+// Authorization header (the first one) when that is "Bearer TOKEN", the
+// scheme in any case; with no Authorization header, its X-Api-Key header,
+// which Anthropic's clients send; otherwise nil. A request that carries
+// an Authorization header of another scheme has no key, whatever its
+// X-Api-Key. The names are looked up as fasthttp stores it, canonical, where
 // Peek would copy and normalise the name it is given on every call: 300
 // instructions, twice a request (callgrind). Not a walk of All: that
 // parses the request's cookies first and writes them out again each time,
 // about 100 µs for a 15 KB Cookie header, which any client may send.
 func authorization(h *fasthttp.RequestHeader) []byte {
-	return h.PeekCanonical(authKey)
+	if v := h.PeekCanonical(authKey); v != nil {
+		tok, _ := bearer(v)
+		return tok
+	}
+	return h.PeekCanonical(apiKeyKey)
 }
+
+// apiKeyKey is X-Api-Key in fasthttp's canonical form.
+var apiKeyKey = []byte("X-Api-Key")
 
 // sameBytes reports whether a and b, of one length, are equal, in a time
 // that depends on their length only. It compares eight bytes at a time;

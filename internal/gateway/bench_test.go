@@ -41,6 +41,11 @@ func runHandler(b *testing.B, h fasthttp.RequestHandler, body string, hdr ...str
 // one on a kept-alive connection, and returns a function that serves it
 // through h once and wants a 200.
 func handlerLoop(b testing.TB, h fasthttp.RequestHandler, body string, hdr ...string) func() {
+	return handlerLoopAt(b, h, "/v1/chat/completions", body, hdr...)
+}
+
+// handlerLoopAt is handlerLoop posting to path.
+func handlerLoopAt(b testing.TB, h fasthttp.RequestHandler, path, body string, hdr ...string) func() {
 	ctx := new(fasthttp.RequestCtx)
 	// A connection that is never written: the handler only sets its
 	// write deadline.
@@ -57,7 +62,7 @@ func handlerLoop(b testing.TB, h fasthttp.RequestHandler, body string, hdr ...st
 	ctx.Init2(c1, nil, false)
 	req := &ctx.Request
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI("/v1/chat/completions")
+	req.SetRequestURI(path)
 	req.Header.SetContentType("application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

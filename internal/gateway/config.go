@@ -96,16 +96,17 @@ type RoutingConfig struct {
 
 // Backend kinds.
 const (
-	KindStub   = "stub"
-	KindOpenAI = "openai"
+	KindStub      = "stub"
+	KindOpenAI    = "openai"
+	KindAnthropic = "anthropic"
 )
 
 // Backend is one place completions come from, keyed by Name.
 type Backend struct {
 	Name string `yaml:"name" validate:"required"`
-	Kind string `yaml:"kind" validate:"oneof=stub openai"`
+	Kind string `yaml:"kind" validate:"oneof=stub openai anthropic"`
 	// Model is the model the backend serves: the stub names it in its
-	// text, an openai backend sends it upstream.
+	// text, an openai or anthropic backend sends it upstream.
 	Model string `yaml:"model" validate:"required"`
 	// MaxConcurrency bounds the requests in flight on the backend; 0 is
 	// unlimited. A request waits in line for a slot for at most Timeout.
@@ -117,10 +118,13 @@ type Backend struct {
 
 	Stub *StubOptions `yaml:"stub"`
 
-	// Host is an openai backend's base URL, e.g. http://127.0.0.1:11434/v1;
-	// requests go to Host + "/chat/completions".
+	// Host is an openai or anthropic backend's base URL, e.g.
+	// http://127.0.0.1:11434/v1 or https://api.anthropic.com/v1; requests
+	// go to Host + "/chat/completions" (or "/embeddings", "/responses"),
+	// and to Host + "/messages" for kind anthropic.
 	Host string `yaml:"host"`
-	// APIKey is sent upstream as a bearer token; optional.
+	// APIKey is sent upstream, as a bearer token to an openai backend and
+	// as x-api-key to an anthropic one; optional.
 	APIKey reconf.Secret `yaml:"api_key"`
 	// SystemPromptFile, when set, is read each time the backends are
 	// prepared and prepended to every conversation as a system message. A
@@ -211,20 +215,20 @@ func (b *Backend) Validate() error {
 	switch b.Kind {
 	case KindStub:
 		if b.Host != "" {
-			add("host", "is only for kind openai")
+			add("host", "is only for kinds openai and anthropic")
 		}
 		if !b.APIKey.IsZero() {
-			add("api_key", "is only for kind openai")
+			add("api_key", "is only for kinds openai and anthropic")
 		}
 		if b.SystemPromptFile != "" {
-			add("system_prompt_file", "is only for kind openai")
+			add("system_prompt_file", "is only for kinds openai and anthropic")
 		}
-	case KindOpenAI:
+	case KindOpenAI, KindAnthropic:
 		if b.Stub != nil {
 			add("stub", "is only for kind stub")
 		}
 		if b.Host == "" {
-			add("host", "is required for kind openai")
+			add("host", "is required for kind %s", b.Kind)
 		} else if err := checkHost(b.Host); err != "" {
 			add("host", "%s", err)
 		}

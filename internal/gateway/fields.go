@@ -24,6 +24,21 @@ var (
 	// streamOptionFields are the fields of a chat completion's
 	// stream_options that the gateway reads.
 	streamOptionFields = fieldList{"include_usage"}
+
+	// embeddingsFields are /v1/embeddings' fields, in the order of the
+	// emb* constants.
+	embeddingsFields = fieldList{"model", "input", "encoding_format", "dimensions"}
+
+	// responsesFields are /v1/responses' fields, in the order of the
+	// resp* constants: those it forwards edited, and the stateful
+	// options it refuses.
+	responsesFields = fieldList{"model", "input", "stream", "previous_response_id", "store", "background", "conversation"}
+
+	// messagesFields are /v1/messages' fields, in the order of the msg*
+	// constants: those every backend kind reads, then those the
+	// translation to a chat completion reads (or refuses).
+	messagesFields = fieldList{"model", "messages", "system", "stream", "max_tokens",
+		"stop_sequences", "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice", "thinking"}
 )
 
 // fieldList is the names of the fields an endpoint reads, each ASCII.

@@ -75,6 +75,24 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		} else {
 			methodNotAllowed(ctx, "POST")
 		}
+	case "/v1/embeddings":
+		if ctx.IsPost() {
+			handed = g.embeddings(&x)
+		} else {
+			methodNotAllowed(ctx, "POST")
+		}
+	case "/v1/responses":
+		if ctx.IsPost() {
+			handed = g.responses(&x)
+		} else {
+			methodNotAllowed(ctx, "POST")
+		}
+	case "/v1/messages":
+		if ctx.IsPost() {
+			handed = g.messages(&x)
+		} else {
+			methodNotAllowed(ctx, "POST")
+		}
 	case "/v1/models":
 		if ctx.IsGet() || ctx.IsHead() {
 			g.models(&x)
@@ -91,7 +109,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		id, ok := bytes.CutPrefix(ctx.Path(), modelsPrefix)
 		switch {
 		case !ok || len(id) == 0:
-			writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, GET /v1/models, GET /v1/models/{model} and GET /healthz")
+			writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown endpoint; this gateway serves POST /v1/chat/completions, POST /v1/embeddings, POST /v1/responses, POST /v1/messages, GET /v1/models, GET /v1/models/{model} and GET /healthz")
 		case ctx.IsGet() || ctx.IsHead():
 			g.model(&x, id)
 		default:
@@ -152,7 +170,7 @@ type call struct {
 
 func unauthorized(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="reconfd"`)
-	writeError(ctx, fasthttp.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "Incorrect or missing API key; send it as Authorization: Bearer KEY")
+	writeError(ctx, fasthttp.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "Incorrect or missing API key; send it as Authorization: Bearer KEY (or as X-Api-Key: KEY)")
 }
 
 func tooLarge(ctx *fasthttp.RequestCtx, limit int64) {
@@ -190,6 +208,10 @@ func (g *Gateway) chat(x *exchange) bool {
 			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
 		return false
 	}
+	if !rt.serves(epChat) {
+		notServed(ctx, epChat, req.model, rt)
+		return false
+	}
 	x.backend, x.rt = rt.name, rt
 	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 	if !x.admit(rt) {
@@ -209,6 +231,52 @@ func (g *Gateway) chat(x *exchange) bool {
 		return rt.up.serve(x, &c)
 	}
 	return false
+}
+
+// open starts a request of an endpoint other than chat completions (whose
+// handler does the same inline): it checks the client's key and the body
+// limit again under the pin (both were checked against the active
+// generation before the body was read, and a reload may have changed
+// them) and returns the pinned generation's routing state and the body.
+// It answers and reports false when the request goes no further.
+func (x *exchange) open() (*routes, []byte, bool) {
+	st := routesKey.Get(x.pin.Generation())
+	if x.pin.Config().Auth.Mode == "api_keys" && !x.clientAuthorized(st) {
+		unauthorized(x.ctx)
+		return nil, nil, false
+	}
+	body := x.ctx.PostBody()
+	if int64(len(body)) > st.maxBody {
+		tooLarge(x.ctx, st.maxBody)
+		return nil, nil, false
+	}
+	return st, body, true
+}
+
+// route resolves model as chat completions do, to a backend that serves
+// e, takes a slot of its limiter, and sets the request's deadline: its
+// admission plus the backend's timeout, as for a chat completion. It
+// returns the route and the call, or nil once it has answered.
+func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*route, *call) {
+	rt := st.resolve(model)
+	if rt == nil {
+		param := "model"
+		writeErrorParam(x.ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound, &param,
+			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(model))))
+		return nil, nil
+	}
+	if !rt.serves(e) {
+		notServed(x.ctx, e, model, rt)
+		return nil, nil
+	}
+	x.backend, x.rt = rt.name, rt
+	x.ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
+	if !x.admit(rt) {
+		return nil, nil
+	}
+	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log}
+	_ = x.ctx.SetWriteDeadline(c.deadline)
+	return rt, c
 }
 
 // admit takes a slot of rt's limiter, waiting in line for at most rt's

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -107,16 +106,14 @@ func (c *upstreamClient) unref() {
 
 // openaiBackend forwards requests to an OpenAI-compatible server.
 type openaiBackend struct {
-	name, model string
-	modelJSON   []byte          // model as a JSON string
-	endpoint    []byte          // the request path: the host's path + "/chat/completions"
-	hostHdr     []byte          // the Host header
-	apiKey      string          // revealed; sent as a bearer token, never logged
-	authHdr     []byte          // "Bearer " + apiKey, or nil
-	system      json.RawMessage // a system message to prepend, or nil
-	tls         bool            // the host is https
-	client      *upstreamClient
-	reqs        [2]sync.Pool // *upstreamRequest: [0] for whole answers, [1] for streams
+	upstreamTarget
+	model     string
+	modelJSON []byte          // model as a JSON string
+	endpoint  []byte          // the chat request path: the host's path + "/chat/completions"
+	authHdr   []byte          // "Bearer " + apiKey, or nil
+	system    json.RawMessage // a system message to prepend, or nil
+	prompt    string          // the system prompt's text, or ""
+	reqs      [2]sync.Pool    // *upstreamRequest: [0] for whole answers, [1] for streams
 }
 
 // maxErrorBody bounds an upstream error body passed through to a client.
@@ -151,6 +148,8 @@ type upstreamRequest struct {
 	stream bool // a request for a stream, from b.reqs[1]
 
 	streamBuf []byte // upstreamStream's buffer, kept for the next stream
+
+	pool *sync.Pool // where release puts it back, or nil: it is not reused
 }
 
 // request returns a prepared request for a whole answer or a stream;
@@ -159,7 +158,7 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 	if u, ok := b.pool(stream).Get().(*upstreamRequest); ok {
 		return u
 	}
-	u := &upstreamRequest{stream: stream}
+	u := &upstreamRequest{stream: stream, pool: b.pool(stream)}
 	h := &u.req.Header
 	h.SetMethod(fasthttp.MethodPost)
 	h.SetRequestURIBytes(b.endpoint)
@@ -186,12 +185,14 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 	return u
 }
 
-// done gives u back once its answer is passed on: a streamed body not
+// release gives u back once its answer is passed on: a streamed body not
 // read to its end closes its upstream connection here.
-func (b *openaiBackend) done(u *upstreamRequest) {
+func (u *upstreamRequest) release() {
 	u.resp.Reset()
 	u.body = u.body[:0]
-	b.pool(u.stream).Put(u)
+	if u.pool != nil {
+		u.pool.Put(u)
+	}
 }
 
 // pool is the pool of prepared requests for whole answers or for streams.
@@ -212,87 +213,24 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 	handed := false
 	defer func() {
 		if !handed {
-			b.done(u)
+			u.release()
 		}
 	}()
 	u.body = c.req.upstreamBody(u.body, b.modelJSON, b.system)
-	req, resp := &u.req, &u.resp
-	req.SetBodyRaw(u.body)
-
-	got, attempts, expired, tooLarge := false, 0, false, false
-	for attempts < c.maxAttempts {
-		attempts++
-		if attempts > 1 && !sleepUntil(c.deadline, backoff(attempts)) {
-			expired = true
-			break
-		}
-		resp.Reset()
-		resp.StreamBody = c.req.stream
-		err := b.client.hc.DoDeadline(req, resp, c.deadline)
-		if err != nil {
-			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
-				expired = true
-				break
-			}
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				// The upstream answered, too much: asking again would
-				// get the same answer, at the same cost.
-				tooLarge = true
-				break
-			}
-			c.log.Warn("upstream connection failed", "backend", b.name, "attempt", attempts, "error", redactErr(err, b.apiKey))
-			continue
-		}
-		if resp.StatusCode() >= 500 && attempts < c.maxAttempts {
-			c.log.Warn("upstream answered with a server error; retrying", "backend", b.name, "attempt", attempts, "status", resp.StatusCode())
-			continue
-		}
-		got = true
-		break
-	}
-	if !got {
-		if expired {
-			timedOut(ctx, b.name)
-			return false
-		}
-		if tooLarge {
-			c.log.Warn("upstream answer over the bound of a whole answer", "backend", b.name, "bound_bytes", maxUpstreamBody)
-			writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamLarge,
-				fmt.Sprintf("backend %s answered with more than %d MiB, the bound of a whole answer (a streamed answer has none); not retried", b.name, maxUpstreamBody>>20))
-			return false
-		}
-		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUnavailable,
-			fmt.Sprintf("backend %s could not be reached after %d attempt(s)", b.name, attempts))
+	u.req.SetBodyRaw(u.body)
+	attempts, got := b.send(ctx, c, u, c.req.stream)
+	if !got || b.refused(ctx, c, u.resp.StatusCode(), attempts) {
 		return false
 	}
-
+	resp := &u.resp
 	switch st := resp.StatusCode(); {
-	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
-		// The upstream refused the gateway's own credentials. That is not
-		// the client's fault, and the upstream's body may echo part of
-		// the key, so it is not passed on.
-		c.log.Warn("upstream rejected the gateway's credentials", "backend", b.name, "status", st)
-		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamAuth,
-			fmt.Sprintf("backend %s rejected the gateway's credentials (upstream HTTP %d)", b.name, st))
-	case st >= 500:
-		c.log.Warn("upstream answered with a server error", "backend", b.name, "attempts", attempts, "status", st)
-		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamError,
-			fmt.Sprintf("backend %s answered HTTP %d after %d attempt(s)", b.name, st, attempts))
 	case st >= 300:
-		// A client error (a bad request, a context too long): pass it on,
-		// bounded, with the gateway's key blanked should it appear.
-		data := errorBody(resp)
-		if b.apiKey != "" {
-			data = bytes.ReplaceAll(data, []byte(b.apiKey), []byte("[REDACTED]"))
-		}
-		copyHeader(ctx, resp, fasthttp.HeaderContentType)
-		ctx.SetStatusCode(st)
-		ctx.SetBody(data)
+		b.passError(ctx, resp, st)
 	case resp.StreamBody && resp.BodyStream() != nil:
 		passHeaders(ctx, resp)
 		ctx.SetStatusCode(st)
 		x.status = st
-		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, b: b, buf: u.streamBuf[:0], dropUsage: !c.req.includeUsage}, -1)
+		ctx.Response.SetBodyStream(&upstreamStream{x: *x, u: u, body: resp.BodyStream(), c: *c, t: &b.upstreamTarget, buf: u.streamBuf[:0], dropUsage: !c.req.includeUsage}, -1)
 		handed = true
 	default:
 		passHeaders(ctx, resp)

@@ -68,8 +68,22 @@ type route struct {
 
 	stub *stubBackend
 	up   *openaiBackend
+	anth *anthropicBackend
 
 	ok atomic.Pointer[okSeries] // the metric series of its 200s, once a request used them
+}
+
+// target is the upstream of a proxied route, or nil (r nil, or a stub).
+func (r *route) target() *upstreamTarget {
+	switch {
+	case r == nil:
+		return nil
+	case r.up != nil:
+		return &r.up.upstreamTarget
+	case r.anth != nil:
+		return &r.anth.upstreamTarget
+	}
+	return nil
 }
 
 // resolve maps a requested model to a backend: the default route for no
@@ -88,13 +102,12 @@ func (s *routes) resolve(model []byte) *route {
 	return s.byModel[string(model)]
 }
 
-// authorized reports whether the bearer token of an Authorization header
-// is one of the keys. The token's digest is compared with every key's
-// digest in constant time, so neither a key's content nor its length shows
-// in the timing.
-func (s *routes) authorized(authorization []byte) bool {
-	tok, ok := bearer(authorization)
-	if !ok {
+// authorized reports whether a client's key (see authorization) is one of
+// the keys. The key's digest is compared with every key's digest in
+// constant time, so neither a key's content nor its length shows in the
+// timing.
+func (s *routes) authorized(tok []byte) bool {
+	if len(tok) == 0 {
 		return false
 	}
 	d := sha256.Sum256(tok)
@@ -105,7 +118,7 @@ func (s *routes) authorized(authorization []byte) bool {
 	return match == 1
 }
 
-// mayBeAuthorized reports whether the Authorization header's bearer token
+// mayBeAuthorized reports whether a client's key (see authorization)
 // could be one of the keys: its keyTag is one of the keys' tags. It decides
 // only whether a request's body is read (see Gateway.headerReceived); the
 // key itself is checked by authorized once the body is in, under the
@@ -116,9 +129,8 @@ func (s *routes) authorized(authorization []byte) bool {
 // Why not authorized: a SHA-256 of the token here and another under the
 // pin were 16% of the instructions of a proxied request (callgrind, see
 // bench/README.md); the tag costs a few dozen.
-func (s *routes) mayBeAuthorized(authorization []byte) bool {
-	tok, ok := bearer(authorization)
-	if !ok {
+func (s *routes) mayBeAuthorized(tok []byte) bool {
+	if len(tok) == 0 {
 		return false
 	}
 	t := keyTag(tok)
@@ -159,8 +171,8 @@ func (s *routes) Close() error {
 
 func (s *routes) release() {
 	for _, r := range s.order {
-		if r.up != nil {
-			r.up.client.unref()
+		if t := r.target(); t != nil {
+			t.client.unref()
 		}
 	}
 }
@@ -298,6 +310,12 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 				return st, err
 			}
 			r.up = up
+		case KindAnthropic:
+			a, err := c.anthropic(ctx, b, old)
+			if err != nil {
+				return st, err
+			}
+			r.anth = a
 		default:
 			return st, fmt.Errorf("backends[%s]: unknown kind", b.Name)
 		}
@@ -323,42 +341,54 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 }
 
 // openai builds an openai backend, reusing old's client when the backend
-// kept its kind and host.
+// kept its host.
 func (c *backendsConsumer) openai(ctx context.Context, b *Backend, old *route) (*openaiBackend, error) {
-	u, err := url.Parse(b.Host)
-	if err != nil {
-		return nil, fmt.Errorf("backends[%s].host: not a URL", b.Name)
-	}
 	model, _ := json.Marshal(b.Model)
-	up := &openaiBackend{
-		name:      b.Name,
-		model:     b.Model,
-		modelJSON: model,
-		endpoint:  []byte(strings.TrimRight(u.EscapedPath(), "/") + "/chat/completions"),
-		hostHdr:   []byte(u.Host),
-		tls:       u.Scheme == "https",
-		apiKey:    b.APIKey.Reveal(),
-	}
-	if up.apiKey != "" {
-		up.authHdr = []byte("Bearer " + up.apiKey)
-	}
+	up := &openaiBackend{model: b.Model, modelJSON: model}
 	if b.SystemPromptFile != "" {
 		prompt, err := readPrompt(ctx, c.path(b.SystemPromptFile))
 		if err != nil {
 			return nil, fmt.Errorf("backends[%s].system_prompt_file: %w", b.Name, err)
 		}
 		msg, _ := json.Marshal(map[string]string{"role": "system", "content": prompt})
-		up.system = msg
+		up.system, up.prompt = msg, prompt
 	}
-	if old != nil && old.up != nil && old.up.client.host == b.Host {
-		old.up.client.ref()
-		up.client = old.up.client
-	} else {
-		if up.client, err = newUpstreamClient(b.Host, u, c.newTransport); err != nil {
-			return nil, fmt.Errorf("backends[%s].host: %w", b.Name, err)
-		}
+	var err error
+	if up.upstreamTarget, err = c.target(b, old); err != nil {
+		return nil, err
+	}
+	up.endpoint = []byte(up.base + "/chat/completions")
+	if up.apiKey != "" {
+		up.authHdr = []byte("Bearer " + up.apiKey)
 	}
 	return up, nil
+}
+
+// target builds a proxied backend's upstream, reusing the client of old
+// (the committed state's backend of that name, of any proxied kind) when
+// the backend kept its host; its caller has read whatever else can fail,
+// so a reference taken here is handed to the route.
+func (c *backendsConsumer) target(b *Backend, old *route) (upstreamTarget, error) {
+	u, err := url.Parse(b.Host)
+	if err != nil {
+		return upstreamTarget{}, fmt.Errorf("backends[%s].host: not a URL", b.Name)
+	}
+	t := upstreamTarget{
+		name:    b.Name,
+		base:    strings.TrimRight(u.EscapedPath(), "/"),
+		hostHdr: []byte(u.Host),
+		tls:     u.Scheme == "https",
+		apiKey:  b.APIKey.Reveal(),
+	}
+	if ot := old.target(); ot != nil && ot.client.host == b.Host {
+		ot.client.ref()
+		t.client = ot.client
+		return t, nil
+	}
+	if t.client, err = newUpstreamClient(b.Host, u, c.newTransport); err != nil {
+		return upstreamTarget{}, fmt.Errorf("backends[%s].host: %w", b.Name, err)
+	}
+	return t, nil
 }
 
 func (c *backendsConsumer) path(p string) string {
@@ -409,18 +439,19 @@ func readPrompt(ctx context.Context, path string) (string, error) {
 }
 
 // modelsOf lists what a client may ask for: every alias and every
-// backend's model, sorted, each owned by the backend serving it.
+// backend's model, sorted, each owned by the backend serving it, with the
+// endpoints that serve it, the ones its requests resolve to it on.
 func modelsOf(st *routes) []modelInfo {
 	seen := map[string]bool{}
 	var out []modelInfo
 	for alias, r := range st.aliases {
 		seen[alias] = true
-		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name})
+		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})
 	}
 	for _, r := range st.order {
 		if !seen[r.model] {
 			seen[r.model] = true
-			out = append(out, modelInfo{ID: r.model, Object: "model", OwnedBy: r.name})
+			out = append(out, modelInfo{ID: r.model, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})
 		}
 	}
 	slices.SortFunc(out, func(a, b modelInfo) int { return strings.Compare(a.ID, b.ID) })

@@ -26,7 +26,10 @@ type upstreamStream struct {
 	u    *upstreamRequest // its request and answer
 	body io.Reader
 	c    call
-	b    *openaiBackend
+	t    *upstreamTarget
+	// events makes the error event that ends a stream cut short in the
+	// endpoint's shape; nil is a chat completion's.
+	events errorEvents
 
 	// buf holds what was read from the upstream and not yet passed on:
 	// buf[out:ready] is whole events to pass on, buf[ready:] the start of
@@ -147,12 +150,12 @@ func (s *upstreamStream) fail(err error) {
 	s.buf = s.buf[:s.ready]
 	var ev []byte
 	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
-		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.b.name)
+		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.t.name)
 		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
-		ev, s.end = timeoutEvent(s.b.name, s.c.gen), io.EOF
+		ev, s.end = s.events.timeout(s.t.name, s.c.gen), io.EOF
 	} else {
-		s.c.log.Warn("upstream answer broke off", "backend", s.b.name, "error", redactErr(err, s.b.apiKey))
-		ev, s.end = brokenEvent(s.b.name, s.c.gen), errStreamBroken
+		s.c.log.Warn("upstream answer broke off", "backend", s.t.name, "error", redactErr(err, s.t.apiKey))
+		ev, s.end = s.events.broken(s.t.name, s.c.gen), errStreamBroken
 	}
 	if s.begun {
 		s.tail = append([]byte("\n\n"), ev...)
@@ -168,7 +171,7 @@ func (s *upstreamStream) Close() error {
 	}
 	s.closed = true
 	s.u.streamBuf = s.buf[:0]
-	s.b.done(s.u) // a body not read to its end closes the connection
+	s.u.release() // a body not read to its end closes the connection
 	s.x.end()
 	return nil
 }
@@ -225,6 +228,27 @@ func isUsageChunk(ev []byte) bool {
 		i = skipSpace(data, vEnd)
 	}
 	return usage && choices
+}
+
+// errorEvents makes the events that end a stream cut short, in one
+// endpoint's shape: the upstream broke it off, or the backend's timeout
+// passed. Its zero value makes a chat completion's.
+type errorEvents struct {
+	shape func(code, msg string, gen uint64) []byte // nil: chat's
+}
+
+func (e errorEvents) timeout(backend string, gen uint64) []byte {
+	if e.shape == nil {
+		return timeoutEvent(backend, gen)
+	}
+	return e.shape(codeTimeout, fmt.Sprintf("backend %s did not finish within its timeout", backend), gen)
+}
+
+func (e errorEvents) broken(backend string, gen uint64) []byte {
+	if e.shape == nil {
+		return brokenEvent(backend, gen)
+	}
+	return e.shape(codeUpstreamBroken, fmt.Sprintf("backend %s broke off its answer before the end", backend), gen)
 }
 
 // brokenEvent is the error event that ends a stream the upstream broke

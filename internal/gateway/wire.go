@@ -75,6 +75,9 @@ type modelInfo struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// ReconfEndpoints are the paths that serve the model (an extension
+	// field, like reconf_generation).
+	ReconfEndpoints []string `json:"reconf_endpoints"`
 }
 
 // apiError is OpenAI's error body.
@@ -122,7 +125,13 @@ func writeError(ctx *fasthttp.RequestCtx, status int, typ, code, msg string) {
 }
 
 // writeErrorParam is writeError naming the request parameter at fault.
+// On /v1/messages the error takes Anthropic's shape instead (see
+// anthropicError), whoever writes it.
 func writeErrorParam(ctx *fasthttp.RequestCtx, status int, typ, code string, param *string, msg string) {
+	if string(ctx.Path()) == endpointPaths[epMessages] {
+		writeJSON(ctx, status, anthropicError(status, msg, ctx.Response.Header.PeekBytes(requestIDKey)))
+		return
+	}
 	body := apiError{Error: apiErrorBody{Message: msg, Type: typ, Param: param}}
 	if code != "" {
 		body.Error.Code = &code

@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstreamTarget is what every proxied backend kind (openai, anthropic)
+// holds of its upstream: where it is, the key the gateway sends it, and
+// the HTTP client that reaches it. It sends a request with the route's
+// retries and judges the status of what came back.
+type upstreamTarget struct {
+	name    string
+	base    string // the host's path without a trailing slash; an endpoint's path follows it
+	hostHdr []byte // the Host header
+	tls     bool   // the host is https
+	apiKey  string // revealed; never logged
+	client  *upstreamClient
+}
+
+// newRequest makes a request to the endpoint path under the host's path,
+// with hdrs (name, value pairs) set. It is not pooled: the endpoints other
+// than chat completions allocate one a request.
+func (t *upstreamTarget) newRequest(path string, stream bool, hdrs ...string) *upstreamRequest {
+	u := &upstreamRequest{stream: stream}
+	h := &u.req.Header
+	h.SetMethod(fasthttp.MethodPost)
+	h.SetRequestURI(t.base + path)
+	h.SetHostBytes(t.hostHdr)
+	h.SetContentTypeBytes(acceptJSON)
+	if stream {
+		h.SetCanonical(acceptKey, acceptStream)
+	} else {
+		h.SetCanonical(acceptKey, acceptJSON)
+	}
+	for i := 0; i+1 < len(hdrs); i += 2 {
+		h.Set(hdrs[i], hdrs[i+1])
+	}
+	u.req.UseHostHeader = true
+	if t.tls {
+		u.req.URI().SetScheme("https")
+	}
+	return u
+}
+
+// send sends u's request (its body set), retrying connection errors and
+// 5xx answers up to c's attempt budget within c's deadline. It returns
+// the attempts made and whether an answer is in u.resp; when none is, it
+// has answered the client (504 upstream_timeout, 502
+// upstream_answer_too_large or upstream_unavailable).
+func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequest, stream bool) (int, bool) {
+	req, resp := &u.req, &u.resp
+	attempts, expired, tooLarge := 0, false, false
+	for attempts < c.maxAttempts {
+		attempts++
+		if attempts > 1 && !sleepUntil(c.deadline, backoff(attempts)) {
+			expired = true
+			break
+		}
+		resp.Reset()
+		resp.StreamBody = stream
+		err := t.client.hc.DoDeadline(req, resp, c.deadline)
+		if err != nil {
+			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
+				expired = true
+				break
+			}
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				// The upstream answered, too much: asking again would
+				// get the same answer, at the same cost.
+				tooLarge = true
+				break
+			}
+			c.log.Warn("upstream connection failed", "backend", t.name, "attempt", attempts, "error", redactErr(err, t.apiKey))
+			continue
+		}
+		if resp.StatusCode() >= 500 && attempts < c.maxAttempts {
+			c.log.Warn("upstream answered with a server error; retrying", "backend", t.name, "attempt", attempts, "status", resp.StatusCode())
+			continue
+		}
+		return attempts, true
+	}
+	switch {
+	case expired:
+		timedOut(ctx, t.name)
+	case tooLarge:
+		c.log.Warn("upstream answer over the bound of a whole answer", "backend", t.name, "bound_bytes", maxUpstreamBody)
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamLarge,
+			fmt.Sprintf("backend %s answered with more than %d MiB, the bound of a whole answer (a streamed answer has none); not retried", t.name, maxUpstreamBody>>20))
+	default:
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUnavailable,
+			fmt.Sprintf("backend %s could not be reached after %d attempt(s)", t.name, attempts))
+	}
+	return attempts, false
+}
+
+// refused answers an upstream status that is never passed on, and
+// reports whether st was one: the upstream's 401 or 403 refused the
+// gateway's own credentials, which is not the client's fault, and its
+// body may echo part of the key (502 upstream_auth_failed); a 5xx after
+// the last attempt is 502 upstream_error.
+func (t *upstreamTarget) refused(ctx *fasthttp.RequestCtx, c *call, st, attempts int) bool {
+	switch {
+	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
+		c.log.Warn("upstream rejected the gateway's credentials", "backend", t.name, "status", st)
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamAuth,
+			fmt.Sprintf("backend %s rejected the gateway's credentials (upstream HTTP %d)", t.name, st))
+		return true
+	case st >= 500:
+		c.log.Warn("upstream answered with a server error", "backend", t.name, "attempts", attempts, "status", st)
+		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamError,
+			fmt.Sprintf("backend %s answered HTTP %d after %d attempt(s)", t.name, st, attempts))
+		return true
+	}
+	return false
+}
+
+// errorData is an upstream error body, bounded, with the gateway's key
+// blanked should it appear.
+func (t *upstreamTarget) errorData(resp *fasthttp.Response) []byte {
+	data := errorBody(resp)
+	if t.apiKey != "" {
+		data = bytes.ReplaceAll(data, []byte(t.apiKey), []byte("[REDACTED]"))
+	}
+	return data
+}
+
+// passError passes on an upstream client error (a bad request, a context
+// too long) with status st: its body bounded and the key blanked.
+func (t *upstreamTarget) passError(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, st int) {
+	data := t.errorData(resp)
+	copyHeader(ctx, resp, fasthttp.HeaderContentType)
+	ctx.SetStatusCode(st)
+	ctx.SetBody(data)
+}
