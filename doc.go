@@ -115,7 +115,7 @@
 // attaches a value, registered under a Key[V] and read with
 // key.Get(pin), typed. A Prepare that returns (nil, nil), or a value of
 // nil, keeps the previous value: nothing to rebuild. Every path a consumer
-// or a process resource registers for must name a field of the type, or
+// or WithProcessWide registers for must name a field of the type, or
 // New fails with ErrUnknownPath naming the nearest fields.
 //
 // A pin travels with a request's context: ContextWithPin(ctx, pin) and

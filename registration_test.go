@@ -17,7 +17,7 @@ func TestNewRefusesUnknownRegistrationPaths(t *testing.T) {
 	}{
 		{"consumer typo", WithConsumer(Name("db"), nop, "backend"), []string{`consumer "db"`, `"backend"`, "nearest: backends"}},
 		{"nested typo", WithConsumer(Name("db"), nop, "backends[stub].timout"), []string{`"backends[stub].timout"`, "backends[*].timeout"}},
-		{"resource typo", WithProcessResource("log", "loging.level"), []string{`process resource "log"`, "logging.level"}},
+		{"process-wide typo", WithProcessWide("loging.level"), []string{`WithProcessWide`, "logging.level"}},
 		{"empty path", WithConsumer(Name("db"), nop, ""), []string{`""`}},
 	}
 	for _, tc := range cases {
@@ -39,7 +39,7 @@ func TestKnownRegistrationPathsAreAccepted(t *testing.T) {
 	nop := ConsumerFunc[testConfig](func(context.Context, *testConfig, *testConfig) (Prepared, error) { return nil, nil })
 	newTestRuntime(t, newMem(baseYAML(1)),
 		WithConsumer(Name("a"), nop, "backends", "backends[stub]", "backends[0].timeout", "routing.a", "model_aliases[gpt-4o-mini]"),
-		WithProcessResource("log", "logging.level", "server"))
+		WithProcessWide("logging.level", "server"))
 }
 
 func TestTypePath(t *testing.T) {

@@ -517,36 +517,6 @@ func TestConcurrentClose(t *testing.T) {
 	wg.Wait()
 }
 
-func TestProcessOwnership(t *testing.T) {
-	src1 := newMem(baseYAML(1))
-	rt1 := newTestRuntime(t, src1, WithProcessResource("log-level", "logging"))
-	_ = rt1
-	// Same logging settings: shared.
-	rt2 := newTestRuntime(t, newMem(baseYAML(5)), WithProcessResource("log-level", "logging"))
-	_ = rt2
-	// Different logging settings: refused with an actionable error.
-	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)+"logging:\n  level: debug\n"),
-		WithEnv(noEnv), WithLogger(discardLogger()), WithProcessResource("log-level", "logging"))
-	if !errors.Is(err, ErrOwnership) || !strings.Contains(err.Error(), "log-level") {
-		t.Fatalf("err = %v, want ErrOwnership naming the resource", err)
-	}
-	// Once every holder closes, the resource is free again.
-	rel, err := claimResource("metrics-registry", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claimResource("metrics-registry", "b"); !errors.Is(err, ErrOwnership) {
-		t.Fatalf("second claim = %v", err)
-	}
-	rel()
-	rel()
-	rel2, err := claimResource("metrics-registry", "b")
-	if err != nil {
-		t.Fatalf("claim after release = %v", err)
-	}
-	rel2()
-}
-
 func TestNewFailures(t *testing.T) {
 	if _, err := New[testConfig](context.Background(), newMem("nope: 1\n"), WithEnv(noEnv)); err == nil {
 		t.Fatal("New accepted an unknown field")
