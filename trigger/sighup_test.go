@@ -78,7 +78,7 @@ func newFixture(t *testing.T) *fixture {
 		f.outcomes[res.Outcome]++
 	}
 	rt, err := reconf.New[testConfig](context.Background(), src,
-		reconf.WithConsumer(reconf.Name("c"), consumer),
+		reconf.WithConsumer(reconf.Key[any]("c"), consumer),
 		reconf.WithObserver(reconf.ObserverFunc(observe)),
 		reconf.WithLogger(f.logger()))
 	if err != nil {
