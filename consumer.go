@@ -32,7 +32,7 @@ type Prepared interface {
 
 // Valuer is implemented by a Prepared that attaches a value to the new
 // generation, so work pinned to a generation uses that generation's state
-// (Pin.Value). A consumer not asked on a later attempt, or whose Prepare
+// (Key.Get). A consumer not asked on a later attempt, or whose Prepare
 // returned a nil Prepared or a nil Value, carries its value forward. When
 // the last generation holding a value retires, the value is closed if it
 // implements io.Closer.

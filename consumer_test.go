@@ -31,7 +31,7 @@ func TestNilPrepareKeepsThePreviousValue(t *testing.T) {
 				return tc.next(), nil
 			})
 			src := newMem(baseYAML(1))
-			rt := newTestRuntime(t, src, WithConsumer(Name("routes"), c, "routing"))
+			rt := newTestRuntime(t, src, WithConsumer(Key[any]("routes"), c, "routing"))
 			old := rt.Acquire()
 			src.set(baseYAML(2))
 			mustReload(t, rt, Published)
@@ -42,7 +42,7 @@ func TestNilPrepareKeepsThePreviousValue(t *testing.T) {
 			if pin.ID() != 2 {
 				t.Fatalf("pinned generation %d, want 2", pin.ID())
 			}
-			if got := pin.Value("routes"); got != first {
+			if got := Key[any]("routes").Get(pin); got != first {
 				t.Fatalf("generation 2 value = %v, want the value of generation 1", got)
 			}
 			if n := first.closed.Load(); n != 0 {

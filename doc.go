@@ -115,7 +115,7 @@
 // attaches a value, registered under a Key[V] and read with
 // key.Get(pin), typed. A Prepare that returns (nil, nil), or a value of
 // nil, keeps the previous value: nothing to rebuild. Every path a consumer
-// or a process resource registers for must name a field of the type, or
+// or WithProcessWide registers for must name a field of the type, or
 // New fails with ErrUnknownPath naming the nearest fields.
 //
 // A pin travels with a request's context: ContextWithPin(ctx, pin) and
@@ -190,4 +190,72 @@
 // or a reference, ${env:NAME} or ${file:/abs/path}, resolved at compile
 // time; Reveal returns the value. Errors name the field path and the kind
 // of reference, never the value.
+//
+// # Packages
+//
+// What each package of the module owns, and below it (after ">") the
+// packages of the module it may import: "reconf" is this package, a path
+// ending in "/..." is that package and everything under it, "..." is any
+// package, "-" is none. Imports from outside the module are not limited
+// here. The root imports no leaf; a public leaf imports the root's public
+// API and internal helpers; internal helpers import nothing of the module
+// but other helpers; only the service (internal/gateway, internal/lifecycle,
+// cmd/reconfd) and the tests reach everything. TestLayering fails when a
+// package is missing from this map, named here but gone, or imports
+// outside its line.
+//
+//	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
+//	                          > internal/atomicdir internal/millis internal/safefile
+//	source                    file sources: integrity, atomic replacement, locking
+//	                          > reconf internal/atomicdir internal/safefile
+//	admin                     the management HTTP API beside a runtime
+//	                          > reconf internal/certfile internal/safefile
+//	metrics                   Prometheus metrics of a runtime
+//	                          > reconf
+//	trigger                   SIGHUP as a trigger of attempts
+//	                          > reconf
+//	reconftest                the conformance kit for consumers and configuration types
+//	                          > reconf source
+//	propagate                 the cluster channel on etcd: publish, follow, presence
+//	                          > reconf internal/certfile internal/millis propagate/internal/zlog
+//	propagate/embedded        etcd inside the process, a host's shared channel
+//	                          > internal/ownerdir propagate/internal/zlog
+//	propagate/internal/zlog   etcd's zap logs into slog
+//	                          > -
+//	gate                      in-flight bounds per backend, for a process or a fleet
+//	                          > -
+//	handoff                   listening sockets passed to a successor process
+//	                          > -
+//	internal/atomicdir        revisions of Kubernetes atomic-writer directories
+//	                          > -
+//	internal/certfile         certificate files into TLS settings
+//	                          > internal/safefile
+//	internal/millis           durations as fractional milliseconds
+//	                          > -
+//	internal/ownerdir         owners of a private directory in a shared one
+//	                          > internal/safefile
+//	internal/redact           credentials out of URL-like text
+//	                          > -
+//	internal/safefile         bounded reads of regular files only
+//	                          > -
+//	internal/sighold          SIGHUP held before the listener exists
+//	                          > reconf trigger
+//	internal/termtext         text safe for a terminal
+//	                          > -
+//	internal/testkit          helpers the tests share
+//	                          > -
+//	internal/etcdproc         an embedded etcd member in a child process, for tests
+//	                          > propagate/embedded
+//	internal/gateway          the reconfd gateway: data plane, routing, limits
+//	                          > reconf admin gate propagate/... source internal/...
+//	internal/lifecycle        reconfd's processes: supervise, roll, restart, hand over
+//	                          > reconf admin gate handoff propagate/... source trigger internal/...
+//	cmd/reconfd               the reconfd command: commands, flags, printing
+//	                          > ...
+//	cmd/reconfd/internal/earlysignal  signals caught before serve's handlers
+//	                          > -
+//	e2e                       end-to-end tests of the reconfd binary
+//	                          > ...
+//	e2e/intruder              the e2e tests' hostile local user
+//	                          > ...
 package reconf

@@ -14,9 +14,6 @@ var (
 	ErrClosed = errors.New("reconf: runtime closed")
 	// ErrUnclassified is wrapped by CheckClassified when a field has no class.
 	ErrUnclassified = errors.New("reconf: field has no class")
-	// ErrOwnership is wrapped when a process-wide resource is already claimed
-	// with a different bootstrap fingerprint.
-	ErrOwnership = errors.New("reconf: process-wide resource claimed with a different configuration")
 )
 
 // Reason is a stable, machine-readable cause of an outcome. Reasons are part

@@ -118,7 +118,7 @@ func TestReferencedFilesRefused(t *testing.T) {
 				opts := []Option{
 					WithLogger(discardLogger()),
 					WithMaxSourceBytes(1024),
-					WithConsumer(Name("prompt"), &promptConsumer{}),
+					WithConsumer(Key[any]("prompt"), &promptConsumer{}),
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
@@ -169,7 +169,7 @@ func TestFileContentIsTheDigestedBytes(t *testing.T) {
 	write("v1")
 	c := &promptConsumer{}
 	rt, err := New[fileConfig](context.Background(), newMem("prompt: prompt.txt\n"),
-		WithLogger(discardLogger()), WithBaseDir(dir), WithConsumer(Name("prompt"), c))
+		WithLogger(discardLogger()), WithBaseDir(dir), WithConsumer(Key[any]("prompt"), c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestSecretFileKeptAsCredential(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := []Option{WithLogger(discardLogger()), WithConsumer(Name("prompt"), &promptConsumer{})}
+			opts := []Option{WithLogger(discardLogger()), WithConsumer(Key[any]("prompt"), &promptConsumer{})}
 			rt, err := New[fileConfig](context.Background(), newMem("key: ${file:"+tt.path+"}\n"), opts...)
 			if tt.want == "" {
 				if err != nil {

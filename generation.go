@@ -92,10 +92,8 @@ func (g *Generation[T]) appliedDigest() string {
 	return g.liveDigest
 }
 
-// Value returns the value consumer name attached to this generation (see
-// Valuer), or nil. Key.Get is the typed form.
-func (g *Generation[T]) Value(name string) any { return g.value(name) }
-
+// value returns the value consumer name attached to this generation (see
+// Valuer), or nil; Key.Get reads it typed.
 func (g *Generation[T]) value(name string) any {
 	for _, a := range g.values {
 		if a != nil && a.name == name {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // Figures are one generation's measurements over a window: requests
@@ -28,7 +30,7 @@ type figuresJSON struct {
 
 // MarshalJSON encodes the figures with p99 as p99_ms.
 func (f Figures) MarshalJSON() ([]byte, error) {
-	return json.Marshal(figuresJSON{f.Generation, f.Requests, f.Failures, Milliseconds(f.P99)})
+	return json.Marshal(figuresJSON{f.Generation, f.Requests, f.Failures, millis.Of(f.P99)})
 }
 
 // UnmarshalJSON decodes what MarshalJSON encodes.

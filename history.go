@@ -3,6 +3,8 @@ package reconf
 import (
 	"sync"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // DefaultHistoryLimit is how many entries a History keeps by default.
@@ -139,7 +141,7 @@ func HistoryEntryOf(res Result) HistoryEntry {
 		RestartRequiredFieldCount: res.RestartRequiredCount,
 		PreviousGeneration:        res.PreviousGeneration,
 		Generation:                res.Generation,
-		DurationMS:                Milliseconds(res.Duration),
+		DurationMS:                millis.Of(res.Duration),
 		Revisions:                 res.Revisions,
 		Mismatches:                mismatches(res),
 	}
@@ -151,9 +153,6 @@ func mismatches(res Result) int {
 	}
 	return 0
 }
-
-// Milliseconds renders d as fractional milliseconds, to the microsecond.
-func Milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // History is a bounded, in-memory log of one process's attempts, newest
 // last in memory and newest first when read. Wire it as an observer:

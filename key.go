@@ -12,11 +12,9 @@ package reconf
 //	pin := rt.Acquire()
 //	defer pin.Release()
 //	routes := routesKey.Get(pin)
+//
+// A consumer that attaches no value registers under a Key[any].
 type Key[V any] string
-
-// Name is the key of a consumer that attaches no value, or whose value is
-// read untyped.
-type Name = Key[any]
 
 // Holder is what consumer values are read from: a Pin or a *Generation.
 // A Pin is two words, so passing one as a Holder allocates; on a hot path

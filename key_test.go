@@ -93,7 +93,7 @@ func TestStartupPrepareIsBoundedAndPanicSafe(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()),
-		WithAttemptTimeout(20e6), WithConsumer(Name("slow"), slow))
+		WithAttemptTimeout(20e6), WithConsumer(Key[any]("slow"), slow))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New = %v, want the attempt timeout", err)
 	}
@@ -101,7 +101,7 @@ func TestStartupPrepareIsBoundedAndPanicSafe(t *testing.T) {
 	panicky := ConsumerFunc[testConfig](func(context.Context, *testConfig, *testConfig) (Prepared, error) {
 		return &Staged{OnCommit: func() { committed = true; panic("commit bug") }}, nil
 	})
-	rt := newTestRuntime(t, newMem(baseYAML(1)), WithConsumer(Name("p"), panicky))
+	rt := newTestRuntime(t, newMem(baseYAML(1)), WithConsumer(Key[any]("p"), panicky))
 	if !committed || rt.Current().ID() != 1 {
 		t.Fatal("a Commit panic at startup escaped New")
 	}

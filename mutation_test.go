@@ -90,7 +90,7 @@ func TestMutationDuringAttemptFoundAtSwap(t *testing.T) {
 	})
 	src := newMem(baseYAML(1))
 	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()),
-		WithConsumer(Name("writer"), write, "routing"),
+		WithConsumer(Key[any]("writer"), write, "routing"),
 		WithMutationObserver(func(m Mutation) { mu.Lock(); got = append(got, m); mu.Unlock() }))
 	if err != nil {
 		t.Fatal(err)

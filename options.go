@@ -28,7 +28,6 @@ type settings struct {
 	maxBytes          int64
 	lookupEnv         func(string) (string, bool)
 	observers         []Observer
-	resources         []resource
 	mutationMode      MutationMode
 	mutationObservers []func(Mutation)
 	now               func() time.Time
@@ -198,15 +197,6 @@ func WithMutationObserver(fn func(Mutation)) Option {
 	return func(o *settings) { o.mutationObservers = append(o.mutationObservers, fn) }
 }
 
-// WithProcessResource claims a process-wide resource (the log level, a
-// metrics registry) for this runtime, fingerprinted by the bootstrap fields
-// at or under paths. Another runtime in the process claiming the same name
-// with a different fingerprint fails construction; the same fingerprint
-// shares it. The claim is released by Close.
-func WithProcessResource(name string, paths ...string) Option {
-	return func(o *settings) { o.resources = append(o.resources, resource{name, paths}) }
-}
-
 // WithChannel makes the runtime one worker of a cluster: New joins at the
 // cluster's current version (publishing the local load as version 1 when
 // the channel is empty), every publish is a compare-and-set on the
@@ -226,8 +216,3 @@ func WithBaseDir(dir string) Option { return func(o *settings) { o.baseDir = dir
 // measurements, or both; StandardHealth, the default, applies the
 // strategy's thresholds.
 func WithHealth(fn HealthFunc) Option { return func(o *settings) { o.health = fn } }
-
-type resource struct {
-	name  string
-	paths []string
-}

@@ -20,10 +20,6 @@ func (p Pin[T]) Config() *T { return p.g.cfg }
 // ID returns the pinned generation's ID.
 func (p Pin[T]) ID() uint64 { return p.g.id }
 
-// Value returns the value consumer name attached to the pinned generation.
-// Key.Get is the typed form.
-func (p Pin[T]) Value(name string) any { return p.g.value(name) }
-
 func (p Pin[T]) value(name string) any { return p.g.value(name) }
 
 // Release ends the hold. Releasing the same hold twice panics.

@@ -10,16 +10,16 @@ import (
 )
 
 // ErrUnknownPath is wrapped by New when a path given to WithConsumer or
-// WithProcessResource names no field of the configuration type. A typo
+// WithProcessWide names no field of the configuration type. A typo
 // there would silently switch the consumer off, so it is refused instead.
 var ErrUnknownPath = errors.New("reconf: path names no field")
 
 // maxSuggestions is how many nearest fields an unknown-path error names.
 const maxSuggestions = 3
 
-// checkRegistrations refuses every consumer and resource path that names no
-// field of T, naming the nearest fields.
-func checkRegistrations[T any](consumers []consumerReg[T], resources []resource) error {
+// checkRegistrations refuses every consumer and process-wide path that
+// names no field of T, naming the nearest fields.
+func checkRegistrations[T any](consumers []consumerReg[T], processWide []string) error {
 	known := registrablePaths(Classes[T]())
 	typ := reflect.TypeFor[T]().String()
 	var errs []error
@@ -38,9 +38,7 @@ func checkRegistrations[T any](consumers []consumerReg[T], resources []resource)
 	for _, c := range consumers {
 		check(fmt.Sprintf("consumer %q", c.name), c.paths)
 	}
-	for _, r := range resources {
-		check(fmt.Sprintf("process resource %q", r.name), r.paths)
-	}
+	check("WithProcessWide", processWide)
 	return errors.Join(errs...)
 }
 

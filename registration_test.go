@@ -15,10 +15,10 @@ func TestNewRefusesUnknownRegistrationPaths(t *testing.T) {
 		opt  Option
 		want []string // substrings of the error
 	}{
-		{"consumer typo", WithConsumer(Name("db"), nop, "backend"), []string{`consumer "db"`, `"backend"`, "nearest: backends"}},
-		{"nested typo", WithConsumer(Name("db"), nop, "backends[stub].timout"), []string{`"backends[stub].timout"`, "backends[*].timeout"}},
-		{"resource typo", WithProcessResource("log", "loging.level"), []string{`process resource "log"`, "logging.level"}},
-		{"empty path", WithConsumer(Name("db"), nop, ""), []string{`""`}},
+		{"consumer typo", WithConsumer(Key[any]("db"), nop, "backend"), []string{`consumer "db"`, `"backend"`, "nearest: backends"}},
+		{"nested typo", WithConsumer(Key[any]("db"), nop, "backends[stub].timout"), []string{`"backends[stub].timout"`, "backends[*].timeout"}},
+		{"process-wide typo", WithProcessWide("loging.level"), []string{`WithProcessWide`, "logging.level"}},
+		{"empty path", WithConsumer(Key[any]("db"), nop, ""), []string{`""`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,8 +38,8 @@ func TestNewRefusesUnknownRegistrationPaths(t *testing.T) {
 func TestKnownRegistrationPathsAreAccepted(t *testing.T) {
 	nop := ConsumerFunc[testConfig](func(context.Context, *testConfig, *testConfig) (Prepared, error) { return nil, nil })
 	newTestRuntime(t, newMem(baseYAML(1)),
-		WithConsumer(Name("a"), nop, "backends", "backends[stub]", "backends[0].timeout", "routing.a", "model_aliases[gpt-4o-mini]"),
-		WithProcessResource("log", "logging.level", "server"))
+		WithConsumer(Key[any]("a"), nop, "backends", "backends[stub]", "backends[0].timeout", "routing.a", "model_aliases[gpt-4o-mini]"),
+		WithProcessWide("logging.level", "server"))
 }
 
 func TestTypePath(t *testing.T) {

@@ -3,6 +3,8 @@ package reconf
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // MaxListedPaths is how many restart-required paths a Result lists; the full
@@ -91,7 +93,7 @@ type resultJSON struct {
 // tagged field, the duration as duration_ms, and restart_required_fields as
 // an array even when empty.
 func (r Result) MarshalJSON() ([]byte, error) {
-	w := resultJSON{resultFields(r), Milliseconds(r.Duration)}
+	w := resultJSON{resultFields(r), millis.Of(r.Duration)}
 	if w.RestartRequiredFields == nil {
 		w.RestartRequiredFields = []string{}
 	}

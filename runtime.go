@@ -74,7 +74,6 @@ type Runtime[T any] struct {
 	lastFailure  *AttemptSummary
 	mutations    uint64
 	lastMutation *Mutation
-	releases     []func()
 	ro           *rollout[T]     // the rollout in progress; written under the slot too
 	lastRollout  *RolloutStatus  // the last one that ended
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
@@ -160,7 +159,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err := r.o.resolve(); err != nil {
 		return nil, err
 	}
-	if err := checkRegistrations(r.o.consumers, append(slices.Clip(r.o.resources), resource{"process-wide fields", r.o.processWide})); err != nil {
+	if err := checkRegistrations(r.o.consumers, r.o.processWide); err != nil {
 		return nil, err
 	}
 	if r.o.logger == nil {
@@ -184,21 +183,12 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 			return nil, err
 		}
 	}
-	for _, res := range r.o.resources {
-		rel, err := claimResource(res.name, fingerprintOf(flatten(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), res.paths))
-		if err != nil {
-			r.releaseClaims()
-			return nil, err
-		}
-		r.releases = append(r.releases, rel)
-	}
 	// Startup prepares like an attempt: bounded by the attempt timeout,
 	// a panic caught, a Commit panic reported, never passed to the caller.
 	pctx, cancel := context.WithTimeout(ctx, r.o.attemptTimeout)
 	staged, err := r.prepare(withFiles(pctx, cand.read), nil, cand.cfg, nil)
 	cancel()
 	if err != nil {
-		r.releaseClaims()
 		return nil, err
 	}
 	g := r.newGeneration(id, cand, r.digest(cand))
@@ -1046,8 +1036,7 @@ func (r *Runtime[T]) Applied() (generation uint64, digest string) {
 
 // Close is the one shutdown path: it refuses new triggers, cancels an
 // in-flight attempt and waits for it, retires the active generation, waits
-// for every pinned generation to be released, and releases process-wide
-// claims. It honours ctx: on a deadline it returns the context's error and
+// for every pinned generation to be released. It honours ctx: on a deadline it returns the context's error and
 // may be called again to finish. After it succeeds it returns nil.
 func (r *Runtime[T]) Close(ctx context.Context) error {
 	select {
@@ -1083,11 +1072,8 @@ func (r *Runtime[T]) Close(ctx context.Context) error {
 		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		r.closed = true
-		r.releaseClaimsLocked()
-	}
+	r.closed = true
+	r.mu.Unlock()
 	return nil
 }
 
@@ -1137,18 +1123,4 @@ func (r *Runtime[T]) refuseCloseLocked(ctx context.Context) (done bool, err erro
 		r.mu.Unlock()
 	}
 	return false, nil
-}
-
-func (r *Runtime[T]) releaseClaims() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.releaseClaimsLocked()
-}
-
-// releaseClaimsLocked releases process-wide claims. r.mu must be held.
-func (r *Runtime[T]) releaseClaimsLocked() {
-	for _, rel := range r.releases {
-		rel()
-	}
-	r.releases = nil
 }

@@ -203,7 +203,7 @@ func TestPrepareFailureInjection(t *testing.T) {
 			var opts []Option
 			for i := range cs {
 				cs[i] = &recorder{name: fmt.Sprint(i), log: &log, mu: &mu}
-				opts = append(opts, WithConsumer(Name(fmt.Sprint(i)), cs[i], "routing"))
+				opts = append(opts, WithConsumer(Key[any](fmt.Sprint(i)), cs[i], "routing"))
 			}
 			src := newMem(baseYAML(1))
 			rt := newTestRuntime(t, src, opts...)
@@ -240,7 +240,7 @@ func TestPrepareFailureInjection(t *testing.T) {
 					t.Errorf("consumer %d state = %d, want 1", i, c.state.Load())
 				}
 			}
-			if pin.ID() != 1 || pin.Config().Routing.A != 1 || pin.Value("0").(*closeCounter).closed.Load() != 0 {
+			if pin.ID() != 1 || pin.Config().Routing.A != 1 || Key[*closeCounter]("0").Get(pin).closed.Load() != 0 {
 				t.Fatal("the pinned generation changed")
 			}
 
@@ -270,8 +270,8 @@ func TestOnlyInterestedConsumersAreAsked(t *testing.T) {
 	aliases := &recorder{name: "aliases", log: &log, mu: &mu}
 	src := newMem(baseYAML(1))
 	rt := newTestRuntime(t, src,
-		WithConsumer(Name("routing"), routing, "routing"),
-		WithConsumer(Name("aliases"), aliases, "model_aliases"))
+		WithConsumer(Key[any]("routing"), routing, "routing"),
+		WithConsumer(Key[any]("aliases"), aliases, "model_aliases"))
 	mu.Lock()
 	log = nil
 	mu.Unlock()
@@ -281,7 +281,7 @@ func TestOnlyInterestedConsumersAreAsked(t *testing.T) {
 		t.Fatalf("calls = %v", log)
 	}
 	// The aliases consumer's value is carried into generation 2.
-	if rt.Current().Value("aliases").(*closeCounter).a != 1 || rt.Current().Value("routing").(*closeCounter).a != 2 {
+	if Key[*closeCounter]("aliases").Get(rt.Current()).a != 1 || Key[*closeCounter]("routing").Get(rt.Current()).a != 2 {
 		t.Fatal("consumer values not carried or replaced")
 	}
 }
@@ -295,14 +295,14 @@ func TestRetentionAndRetire(t *testing.T) {
 	src := newMem(baseYAML(1))
 	rt := newTestRuntime(t, src,
 		WithRetention(3),
-		WithConsumer(Name("c"), c),
+		WithConsumer(Key[any]("c"), c),
 		WithRetireHook[testConfig](func(g *Generation[testConfig]) {
 			mu.Lock()
 			retired = append(retired, g.ID())
 			mu.Unlock()
 		}))
 	p1 := rt.Acquire()
-	v1 := p1.Value("c").(*closeCounter)
+	v1 := Key[*closeCounter]("c").Get(p1)
 	hookRan := 0
 	p1.Generation().OnRetire(func() { hookRan++ })
 	src.set(baseYAML(2))
@@ -416,7 +416,7 @@ func TestCheckNeverPublishes(t *testing.T) {
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithConsumer(Name("c"), c))
+	rt := newTestRuntime(t, src, WithConsumer(Key[any]("c"), c))
 	mu.Lock()
 	log = nil
 	mu.Unlock()
@@ -444,11 +444,11 @@ func TestCloseCancelsAndRefuses(t *testing.T) {
 	var log []string
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
-	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), WithConsumer(Name("c"), c))
+	rt, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), WithConsumer(Key[any]("c"), c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1 := rt.Current().Value("c").(*closeCounter)
+	v1 := Key[*closeCounter]("c").Get(rt.Current())
 	c.block = make(chan struct{}) // the next Prepare waits for ctx
 	src.set(baseYAML(2))
 	done := make(chan Result)
@@ -517,36 +517,6 @@ func TestConcurrentClose(t *testing.T) {
 	wg.Wait()
 }
 
-func TestProcessOwnership(t *testing.T) {
-	src1 := newMem(baseYAML(1))
-	rt1 := newTestRuntime(t, src1, WithProcessResource("log-level", "logging"))
-	_ = rt1
-	// Same logging settings: shared.
-	rt2 := newTestRuntime(t, newMem(baseYAML(5)), WithProcessResource("log-level", "logging"))
-	_ = rt2
-	// Different logging settings: refused with an actionable error.
-	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)+"logging:\n  level: debug\n"),
-		WithEnv(noEnv), WithLogger(discardLogger()), WithProcessResource("log-level", "logging"))
-	if !errors.Is(err, ErrOwnership) || !strings.Contains(err.Error(), "log-level") {
-		t.Fatalf("err = %v, want ErrOwnership naming the resource", err)
-	}
-	// Once every holder closes, the resource is free again.
-	rel, err := claimResource("metrics-registry", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claimResource("metrics-registry", "b"); !errors.Is(err, ErrOwnership) {
-		t.Fatalf("second claim = %v", err)
-	}
-	rel()
-	rel()
-	rel2, err := claimResource("metrics-registry", "b")
-	if err != nil {
-		t.Fatalf("claim after release = %v", err)
-	}
-	rel2()
-}
-
 func TestNewFailures(t *testing.T) {
 	if _, err := New[testConfig](context.Background(), newMem("nope: 1\n"), WithEnv(noEnv)); err == nil {
 		t.Fatal("New accepted an unknown field")
@@ -555,7 +525,7 @@ func TestNewFailures(t *testing.T) {
 	var mu sync.Mutex
 	c := &recorder{name: "c", log: &log, mu: &mu}
 	c.fail.Store(true)
-	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithConsumer(Name("c"), c))
+	_, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithConsumer(Key[any]("c"), c))
 	var ce *ConsumerError
 	if !errors.As(err, &ce) || ce.Consumer != "c" {
 		t.Fatalf("err = %v, want ConsumerError", err)
@@ -565,7 +535,7 @@ func TestNewFailures(t *testing.T) {
 func TestPanickingConsumerIsInternalFailure(t *testing.T) {
 	src := newMem(baseYAML(1))
 	calls := 0
-	rt := newTestRuntime(t, src, WithConsumer(Name("p"), ConsumerFunc[testConfig](func(ctx context.Context, prev, next *testConfig) (Prepared, error) {
+	rt := newTestRuntime(t, src, WithConsumer(Key[any]("p"), ConsumerFunc[testConfig](func(ctx context.Context, prev, next *testConfig) (Prepared, error) {
 		calls++
 		if prev != nil {
 			panic("consumer bug")

@@ -161,7 +161,7 @@ func newRuntime(t *testing.T, s setup) *env {
 			}
 			return "", false
 		}),
-		reconf.WithConsumer(reconf.Name("pool"), e.gate),
+		reconf.WithConsumer(reconf.Key[any]("pool"), e.gate),
 	}, s.runtime...)
 	if s.history {
 		e.history = reconf.NewHistory(0)

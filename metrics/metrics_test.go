@@ -74,7 +74,7 @@ func newFixture(t *testing.T, bind bool, opts ...metrics.Option) *fixture {
 	}
 	rt, err := reconf.New[testConfig](context.Background(), src,
 		reconf.WithObserver(obs),
-		reconf.WithConsumer(reconf.Name("c"), consumer),
+		reconf.WithConsumer(reconf.Key[any]("c"), consumer),
 		reconf.WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)

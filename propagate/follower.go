@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // Defaults of a Follower's options.
@@ -554,8 +555,8 @@ func (f *Follower) step() stepResult {
 				"publisher_fleet", p.Publisher.Fleet, "published_trigger", string(p.Trigger), "published_actor", p.Actor,
 				// Where the time went: received after the publisher's
 				// published_at (the two hosts' clocks), vetting, the apply.
-				"received_ms", reconf.Milliseconds(seen.at.Sub(u.PublishedAt)), "vet_ms", reconf.Milliseconds(seen.vet),
-				"apply_ms", reconf.Milliseconds(res.Duration))
+				"received_ms", millis.Of(seen.at.Sub(u.PublishedAt)), "vet_ms", millis.Of(seen.vet),
+				"apply_ms", millis.Of(res.Duration))
 		}
 		f.settle(res.Generation)
 		return settled

@@ -203,7 +203,7 @@ func TestApplyRacingNewerVersionNeverLandsOlder(t *testing.T) {
 	p := newPrefix()
 	pub := startWorker(t, s.Endpoints(), p, "pub", workerOpts{})
 	slow := startWorker(t, s.Endpoints(), p, "slow", workerOpts{
-		rtOpts: []reconf.Option{reconf.WithConsumer(reconf.Name("slow"), slowConsumer{60 * time.Millisecond}, "limits")},
+		rtOpts: []reconf.Option{reconf.WithConsumer(reconf.Key[any]("slow"), slowConsumer{60 * time.Millisecond}, "limits")},
 	})
 
 	// Old records the spammer keeps offering, each tagged with its version.

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // History is a fleet's attempt history, kept in the channel's etcd so that
@@ -223,7 +224,7 @@ func (h *History) applyOp(version uint64, res reconf.Result) (clientv3.Op, bool)
 	h.mu.Unlock()
 	a := reconf.ApplyEntry{
 		Worker: h.worker, Time: res.Started.Add(res.Duration).UTC(), Outcome: res.Outcome.String(),
-		Reason: res.Reason, Attempts: tries, DurationMS: reconf.Milliseconds(res.Duration),
+		Reason: res.Reason, Attempts: tries, DurationMS: millis.Of(res.Duration),
 	}
 	b, err := json.Marshal(a)
 	if err != nil {

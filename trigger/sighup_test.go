@@ -78,7 +78,7 @@ func newFixture(t *testing.T) *fixture {
 		f.outcomes[res.Outcome]++
 	}
 	rt, err := reconf.New[testConfig](context.Background(), src,
-		reconf.WithConsumer(reconf.Name("c"), consumer),
+		reconf.WithConsumer(reconf.Key[any]("c"), consumer),
 		reconf.WithObserver(reconf.ObserverFunc(observe)),
 		reconf.WithLogger(f.logger()))
 	if err != nil {
@@ -258,34 +258,6 @@ func TestCloseDoesNotWaitForAttempt(t *testing.T) {
 	}
 	release()
 	waitFor(t, "the attempt to publish after Close", func() bool { return f.rt.Status().ActiveGeneration == 2 })
-}
-
-// A SIGHUP that arrives before the listener is installed neither kills
-// the process nor is lost: the hold catches it and Listen replays it.
-func TestHoldCatchesEarlySIGHUPAndReplaysIt(t *testing.T) {
-	hold := trigger.HoldSIGHUP()
-	defer hold.Release()
-	f := newFixture(t)
-	f.setLimit(2)
-	hangup(t) // no listener yet: without the hold this would end the test binary
-	deadline := time.Now().Add(10 * time.Second)
-	for trigger.HoldPending(hold) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the hold never received the SIGHUP")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	l := hold.Listen(f.rt, f.logger())
-	defer l.Close()
-	for f.count(reconf.Published) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the early SIGHUP was not replayed; outcomes %v", f.outcomes)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if got := f.rt.Current().Config().Limit; got != 2 {
-		t.Fatalf("limit = %d after the replayed SIGHUP, want 2", got)
-	}
 }
 
 // fakeBusyReloader is fault injection: a Reloader that answers every

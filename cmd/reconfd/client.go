@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/millis"
 	"github.com/reconfhq/reconf/internal/termtext"
 	"github.com/reconfhq/reconf/propagate"
 )
@@ -227,7 +228,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 
 func printReload(w io.Writer, r reconf.Result) {
 	fmt.Fprintf(w, "%s (%s): %s\n", r.Outcome, r.Reason, r.Message)
-	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, reconf.Milliseconds(r.Duration))
+	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, millis.Of(r.Duration))
 	if r.RestartRequiredCount > 0 {
 		fmt.Fprintf(w, "  restart-required fields (%d): %s\n", r.RestartRequiredCount, strings.Join(r.RestartRequiredFields, ", "))
 	}

@@ -24,8 +24,8 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/internal/sighold"
 	"github.com/reconfhq/reconf/metrics"
-	"github.com/reconfhq/reconf/trigger"
 )
 
 type serveFlags struct {
@@ -197,7 +197,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	// SIGHUP must never end the process: the hold takes it from the start
 	// (a HUP during start-up becomes one reload once the trigger listens)
 	// until the process exits (a HUP during shutdown is dropped).
-	hold := trigger.HoldSIGHUP()
+	hold := sighold.Start()
 	defer hold.Release()
 	// What came before main had these handlers reaches them now.
 	earlysignal.Handoff()
@@ -319,7 +319,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	defer parent.Close()
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
-	hold := trigger.HoldSIGHUP()
+	hold := sighold.Start()
 	defer hold.Release()
 	earlysignal.Handoff()
 

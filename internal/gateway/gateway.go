@@ -181,7 +181,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithLogger(log),
 		reconf.WithObserver(observe),
 		reconf.WithConsumer(routesKey, cons, consumerPaths...),
-		reconf.WithConsumer(reconf.Name("logging"), levelConsumer(level), "logging.level"),
+		reconf.WithConsumer(reconf.Key[any]("logging"), levelConsumer(level), "logging.level"),
 		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
 		reconf.WithBaseDir(cons.dir),
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // Inheritance is what a single process that a restart started takes from
@@ -116,7 +117,7 @@ func readHistory(path string) ([]reconf.HistoryEntry, handedHistory, error) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, handedHistory{}, err
 	}
-	h.Restart.DurationMS = reconf.Milliseconds(time.Since(h.Restart.Time))
+	h.Restart.DurationMS = millis.Of(time.Since(h.Restart.Time))
 	h.Restart.Message += fmt.Sprintf("; pid %d took them", os.Getpid())
 	return append(h.Entries, h.Restart), h, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/sighold"
 	"github.com/reconfhq/reconf/trigger"
 )
 
@@ -37,7 +38,7 @@ type Session struct {
 	// Management is nil when management is off.
 	Management Management
 	Reloader   trigger.Reloader // SIGHUP's target
-	Hold       *trigger.Hold    // SIGHUP caught since start-up
+	Hold       *sighold.Hold    // SIGHUP caught since start-up
 	// Shared reports, at stop, whether other processes hold the data
 	// plane's socket (a worker's fleet, a successor): the drain then
 	// moves the clients to them first (see drainShared).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // keptRestarts is how many finished restarts stay known by id.
@@ -175,7 +176,7 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 	defer t.mu.Unlock()
 	t.last = &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted,
 		Reason: admin.ReasonRestarted, Message: "this process was started by the restart", Started: started,
-		DurationMS: reconf.Milliseconds(time.Since(started))}}
+		DurationMS: millis.Of(time.Since(started))}}
 	close(t.last.done)
 	t.addCounts(counts)
 	t.counts[admin.Restarted]++
