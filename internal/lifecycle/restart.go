@@ -38,6 +38,7 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 	if inherited.Successor {
 		h := inherited.history
 		r.track.seed(h.Restarts, h.RestartID, h.Restart.Time)
+		r.track.named(h.RestartID, os.Getpid(), h.Restart.PreviousGeneration, h.Restart.Generation)
 	}
 	return r
 }
