@@ -241,6 +241,7 @@ var answers = []struct {
 	{errBadIfMatch, apiError{http.StatusBadRequest, ReasonBadIfMatch, `If-Match must be one quoted digest: "sha256:" and 64 hex digits`}},
 	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
 	{errBadWait, apiError{http.StatusBadRequest, ReasonBadWait, "?wait= must be a duration such as 30s"}},
+	{ErrHandoverInProgress, apiError{http.StatusConflict, ReasonHandoverInProgress, "this process is handing over to a successor; send the request again on a new connection"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
 }
 

@@ -237,6 +237,7 @@ type answer struct {
 	status int
 	header http.Header
 	body   []byte
+	closed bool // the answer carried Connection: close (net/http drops the header)
 }
 
 // send sends req and records the answer. Every answer is checked for CORS
@@ -262,7 +263,7 @@ func (e *env) send(req *http.Request) answer {
 	e.mu.Lock()
 	e.seen = append(e.seen, hdr.String()+string(body))
 	e.mu.Unlock()
-	return answer{resp.StatusCode, resp.Header, body}
+	return answer{resp.StatusCode, resp.Header, body, resp.Close}
 }
 
 func (e *env) do(method, path, body string) answer { return e.send(e.req(method, path, body)) }

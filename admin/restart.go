@@ -127,6 +127,10 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	// runtime's attempt timeout bounds) nor its start: a short wait gets
 	// 202, never a canceled restart.
 	begin := context.WithoutCancel(r.Context())
+	// The process that answers may be gone once the restart ends: the
+	// client's next request goes on a new connection, to the one that
+	// serves.
+	w.Header().Set("Connection", "close")
 	res, err := s.o.restarter.Restart(begin, s.actor(r))
 	if err != nil {
 		return err

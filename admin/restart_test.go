@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -79,5 +80,52 @@ func TestRestartOutcomeStatus(t *testing.T) {
 		if got := o.HTTPStatus(); got != want {
 			t.Errorf("%s: got %d, want %d", o, got, want)
 		}
+	}
+}
+
+// TestHandingOver: while a process hands over, every request but the
+// restart's own follow-up is answered 409 handover_in_progress with
+// Connection: close (so the client's next connection reaches the process
+// that serves); the restart answer itself always closes the connection;
+// off again, requests are served as before.
+func TestHandingOver(t *testing.T) {
+	r := &slowRestarter{release: make(chan struct{})}
+	close(r.release)
+	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	// A client that keeps connections alive: the server's Connection:
+	// close is then its own.
+	keep := &http.Client{Transport: &http.Transport{}}
+	defer keep.CloseIdleConnections()
+	do := func(method, path string) answer {
+		t.Helper()
+		resp, err := keep.Do(e.req(method, path, ""))
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, resp.Header, b, resp.Close}
+	}
+	if a := do(http.MethodPost, admin.RestartPath); !a.closed {
+		t.Errorf("the restart answer does not close the connection")
+	}
+	e.srv.SetHandingOver(true)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, admin.ReloadPath}, {http.MethodPost, admin.RestartPath}, {http.MethodGet, admin.StatusPath},
+	} {
+		a := do(c.method, c.path)
+		var body admin.ErrorBody
+		_ = json.Unmarshal(a.body, &body)
+		if a.status != http.StatusConflict || body.Error.Reason != admin.ReasonHandoverInProgress || !a.closed {
+			t.Errorf("%s %s while handing over: %d %s (closed %v), want 409 %s with Connection: close",
+				c.method, c.path, a.status, a.body, a.closed, admin.ReasonHandoverInProgress)
+		}
+	}
+	if a := do(http.MethodGet, admin.RestartPath+"/r1?wait=5s"); a.status != http.StatusOK || !a.closed {
+		t.Errorf("following the restart while handing over: %d (closed %v), want 200 with Connection: close", a.status, a.closed)
+	}
+	e.srv.SetHandingOver(false)
+	if a := do(http.MethodGet, admin.StatusPath); a.status != http.StatusOK || a.closed {
+		t.Errorf("status after the hand-over failed: %d (closed %v)", a.status, a.closed)
 	}
 }

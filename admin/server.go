@@ -132,6 +132,7 @@ type Server struct {
 	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
 	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
 	draining atomic.Bool                // answers carry Connection: close (Drain)
+	handing  atomic.Bool                // answers 409 handover_in_progress (SetHandingOver)
 	throttle *throttle                  // failed authentications per client address
 
 	mu    sync.Mutex
@@ -203,11 +204,12 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	routes := s.routes()
 	s.http = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if s.draining.Load() {
-				// net/http closes the connection after this answer.
+			if s.handing.Load() && !followsRestart(r) {
 				w.Header().Set("Connection", "close")
+				s.answer(w, r, ErrHandoverInProgress)
+				return
 			}
-			routes.ServeHTTP(w, r)
+			routes.ServeHTTP(&closingWriter{ResponseWriter: w, s: s}, r)
 		}),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
@@ -268,6 +270,51 @@ func (s *Server) Start(addr string) error {
 // alone closes idle connections on which a client may be sending. Call it
 // before the listener stops accepting; it is safe for concurrent use.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// SetHandingOver, while on, answers every request with 409
+// ReasonHandoverInProgress and Connection: close, except GET
+// RestartPath/{id} (following the restart that hands over); a request
+// already in progress is answered with Connection: close. A process turns
+// it on when it begins handing its listeners to a successor, and off
+// again if the successor fails and it serves on. It is safe for
+// concurrent use.
+func (s *Server) SetHandingOver(on bool) { s.handing.Store(on) }
+
+// followsRestart reports whether r follows a restart by id, which a
+// process handing over still answers.
+func followsRestart(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, RestartPath+"/")
+}
+
+// closingWriter adds Connection: close to an answer written while the
+// server drains or hands over, whenever the request began: net/http then
+// closes the connection after it, and the client's next request goes on
+// a new connection, to whichever process serves.
+type closingWriter struct {
+	http.ResponseWriter
+	s     *Server
+	wrote bool
+}
+
+func (c *closingWriter) WriteHeader(code int) {
+	if !c.wrote {
+		c.wrote = true
+		if c.s.draining.Load() || c.s.handing.Load() {
+			c.Header().Set("Connection", "close")
+		}
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closingWriter) Write(b []byte) (int, error) {
+	if !c.wrote {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (c *closingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // Serve serves on ln until Shutdown, then returns nil. It first checks the
 // listener's address like CheckAddress and returns ErrManagementDisabled

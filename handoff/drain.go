@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Drain runs every shutdown function concurrently under ctx (each is, for
@@ -42,6 +44,8 @@ type DrainListener struct {
 	accepting int           // Accept calls in the underlying listener
 	zero      chan struct{} // closed and replaced whenever open+accepting drops to 0
 	stopped   bool
+	paused    chan struct{} // closed by Resume or StopAccepting; nil: not paused
+	pauses    int           // Pause calls, to tell Pause's deadline from another error
 	closed    chan struct{}
 	once      sync.Once
 }
@@ -52,34 +56,88 @@ func NewDrainListener(ln net.Listener) *DrainListener {
 }
 
 // Accept accepts and counts a connection. After StopAccepting it blocks
-// until Close, then returns net.ErrClosed.
+// until Close, then returns net.ErrClosed; while paused (Pause) it blocks
+// until Resume.
 func (l *DrainListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if l.stopped {
-		l.mu.Unlock()
-		<-l.closed
-		return nil, net.ErrClosed
-	}
-	// Counted from here, so that Wait cannot see nothing open while a
-	// connection the kernel already handed over is on its way out.
-	l.accepting++
-	l.mu.Unlock()
-	c, err := l.Listener.Accept()
-	l.mu.Lock()
-	if err == nil {
-		l.open++
-	}
-	stopped := l.stopped
-	l.doneLocked(&l.accepting)
-	l.mu.Unlock()
-	if err != nil {
-		if stopped {
+	for {
+		l.mu.Lock()
+		if l.stopped {
+			l.mu.Unlock()
 			<-l.closed
 			return nil, net.ErrClosed
 		}
-		return nil, err
+		if p := l.paused; p != nil {
+			l.mu.Unlock()
+			select {
+			case <-p:
+				continue
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
+		}
+		// Counted from here, so that Wait cannot see nothing open while a
+		// connection the kernel already handed over is on its way out.
+		l.accepting++
+		pauses := l.pauses
+		l.mu.Unlock()
+		c, err := l.Listener.Accept()
+		l.mu.Lock()
+		if err == nil {
+			l.open++
+		}
+		stopped, paused := l.stopped, l.pauses != pauses
+		l.doneLocked(&l.accepting)
+		l.mu.Unlock()
+		if err != nil {
+			if stopped {
+				<-l.closed
+				return nil, net.ErrClosed
+			}
+			if paused && errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // Pause's deadline ended the accept: wait for Resume
+			}
+			return nil, err
+		}
+		return &drainConn{Conn: c, l: l}, nil
 	}
-	return &drainConn{Conn: c, l: l}, nil
+}
+
+// deadliner is a listener whose pending Accept a deadline ends (a TCP or
+// unix listener).
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// Pause stops accepting until Resume, keeping this process's descriptor
+// of the socket: connections queue on it for the other processes that
+// hold it, or for this one after Resume. An Accept under way in the
+// kernel is ended (by a deadline) when the listener allows it; a
+// connection the kernel handed over at that instant is still returned.
+// A process that begins handing its sockets to a successor pauses, and
+// resumes if the successor fails.
+func (l *DrainListener) Pause() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped || l.paused != nil {
+		return
+	}
+	l.paused = make(chan struct{})
+	l.pauses++
+	if d, ok := l.Listener.(deadliner); ok {
+		_ = d.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// Resume accepts again after Pause.
+func (l *DrainListener) Resume() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.paused == nil {
+		return
+	}
+	if d, ok := l.Listener.(deadliner); ok && !l.stopped {
+		_ = d.SetDeadline(time.Time{})
+	}
+	close(l.paused)
+	l.paused = nil
 }
 
 // SyscallConn returns the raw connection of the listener it wraps, when that
@@ -104,6 +162,10 @@ func (l *DrainListener) StopAccepting() error {
 		return nil
 	}
 	l.stopped = true
+	if l.paused != nil {
+		close(l.paused)
+		l.paused = nil
+	}
 	l.mu.Unlock()
 	return l.Listener.Close()
 }

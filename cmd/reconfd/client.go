@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -87,8 +89,37 @@ func (f *clientFlags) resolve(lookup env) (string, error) {
 	return strings.TrimRight(base, "/"), nil
 }
 
-// call sends one management request and returns the status and body.
+// call sends one management request and returns the status and body. It
+// sends it once more, on a new connection, when the process that took it
+// was handing over to a successor (409 handover_in_progress: the new
+// connection reaches the process that serves), and, except for a
+// restart, when the connection broke without an answer (the process that
+// had it handed over and closed it).
 func (f *clientFlags) call(ctx context.Context, method, url string, body []byte) (int, []byte, error) {
+	status, b, err := f.callOnce(ctx, method, url, body)
+	if retryable(method, url, status, b, err) && ctx.Err() == nil {
+		return f.callOnce(ctx, method, url, body)
+	}
+	return status, b, err
+}
+
+// retryable reports whether an answer (or its absence) came from a
+// process that no longer serves, so that the same request on a new
+// connection reaches one that does.
+func retryable(method, url string, status int, body []byte, err error) bool {
+	if err != nil {
+		restart := method == http.MethodPost && strings.Contains(url, admin.RestartPath)
+		return !restart && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+	}
+	if status != http.StatusConflict {
+		return false
+	}
+	var e admin.ErrorBody
+	return json.Unmarshal(body, &e) == nil && e.Error.Reason == admin.ReasonHandoverInProgress
+}
+
+// callOnce sends one management request on a new connection.
+func (f *clientFlags) callOnce(ctx context.Context, method, url string, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))

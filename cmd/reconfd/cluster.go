@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/redact"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -156,17 +156,8 @@ func (a clusterAccess) options(endpoints []string, lookup env) (gateway.ClusterO
 func checkClusterURLs(endpoints []string) error {
 	for _, ep := range endpoints {
 		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
-			return usage("--cluster %q: %s", redactURLs(ep), msg)
+			return usage("--cluster %q: %s", redact.URLs(ep), msg)
 		}
 	}
 	return nil
 }
-
-// userinfo matches the credentials of a URL (user:password@), up to the
-// last '@' before a space, so a password holding '/', '@' or ':' goes too.
-var userinfo = regexp.MustCompile(`://[^\s]*@`)
-
-// redactURLs replaces the credentials of every URL in s. Every message the
-// command prints goes through it: a usage error quoting a flag's value
-// (pflag quotes it) must not print a password given in a URL.
-func redactURLs(s string) string { return userinfo.ReplaceAllString(s, "://REDACTED@") }

@@ -443,3 +443,17 @@ func TestServerTextSanitized(t *testing.T) {
 		})
 	}
 }
+
+// A malformed --cluster URL is refused without its password, whatever
+// its form.
+func TestClusterURLRefusalHidesPassword(t *testing.T) {
+	for _, u := range []string{"user:s3cretpw@host:2379", "http:user:s3cretpw@host:2379"} {
+		err := checkClusterURLs([]string{u})
+		if err == nil {
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: the refusal prints the password: %v", u, err)
+		}
+	}
+}

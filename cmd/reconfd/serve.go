@@ -266,7 +266,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	rs := lifecycle.NewSelfRestarter(g, log, exe, os.Args[1:], sockets, inherited)
 	reg.MustRegister(lifecycle.RestartCollector{State: func() (lifecycle.RestartState, bool) { return rs.State(), true }})
-	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running}
+	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running, Handover: rs.Handover()}
 	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
 		mln := lns[lifecycle.ListenerManagement]
 		if mln == nil {
@@ -280,6 +280,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		_ = g.Shutdown(context.Background())
 		<-served
 		return fail("%v", err)
+	}
+	if mgmt != nil {
+		rs.Handover().Watch(mgmt.handingOver)
 	}
 	stop := make(chan struct{})
 	go func() {
@@ -451,6 +454,22 @@ type managementServer struct {
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
+}
+
+// handingOver stops accepting on management while this process hands
+// over (the connections queue for the successor, or for this process if
+// the successor fails), and answers what is in flight with 409
+// handover_in_progress and Connection: close; off, it serves again.
+func (m *managementServer) handingOver(on bool) {
+	m.SetHandingOver(on)
+	if m.ln == nil {
+		return
+	}
+	if on {
+		m.ln.Pause()
+	} else {
+		m.ln.Resume()
+	}
 }
 
 // Listener is the listener serve opened or inherited, or nil.

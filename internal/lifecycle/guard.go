@@ -16,10 +16,30 @@ type Guard struct {
 	// Running reports whether a restart runs (SelfRestarter.Running,
 	// FleetRestarter.Running).
 	Running func() bool
+	// Handover, when set, is this process's hand-over: a reload runs only
+	// while the process serves, and fails with admin.ErrHandoverInProgress
+	// once a hand-over began (a process that will not serve what it
+	// publishes acknowledges nothing).
+	Handover *Handover
 }
 
-// Reload answers busy while a restart runs.
+// Reload answers busy while a restart runs, and fails with
+// admin.ErrHandoverInProgress once this process began handing over.
 func (g Guard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error) {
+	if g.Handover != nil {
+		release, err := g.Handover.enterReload()
+		if err != nil {
+			id := g.Status().ActiveGeneration
+			res := reconf.Result{Outcome: reconf.Busy, Reason: reconf.ReasonInFlight, Trigger: t,
+				Message: "this process is handing over to a successor; reload again on a new connection", PreviousGeneration: id, Generation: id, Started: time.Now()}
+			if t == reconf.TriggerSIGHUP {
+				// A signal has no connection to retry on: it is logged busy.
+				return res, nil
+			}
+			return res, err
+		}
+		defer release()
+	}
 	if g.Running() {
 		id := g.Status().ActiveGeneration
 		return reconf.Result{Outcome: reconf.Busy, Reason: reconf.ReasonInFlight, Trigger: t,

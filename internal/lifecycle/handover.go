@@ -2,11 +2,13 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"sync"
 	"time"
 
+	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 )
 
@@ -22,18 +24,118 @@ const successorReadyTimeout = 60 * time.Second
 // supervisor's replacement (supervisorSuccessor) hand over through it; a
 // fleet's roll replaces workers inside the pool instead (Pool.Roll). It
 // is safe for concurrent use.
+//
+// It is a state machine with one owner, its transitions under one lock:
+// serving → handing over (begin) → handed over (handedOver), or back to
+// serving (abort) when the successor fails. Only a serving process begins
+// a hand-over, so a second restart can never start a second successor;
+// a reload runs only while serving (enterReload), and a hand-over does
+// not begin while one runs, so no reload is acknowledged by a process
+// that will not serve it.
 type Handover struct {
 	sockets *handoff.Set
 	timeout time.Duration
+
+	mu      sync.Mutex
+	state   handoverState
+	reloads int                  // reloads running (enterReload)
+	watch   []func(handing bool) // told of every change between serving and not
 
 	once sync.Once
 	done chan struct{} // closed once a successor serves
 }
 
+// handoverState is where a Handover stands.
+type handoverState int
+
+const (
+	serving handoverState = iota
+	handingOver
+	handedOver
+)
+
+// errReloadRunning refuses a hand-over while a reload runs.
+var errReloadRunning = errors.New("a reload is in progress; restart when it ends")
+
 // newHandover hands sockets to a successor that must be ready within
 // timeout.
 func newHandover(sockets *handoff.Set, timeout time.Duration) *Handover {
 	return &Handover{sockets: sockets, timeout: timeout, done: make(chan struct{})}
+}
+
+// Watch calls fn with true when a hand-over begins and with false when it
+// fails and this process serves on: fn pauses and resumes management
+// (admin.Server.SetHandingOver, handoff.DrainListener.Pause). fn runs
+// under the hand-over's lock, so the calls come in order; it must not
+// block.
+func (h *Handover) Watch(fn func(handing bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watch = append(h.watch, fn)
+	if h.state != serving {
+		fn(true)
+	}
+}
+
+// begin moves a serving process to handing over. It fails with
+// admin.ErrHandoverInProgress when a hand-over began already (running or
+// done), and errReloadRunning while a reload runs.
+func (h *Handover) begin() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.state != serving:
+		return admin.ErrHandoverInProgress
+	case h.reloads > 0:
+		return errReloadRunning
+	}
+	h.state = handingOver
+	for _, fn := range h.watch {
+		fn(true)
+	}
+	return nil
+}
+
+// abort moves a process handing over back to serving: its successor
+// failed.
+func (h *Handover) abort() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != handingOver {
+		return
+	}
+	h.state = serving
+	for _, fn := range h.watch {
+		fn(false)
+	}
+}
+
+// enterReload lets a reload run while this process serves, and keeps a
+// hand-over from beginning until release is called; otherwise it fails
+// with admin.ErrHandoverInProgress.
+func (h *Handover) enterReload() (release func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != serving {
+		return nil, admin.ErrHandoverInProgress
+	}
+	h.reloads++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			h.reloads--
+			h.mu.Unlock()
+		})
+	}, nil
+}
+
+// Serving reports whether this process serves: no hand-over began, or
+// the last one failed.
+func (h *Handover) Serving() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == serving
 }
 
 // start starts cmd, the successor, with the sockets.
@@ -55,7 +157,12 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 }
 
 // handedOver marks the hand-over done: a successor serves.
-func (h *Handover) handedOver() { h.once.Do(func() { close(h.done) }) }
+func (h *Handover) handedOver() {
+	h.mu.Lock()
+	h.state = handedOver
+	h.mu.Unlock()
+	h.once.Do(func() { close(h.done) })
+}
 
 // Done is closed once a successor serves.
 func (h *Handover) Done() <-chan struct{} { return h.done }

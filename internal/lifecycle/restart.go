@@ -2,11 +2,13 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
+	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
@@ -36,6 +38,7 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 	if inherited.Successor {
 		h := inherited.history
 		r.track.seed(h.Restarts, h.RestartID, h.Restart.Time)
+		r.track.named(h.RestartID, os.Getpid(), h.Restart.PreviousGeneration, h.Restart.Generation)
 	}
 	return r
 }
@@ -43,8 +46,19 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 // Restart checks the file like a reload and begins the hand-off.
 func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
 	prev := r.g.Runtime().Current().ID()
+	// The hand-over begins first, under its lock: a second restart, or one
+	// that reaches this process once it handed over, is refused here and
+	// never starts a second successor.
+	if err := r.handover.begin(); err != nil {
+		if errors.Is(err, admin.ErrHandoverInProgress) {
+			return admin.RestartResult{}, err
+		}
+		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: string(reconf.ReasonInFlight),
+			Message: err.Error(), PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
+	}
 	run, res, ok := r.track.begin(prev)
 	if !ok {
+		r.handover.abort()
 		return res, nil
 	}
 	chk, err := r.g.Runtime().Check(ctx)
@@ -52,6 +66,7 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 		chk.Outcome = 0
 	}
 	if err != nil || !checkAllows(chk.Outcome) {
+		defer r.handover.abort()
 		res = r.track.finish(run, func(res *admin.RestartResult) {
 			id := res.ID
 			if err != nil {
@@ -73,6 +88,10 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 func (r *SelfRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
 	return r.track.wait(ctx, id)
 }
+
+// Handover is this process's hand-over: the Guard's reloads enter it, and
+// management watches it.
+func (r *SelfRestarter) Handover() *Handover { return r.handover }
 
 // State is the restart part of this process's status.
 func (r *SelfRestarter) State() RestartState { return r.track.state() }
@@ -108,6 +127,7 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 		res := r.track.finish(run, func(res *admin.RestartResult) {
 			res.Outcome, res.Reason, res.Message = admin.RestartFailed, reason, msg
 		})
+		r.handover.abort()
 		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
 		r.log.Error("restart failed; this process keeps serving", "id", res.ID, "reason", reason, "message", msg)
 	}

@@ -178,8 +178,25 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 		Reason: admin.ReasonRestarted, Message: "this process was started by the restart", Started: started,
 		DurationMS: millis.Of(time.Since(started))}}
 	close(t.last.done)
+	if id != "" {
+		// A client that followed the restart on the predecessor follows
+		// it here on its next connection: the predecessor, handing over,
+		// accepts no more.
+		t.run(t.last)
+		t.cur = nil
+	}
 	t.addCounts(counts)
 	t.counts[admin.Restarted]++
+}
+
+// named completes the seeded restart id with what a process started by it
+// knows: its own pid and the generations the predecessor handed on.
+func (t *restartTracker) named(id string, pid int, prev, gen uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.runs[id]; r != nil && id != "" {
+		r.res.NewPIDs, r.res.PreviousGeneration, r.res.Generation = []int{pid}, prev, gen
+	}
 }
 
 // addCounts adds a predecessor's restart counts. t.mu is held.
