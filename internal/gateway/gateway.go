@@ -184,6 +184,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithConsumer(reconf.Name("logging"), levelConsumer(level), "logging.level"),
 		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
 		reconf.WithBaseDir(cons.dir),
+		reconf.WithProcessWide(ProcessWidePaths...),
 	}
 	if o.env != nil {
 		ropts = append(ropts, reconf.WithEnv(o.env))
