@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,13 +50,19 @@ type exchange struct {
 
 	reqID    [maxRequestID]byte // the request's id: reqID[:reqIDLen]
 	reqIDLen uint8
+
+	// digest is the SHA-256 digest of the request's client key, once
+	// digested is set (see entity and clientAuthorized).
+	digest   [sha256.Size]byte
+	digested bool
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
 // header and whole body are read (bounded in size and time by
 // headerReceived), so a pin is never held while a client sends its body.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
-	x := exchange{g: g, ctx: ctx, start: time.Now(), pin: g.rt.Acquire()}
+	x := exchange{g: g, ctx: ctx, start: time.Now()}
+	x.pin = x.acquire()
 	h := &ctx.Response.Header
 	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
 	h.SetCanonical(requestIDKey, x.requestID())

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
@@ -121,5 +124,79 @@ func TestProcessWideFieldIsNotSplittable(t *testing.T) {
 		if res.Reason != reconf.ReasonNotSplittable {
 			t.Fatalf("got %s (%s), want rollout_field_not_splittable", res.Outcome, res.Reason)
 		}
+	}
+}
+
+// heldStrategy holds its first step (50%) until an operator acts: its
+// interval is longer than any test, and a step without data holds.
+func heldStrategy() reconf.Strategy {
+	return reconf.Strategy{Name: "held", Growth: reconf.LinearGrowth, GrowthFactor: 50, StepInterval: time.Hour,
+		Health: reconf.Thresholds{MaxFailureIncrease: 1, MinRequests: 1}, NoData: reconf.HoldForData}
+}
+
+// stageAliasChange rewrites the file behind g with one more alias and
+// stages it held at 50%.
+func stageAliasChange(t testing.TB, g *Gateway) {
+	t.Helper()
+	path := g.rt.Status().Source
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(b), "model_aliases: {fast: up}", "model_aliases: {fast: up, quick: up}", 1)
+	if changed == string(b) {
+		t.Fatal("the configuration has no alias to change")
+	}
+	writeAtomic(t, path, changed)
+	if res, err := g.rt.Stage(context.Background(), reconf.TriggerSDK, heldStrategy()); err != nil || res.Reason != reconf.ReasonRolloutStarted {
+		t.Fatalf("Stage: %s (%s) %s, %v", res.Outcome, res.Reason, res.Message, err)
+	}
+}
+
+// The proxied request allocates nothing with a rollout held at 50% too:
+// the entity (the key's digest, kept for its check) and the split's
+// choice are on the stack.
+func TestProxyAllocatesNothingMidRollout(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; scripts/test runs this test without it")
+	}
+	g, body, hdr := proxyGateway(t)
+	stageAliasChange(t, g)
+	serveOne := handlerLoop(t, g.Handler(), body, hdr...)
+	serveOne()
+	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
+		t.Fatalf("a proxied request mid-rollout allocates %v times; want 0", n)
+	}
+	if st := g.rt.Status(); st.Rollout == nil || st.Rollout.Done() {
+		t.Fatalf("the rollout ended: %+v", st.Rollout)
+	}
+}
+
+// During a rollout the entity header places each client on one
+// generation, every time, and the share splits them.
+func TestEntityHeaderSplitsSticky(t *testing.T) {
+	tg := startGateway(t, baseConfig+rolloutSection)
+	writeAtomic(t, tg.path, strings.Replace(baseConfig, "cheap: other", "cheap: stub", 1)+rolloutSection)
+	res, _ := tg.ReloadStaged(stageCtx("held"), reconf.TriggerAPI)
+	if res.Reason != reconf.ReasonRolloutStarted {
+		t.Fatalf("stage: %s (%s)", res.Outcome, res.Reason)
+	}
+	const tenants = 200
+	onCand := 0
+	for i := range tenants {
+		id := "tenant-" + strconv.Itoa(i)
+		first := tg.do("GET", "/healthz", "", "X-Tenant", id).gen(t)
+		if again := tg.do("GET", "/healthz", "", "X-Tenant", id).gen(t); again != first {
+			t.Fatalf("%s: generation %d, then %d", id, first, again)
+		}
+		if first == res.Generation {
+			onCand++
+		}
+		if want := reconf.EntityPoint(res.Generation, id) < 5000; want != (first == res.Generation) {
+			t.Fatalf("%s on generation %d; EntityPoint says candidate=%v", id, first, want)
+		}
+	}
+	if onCand < tenants/4 || onCand > tenants*3/4 {
+		t.Fatalf("%d of %d tenants on the candidate at 50%%", onCand, tenants)
 	}
 }
