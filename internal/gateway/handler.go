@@ -138,7 +138,9 @@ func (x *exchange) end() {
 		status = x.ctx.Response.StatusCode()
 	}
 	g := x.g
-	g.metrics.observe(x.rt, x.backend, status, time.Since(x.start).Seconds())
+	took := time.Since(x.start)
+	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
+	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
@@ -173,6 +175,8 @@ type call struct {
 	maxAttempts int
 	deadline    time.Time // admission plus the backend's timeout
 	log         *slog.Logger
+	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
+	metrics     *collector
 }
 
 func unauthorized(ctx *fasthttp.RequestCtx) {
@@ -229,7 +233,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// second on a client that stops reading: past it the write fails and
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
-	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log}
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics}
 	_ = ctx.SetWriteDeadline(c.deadline)
 	switch {
 	case rt.stub != nil:
@@ -281,7 +285,8 @@ func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*ro
 	if !x.admit(rt) {
 		return nil, nil
 	}
-	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log}
+	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
+		rec: x.g.rt.Recorder(), metrics: x.g.metrics}
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
 }
