@@ -200,3 +200,14 @@ func TestEntityHeaderSplitsSticky(t *testing.T) {
 		t.Fatalf("%d of %d tenants on the candidate at 50%%", onCand, tenants)
 	}
 }
+
+// BenchmarkProxyMidRollout is BenchmarkProxy with a rollout held at 50%:
+// the request's entity is chosen, and the split pins one of two
+// generations. Compare with BenchmarkProxy in interleaved runs.
+//
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench 'Proxy$|ProxyMidRollout' -benchmem ./internal/gateway/; done
+func BenchmarkProxyMidRollout(b *testing.B) {
+	g, body, hdr := proxyGateway(b)
+	stageAliasChange(b, g)
+	runHandler(b, g.Handler(), body, hdr...)
+}
