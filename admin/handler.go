@@ -40,6 +40,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(RestartPath, s.handle(s.restart, http.MethodPost))
 		mux.Handle(RestartPath+"/", s.handle(s.restartStatus, http.MethodGet, http.MethodHead))
 	}
+	s.rolloutRoutes(mux)
 	s.pageRoutes(mux)
 	if s.o.gatherer != nil {
 		prom := promhttp.HandlerFor(s.o.gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -328,10 +329,15 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if ctx, err = rolloutQuery(ctx, r); err != nil {
+		return err
+	}
 	res, err := s.rt.Reload(reconf.WithActor(ctx, s.actor(r)), reconf.TriggerAPI)
 	switch {
 	case err == nil, errors.Is(err, reconf.ErrClosed):
 		// ErrClosed comes with a canceled/shutdown result: answer it.
+	case errors.Is(err, reconf.ErrRolloutInCluster):
+		return errRolloutInCluster
 	case ctx.Err() != nil:
 		return errPending
 	default:

@@ -143,10 +143,11 @@ type env struct {
 }
 
 type setup struct {
-	runtime []reconf.Option
-	admin   []admin.Option
-	token   string
-	history bool // keep an in-memory history and serve it (env.history)
+	runtime  []reconf.Option
+	admin    []admin.Option
+	token    string
+	history  bool // keep an in-memory history and serve it (env.history)
+	rollouts bool // serve the rollout controls of the runtime
 }
 
 func newRuntime(t *testing.T, s setup) *env {
@@ -193,6 +194,9 @@ func start(t *testing.T, s setup) *env {
 	}
 	if s.token != "" {
 		opts = append(opts, admin.WithToken(s.token))
+	}
+	if s.rollouts {
+		opts = append(opts, admin.WithRollouts(e.rt))
 	}
 	srv, err := admin.New(e.rt, opts...)
 	if err != nil {

@@ -73,6 +73,7 @@ type options struct {
 	timeouts     Timeouts
 	restarter    Restarter
 	tls          *TLS
+	rollouts     RolloutControls
 }
 
 // WithToken sets the bearer token every request must carry

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,8 +210,9 @@ func (f *clientFlags) refused(status int, body []byte) error {
 func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var f clientFlags
 	var x expectFlags
+	var rollout string
 	cmd := &cobra.Command{
-		Use:   "reload [--address ADDR] [--token TOKEN] [--output json] [--expect FILE | --expect-digest sha256:HEX [--wait D]]",
+		Use:   "reload [--rollout NAME] [--address ADDR] [--token TOKEN] [--output json] [--expect FILE | --expect-digest sha256:HEX [--wait D]]",
 		Short: "Ask a running reconfd to reload its configuration",
 		Long: `Ask a running reconfd to reload its configuration file through the
 management API (POST /admin/config/reload) and print the outcome.
@@ -219,6 +221,10 @@ With --expect FILE (the content as the mount will hold it) or
 --expect-digest sha256:HEX the reload acts only on that exact content:
 otherwise it is precondition-failed (412). With --wait it is retried
 until the content arrives or the wait ends; any other outcome ends it.
+
+With --rollout NAME the change is staged with that strategy (a declared
+one or a preset); all_at_once publishes at once. Without it the
+configuration's rollout.default applies, if set. See docs/rollout.md.
 
 Exit status: 0 when the outcome is published or no-op, 1 for any other
 outcome or when the API cannot be reached, 2 usage.`,
@@ -231,8 +237,12 @@ outcome or when the API cannot be reached, 2 usage.`,
 			if f.ifMatch, err = x.ifMatch(); err != nil {
 				return err
 			}
+			target := base + admin.ReloadPath
+			if cmd.Flags().Changed("rollout") {
+				target += "?rollout=" + url.QueryEscape(rollout)
+			}
 			status, body, err := x.retry(cmd.Context(), func() (int, []byte, error) {
-				return f.call(cmd.Context(), http.MethodPost, base+admin.ReloadPath, []byte("{}"))
+				return f.call(cmd.Context(), http.MethodPost, target, []byte("{}"))
 			})
 			if err != nil {
 				return fail("%v", err)
@@ -254,6 +264,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 	}
 	f.register(cmd)
 	x.register(cmd)
+	cmd.Flags().StringVar(&rollout, "rollout", "", "stage the change with this rollout strategy (all_at_once: publish at once)")
 	return cmd
 }
 
@@ -336,6 +347,9 @@ func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintf(w, "pinned requests:      %d\n", st.Pinned)
 	fmt.Fprintf(w, "attempt in flight:    %t\n", st.Busy)
 	fmt.Fprintf(w, "source:               %s\n", st.Source)
+	if st.Rollout != nil {
+		printRollout(w, st.Rollout, time.Now())
+	}
 	printTLS(w, st.Extra)
 	printConcurrency(w, st.Extra)
 	printFleet(w, st.Extra)

@@ -266,7 +266,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	}
 	rs := lifecycle.NewSelfRestarter(g, log, exe, os.Args[1:], sockets, inherited)
 	reg.MustRegister(lifecycle.RestartCollector{State: func() (lifecycle.RestartState, bool) { return rs.State(), true }})
-	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running, Handover: rs.Handover()}
+	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running, Handover: rs.Handover()}
 	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
 		mln := lns[lifecycle.ListenerManagement]
 		if mln == nil {
@@ -392,7 +392,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		}
 	}
 	rs := lifecycle.NewFleetRestarter(g, wenv.Control, wenv.RestartMark)
-	guard := lifecycle.Guard{Runtime: g.Runtime(), Running: rs.Running}
+	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running}
 	reg.MustRegister(lifecycle.RestartCollector{State: rs.State}, workerInfo(f.worker, g.WorkerID()))
 	ln := handoff.NewDrainListener(lns[lifecycle.ListenerData])
 	served := make(chan error, 1)
@@ -505,7 +505,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 		return nil, nil
 	}
 	opts := append([]admin.Option{admin.WithTokens(cfg.AcceptedTokens()...), admin.WithLogger(log), admin.WithMetrics(reg),
-		admin.WithStatusFields(status), admin.WithHistory(g.History)}, extra...)
+		admin.WithStatusFields(status), admin.WithHistory(g.History), admin.WithRollouts(g.Runtime())}, extra...)
 	var mat *admin.TLS
 	if cfg.TLS.Enabled() && cfg.Check() == nil {
 		if mat, err = loadManagementTLS(cfg.TLS); err != nil {

@@ -26,11 +26,24 @@ type collector struct {
 	connMax  *prometheus.Desc
 	shed     *prometheus.Desc
 	backoffs *prometheus.Desc
+
+	// failures and attemptFailures count what failedStatus and
+	// failedAttempt call failures, by backend.
+	failures, attemptFailures *prometheus.CounterVec
+	rollout                   *rolloutMetrics
 }
 
-func newCollector(g *Gateway) *collector {
+func newCollector(g *Gateway, rollout *rolloutMetrics) *collector {
 	return &collector{
-		g: g,
+		g: g, rollout: rollout,
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "reconfd", Name: "request_failures_total",
+			Help: "Data-plane requests answered with a 5xx (the gateway's definition of a failure), by backend.",
+		}, []string{"backend"}),
+		attemptFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "reconfd", Name: "upstream_attempt_failures_total",
+			Help: "Upstream attempts that failed (no answer, or a 5xx) and were retried, by backend.",
+		}, []string{"backend"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "reconfd", Name: "requests_total",
 			Help: "Data-plane requests by backend (\"none\" when none was chosen) and HTTP status.",
@@ -91,6 +104,14 @@ func (c *collector) observe(r *route, backend string, status int, seconds float6
 	}
 	c.requests.WithLabelValues(backend, strconv.Itoa(status)).Inc()
 	c.latency.WithLabelValues(backend).Observe(seconds)
+	if failedStatus(status) {
+		c.failures.WithLabelValues(backend).Inc()
+	}
+}
+
+// attemptFailed counts a failed upstream attempt that is retried.
+func (c *collector) attemptFailed(backend string) {
+	c.attemptFailures.WithLabelValues(backend).Inc()
 }
 
 // okSeries are a backend's series for a 200.
@@ -103,6 +124,9 @@ type okSeries struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.requests.Describe(ch)
 	c.latency.Describe(ch)
+	c.failures.Describe(ch)
+	c.attemptFailures.Describe(ch)
+	c.rollout.describe(ch)
 	ch <- c.limit
 	ch <- c.capacity
 	ch <- c.inFlight
@@ -118,6 +142,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.requests.Collect(ch)
 	c.latency.Collect(ch)
+	c.failures.Collect(ch)
+	c.attemptFailures.Collect(ch)
+	c.rollout.collect(ch, c.g.rt)
 	c.collectConns(ch)
 	pin := c.g.rt.Acquire()
 	defer pin.Release()

@@ -26,6 +26,7 @@ type Config struct {
 	Routing      RoutingConfig     `yaml:"routing" reconf:"live"`
 	Backends     []Backend         `yaml:"backends" reconf:"live" validate:"min=1"`
 	ModelAliases map[string]string `yaml:"model_aliases" reconf:"live"`
+	Rollout      RolloutConfig     `yaml:"rollout" reconf:"live"`
 }
 
 // ServerConfig is the data plane's listener.
@@ -197,6 +198,7 @@ func (c *Config) Validate() error {
 			add(seg, "must name a backend")
 		}
 	}
+	errs = append(errs, c.Rollout.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -177,13 +177,19 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		}
 		observe = history
 	}
+	rm := newRolloutMetrics()
 	ropts := []reconf.Option{
 		reconf.WithLogger(log),
 		reconf.WithObserver(observe),
+		reconf.WithObserver(rm),
 		reconf.WithConsumer(routesKey, cons, consumerPaths...),
 		reconf.WithConsumer(reconf.Key[any]("logging"), levelConsumer(level), "logging.level"),
 		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
 		reconf.WithBaseDir(cons.dir),
+		reconf.WithProcessWide(ProcessWidePaths...),
+		// Each step is judged on the recorder's figures, which every
+		// request and retried upstream attempt feeds (see failedStatus).
+		reconf.WithHealth(reconf.StandardHealth),
 	}
 	if o.env != nil {
 		ropts = append(ropts, reconf.WithEnv(o.env))
@@ -221,7 +227,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	g.caps = newConnCap(fdLimitOr(fdLimit()), func() *ServerConfig { return &g.rt.Current().Config().Server }, log)
 	g.conns.cap = g.caps
-	g.metrics = newCollector(g)
+	g.metrics = newCollector(g, rm)
 	g.timeouts = o.timeouts.orDefaults()
 	g.srv = g.newServer()
 	return g, nil

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,13 +50,19 @@ type exchange struct {
 
 	reqID    [maxRequestID]byte // the request's id: reqID[:reqIDLen]
 	reqIDLen uint8
+
+	// digest is the SHA-256 digest of the request's client key, once
+	// digested is set (see entity and clientAuthorized).
+	digest   [sha256.Size]byte
+	digested bool
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
 // header and whole body are read (bounded in size and time by
 // headerReceived), so a pin is never held while a client sends its body.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
-	x := exchange{g: g, ctx: ctx, start: time.Now(), pin: g.rt.Acquire()}
+	x := exchange{g: g, ctx: ctx, start: time.Now()}
+	x.pin = x.acquire()
 	h := &ctx.Response.Header
 	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
 	h.SetCanonical(requestIDKey, x.requestID())
@@ -131,7 +138,9 @@ func (x *exchange) end() {
 		status = x.ctx.Response.StatusCode()
 	}
 	g := x.g
-	g.metrics.observe(x.rt, x.backend, status, time.Since(x.start).Seconds())
+	took := time.Since(x.start)
+	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
+	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
@@ -166,6 +175,8 @@ type call struct {
 	maxAttempts int
 	deadline    time.Time // admission plus the backend's timeout
 	log         *slog.Logger
+	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
+	metrics     *collector
 }
 
 func unauthorized(ctx *fasthttp.RequestCtx) {
@@ -222,7 +233,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// second on a client that stops reading: past it the write fails and
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
-	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log}
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics}
 	_ = ctx.SetWriteDeadline(c.deadline)
 	switch {
 	case rt.stub != nil:
@@ -274,7 +285,8 @@ func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*ro
 	if !x.admit(rt) {
 		return nil, nil
 	}
-	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log}
+	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
+		rec: x.g.rt.Recorder(), metrics: x.g.metrics}
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
 }

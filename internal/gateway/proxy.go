@@ -63,6 +63,7 @@ func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequ
 		}
 		resp.Reset()
 		resp.StreamBody = stream
+		began := time.Now()
 		err := t.client.hc.DoDeadline(req, resp, c.deadline)
 		if err != nil {
 			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
@@ -76,10 +77,14 @@ func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequ
 				break
 			}
 			c.log.Warn("upstream connection failed", "backend", t.name, "attempt", attempts, "error", redactErr(err, t.apiKey))
+			if attempts < c.maxAttempts {
+				c.observeAttempt(t.name, began)
+			}
 			continue
 		}
-		if resp.StatusCode() >= 500 && attempts < c.maxAttempts {
+		if failedAttempt(nil, resp.StatusCode()) && attempts < c.maxAttempts {
 			c.log.Warn("upstream answered with a server error; retrying", "backend", t.name, "attempt", attempts, "status", resp.StatusCode())
+			c.observeAttempt(t.name, began)
 			continue
 		}
 		return attempts, true

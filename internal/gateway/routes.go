@@ -32,7 +32,7 @@ const routesKey = reconf.Key[*routes]("backends")
 
 // consumerPaths are the configuration paths the routing state is built
 // from: every live section.
-var consumerPaths = []string{"auth", "limits", "routing", "backends", "model_aliases"}
+var consumerPaths = []string{"auth", "limits", "routing", "backends", "model_aliases", "rollout.entity_header"}
 
 // maxPromptBytes bounds a system prompt file.
 const maxPromptBytes = 64 << 10
@@ -54,6 +54,7 @@ type routes struct {
 	maxBody     int64
 	maxAttempts int
 	models      []modelInfo
+	entityHdr   []byte // rollout.entity_header, canonical, or nil
 
 	closed atomic.Bool
 }
@@ -111,6 +112,11 @@ func (s *routes) authorized(tok []byte) bool {
 		return false
 	}
 	d := sha256.Sum256(tok)
+	return s.authorizedDigest(&d)
+}
+
+// authorizedDigest is authorized for a key's SHA-256 digest d.
+func (s *routes) authorizedDigest(d *[sha256.Size]byte) bool {
 	match := 0
 	for i := range s.keys {
 		match |= subtle.ConstantTimeCompare(d[:], s.keys[i][:])
@@ -337,6 +343,7 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 		st.keyTags = append(st.keyTags, keyTag([]byte(k.Reveal())))
 	}
 	st.models = modelsOf(st)
+	st.entityHdr = cfg.Rollout.entityHeader()
 	return st, nil
 }
 
