@@ -35,11 +35,14 @@ type rollout[T any] struct {
 }
 
 // stepLength is how long the current step lasts before it is judged.
-func (ro *rollout[T]) stepLength() time.Duration {
-	if ro.state.Share == FullShare {
-		return ro.state.Strategy.FinalBake
+func (ro *rollout[T]) stepLength() time.Duration { return ro.state.stepLength() }
+
+// stepLength is how long st's current step lasts before it is judged.
+func (st RolloutState) stepLength() time.Duration {
+	if st.Share == FullShare {
+		return st.Strategy.FinalBake
 	}
-	return ro.state.Strategy.StepInterval
+	return st.Strategy.StepInterval
 }
 
 // immediate reports whether the strategy publishes to every request at
@@ -177,7 +180,7 @@ func (r *Runtime[T]) drive(ro *rollout[T]) {
 			if _, fleet := r.rolloutChannel(); fleet && wait <= 0 {
 				// Due, and not decided: another worker drives, or this
 				// one's write failed. Look again shortly.
-				wait = fleetPoll(ro.stepLength())
+				wait = fleetPoll(st.stepLength())
 			}
 			t.Reset(max(wait, 0))
 			due = t.C

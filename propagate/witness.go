@@ -75,7 +75,10 @@ func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey()
 // upgrade, and its follower says once which grant would restore the
 // witness (unwitnessed). A transaction is refused whole, before anything
 // is written, so the second try cannot write twice.
-func (c *Channel) writeRecord(ctx context.Context, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+//
+// The first try also keeps a copy of the record as version v (see
+// copyOps); a worker whose user may not write the witness keeps none.
+func (c *Channel) writeRecord(ctx context.Context, v uint64, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	txn := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(append(ops, then...)...).Else(els...).Commit()
 	}
@@ -83,7 +86,7 @@ func (c *Channel) writeRecord(ctx context.Context, cmps []clientv3.Cmp, val stri
 	if c.noWitness.Load() {
 		return txn(put)
 	}
-	resp, err := txn(c.witnessOp(), put)
+	resp, err := txn(append([]clientv3.Op{c.witnessOp(), put}, c.copyOps(v, val)...)...)
 	if !permissionDenied(err) {
 		return resp, err
 	}
