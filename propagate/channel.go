@@ -49,6 +49,7 @@ type Channel struct {
 	unvetted    atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
 	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
 	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
+	noCopies    atomic.Bool              // etcd refused this worker's user the records' copies (see writeRecord)
 
 	rowLease atomic.Int64                // the lease of this worker's row as last written; the driver key and counts live on it
 	seen     atomic.Pointer[seenRollout] // the newest rollout state read or written, which a decision is compared with

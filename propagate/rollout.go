@@ -394,8 +394,9 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 // whether its counts are due, whether it is cut off, whether it drives.
 const rolloutTick = 50 * time.Millisecond
 
-// rolloutLoop follows the fleet's rollout state: it watches the state
-// key and adopts each newer state, takes the driving when nobody holds
+// rolloutLoop follows the fleet's rollout state while this worker
+// follows a rollout (it is idle otherwise): it watches the state key and
+// adopts each newer state, takes the driving when nobody holds
 // it, writes this worker's counts once per step, and takes the candidate
 // out of service here while the channel is out of reach for longer than
 // a step.
@@ -439,7 +440,6 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.rolloutKey(), clientv3.WithRev(r.rev+1)), cancel
 		}
 	}
-	sync()
 	for {
 		select {
 		case <-f.ctx.Done():
@@ -463,8 +463,11 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		case <-tick.C:
 			st, active, cand, ok := rr.RolloutWindow()
 			if !ok || st.Done() {
-				if wch == nil && time.Since(lastSync) >= f.o.resync {
-					sync()
+				// No rollout here: no watch and no read. A new rollout
+				// arrives with its candidate's record.
+				if wch != nil {
+					wcancel()
+					wch, wcancel = nil, func() {}
 				}
 				continue
 			}

@@ -76,8 +76,9 @@ func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey()
 // witness (unwitnessed). A transaction is refused whole, before anything
 // is written, so the second try cannot write twice.
 //
-// The first try also keeps a copy of the record as version v (see
-// copyOps); a worker whose user may not write the witness keeps none.
+// It also keeps a copy of the record as version v (see copyOps), unless
+// etcd refuses this worker's user the copies' prefix, after which it
+// keeps none.
 func (c *Channel) writeRecord(ctx context.Context, v uint64, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	txn := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(append(ops, then...)...).Else(els...).Commit()
@@ -86,7 +87,18 @@ func (c *Channel) writeRecord(ctx context.Context, v uint64, cmps []clientv3.Cmp
 	if c.noWitness.Load() {
 		return txn(put)
 	}
-	resp, err := txn(append([]clientv3.Op{c.witnessOp(), put}, c.copyOps(v, val)...)...)
+	var copies []clientv3.Op
+	if !c.noCopies.Load() {
+		copies = c.copyOps(v, val)
+	}
+	resp, err := txn(append([]clientv3.Op{c.witnessOp(), put}, copies...)...)
+	if permissionDenied(err) && len(copies) > 0 {
+		// A user granted the record and its witness but not the copies'
+		// prefix: the records go without copies from now on.
+		if resp, err = txn(c.witnessOp(), put); err == nil {
+			c.noCopies.Store(true)
+		}
+	}
 	if !permissionDenied(err) {
 		return resp, err
 	}
