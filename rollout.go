@@ -12,8 +12,8 @@ import (
 var (
 	// ErrNoRollout is returned by a rollout control when no rollout runs.
 	ErrNoRollout = errors.New("reconf: no rollout in progress")
-	// ErrRolloutInCluster is returned by Stage and Reapply on a runtime
-	// with a Channel: a fleet's rollout is driven through the channel.
+	// ErrRolloutInCluster is returned by Stage, Reapply and Revert on a
+	// runtime whose Channel cannot carry a rollout (not a RolloutChannel).
 	ErrRolloutInCluster = errors.New("reconf: a staged rollout in a cluster goes through the channel")
 )
 
@@ -30,14 +30,19 @@ type rollout[T any] struct {
 	lastVerdict  *Verdict
 	wake         chan struct{} // the state changed outside the driver
 	done         chan struct{} // closed when the driver returns
+	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
+	writeFailed  bool          // a decision could not be written to the channel; only the slot's holder touches it
 }
 
 // stepLength is how long the current step lasts before it is judged.
-func (ro *rollout[T]) stepLength() time.Duration {
-	if ro.state.Share == FullShare {
-		return ro.state.Strategy.FinalBake
+func (ro *rollout[T]) stepLength() time.Duration { return ro.state.stepLength() }
+
+// stepLength is how long st's current step lasts before it is judged.
+func (st RolloutState) stepLength() time.Duration {
+	if st.Share == FullShare {
+		return st.Strategy.FinalBake
 	}
-	return ro.state.Strategy.StepInterval
+	return st.Strategy.StepInterval
 }
 
 // immediate reports whether the strategy publishes to every request at
@@ -64,7 +69,10 @@ func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.Fin
 // generations within the retention budget. While a rollout runs, Reload,
 // Stage and Reapply are busy (rollout_in_progress); Check runs. A
 // strategy that is all_at_once with no bake publishes like Reload. On a
-// runtime with a Channel it returns ErrRolloutInCluster.
+// runtime with a RolloutChannel the candidate and the rollout's state
+// are written to the channel in one transaction, every worker follows
+// the rollout, and this worker drives it (see RolloutChannel); on one
+// with another Channel it returns ErrRolloutInCluster.
 func (r *Runtime[T]) Stage(ctx context.Context, trigger Trigger, s Strategy) (Result, error) {
 	return r.stageWith(ctx, trigger, s, false)
 }
@@ -78,7 +86,7 @@ func (r *Runtime[T]) Reapply(ctx context.Context, trigger Trigger, s Strategy) (
 }
 
 func (r *Runtime[T]) stageWith(ctx context.Context, trigger Trigger, s Strategy, reapply bool) (Result, error) {
-	if r.o.channel != nil {
+	if _, ok := r.rolloutChannel(); r.o.channel != nil && !ok {
 		return Result{}, ErrRolloutInCluster
 	}
 	return r.start(ctx, trigger, false, func(ctx context.Context) Result {
@@ -107,16 +115,31 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 	return *res, true
 }
 
-// begin starts a rollout of next over prev. It holds the attempt slot.
-func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generation[T], cand *candidate[T], s Strategy) {
+// newRolloutState is the state a rollout of candidate over active starts
+// in.
+func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
+	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
+		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
+		Started: now, StepStarted: now}
+	st.NextStep = now.Add(st.Strategy.StepInterval)
+	if st.Share == FullShare {
+		st.NextStep = now.Add(st.Strategy.FinalBake)
+	}
+	return st
+}
+
+// begin starts a rollout of next over prev, in state st (the fleet's,
+// or a new one). It holds the attempt slot.
+func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generation[T], cand *candidate[T], s Strategy, st *RolloutState) {
 	shares := s.Shares()
 	ro := &rollout[T]{shares: shares, active: prev, cand: next, activeData: r.activeData, content: contentDigest(cand),
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
-	ro.state = RolloutState{ID: next.id, Strategy: s, Phase: Running, Share: shares[0], Active: prev.id, Candidate: next.id,
-		Decision: Start, Decider: actorOf(ctx, res.Trigger), Reason: "operator", Trigger: res.Trigger, Actor: actorOf(ctx, res.Trigger),
-		Started: now, StepStarted: now}
-	ro.state.NextStep = now.Add(ro.stepLength())
+	if st != nil {
+		ro.state = *st
+	} else {
+		ro.state = r.newRolloutState(ctx, res.Trigger, prev.id, next.id, s)
+	}
 	r.rec.Track(prev.id, next.id)
 	ac, _ := r.rec.Counts(prev.id)
 	ro.base[0], ro.baseline = ac, ac.Figures(prev.id) // before the rollout
@@ -153,7 +176,13 @@ func (r *Runtime[T]) drive(ro *rollout[T]) {
 		t.Stop()
 		var due <-chan time.Time
 		if st.Phase == Running {
-			t.Reset(max(st.NextStep.Sub(r.o.now()), 0))
+			wait := st.NextStep.Sub(r.o.now())
+			if _, fleet := r.rolloutChannel(); fleet && wait <= 0 {
+				// Due, and not decided: another worker drives, or this
+				// one's write failed. Look again shortly.
+				wait = fleetPoll(st.stepLength())
+			}
+			t.Reset(max(wait, 0))
 			due = t.C
 		}
 		select {
@@ -194,6 +223,15 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 	if r.ro != ro || ro.state.Phase != Running || r.o.now().Before(ro.state.NextStep) {
 		return
 	}
+	if rc, ok := r.rolloutChannel(); ok && !rc.Driving(ro.state.ID) {
+		// Another worker drives. If no decision came for two step
+		// lengths past the step's time, the driver is lost: roll back
+		// to the active generation rather than stick or split.
+		if r.o.now().Sub(ro.state.NextStep) > 2*ro.stepLength() {
+			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
+		}
+		return
+	}
 	w, v := r.judge(ro)
 	st := ro.state.Strategy
 	switch {
@@ -215,10 +253,19 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 // judge measures the step's window and asks the health function.
 func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
 	st := ro.state
-	ac, _ := r.rec.Counts(ro.active.id)
-	cc, _ := r.rec.Counts(ro.cand.id)
+	ac, cc := r.localWindow(ro)
+	if rc, ok := r.rolloutChannel(); ok {
+		// The fleet's figures: every worker's counts of the step, summed.
+		ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
+		fa, fc, err := rc.FleetCounts(ctx, st)
+		cancel()
+		if err != nil {
+			r.o.logger.Warn("rollout: the fleet's counts could not be read; judging this worker's alone", "rollout", st.ID, "error", err)
+		}
+		ac, cc = ac.Add(fa), cc.Add(fc)
+	}
 	w := Window{Rollout: st.ID, Step: st.Step, Share: st.Share, Start: st.StepStarted, End: r.o.now(),
-		Active: ac.Sub(ro.base[0]).Figures(ro.active.id), Candidate: cc.Sub(ro.base[1]).Figures(ro.cand.id), Strategy: st.Strategy}
+		Active: ac.Figures(ro.active.id), Candidate: cc.Figures(ro.cand.id), Strategy: st.Strategy}
 	if st.Share == FullShare {
 		w.Active, w.EarlierBaseline = ro.baseline, true
 	}
@@ -251,39 +298,84 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 		return
 	}
 	now := r.o.now()
-	if !w.EarlierBaseline && w.Active.Requests > 0 {
-		ro.baseline = w.Active
-	}
-	ro.base[0], _ = r.rec.Counts(ro.active.id)
-	ro.base[1], _ = r.rec.Counts(ro.cand.id)
-	r.split.Store(&split[T]{active: ro.active, cand: ro.cand, seed: ro.state.ID, share: next})
-	r.decide(ro, func(s *RolloutState) {
+	change := func(s *RolloutState) {
 		s.Step++
 		s.Share = next
 		s.Extensions = 0
 		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
 		s.StepStarted = now
-		s.NextStep = now.Add(ro.stepLength())
-	}, w, v)
+		s.NextStep = now.Add(s.Strategy.StepInterval)
+		if next == FullShare {
+			s.NextStep = now.Add(s.Strategy.FinalBake)
+		}
+	}
+	if !r.fleetWrite(ro, change, nil, "") {
+		return
+	}
+	if !w.EarlierBaseline && w.Active.Requests > 0 {
+		ro.baseline = w.Active
+	}
+	r.widenLocal(ro, next)
+	r.decide(ro, change, w, v)
+}
+
+// widenLocal starts a new window at share here. It holds the slot.
+func (r *Runtime[T]) widenLocal(ro *rollout[T], share uint32) {
+	ac, _ := r.rec.Counts(ro.active.id)
+	cc, _ := r.rec.Counts(ro.cand.id)
+	r.mu.Lock()
+	ro.base = [2]Counts{ac, cc}
+	r.mu.Unlock()
+	r.storeSplit(ro, share)
+}
+
+// storeSplit gives the candidate share of the entities, or none while
+// the worker is cut off from the channel. It holds the slot.
+func (r *Runtime[T]) storeSplit(ro *rollout[T], share uint32) {
+	r.mu.Lock()
+	if ro.cutOff {
+		share = 0
+	}
+	r.mu.Unlock()
+	r.split.Store(&split[T]{active: ro.active, cand: ro.cand, seed: ro.state.ID, share: share})
 }
 
 // extend keeps the step (and its window) for one more interval. It holds
 // the slot.
 func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window, v *Verdict) {
 	now := r.o.now()
-	r.decide(ro, func(s *RolloutState) {
+	step := ro.stepLength()
+	change := func(s *RolloutState) {
 		if d == Extend {
 			s.Extensions++
 		}
 		s.Decision, s.Decider, s.Reason = d, DeciderRollout, reason
-		s.NextStep = now.Add(ro.stepLength())
-	}, w, v)
+		s.NextStep = now.Add(step)
+	}
+	if !r.fleetWrite(ro, change, nil, "") {
+		return
+	}
+	r.decide(ro, change, w, v)
 }
 
 // promote makes the candidate the only active generation. It holds the
 // slot.
 func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
 	now := r.o.now()
+	change := func(s *RolloutState) {
+		s.Phase, s.Share = Promoted, FullShare
+		s.Decision, s.Decider, s.Reason = Promote, decider, reason
+		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
+	}
+	if !r.fleetWrite(ro, change, nil, "") {
+		return
+	}
+	r.promoteLocal(ro)
+	r.decide(ro, change, w, v)
+}
+
+// promoteLocal makes the candidate active here. It holds the slot.
+func (r *Runtime[T]) promoteLocal(ro *rollout[T]) {
 	// The order keeps every pin valid: a reader that sees no split
 	// pins cur, already the candidate; one that saw the split finds it
 	// gone after its hold and retries (acquireSplit).
@@ -292,11 +384,6 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 	r.rec.Track(ro.cand.id)
 	r.remember(ro.cand)
 	ro.active.replace()
-	r.decide(ro, func(s *RolloutState) {
-		s.Phase, s.Share = Promoted, FullShare
-		s.Decision, s.Decider, s.Reason = Promote, decider, reason
-		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
-	}, w, v)
 }
 
 // rollBack makes the active generation's content active again as a new
@@ -306,8 +393,37 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 // values) served throughout and is carried over, no consumer is asked.
 // It holds the slot.
 func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
+	r.rollBackAs(ro, decider, reason, ro.cand.id+1, w, v)
+}
+
+// rollBackAs rolls back to a new generation id. In a fleet the active
+// content is written to the channel as version id, with the state, before
+// anything changes here. It holds the slot.
+func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint64, w *Window, v *Verdict) {
 	now := r.o.now()
-	g := r.revive(ro.active, ro.cand.id+1)
+	change := func(s *RolloutState) {
+		s.Phase = RolledBack
+		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
+		s.NextStep, s.Ended, s.Result = time.Time{}, now, id
+	}
+	if _, fleet := r.rolloutChannel(); fleet && !r.adopting {
+		rec, err := r.generationRecord(ro.active)
+		if err != nil {
+			r.o.logger.Error("rollout: the active generation's record could not be made; the rollback waits", "error", err)
+			return
+		}
+		if !r.fleetWrite(ro, change, &rec, ro.content) {
+			return
+		}
+	}
+	r.rollBackLocal(ro, id)
+	r.decide(ro, change, w, v)
+}
+
+// rollBackLocal makes the active generation's content active here as
+// generation id. It holds the slot.
+func (r *Runtime[T]) rollBackLocal(ro *rollout[T], id uint64) *Generation[T] {
+	g := r.revive(ro.active, id)
 	r.mu.Lock()
 	r.retained[g] = struct{}{}
 	r.mu.Unlock()
@@ -318,11 +434,7 @@ func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window,
 	ro.cand.replace()
 	ro.active.replace()
 	r.activeData, r.rolledBack = ro.activeData, ro.content
-	r.decide(ro, func(s *RolloutState) {
-		s.Phase = RolledBack
-		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
-		s.NextStep, s.Ended, s.Result = time.Time{}, now, g.id
-	}, w, v)
+	return g
 }
 
 // revive returns a new generation id with src's configuration and
@@ -386,7 +498,7 @@ func (r *Runtime[T]) releaseSlot() {
 
 // statusLocked returns the rollout's status. r.mu must be held.
 func (ro *rollout[T]) statusLocked() *RolloutStatus {
-	return &RolloutStatus{RolloutState: ro.state, LastWindow: ro.lastWindow, LastVerdict: ro.lastVerdict}
+	return &RolloutStatus{RolloutState: ro.state, LastWindow: ro.lastWindow, LastVerdict: ro.lastVerdict, CutOff: ro.cutOff}
 }
 
 // rolloutStatusLocked returns the running rollout's status, else the
@@ -424,9 +536,12 @@ func (r *Runtime[T]) PauseRollout(ctx context.Context) (RolloutStatus, error) {
 		if ro.state.Phase == Paused {
 			return
 		}
-		r.decide(ro, func(s *RolloutState) {
+		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason, s.NextStep = Paused, Pause, actor, "operator", time.Time{}
-		}, nil, nil)
+		}
+		if r.fleetWrite(ro, change, nil, "") {
+			r.decide(ro, change, nil, nil)
+		}
 	})
 }
 
@@ -438,10 +553,14 @@ func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
 			return
 		}
 		now := r.o.now()
-		r.decide(ro, func(s *RolloutState) {
+		step := ro.stepLength()
+		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
-			s.NextStep = now.Add(ro.stepLength())
-		}, nil, nil)
+			s.NextStep = now.Add(step)
+		}
+		if r.fleetWrite(ro, change, nil, "") {
+			r.decide(ro, change, nil, nil)
+		}
 	})
 }
 

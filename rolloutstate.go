@@ -156,6 +156,10 @@ type RolloutStatus struct {
 	RolloutState
 	LastWindow  *Window  `json:"last_window,omitempty"`
 	LastVerdict *Verdict `json:"last_verdict,omitempty"`
+	// CutOff is true while this worker of a fleet has not read the
+	// channel for longer than a step: it gives the candidate to nobody
+	// until it reads the channel again (see Runtime.SetCutOff).
+	CutOff bool `json:"cut_off,omitempty"`
 }
 
 // RolloutEvent is one decision of a rollout, told to every observer that

@@ -63,6 +63,10 @@ type Runtime[T any] struct {
 	// holding something else: a reload of it is refused, not re-applied.
 	// It is read and written under the attempt slot.
 	rolledBack string
+	// adopting: the decision under way is the fleet's, read from the
+	// channel (FollowRollout), not one to write to it. Only the attempt
+	// holding slot touches it.
+	adopting bool
 
 	mu           sync.Mutex // guards the fields below; never held while calling out
 	closing      bool
@@ -465,9 +469,10 @@ func (r *Runtime[T]) attach(g, prev *Generation[T], st []staged) {
 
 // plan is what an attempt is asked to do beyond a reload.
 type plan struct {
-	dry      bool      // Check: prepare, then abort
-	strategy *Strategy // Stage: offer the candidate as a rollout
-	reapply  bool      // Reapply: the content a rollout rolled back is accepted
+	dry      bool          // Check: prepare, then abort
+	strategy *Strategy     // Stage: offer the candidate as a rollout
+	reapply  bool          // Reapply: the content a rollout rolled back is accepted
+	fleet    *RolloutState // ApplyCandidate: the fleet's rollout this candidate serves
 }
 
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
@@ -530,6 +535,19 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 			res.Outcome, res.Reason = NoOp, ReasonStale
 			res.Message = fmt.Sprintf("version %d is not newer than the active generation %d", version, prev.id)
 			return *res
+		}
+		if ro := r.ro; ro != nil {
+			if version <= ro.cand.id {
+				res.Outcome, res.Reason = NoOp, ReasonStale
+				res.Message = fmt.Sprintf("version %d is not newer than the candidate %d", version, ro.cand.id)
+				return *res
+			}
+			// A version after the candidate: the rollout ended in the
+			// channel while this worker was not looking. The candidate
+			// served to the end; the version is applied over it.
+			r.endMissed(ro, ro.cand.id)
+			prev = r.cur.Load()
+			res.PreviousGeneration, res.Generation = prev.id, prev.id
 		}
 		stop := lap(&res.Timings.Decode)
 		cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
@@ -671,11 +689,20 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 
 	stop = lap(&res.Timings.Publish)
 	id := version
+	fleet := p.fleet
 	if id == 0 {
 		id = prev.id + 1
 		if ch := r.o.channel; ch != nil {
 			// Over a version this worker refused, as if it held it.
-			if id, err = r.publish(ctx, ch, max(prev.id, r.refused), cand, res.Trigger); err != nil {
+			held := max(prev.id, r.refused)
+			if rc, ok := ch.(RolloutChannel); ok && rollout != nil {
+				st := r.newRolloutState(ctx, res.Trigger, prev.id, held+1, *rollout)
+				fleet = &st
+				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, st)
+			} else {
+				id, err = r.publish(ctx, ch, held, cand, res.Trigger)
+			}
+			if err != nil {
 				r.abortAll(st)
 				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {
 					err = &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
@@ -691,7 +718,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	r.retained[next] = struct{}{}
 	r.mu.Unlock()
 	if rollout != nil {
-		r.begin(ctx, res, prev, next, cand, *rollout)
+		r.begin(ctx, res, prev, next, cand, *rollout, fleet)
 		stop()
 		stop = lap(&res.Timings.Commit)
 		for _, s := range st {

@@ -49,6 +49,11 @@ type Channel struct {
 	unvetted    atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
 	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
 	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
+	noCopies    atomic.Bool              // etcd refused this worker's user the records' copies (see writeRecord)
+
+	rowLease atomic.Int64                // the lease of this worker's row as last written; the driver key and counts live on it
+	seen     atomic.Pointer[seenRollout] // the newest rollout state read or written, which a decision is compared with
+	driving  atomic.Uint64               // the rollout this worker drives (holds the driver key of), or 0
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -188,7 +193,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, val,
+	resp, err := c.writeRecord(tctx, 1, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, val,
 		[]clientv3.Op{clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))}, c.recordOps())
 	if err != nil {
 		return 0, reconf.Record{}, c.writeFailed("join", err, len(val))
@@ -213,6 +218,9 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, error) {
 	if err := c.vet(ctx, u); err != nil {
 		return 0, reconf.Record{}, err
+	}
+	if u.Rollout != nil && u.Rollout.Phase != reconf.RolledBack {
+		return c.joinRollout(ctx, u)
 	}
 	return u.Version, u.Record, nil
 }
@@ -335,7 +343,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	key := c.Key()
-	resp, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()}, val,
+	resp, err := c.writeRecord(tctx, held+1, []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", int64(held)), c.rowPresent()}, val,
 		nil, []clientv3.Op{clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()), clientv3.OpGet(key, clientv3.WithKeysOnly())})
 	if err != nil {
 		if rev, ok := c.landed(ctx, held+1, val); ok && !recordTooLarge(err) {
@@ -420,7 +428,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	}
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	tx, err := c.writeRecord(tctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()}, val, nil, nil)
+	tx, err := c.writeRecord(tctx, cur+1, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(c.Key()), "=", kv.ModRevision), c.rowPresent()}, val, nil, nil)
 	if err != nil || !tx.Succeeded {
 		return 0, false
 	}

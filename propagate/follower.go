@@ -168,6 +168,7 @@ type Follower struct {
 	trimAt     uint64        // that trim's newest version
 	malformed  bool          // the channel's head is refused (malformed, unknown publisher, newer format, older)
 	refusedRev int64         // the revision last refused, so a resync does not vet it again
+	pushedRev  int64         // the revision of the last rollout state the runtime adopted
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
@@ -213,6 +214,10 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	f.wg.Add(2)
 	go f.run()
 	go f.presence()
+	if rr, ok := rt.(RolloutRuntime); ok {
+		f.wg.Add(1)
+		go f.rolloutLoop(rr)
+	}
 	return f, nil
 }
 
@@ -528,10 +533,18 @@ func (f *Follower) step() stepResult {
 	u, seen := f.latest, f.latestSeen
 	f.mu.Unlock()
 	held := f.rt.Status().ActiveGeneration
+	if rr, ok := f.rt.(RolloutRuntime); ok && u.Rollout != nil && u.Version > held {
+		return f.rolloutStep(rr, u, seen, held)
+	}
 	if u.Version <= held {
 		f.settle(held)
 		return settled
 	}
+	return f.applyPlain(u, seen)
+}
+
+// applyPlain applies u as the active generation.
+func (f *Follower) applyPlain(u Update, seen arrival) stepResult {
 	res, err := f.rt.Apply(f.ctx, u.Version, u.Record)
 	if h := f.o.history; h != nil && err == nil && res.Outcome != reconf.Busy {
 		if op, ok := h.applyOp(u.Version, res); ok {
@@ -881,6 +894,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 		return f.ch.unreachable("write worker row", err)
 	}
 	f.trimAfter(applies)
+	f.ch.rowLease.Store(int64(lease))
 	f.rowVersion.Store(row.AppliedVersion)
 	row.Heartbeat = time.Time{}
 	f.written, f.rowLease = row, lease

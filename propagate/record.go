@@ -65,6 +65,11 @@ type Update struct {
 	// Record is what the runtime applies.
 	Record reconf.Record
 
+	// Rollout is the rollout state written with the record: set on a
+	// staged candidate (the rollout's first state) and on a rollback's
+	// record (its last), nil on any other.
+	Rollout *reconf.RolloutState
+
 	witnessed bool // the witness came with it (see witness.go): vetted without a read
 }
 
@@ -87,16 +92,25 @@ type wire struct {
 	Live        string            `json:"live"`
 	LiveFormat  string            `json:"live_format,omitempty"`
 	Files       map[string]string `json:"files,omitempty"`
+	// Rollout is the rollout state written with a candidate's record or
+	// a rollback's: a follower applies the first beside its active
+	// generation instead of in its place.
+	Rollout *reconf.RolloutState `json:"rollout,omitempty"`
 }
 
 func encodeRecord(version uint64, by Publisher, at time.Time, rec reconf.Record) (string, error) {
+	return encodeRecordWith(version, by, at, rec, nil)
+}
+
+// encodeRecordWith encodes a record written with rollout state st.
+func encodeRecordWith(version uint64, by Publisher, at time.Time, rec reconf.Record, st *reconf.RolloutState) (string, error) {
 	if !utf8.Valid(rec.Live) {
 		return "", fmt.Errorf("propagate: the record's live fields are not UTF-8 text")
 	}
 	b, err := json.Marshal(wire{
 		Format: RecordFormat, Version: version, PublishedBy: by.ID, Publisher: &by,
 		Trigger: rec.Trigger, Actor: rec.Actor, PublishedAt: at.UTC(),
-		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: string(rec.Format), Files: rec.Files,
+		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: string(rec.Format), Files: rec.Files, Rollout: st,
 	})
 	return string(b), err
 }
@@ -127,6 +141,7 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt, Provenance: p,
-		Record: reconf.Record{Live: []byte(w.Live), Format: reconf.LiveFormat(w.LiveFormat), Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor},
+		Record:  reconf.Record{Live: []byte(w.Live), Format: reconf.LiveFormat(w.LiveFormat), Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor},
+		Rollout: w.Rollout,
 	}, nil
 }

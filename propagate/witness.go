@@ -75,7 +75,11 @@ func (c *Channel) witnessOp() clientv3.Op { return clientv3.OpPut(c.witnessKey()
 // upgrade, and its follower says once which grant would restore the
 // witness (unwitnessed). A transaction is refused whole, before anything
 // is written, so the second try cannot write twice.
-func (c *Channel) writeRecord(ctx context.Context, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+//
+// It also keeps a copy of the record as version v (see copyOps), unless
+// etcd refuses this worker's user the copies' prefix, after which it
+// keeps none.
+func (c *Channel) writeRecord(ctx context.Context, v uint64, cmps []clientv3.Cmp, val string, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	txn := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(append(ops, then...)...).Else(els...).Commit()
 	}
@@ -83,7 +87,18 @@ func (c *Channel) writeRecord(ctx context.Context, cmps []clientv3.Cmp, val stri
 	if c.noWitness.Load() {
 		return txn(put)
 	}
-	resp, err := txn(c.witnessOp(), put)
+	var copies []clientv3.Op
+	if !c.noCopies.Load() {
+		copies = c.copyOps(v, val)
+	}
+	resp, err := txn(append([]clientv3.Op{c.witnessOp(), put}, copies...)...)
+	if permissionDenied(err) && len(copies) > 0 {
+		// A user granted the record and its witness but not the copies'
+		// prefix: the records go without copies from now on.
+		if resp, err = txn(c.witnessOp(), put); err == nil {
+			c.noCopies.Store(true)
+		}
+	}
 	if !permissionDenied(err) {
 		return resp, err
 	}

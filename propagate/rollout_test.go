@@ -1,0 +1,322 @@
+package propagate
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
+)
+
+// fleetStrategy is a 50%-then-100% rollout with steps of step, judged on
+// at least 20 requests per generation.
+func fleetStrategy(step time.Duration) reconf.Strategy {
+	return reconf.Strategy{Name: "fleet", Growth: reconf.LinearGrowth, GrowthFactor: 50, StepInterval: step, FinalBake: step,
+		Health: reconf.Thresholds{MaxFailureIncrease: 1, MinRequests: 20}, NoData: reconf.HoldForData}
+}
+
+// rolloutEvents collects one worker's rollout decisions with their time
+// on that worker.
+type rolloutEvents struct {
+	mu  sync.Mutex
+	evs []reconf.RolloutEvent
+}
+
+func (l *rolloutEvents) Observe(reconf.Result) {}
+
+func (l *rolloutEvents) ObserveRollout(ev reconf.RolloutEvent) {
+	l.mu.Lock()
+	l.evs = append(l.evs, ev)
+	l.mu.Unlock()
+}
+
+// ended returns the event that ended the rollout here, if any.
+func (l *rolloutEvents) ended() (reconf.RolloutEvent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range l.evs {
+		if ev.State.Done() {
+			return ev, true
+		}
+	}
+	return reconf.RolloutEvent{}, false
+}
+
+// traffic feeds w's recorder as a service would, for 200 entities every
+// few milliseconds; requests the candidate serves fail when bad says so.
+func traffic(t *testing.T, w *worker, bad func(gen uint64) bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			for i := range 200 {
+				pin := w.rt.AcquireFor(fmt.Sprintf("client-%d", i))
+				w.rt.Recorder().Observe(pin.ID(), bad(pin.ID()), time.Millisecond)
+				pin.Release()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+}
+
+type fleetWorker struct {
+	*worker
+	log *rolloutEvents
+}
+
+func startFleet(t *testing.T, endpoints []string, prefix string, n int, opts ...Option) []fleetWorker {
+	var ws []fleetWorker
+	for i := range n {
+		ws = append(ws, startFleetWorker(t, endpoints, prefix, fmt.Sprintf("w%d", i), opts...))
+	}
+	return ws
+}
+
+func startFleetWorker(t *testing.T, endpoints []string, prefix, id string, opts ...Option) fleetWorker {
+	l := &rolloutEvents{}
+	w := startWorker(t, endpoints, prefix, id, workerOpts{rtOpts: []reconf.Option{reconf.WithObserver(l)},
+		follow: append([]Option{WithResyncInterval(200 * time.Millisecond)}, opts...)})
+	return fleetWorker{w, l}
+}
+
+// stage stages data on w under s and returns the candidate's version.
+func (w fleetWorker) stage(t *testing.T, data string, s reconf.Strategy) uint64 {
+	t.Helper()
+	w.src.Set(data)
+	res, err := w.rt.Stage(context.Background(), reconf.TriggerAPI, s)
+	if err != nil || res.Outcome != reconf.Published || res.Reason != reconf.ReasonRolloutStarted {
+		t.Fatalf("stage: %+v, %v", res, err)
+	}
+	return res.Generation
+}
+
+func (w fleetWorker) rollout() *reconf.RolloutStatus { return w.rt.Status().Rollout }
+
+// sameSplit checks that every worker gives each entity the same
+// generation.
+func sameSplit(ws []fleetWorker) bool {
+	for i := range 50 {
+		e := fmt.Sprintf("client-%d", i)
+		var first uint64
+		for j, w := range ws {
+			pin := w.rt.AcquireFor(e)
+			id := pin.ID()
+			pin.Release()
+			if j == 0 {
+				first = id
+			} else if id != first {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestFleetRolloutWidensAndPromotes: a candidate staged on one worker is
+// applied beside the active generation on every worker, which split
+// alike at each share, and the fleet promotes it together.
+func TestFleetRolloutWidensAndPromotes(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(600*time.Millisecond))
+	waitFor(t, 10*time.Second, "every worker follows the rollout at 50%", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand || ro.Share != 5000 {
+				return false
+			}
+		}
+		return true
+	})
+	if !sameSplit(ws) {
+		t.Fatal("the workers split the entities differently")
+	}
+	for _, w := range ws {
+		if w.version() != cand-1 {
+			t.Fatalf("worker %s made the candidate active during the rollout: %d", w.id, w.version())
+		}
+	}
+	waitFor(t, 20*time.Second, "every worker promotes", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.Phase != reconf.Promoted || w.version() != cand {
+				return false
+			}
+		}
+		return true
+	})
+	for _, w := range ws {
+		if w.limit() != 2 {
+			t.Fatalf("worker %s runs limit %d", w.id, w.limit())
+		}
+	}
+	d, ok := ws[0].log.ended()
+	if !ok || d.State.Decider != reconf.DeciderRollout || d.Window == nil {
+		t.Fatalf("the driver's promotion: %+v", d)
+	}
+}
+
+// TestFleetRolloutRollsBackEverywhere: the driver serves no request, so
+// it can only judge on the others' counts (summed in the channel); a
+// candidate that fails is rolled back on every worker, to one new
+// generation, before the next step would have been due.
+func TestFleetRolloutRollsBackEverywhere(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	step := 600 * time.Millisecond
+	var cand uint64
+	var mu sync.Mutex
+	bad := func(gen uint64) bool { mu.Lock(); defer mu.Unlock(); return gen == cand }
+	for _, w := range ws[1:] {
+		traffic(t, w.worker, bad)
+	}
+	mu.Lock()
+	mu.Unlock()
+	c := ws[0].stage(t, configYAML("gw", 3, "KEY1"), fleetStrategy(step))
+	mu.Lock()
+	cand = c
+	mu.Unlock()
+	waitFor(t, 20*time.Second, "every worker rolls back", func() bool {
+		for _, w := range ws {
+			if _, ok := w.log.ended(); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	d, _ := ws[0].log.ended()
+	if d.State.Phase != reconf.RolledBack || d.State.Decider != reconf.DeciderRollout || d.Window == nil || d.Window.Candidate.Requests == 0 {
+		t.Fatalf("the driver's decision: %+v", d)
+	}
+	var worst time.Duration
+	for _, w := range ws {
+		ev, _ := w.log.ended()
+		if ev.State.Phase != reconf.RolledBack || ev.State.Result != c+1 || w.version() != c+1 || w.limit() != 1 {
+			t.Fatalf("worker %s ended in %+v at version %d, limit %d", w.id, ev.State, w.version(), w.limit())
+		}
+		worst = max(worst, ev.Time.Sub(d.Time))
+	}
+	t.Logf("the rollback reached the last worker %v after the decision", worst)
+	if worst > step {
+		t.Fatalf("the rollback reached a worker %v after the decision, later than the next step (%v)", worst, step)
+	}
+	// The rolled-back content is not re-applied by a plain reload.
+	res := ws[1].reload(t, configYAML("gw", 3, "KEY1"))
+	if res.Reason != reconf.ReasonRolledBack {
+		t.Fatalf("a reload of the rolled-back content: %+v", res)
+	}
+}
+
+// TestFleetRolloutDriverKilled: the driving worker stops without a word
+// (its client closes: no more writes, its lease lapses); another worker
+// takes the driving and the fleet ends the rollout together.
+func TestFleetRolloutDriverKilled(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3, WithLeaseTTL(time.Second))
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
+	waitFor(t, 10*time.Second, "every worker follows", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand {
+				return false
+			}
+		}
+		return true
+	})
+	_ = ws[0].cli.Close() // the driver dies
+	rest := ws[1:]
+	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
+		for _, w := range rest {
+			if ro := w.rollout(); ro == nil || !ro.Done() {
+				return false
+			}
+		}
+		return true
+	})
+	a, b := rest[0].rollout(), rest[1].rollout()
+	if a.Phase != b.Phase || rest[0].version() != rest[1].version() {
+		t.Fatalf("the workers disagree: %+v at %d, %+v at %d", a.RolloutState, rest[0].version(), b.RolloutState, rest[1].version())
+	}
+	if a.Phase != reconf.Promoted || a.Reason == "driver_lost" {
+		t.Fatalf("want a takeover that promotes, got %s (%s)", a.Phase, a.Reason)
+	}
+	if !rest[0].ch.Driving(cand) && !rest[1].ch.Driving(cand) {
+		t.Fatal("no worker took the driving")
+	}
+}
+
+// TestFleetRolloutDriverLost: a driver that holds the driving but decides
+// nothing (a stuck process whose lease lives) is given up after two step
+// lengths: the fleet rolls back with driver_lost.
+func TestFleetRolloutDriverLost(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
+	step := 300 * time.Millisecond
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+	// A driver that holds the key and decides nothing: a ghost's key, on
+	// a lease the test keeps alive.
+	cli := ws[1].cli
+	lease, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), ws[0].ch.driverKey(), "ghost", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cli.Revoke(context.Background(), lease.ID) })
+	waitFor(t, 20*time.Second, "both roll back", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.Phase != reconf.RolledBack {
+				return false
+			}
+		}
+		return true
+	})
+	for _, w := range ws {
+		if ro := w.rollout(); ro.Reason != "driver_lost" || w.version() != cand+1 {
+			t.Fatalf("worker %s: %+v at %d", w.id, ro.RolloutState, w.version())
+		}
+	}
+}
+
+// TestFleetRolloutJoinMidway: a worker that starts during a rollout
+// starts on the active version and follows the rollout.
+func TestFleetRolloutJoinMidway(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	ws := startFleet(t, s.Endpoints(), p, 2)
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Minute))
+	late := startFleetWorker(t, s.Endpoints(), p, "late")
+	all := append(ws, late)
+	waitFor(t, 10*time.Second, "the late worker follows", func() bool {
+		ro := late.rollout()
+		return ro != nil && ro.ID == cand && ro.Share == 5000
+	})
+	if late.version() != cand-1 {
+		t.Fatalf("the late worker's active generation is %d, want %d", late.version(), cand-1)
+	}
+	if !sameSplit(all) {
+		t.Fatal("the late worker splits the entities differently")
+	}
+	// An operator's abort on any worker ends it everywhere.
+	if _, err := late.rt.AbortRollout(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "every worker rolls back", func() bool {
+		for _, w := range all {
+			if ro := w.rollout(); ro == nil || ro.Phase != reconf.RolledBack || w.version() != cand+1 {
+				return false
+			}
+		}
+		return true
+	})
+}
