@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/millis"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -583,7 +584,7 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
 		if res.Outcome == reconf.Published {
 			f.o.logger.Info("propagate: applied a rollout's candidate beside the active generation", "version", u.Version, "rollout", st.ID,
-				"active_generation", st.Active, "step", st.Step, "received_ms", reconf.Milliseconds(seen.at.Sub(u.PublishedAt)))
+				"active_generation", st.Active, "step", st.Step, "received_ms", millis.Of(seen.at.Sub(u.PublishedAt)))
 		}
 		f.pushRollout(rr)
 		f.settle(held)
