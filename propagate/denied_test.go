@@ -2,6 +2,7 @@ package propagate
 
 import (
 	"context"
+	"github.com/reconfhq/reconf/propagate/embedded"
 	"log/slog"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ type grant struct{ key, end string }
 // "pw-" + name) whose role holds the grants given (read and write, or read
 // alone for a key ending in "=r"), and turns authentication on, with cli,
 // a client without a user. Each user costs a bcrypt hash here and one per
-// client that logs in as it: about a second each under -race.
+// client that logs in as it: see startAuthServer.
 func authUsers(t *testing.T, cli *clientv3.Client, roles map[string][]grant) {
 	t.Helper()
 	ctx := context.Background()
@@ -76,7 +77,7 @@ func userChannel(t *testing.T, endpoints []string, user, prefix, id string) *Cha
 // and not with the resync read. About 5 s under -race (bcrypt, see
 // authUsers), 1.5 s without.
 func TestPermissionDeniedNamesTheGrants(t *testing.T) {
-	s := startServer(t)
+	s := startAuthServer(t)
 	p, p2 := newPrefix(), newPrefix()
 	ctx := context.Background()
 	rec := reconf.Record{Live: []byte("limits: {}\n"), Fingerprint: "f"}
@@ -139,4 +140,19 @@ func TestPermissionDeniedNamesTheGrants(t *testing.T) {
 		t.Fatalf("reload: %s/%s", res.Outcome, res.Reason)
 	}
 	waitFor(t, 30*time.Second, "c applies d's version through its watch of the record alone", func() bool { return c.version() == 2 })
+}
+
+// startAuthServer is startServer whose etcd hashes passwords at bcrypt's
+// lowest cost: at the default, each login took about a second under -race
+// and, on a loaded machine, outlasted the client's 5 s dial timeout.
+func startAuthServer(t *testing.T) *embedded.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := embedded.Start(ctx, embedded.Config{Logger: testLogger(), BcryptCost: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
