@@ -71,7 +71,13 @@ func TestSIGHUPReload(t *testing.T) {
 	if r.gen() != 2 || !strings.HasSuffix(text(t, r), "reconf") { // token 9 of the stub's text
 		t.Errorf("after SIGHUP: gen %d text %q", r.gen(), text(t, r))
 	}
-	if !strings.Contains(s.logs.String(), "trigger=sighup previous_generation=1 generation=2") {
+	// The generation serves before its attempt's log line is written: the
+	// line is waited for, within a bound for the event, not a speed.
+	logged := false
+	for deadline := time.Now().Add(10 * time.Second); !logged && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		logged = strings.Contains(s.logs.String(), "trigger=sighup previous_generation=1 generation=2")
+	}
+	if !logged {
 		t.Errorf("the attempt was not logged as a SIGHUP publish")
 	}
 	// The process survives SIGHUP and a burst of them.
