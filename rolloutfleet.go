@@ -84,19 +84,8 @@ func (r *Runtime[T]) ApplyCandidate(ctx context.Context, version uint64, rec Rec
 				return r.failed(ctx, *res, &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
 					"version %d is the candidate of a rollout over generation %d; this worker holds generation %d and applies that one first", version, st.Active, prev.id)})
 			}
-			stop := lap(&res.Timings.Decode)
-			cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
-			stop()
-			if err == nil {
-				err = checkFiles(rec.Files, cand.files)
-			}
-			var out Result
-			if err != nil {
-				out = r.failed(ctx, *res, err)
-			} else {
-				s := st.Strategy
-				out = r.stage(ctx, res, prev, cand, version, plan{strategy: &s, fleet: &st})
-			}
+			s := st.Strategy
+			out := r.stageRecord(ctx, res, prev, version, rec, plan{strategy: &s, fleet: &st})
 			if refusal(out.Outcome) {
 				r.refused = max(r.refused, version)
 			}

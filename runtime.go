@@ -549,18 +549,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 			prev = r.cur.Load()
 			res.PreviousGeneration, res.Generation = prev.id, prev.id
 		}
-		stop := lap(&res.Timings.Decode)
-		cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
-		stop()
-		if err == nil {
-			err = checkFiles(rec.Files, cand.files)
-		}
-		var out Result
-		if err != nil {
-			out = r.failed(ctx, *res, err)
-		} else {
-			out = r.stage(ctx, res, prev, cand, version, plan{})
-		}
+		out := r.stageRecord(ctx, res, prev, version, rec, plan{})
 		if refusal(out.Outcome) {
 			r.refused = max(r.refused, version)
 		}
@@ -1150,4 +1139,20 @@ func (r *Runtime[T]) refuseCloseLocked(ctx context.Context) (done bool, err erro
 		r.mu.Unlock()
 	}
 	return false, nil
+}
+
+// stageRecord compiles a channel record over the active configuration,
+// checks its files, and stages it as version with p: a follower's apply
+// and a rollout's candidate take the same steps.
+func (r *Runtime[T]) stageRecord(ctx context.Context, res *Result, prev *Generation[T], version uint64, rec Record, p plan) Result {
+	stop := lap(&res.Timings.Decode)
+	cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
+	stop()
+	if err == nil {
+		err = checkFiles(rec.Files, cand.files)
+	}
+	if err != nil {
+		return r.failed(ctx, *res, err)
+	}
+	return r.stage(ctx, res, prev, cand, version, p)
 }

@@ -333,14 +333,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.rt.Reload(reconf.WithActor(ctx, s.actor(r)), reconf.TriggerAPI)
-	switch {
-	case err == nil, errors.Is(err, reconf.ErrClosed):
-		// ErrClosed comes with a canceled/shutdown result: answer it.
-	case errors.Is(err, reconf.ErrRolloutInCluster):
-		return errRolloutInCluster
-	case ctx.Err() != nil:
-		return errPending
-	default:
+	if err = attemptError(ctx, err); err != nil {
 		return err
 	}
 	s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: reload answered",
@@ -416,4 +409,20 @@ func decodeReloadRequest(body []byte) error {
 // retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.
 func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(int((d+time.Second-1)/time.Second), 1))
+}
+
+// attemptError maps the error of an attempt started by the API to what the
+// handler answers: nil when the result itself is the answer (ErrClosed
+// comes with a canceled/shutdown result), else the error to map.
+func attemptError(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, reconf.ErrClosed):
+		return nil
+	case errors.Is(err, reconf.ErrRolloutInCluster):
+		return errRolloutInCluster
+	case ctx.Err() != nil:
+		return errPending
+	default:
+		return err
+	}
 }

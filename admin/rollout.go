@@ -241,13 +241,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	res, err := s.o.rollouts.Revert(ctx, reconf.TriggerAPI, to)
-	switch {
-	case err == nil, errors.Is(err, reconf.ErrClosed):
-	case errors.Is(err, reconf.ErrRolloutInCluster):
-		return errRolloutInCluster
-	case ctx.Err() != nil:
-		return errPending
-	default:
+	if err = attemptError(ctx, err); err != nil {
 		return err
 	}
 	s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: rollback answered",
