@@ -162,7 +162,12 @@ func (c *clusterState) abandon(ctx context.Context) {
 
 // gatePrefix is the etcd prefix of the concurrency claims under a
 // service's cluster prefix.
-func gatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
+func gatePrefix(prefix string) string { return GatePrefix(prefix) }
+
+// GatePrefix is the etcd prefix of the concurrency claims under a
+// service's cluster prefix: a supervisor finds a dead worker's claims
+// there (with WorkerID) to release them at once.
+func GatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
 
 // closeGate releases the worker's concurrency claims; the data plane must
 // have drained (see gate.Gate.Close).
@@ -175,13 +180,18 @@ func (c *clusterState) closeGate(ctx context.Context) error {
 
 // workerID names a worker's row: host, slot and pid, so that a restarted
 // worker is a new row and its predecessor's expires.
-func workerID(slot string) string {
+func workerID(slot string) string { return WorkerID(slot, os.Getpid()) }
+
+// WorkerID is the row and claim ID of the worker of slot with pid on
+// this host, as the worker names itself: a supervisor names a worker it
+// reaped by it.
+func WorkerID(slot string, pid int) string {
 	host, _ := os.Hostname()
 	if host == "" {
 		host = "host"
 	}
 	clean := func(s string) string { return strings.ReplaceAll(s, "/", "_") }
-	return fmt.Sprintf("%s-w%s-%d", clean(host), clean(slot), os.Getpid())
+	return fmt.Sprintf("%s-w%s-%d", clean(host), clean(slot), pid)
 }
 
 // follow starts the follower once the runtime has joined.
