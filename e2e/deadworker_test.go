@@ -142,4 +142,8 @@ func TestKilledWorkerLeavesStatusAtOnce(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	code, out, errOut = reconfd(t, menv, "status")
+	if code != 0 || !strings.Contains(out, "\ngeneration 1: 4 of 4 applied, 0 rejected\n") {
+		t.Errorf("reconfd status after the replacement joined: exit %d\n%s%s", code, out, errOut)
+	}
 }

@@ -916,6 +916,10 @@ func (f *Follower) StatusFields() map[string]any {
 	m["converged"] = fl.Converged
 	m["bootstrap_drift"] = fl.Drift
 	m["published"] = fl.Published
+	m["applied"], m["live"], m["rejected"] = fl.Applied, fl.Live, fl.Rejected
+	if len(fl.RejectedReasons) > 0 {
+		m["rejected_reasons"] = fl.RejectedReasons
+	}
 	return m
 }
 

@@ -282,6 +282,9 @@ Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
 
 func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintln(w, convergence(st))
+	if line := generationLine(st); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	fmt.Fprintf(w, "active generation:    %d\n", st.ActiveGeneration)
 	if s := st.LastSuccess; s != nil {
 		fmt.Fprintf(w, "last success:         %s (%s) by %s at %s, generation %d\n", s.Outcome, s.Reason, s.Trigger, s.Time.Format(time.RFC3339), s.Generation)

@@ -198,3 +198,21 @@ func convergence(st admin.StatusResponse) string {
 	}
 	return s
 }
+
+// generationLine is "generation G: a of b applied, c rejected (reasons)"
+// for a cluster whose state the answering worker read, counted over the
+// live workers' rows; "" otherwise.
+func generationLine(st admin.StatusResponse) string {
+	var (
+		version *uint64
+		rows    []propagate.WorkerRow
+	)
+	b, _ := st.Extra["cluster_version"].(json.RawMessage)
+	if b == nil || json.Unmarshal(b, &version) != nil || version == nil {
+		return ""
+	}
+	if b, _ := st.Extra["workers"].(json.RawMessage); b != nil {
+		_ = json.Unmarshal(b, &rows)
+	}
+	return propagate.Summarize(*version, rows).String(*version)
+}
