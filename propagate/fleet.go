@@ -107,6 +107,9 @@ type Fleet struct {
 	// Published says who published the cluster version, when and why;
 	// nil when the channel is empty or its record cannot be read.
 	Published *Provenance `json:"published,omitempty"`
+	// Unreachable lists the hosts the fleet remembers (HostRow) that have
+	// no row: their leases lapsed. Their workers are not counted live.
+	Unreachable []HostRow `json:"unreachable_hosts,omitempty"`
 	Convergence
 }
 
@@ -164,6 +167,7 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 	resp, err := c.cli.Txn(ctx).Then(
 		clientv3.OpGet(c.Key()),
 		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(c.HostsPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return Fleet{}, c.unreachable("fleet", err)
@@ -181,6 +185,11 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 			f.Workers = append(f.Workers, r)
 		}
 	}
+	var hosts [][]byte
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		hosts = append(hosts, kv.Value)
+	}
+	f.Unreachable = unreachableHosts(hosts, f.Workers)
 	f.finish()
 	return f, nil
 }

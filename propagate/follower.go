@@ -271,7 +271,9 @@ func (f *Follower) revoke(ctx context.Context) {
 		// The lease is the process's: take the row off it, leave the lease.
 		if _, err := f.ch.cli.Delete(rctx, f.ch.rowKey()); err != nil {
 			f.o.logger.Warn("propagate: deleting the worker row failed; it expires with the shared lease", "error", err)
+			return
 		}
+		f.forgetHost(ctx)
 		return
 	}
 	if f.lease == 0 {
@@ -279,6 +281,16 @@ func (f *Follower) revoke(ctx context.Context) {
 	}
 	if _, err := f.ch.cli.Revoke(rctx, f.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		f.o.logger.Warn("propagate: revoking the worker row's lease failed; the row expires with its TTL", "error", err)
+		return
+	}
+	f.forgetHost(ctx)
+}
+
+// forgetHost deletes the host's record when this was its last row: the
+// host leaves the fleet, and is not shown unreachable.
+func (f *Follower) forgetHost(ctx context.Context) {
+	if err := f.ch.forgetHost(ctx, f.host); err != nil {
+		f.o.logger.Warn("propagate: the host's record could not be deleted; status shows the host unreachable", "host", f.host, "error", err)
 	}
 }
 
@@ -871,7 +883,11 @@ func (f *Follower) putRow(ctx context.Context) error {
 	// the apply changed: one request and one raft entry per worker and
 	// version instead of two.
 	applies := f.takeApplies(maxAppliesPerWrite)
-	ops := append([]clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}, applies...)
+	ops := []clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}
+	if row.Host != "" {
+		ops = append(ops, f.ch.hostPut(row))
+	}
+	ops = append(ops, applies...)
 	if _, err := f.ch.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		f.returnApplies(applies)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
@@ -917,6 +933,9 @@ func (f *Follower) StatusFields() map[string]any {
 	m["bootstrap_drift"] = fl.Drift
 	m["published"] = fl.Published
 	m["applied"], m["live"], m["rejected"] = fl.Applied, fl.Live, fl.Rejected
+	if len(fl.Unreachable) > 0 {
+		m["unreachable_hosts"] = fl.Unreachable
+	}
 	if len(fl.RejectedReasons) > 0 {
 		m["rejected_reasons"] = fl.RejectedReasons
 	}

@@ -411,6 +411,13 @@ func printFleet(w io.Writer, extra map[string]any) {
 	for _, r := range rows {
 		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)))
 	}
+	var gone []propagate.HostRow
+	_ = json.Unmarshal(raw("unreachable_hosts"), &gone)
+	for _, h := range gone {
+		// A host whose leases lapsed: its workers' rows are gone, its
+		// last version is remembered.
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  -\t-\t%s\t%d\t-\t%s\tlease lapsed, last seen %s\t-\n", h.Host, h.LastVersion, propagate.HostUnreachable, h.LastSeen.Format(time.RFC3339))))
+	}
 	_ = tw.Flush()
 }
 

@@ -189,14 +189,25 @@ func convergence(st admin.StatusResponse) string {
 		}
 		behind = append(behind, b)
 	}
+	var gone []propagate.HostRow
+	_ = json.Unmarshal(raw("unreachable_hosts"), &gone)
+	hosts := ""
+	for i, h := range gone {
+		if i == 0 {
+			hosts = "; unreachable: "
+		} else {
+			hosts += ", "
+		}
+		hosts += fmt.Sprintf("host %s (last at version %d)", h.Host, h.LastVersion)
+	}
 	if len(rows) > 0 && at == len(rows) {
-		return fmt.Sprintf("CONVERGED: all %d workers at version %d", len(rows), *version)
+		return fmt.Sprintf("CONVERGED: all %d workers at version %d", len(rows), *version) + hosts
 	}
 	s := fmt.Sprintf("NOT CONVERGED: %d of %d workers at version %d", at, len(rows), *version)
 	if len(behind) > 0 {
 		s += "; " + strings.Join(behind, ", ")
 	}
-	return s
+	return s + hosts
 }
 
 // generationLine is "generation G: a of b applied, c rejected (reasons)"
