@@ -49,6 +49,7 @@ type Channel struct {
 	unvetted    atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
 	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
 	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
+	hostsDenied atomic.Bool              // etcd refused the host records (hosts.go): rows alone
 }
 
 var _ reconf.Channel = (*Channel)(nil)

@@ -164,11 +164,20 @@ func (c Convergence) String(version uint64) string {
 func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Txn(ctx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(c.Key()),
 		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix()),
-		clientv3.OpGet(c.HostsPrefix(), clientv3.WithPrefix()),
-	).Commit()
+	}
+	hosts := !c.hostsDenied.Load()
+	if hosts {
+		ops = append(ops, clientv3.OpGet(c.HostsPrefix(), clientv3.WithPrefix()))
+	}
+	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	if hosts && permissionDenied(err) {
+		// A user without the host records (see hostPut): the rows alone.
+		c.hostsDenied.Store(true)
+		resp, err = c.cli.Txn(ctx).Then(ops[:2]...).Commit()
+	}
 	if err != nil {
 		return Fleet{}, c.unreachable("fleet", err)
 	}
@@ -185,11 +194,13 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 			f.Workers = append(f.Workers, r)
 		}
 	}
-	var hosts [][]byte
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		hosts = append(hosts, kv.Value)
+	if len(resp.Responses) > 2 {
+		var records [][]byte
+		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+			records = append(records, kv.Value)
+		}
+		f.Unreachable = unreachableHosts(records, f.Workers)
 	}
-	f.Unreachable = unreachableHosts(hosts, f.Workers)
 	f.finish()
 	return f, nil
 }

@@ -883,12 +883,26 @@ func (f *Follower) putRow(ctx context.Context) error {
 	// the apply changed: one request and one raft entry per worker and
 	// version instead of two.
 	applies := f.takeApplies(maxAppliesPerWrite)
-	ops := []clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}
-	if row.Host != "" {
-		ops = append(ops, f.ch.hostPut(row))
+	withHost := row.Host != "" && !f.ch.hostsDenied.Load()
+	txn := func() error {
+		ops := []clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}
+		if withHost {
+			ops = append(ops, f.ch.hostPut(row))
+		}
+		_, err := f.ch.cli.Txn(ctx).Then(append(ops, applies...)...).Commit()
+		return err
 	}
-	ops = append(ops, applies...)
-	if _, err := f.ch.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+	err = txn()
+	if withHost && permissionDenied(err) {
+		// A user granted the rows and not the host records (an earlier
+		// version's grants): the row goes on alone, logged once. A
+		// refused transaction wrote nothing.
+		f.ch.hostsDenied.Store(true)
+		f.o.logger.Warn("propagate: etcd refused this host's record; a host whose leases lapse vanishes from status instead of showing unreachable", "grant", f.ch.HostsPrefix())
+		withHost = false
+		err = txn()
+	}
+	if err != nil {
 		f.returnApplies(applies)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
 			f.lease = 0

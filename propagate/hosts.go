@@ -49,6 +49,9 @@ func (c *Channel) hostPut(row WorkerRow) clientv3.Op {
 // deleting its own row, and reads are linearizable, so the last read of
 // a fleet that stops together sees every row gone.
 func (c *Channel) forgetHost(ctx context.Context, host string) error {
+	if c.hostsDenied.Load() {
+		return nil
+	}
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.WorkersPrefix(), clientv3.WithPrefix())
