@@ -50,6 +50,7 @@ type Channel struct {
 	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
 	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
 	hostsDenied atomic.Bool              // etcd refused the host records (hosts.go): rows alone
+	timing      *Timing                  // WithTiming; nil: none
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -358,6 +359,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
+	c.timing.committed(held+1, at, resp.Header.Revision)
 	return held + 1, nil
 }
 

@@ -57,6 +57,7 @@ type options struct {
 	noWatch    bool // tests: rely on the resync alone
 	history    *History
 	lease      func() clientv3.LeaseID // WithSharedLease; nil: the follower keeps its own
+	timing     *Timing                 // WithFollowerTiming
 }
 
 // WithResyncInterval sets how often the follower reads the key as a safety
@@ -212,6 +213,10 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	f.wg.Add(2)
 	go f.run()
 	go f.presence()
+	if f.o.timing != nil {
+		f.wg.Add(1)
+		go f.convergence()
+	}
 	return f, nil
 }
 
@@ -560,6 +565,7 @@ func (f *Follower) step() stepResult {
 		return retryBackoff
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
 		if res.Outcome == reconf.Published {
+			f.o.timing.delivered(u.PublishedAt, seen.at)
 			p := u.Provenance
 			f.o.logger.Info("propagate: applied a cluster version", "version", u.Version, "publisher", p.Publisher.ID,
 				"publisher_host", p.Publisher.Host, "publisher_pid", p.Publisher.PID, "publisher_worker", p.Publisher.Worker,

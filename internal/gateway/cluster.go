@@ -95,6 +95,7 @@ type clusterState struct {
 	follower *propagate.Follower
 	gate     *gate.Gate
 	history  *propagate.History
+	timing   *propagate.Timing // the propagation legs' histograms (Collector)
 }
 
 // joinCluster connects to etcd, makes the channel and joins the
@@ -119,8 +120,8 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 		}
 	}
 	id := workerID(c.Worker)
-	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own}
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker))
+	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own, timing: propagate.NewTiming()}
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
 	if err != nil {
 		st.closeClient()
 		return nil, err
@@ -199,7 +200,7 @@ func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], l
 	// The row lives on the gate's lease: one keep-alive per worker, no
 	// second lease, and the row goes with the claims when the worker dies.
 	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
-		propagate.WithSharedLease(c.gate.Lease))
+		propagate.WithSharedLease(c.gate.Lease), propagate.WithFollowerTiming(c.timing))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
 	}
