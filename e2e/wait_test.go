@@ -23,6 +23,13 @@ func TestWaitConvergesAndTimesOut(t *testing.T) {
 		t.Errorf("wait for the published generation: exit %d\n%s%s", code, out, errOut)
 	}
 
+	// The propagation legs are on every worker's /metrics.
+	if m := s.do("GET", "http://"+s.mgmt+"/metrics", "").body; !strings.Contains(m, "reconf_propagation_commit_seconds_count") ||
+		!strings.Contains(m, "reconf_propagation_deliver_seconds_count") || !strings.Contains(m, "reconf_propagation_apply_seconds_count") ||
+		!strings.Contains(m, "reconf_propagation_convergence_seconds_count") {
+		t.Errorf("/metrics lacks the propagation histograms")
+	}
+
 	start := time.Now()
 	code, out, errOut = reconfd(t, menv, "wait", "--generation", "3", "--timeout", "1s")
 	took := time.Since(start)
