@@ -139,6 +139,7 @@ type pageData struct {
 	Converged    bool
 	Drift        bool
 	Workers      []pageWorker
+	Unreachable  []pageHost
 	Backends     []pageBackend
 	GateDegraded bool
 	HasHistory   bool
@@ -165,6 +166,13 @@ type pageWorker struct {
 	Behind         bool   `json:"-"`
 }
 
+// pageHost is a host the fleet remembers but whose leases lapsed, as the
+// status document holds it.
+type pageHost struct {
+	Host        string `json:"host"`
+	LastVersion uint64 `json:"last_version"`
+}
+
 // pageBackend is one backend's concurrency as the status document holds it.
 type pageBackend struct {
 	Name     string `json:"-"`
@@ -185,6 +193,7 @@ type statusExtra struct {
 	Converged        bool                   `json:"converged"`
 	BootstrapDrift   bool                   `json:"bootstrap_drift"`
 	Workers          []pageWorker           `json:"workers"`
+	Unreachable      []pageHost             `json:"unreachable_hosts"`
 	Concurrency      map[string]pageBackend `json:"concurrency"`
 	GateDegraded     bool                   `json:"gate_degraded"`
 }
@@ -211,7 +220,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) error {
 			d.Version = *ext.ClusterVersion
 		}
 		d.Reachable = d.Reachable && ext.ClusterVersion != nil
-		d.Converged, d.Drift, d.Workers = ext.Converged, ext.BootstrapDrift, ext.Workers
+		d.Converged, d.Drift, d.Workers, d.Unreachable = ext.Converged, ext.BootstrapDrift, ext.Workers, ext.Unreachable
 		for i := range d.Workers {
 			d.Workers[i].Behind = d.Workers[i].AppliedVersion != d.Version
 		}

@@ -49,6 +49,8 @@ type Channel struct {
 	unvetted    atomic.Uint64            // a version vet accepted unchecked (compacted, no worker left to tell); the Follower logs it
 	noWitness   atomic.Bool              // etcd refused this worker's user the witness: records go without it (see writeRecord)
 	unwitnessed atomic.Bool              // noWitness was just set; the Follower logs it
+	hostsDenied atomic.Bool              // etcd refused the host records (hosts.go): rows alone
+	timing      *Timing                  // WithTiming; nil: none
 	noCopies    atomic.Bool              // etcd refused this worker's user the records' copies (see writeRecord)
 
 	rowLease atomic.Int64                // the lease of this worker's row as last written; the driver key and counts live on it
@@ -365,6 +367,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
+	c.timing.committed(held+1, at, resp.Header.Revision)
 	return held + 1, nil
 }
 

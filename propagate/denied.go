@@ -26,5 +26,5 @@ func permissionDenied(err error) bool {
 // whole range, so grants on the two keys of the record's range do not
 // cover it: the keys between them are not granted.
 func grantsNeeded(prefix string) string {
-	return fmt.Sprintf("etcd refused this worker's user (permission denied); a fleet's etcd user needs read and write on the range from %[1]s/config to %[1]s/config/by\\x00 (the record and its witness, watched as one range: grants on the two keys alone do not cover it), on the prefixes %[1]s/workers/ and %[1]s/history/, and on whatever else the application keeps under %[1]s/; one grant on the prefix %[1]s/ covers them all", prefix)
+	return fmt.Sprintf("etcd refused this worker's user (permission denied); a fleet's etcd user needs read and write on the range from %[1]s/config to %[1]s/config/by\\x00 (the record and its witness, watched as one range: grants on the two keys alone do not cover it), on the prefixes %[1]s/workers/, %[1]s/hosts/ and %[1]s/history/, and on whatever else the application keeps under %[1]s/; one grant on the prefix %[1]s/ covers them all", prefix)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -106,6 +107,56 @@ type Fleet struct {
 	// Published says who published the cluster version, when and why;
 	// nil when the channel is empty or its record cannot be read.
 	Published *Provenance `json:"published,omitempty"`
+	// Unreachable lists the hosts the fleet remembers (HostRow) that have
+	// no row: their leases lapsed. Their workers are not counted live.
+	Unreachable []HostRow `json:"unreachable_hosts,omitempty"`
+	Convergence
+}
+
+// Convergence counts the live workers (the rows: a dead worker's row is
+// gone) against the cluster version.
+type Convergence struct {
+	// Applied counts the rows at the cluster version, of Live rows.
+	Applied int `json:"applied"`
+	Live    int `json:"live"`
+	// Rejected counts the rows behind the cluster version that refused it
+	// (state failing); RejectedReasons are their distinct reasons, sorted.
+	Rejected        int             `json:"rejected"`
+	RejectedReasons []reconf.Reason `json:"rejected_reasons,omitempty"`
+}
+
+// Summarize counts rows against version.
+func Summarize(version uint64, rows []WorkerRow) Convergence {
+	c := Convergence{Live: len(rows)}
+	seen := map[reconf.Reason]bool{}
+	for _, r := range rows {
+		switch {
+		case r.AppliedVersion == version:
+			c.Applied++
+		case r.State == StateFailing:
+			c.Rejected++
+			if r.LastError != "" && !seen[r.LastError] {
+				seen[r.LastError] = true
+				c.RejectedReasons = append(c.RejectedReasons, r.LastError)
+			}
+		}
+	}
+	sort.Slice(c.RejectedReasons, func(i, j int) bool { return c.RejectedReasons[i] < c.RejectedReasons[j] })
+	return c
+}
+
+// String is the summary as reconfd status prints it: "generation G: a of
+// b applied, c rejected (reason, ...)".
+func (c Convergence) String(version uint64) string {
+	s := fmt.Sprintf("generation %d: %d of %d applied, %d rejected", version, c.Applied, c.Live, c.Rejected)
+	if len(c.RejectedReasons) > 0 {
+		rs := make([]string, len(c.RejectedReasons))
+		for i, r := range c.RejectedReasons {
+			rs[i] = string(r)
+		}
+		s += " (" + strings.Join(rs, ", ") + ")"
+	}
+	return s
 }
 
 // Fleet reads the cluster version and every worker row at one revision.
@@ -113,10 +164,20 @@ type Fleet struct {
 func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Txn(ctx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(c.Key()),
 		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix()),
-	).Commit()
+	}
+	hosts := !c.hostsDenied.Load()
+	if hosts {
+		ops = append(ops, clientv3.OpGet(c.HostsPrefix(), clientv3.WithPrefix()))
+	}
+	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	if hosts && permissionDenied(err) {
+		// A user without the host records (see hostPut): the rows alone.
+		c.hostsDenied.Store(true)
+		resp, err = c.cli.Txn(ctx).Then(ops[:2]...).Commit()
+	}
 	if err != nil {
 		return Fleet{}, c.unreachable("fleet", err)
 	}
@@ -133,6 +194,13 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 			f.Workers = append(f.Workers, r)
 		}
 	}
+	if len(resp.Responses) > 2 {
+		var records [][]byte
+		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+			records = append(records, kv.Value)
+		}
+		f.Unreachable = unreachableHosts(records, f.Workers)
+	}
 	f.finish()
 	return f, nil
 }
@@ -140,6 +208,7 @@ func (c *Channel) Fleet(ctx context.Context) (Fleet, error) {
 // finish sorts the rows and computes Converged and the drift flags.
 func (f *Fleet) finish() {
 	sort.Slice(f.Workers, func(i, j int) bool { return f.Workers[i].ID < f.Workers[j].ID })
+	f.Convergence = Summarize(f.ClusterVersion, f.Workers)
 	f.Converged = len(f.Workers) > 0
 	count := map[string]int{}
 	for _, w := range f.Workers {

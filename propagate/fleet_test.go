@@ -92,3 +92,23 @@ func TestWorkerRowJSON(t *testing.T) {
 		t.Errorf("no heartbeat: %s", b)
 	}
 }
+
+func TestSummarizeCountsLiveRows(t *testing.T) {
+	rows := []WorkerRow{
+		{ID: "a", AppliedVersion: 4, State: StateOK},
+		{ID: "b", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonSecretUnresolved},
+		{ID: "c", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonDigestMismatch},
+		{ID: "d", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonSecretUnresolved},
+		{ID: "e", AppliedVersion: 3, State: StateDegraded, LastError: reconf.ReasonChannelUnreachable},
+		{ID: "f", AppliedVersion: 4, State: StateOK},
+	}
+	f := Fleet{ClusterVersion: 4, Workers: rows}
+	f.finish()
+	want := "generation 4: 2 of 6 applied, 3 rejected (file_digest_mismatch, secret_unresolved)"
+	if got := f.Convergence.String(4); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := Summarize(1, nil).String(1); got != "generation 1: 0 of 0 applied, 0 rejected" {
+		t.Errorf("no rows: %q", got)
+	}
+}

@@ -58,6 +58,7 @@ type options struct {
 	noWatch    bool // tests: rely on the resync alone
 	history    *History
 	lease      func() clientv3.LeaseID // WithSharedLease; nil: the follower keeps its own
+	timing     *Timing                 // WithFollowerTiming
 }
 
 // WithResyncInterval sets how often the follower reads the key as a safety
@@ -218,6 +219,10 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 		f.wg.Add(1)
 		go f.rolloutLoop(rr)
 	}
+	if f.o.timing != nil {
+		f.wg.Add(1)
+		go f.convergence()
+	}
 	return f, nil
 }
 
@@ -277,7 +282,9 @@ func (f *Follower) revoke(ctx context.Context) {
 		// The lease is the process's: take the row off it, leave the lease.
 		if _, err := f.ch.cli.Delete(rctx, f.ch.rowKey()); err != nil {
 			f.o.logger.Warn("propagate: deleting the worker row failed; it expires with the shared lease", "error", err)
+			return
 		}
+		f.forgetHost(ctx)
 		return
 	}
 	if f.lease == 0 {
@@ -285,6 +292,16 @@ func (f *Follower) revoke(ctx context.Context) {
 	}
 	if _, err := f.ch.cli.Revoke(rctx, f.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		f.o.logger.Warn("propagate: revoking the worker row's lease failed; the row expires with its TTL", "error", err)
+		return
+	}
+	f.forgetHost(ctx)
+}
+
+// forgetHost deletes the host's record when this was its last row: the
+// host leaves the fleet, and is not shown unreachable.
+func (f *Follower) forgetHost(ctx context.Context) {
+	if err := f.ch.forgetHost(ctx, f.host); err != nil {
+		f.o.logger.Warn("propagate: the host's record could not be deleted; status shows the host unreachable", "host", f.host, "error", err)
 	}
 }
 
@@ -562,6 +579,7 @@ func (f *Follower) applyPlain(u Update, seen arrival) stepResult {
 		return retryBackoff
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
 		if res.Outcome == reconf.Published {
+			f.o.timing.delivered(u.PublishedAt, seen.at)
 			p := u.Provenance
 			f.o.logger.Info("propagate: applied a cluster version", "version", u.Version, "publisher", p.Publisher.ID,
 				"publisher_host", p.Publisher.Host, "publisher_pid", p.Publisher.PID, "publisher_worker", p.Publisher.Worker,
@@ -885,8 +903,26 @@ func (f *Follower) putRow(ctx context.Context) error {
 	// the apply changed: one request and one raft entry per worker and
 	// version instead of two.
 	applies := f.takeApplies(maxAppliesPerWrite)
-	ops := append([]clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}, applies...)
-	if _, err := f.ch.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+	withHost := row.Host != "" && !f.ch.hostsDenied.Load()
+	txn := func() error {
+		ops := []clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}
+		if withHost {
+			ops = append(ops, f.ch.hostPut(row))
+		}
+		_, err := f.ch.cli.Txn(ctx).Then(append(ops, applies...)...).Commit()
+		return err
+	}
+	err = txn()
+	if withHost && permissionDenied(err) {
+		// A user granted the rows and not the host records (an earlier
+		// version's grants): the row goes on alone, logged once. A
+		// refused transaction wrote nothing.
+		f.ch.hostsDenied.Store(true)
+		f.o.logger.Warn("propagate: etcd refused this host's record; a host whose leases lapse vanishes from status instead of showing unreachable", "grant", f.ch.HostsPrefix())
+		withHost = false
+		err = txn()
+	}
+	if err != nil {
 		f.returnApplies(applies)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
 			f.lease = 0
@@ -931,6 +967,13 @@ func (f *Follower) StatusFields() map[string]any {
 	m["converged"] = fl.Converged
 	m["bootstrap_drift"] = fl.Drift
 	m["published"] = fl.Published
+	m["applied"], m["live"], m["rejected"] = fl.Applied, fl.Live, fl.Rejected
+	if len(fl.Unreachable) > 0 {
+		m["unreachable_hosts"] = fl.Unreachable
+	}
+	if len(fl.RejectedReasons) > 0 {
+		m["rejected_reasons"] = fl.RejectedReasons
+	}
 	return m
 }
 

@@ -2,6 +2,7 @@ package propagate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -223,5 +224,44 @@ func TestJoinRowCarriesDigest(t *testing.T) {
 	r, ok := rowOf(fleetOf(t, ch), "j")
 	if !ok || r.AppliedVersion != 1 || r.AppliedDigest == "" || r.AppliedDigest != rec.Digest() {
 		t.Fatalf("the join row %+v: want version 1 with digest %s", r, rec.Digest())
+	}
+}
+
+// TestHostRecordOutlivesRows: each row write records its host's version
+// without a lease; a host with a record and no row is unreachable in
+// Fleet, with its last version; a host's last worker to close deletes the
+// record, so a host that left is not shown unreachable.
+func TestHostRecordOutlivesRows(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	w := startWorker(t, s.Endpoints(), p, "w", workerOpts{follow: []Option{WithResyncInterval(50 * time.Millisecond)}})
+	w.reload(t, configYAML("gw", 7, "KEY1"))
+	ctx := context.Background()
+	host := w.f.Row().Host
+	var rec HostRow
+	waitFor(t, 5*time.Second, "the host's record holds the worker's version", func() bool {
+		resp, err := w.cli.Get(ctx, w.ch.hostKey(host))
+		return err == nil && len(resp.Kvs) == 1 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil && rec.LastVersion == w.version()
+	})
+	// Another host whose rows lapsed: its record, no row.
+	gone, _ := json.Marshal(HostRow{Host: "gone-host", LastVersion: 1, LastSeen: time.Now().UTC()})
+	if _, err := w.cli.Put(ctx, w.ch.hostKey("gone-host"), string(gone)); err != nil {
+		t.Fatal(err)
+	}
+	f := fleetOf(t, w.ch)
+	if len(f.Unreachable) != 1 || f.Unreachable[0].Host != "gone-host" || f.Unreachable[0].LastVersion != 1 || f.Unreachable[0].State != HostUnreachable {
+		t.Fatalf("unreachable hosts %+v, want gone-host at version 1", f.Unreachable)
+	}
+	if f.Live != 1 || f.Applied != 1 {
+		t.Errorf("live %d applied %d, want the one live worker", f.Live, f.Applied)
+	}
+	if err := w.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := w.cli.Get(ctx, w.ch.hostKey(host)); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the host's record is left after its last worker closed: %v %v", resp, err)
+	}
+	if resp, err := w.cli.Get(ctx, w.ch.hostKey("gone-host")); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("another host's record went with this host's worker: %v %v", resp, err)
 	}
 }

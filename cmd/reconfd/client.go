@@ -325,6 +325,9 @@ Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
 
 func printStatus(w io.Writer, st admin.StatusResponse) {
 	fmt.Fprintln(w, convergence(st))
+	if line := generationLine(st); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	fmt.Fprintf(w, "active generation:    %d\n", st.ActiveGeneration)
 	if s := st.LastSuccess; s != nil {
 		fmt.Fprintf(w, "last success:         %s (%s) by %s at %s, generation %d\n", s.Outcome, s.Reason, s.Trigger, s.Time.Format(time.RFC3339), s.Generation)
@@ -453,6 +456,13 @@ func printFleet(w io.Writer, extra map[string]any) {
 	fmt.Fprintln(tw, "  ID\tPID\tHOST\tAPPLIED\tDIGEST\tSTATE\tLAST ERROR\tDRIFT")
 	for _, r := range rows {
 		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%t\n", r.ID, r.PID, r.Host, r.AppliedVersion, shortDigest(r.AppliedDigest), r.State, orDash(string(r.LastError)), r.BootstrapDrift)))
+	}
+	var gone []propagate.HostRow
+	_ = json.Unmarshal(raw("unreachable_hosts"), &gone)
+	for _, h := range gone {
+		// A host whose leases lapsed: its workers' rows are gone, its
+		// last version is remembered.
+		fmt.Fprint(tw, termtext.Clean(fmt.Sprintf("  -\t-\t%s\t%d\t-\t%s\tlease lapsed, last seen %s\t-\n", h.Host, h.LastVersion, propagate.HostUnreachable, h.LastSeen.Format(time.RFC3339))))
 	}
 	_ = tw.Flush()
 }

@@ -189,12 +189,41 @@ func convergence(st admin.StatusResponse) string {
 		}
 		behind = append(behind, b)
 	}
+	var gone []propagate.HostRow
+	_ = json.Unmarshal(raw("unreachable_hosts"), &gone)
+	hosts := ""
+	for i, h := range gone {
+		if i == 0 {
+			hosts = "; unreachable: "
+		} else {
+			hosts += ", "
+		}
+		hosts += fmt.Sprintf("host %s (last at version %d)", h.Host, h.LastVersion)
+	}
 	if len(rows) > 0 && at == len(rows) {
-		return fmt.Sprintf("CONVERGED: all %d workers at version %d", len(rows), *version)
+		return fmt.Sprintf("CONVERGED: all %d workers at version %d", len(rows), *version) + hosts
 	}
 	s := fmt.Sprintf("NOT CONVERGED: %d of %d workers at version %d", at, len(rows), *version)
 	if len(behind) > 0 {
 		s += "; " + strings.Join(behind, ", ")
 	}
-	return s
+	return s + hosts
+}
+
+// generationLine is "generation G: a of b applied, c rejected (reasons)"
+// for a cluster whose state the answering worker read, counted over the
+// live workers' rows; "" otherwise.
+func generationLine(st admin.StatusResponse) string {
+	var (
+		version *uint64
+		rows    []propagate.WorkerRow
+	)
+	b, _ := st.Extra["cluster_version"].(json.RawMessage)
+	if b == nil || json.Unmarshal(b, &version) != nil || version == nil {
+		return ""
+	}
+	if b, _ := st.Extra["workers"].(json.RawMessage); b != nil {
+		_ = json.Unmarshal(b, &rows)
+	}
+	return propagate.Summarize(*version, rows).String(*version)
 }

@@ -134,6 +134,7 @@ finishes on the generation it started with.`,
 		newRollbackCmd(out, lookup),
 		newRestartCmd(out, lookup),
 		newStatusCmd(out, lookup),
+		newWaitCmd(out, lookup),
 		newHistoryCmd(out, lookup),
 		newVersionCmd(out),
 		newSchemaCmd(stdout), // the project's own text, not a server's

@@ -11,6 +11,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/propagate"
 )
 
 // supervise runs serve as the supervisor of m.Workers worker processes
@@ -39,6 +40,10 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, lo
 		CheckCluster: func(endpoints []string) error {
 			_, err := access.options(endpoints, lookup)
 			return err
+		},
+		ClusterAccess: func(endpoints []string) (propagate.ClientConfig, error) {
+			o, err := access.options(endpoints, lookup)
+			return propagate.ClientConfig{Endpoints: o.Endpoints, TLS: o.TLS, Username: o.Username, Password: o.Password}, err
 		},
 		WorkerArgs: func(slot int, config, mgmt string) []string {
 			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),

@@ -95,6 +95,7 @@ type clusterState struct {
 	follower *propagate.Follower
 	gate     *gate.Gate
 	history  *propagate.History
+	timing   *propagate.Timing // the propagation legs' histograms (Collector)
 }
 
 // joinCluster connects to etcd, makes the channel and joins the
@@ -119,8 +120,8 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 		}
 	}
 	id := workerID(c.Worker)
-	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own}
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker))
+	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own, timing: propagate.NewTiming()}
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
 	if err != nil {
 		st.closeClient()
 		return nil, err
@@ -162,7 +163,12 @@ func (c *clusterState) abandon(ctx context.Context) {
 
 // gatePrefix is the etcd prefix of the concurrency claims under a
 // service's cluster prefix.
-func gatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
+func gatePrefix(prefix string) string { return GatePrefix(prefix) }
+
+// GatePrefix is the etcd prefix of the concurrency claims under a
+// service's cluster prefix: a supervisor finds a dead worker's claims
+// there (with WorkerID) to release them at once.
+func GatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
 
 // closeGate releases the worker's concurrency claims; the data plane must
 // have drained (see gate.Gate.Close).
@@ -175,13 +181,18 @@ func (c *clusterState) closeGate(ctx context.Context) error {
 
 // workerID names a worker's row: host, slot and pid, so that a restarted
 // worker is a new row and its predecessor's expires.
-func workerID(slot string) string {
+func workerID(slot string) string { return WorkerID(slot, os.Getpid()) }
+
+// WorkerID is the row and claim ID of the worker of slot with pid on
+// this host, as the worker names itself: a supervisor names a worker it
+// reaped by it.
+func WorkerID(slot string, pid int) string {
 	host, _ := os.Hostname()
 	if host == "" {
 		host = "host"
 	}
 	clean := func(s string) string { return strings.ReplaceAll(s, "/", "_") }
-	return fmt.Sprintf("%s-w%s-%d", clean(host), clean(slot), os.Getpid())
+	return fmt.Sprintf("%s-w%s-%d", clean(host), clean(slot), pid)
 }
 
 // follow starts the follower once the runtime has joined.
@@ -189,7 +200,7 @@ func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], l
 	// The row lives on the gate's lease: one keep-alive per worker, no
 	// second lease, and the row goes with the claims when the worker dies.
 	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
-		propagate.WithSharedLease(c.gate.Lease))
+		propagate.WithSharedLease(c.gate.Lease), propagate.WithFollowerTiming(c.timing))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
 	}

@@ -122,6 +122,9 @@ type okSeries struct {
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	if c.g.cluster != nil {
+		c.g.cluster.timing.Describe(ch)
+	}
 	c.requests.Describe(ch)
 	c.latency.Describe(ch)
 	c.failures.Describe(ch)
@@ -140,6 +143,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	if c.g.cluster != nil {
+		c.g.cluster.timing.Collect(ch)
+	}
 	c.requests.Collect(ch)
 	c.latency.Collect(ch)
 	c.failures.Collect(ch)

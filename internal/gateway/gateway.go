@@ -196,7 +196,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	switch {
 	case cl != nil:
-		ropts = append(ropts, reconf.WithChannel(cl.ch))
+		ropts = append(ropts, reconf.WithChannel(cl.ch), reconf.WithObserver(cl.timing))
 	case o.clusterCheck:
 		ropts = append(ropts, reconf.WithChannel(dryChannel{}))
 	}

@@ -52,6 +52,12 @@ type PoolConfig struct {
 	// StableAfter is how long a worker must have run for its death to reset
 	// the backoff (default 10s).
 	StableAfter time.Duration
+	// Exited, when set, is told of every worker that exited while the pool
+	// runs (not at Shutdown, not a worker a roll drained): at once, in its
+	// own goroutine, before or while its slot restarts. The supervisor
+	// uses it to release the dead worker's presence row and gate slots
+	// without waiting for its lease to expire.
+	Exited func(slot, pid int)
 }
 
 // Worker describes one slot's current process.
@@ -172,6 +178,7 @@ func (s *Pool) run(sl *slotState, first chan<- error, p *handoff.Process) {
 			if p, keep = s.watch(sl, p); !keep {
 				return
 			}
+			s.exited(sl.n, p.PID())
 			if time.Since(started) >= s.cfg.StableAfter {
 				backoff = s.cfg.MinBackoff
 			}
@@ -188,6 +195,19 @@ func (s *Pool) run(sl *slotState, first chan<- error, p *handoff.Process) {
 		}
 		backoff = min(2*backoff, s.cfg.MaxBackoff)
 	}
+}
+
+// exited tells PoolConfig.Exited of a worker that exited, in a goroutine
+// Shutdown waits for.
+func (s *Pool) exited(slot, pid int) {
+	if s.cfg.Exited == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.cfg.Exited(slot, pid)
+	}()
 }
 
 // starting waits for a slot's new process to be ready and reports the

@@ -474,3 +474,40 @@ func TestHolderOfNamesTheListeningProcess(t *testing.T) {
 		t.Errorf("a closed address has a holder: %+v", h)
 	}
 }
+
+// TestExitedIsToldOfAWorkerThatDied: PoolConfig.Exited hears of a killed
+// worker's slot and pid (the supervisor releases its lease there), and
+// not of the workers Shutdown stops.
+func TestExitedIsToldOfAWorkerThatDied(t *testing.T) {
+	exited := make(chan [2]int, 8)
+	mode := "ok"
+	var m atomic.Pointer[string]
+	m.Store(&mode)
+	s, _, _, err := startWith(t, 2, &m, nil, func(c *PoolConfig) {
+		c.Exited = func(slot, pid int) { exited <- [2]int{slot, pid} }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := s.Workers()[1].PID
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-exited:
+		if got != [2]int{2, victim} {
+			t.Errorf("Exited(%d, %d), want (2, %d)", got[0], got[1], victim)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Exited was not called for the killed worker")
+	}
+	waitFor(t, "worker 2 restarted", func() bool { w := s.Workers()[1]; return w.PID != 0 && w.PID != victim && w.Ready })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(exited) != 0 {
+		t.Errorf("Exited was called for %d workers Shutdown stopped", len(exited))
+	}
+}

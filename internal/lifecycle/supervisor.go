@@ -23,6 +23,7 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/ownerdir"
+	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -90,6 +91,9 @@ type SupervisorConfig struct {
 	CheckTLS func(admin.TLSFiles) error
 	// CheckCluster checks that the flags reach an external cluster.
 	CheckCluster func(endpoints []string) error
+	// ClusterAccess, when set, is how the supervisor itself reaches an
+	// external cluster (reap.go); nil: plain endpoints.
+	ClusterAccess func(endpoints []string) (propagate.ClientConfig, error)
 	// WorkerArgs is a worker's command line after the executable: config
 	// is the file's absolute path, mgmt the management address the
 	// supervisor holds ("": management is off).
@@ -163,6 +167,7 @@ type Supervisor struct {
 	baseOwner  io.Closer
 	publish    atomic.Bool // the first worker started publishes the file's live part
 	pool       *Pool
+	reaper     *reaper // releases a dead worker's lease (reap.go); nil if it could not connect
 	discovery  string
 
 	stopped   chan error // the workers' shutdown, once begun
@@ -455,7 +460,8 @@ func (s *Supervisor) prepareWorkers() error {
 // startWorkers starts the workers and waits until each is ready.
 func (s *Supervisor) startWorkers() error {
 	var err error
-	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command})
+	s.reaper = s.connectReaper()
+	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command, Exited: s.reaped})
 	if err != nil {
 		if s.stopCtx.Err() != nil {
 			return errStoppedDuringStartup
@@ -605,6 +611,7 @@ func (s *Supervisor) Close() {
 		if s.baseline != "" {
 			os.RemoveAll(s.baseline)
 		}
+		s.reaper.close()
 		closeIf(s.ctlOwner)
 		if s.ctl != nil {
 			s.ctl.close()
