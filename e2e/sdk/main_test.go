@@ -25,6 +25,12 @@ func runMain(m *testing.M) int {
 		// module; every test skips itself without it.
 		return m.Run()
 	}
+	// SDK_MATRIX_RECONFD runs the matrix against a reconfd built elsewhere
+	// (a release, another checkout) instead of this repository's.
+	if b := os.Getenv("SDK_MATRIX_RECONFD"); b != "" {
+		binary = b
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "reconfd-sdk-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
