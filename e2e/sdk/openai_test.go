@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -24,8 +25,10 @@ type openaiEndpoint struct {
 	call func(ctx context.Context, c openai.Client, model string, opts ...option.RequestOption) error
 	// usesModel is false for an endpoint that names no model (the list).
 	usesModel bool
-	// bad makes a request the gateway refuses as 400.
-	bad func(ctx context.Context, c openai.Client) error
+	// bad makes a request the gateway refuses as 400 with badCode
+	// (invalid_request when empty).
+	bad     func(ctx context.Context, c openai.Client) error
+	badCode string
 	// success and stream check the endpoint's answers in full.
 	success, stream func(t *testing.T, c openai.Client)
 }
@@ -137,8 +140,8 @@ func TestOpenAIGo(t *testing.T) {
 			}
 			if ep.bad != nil {
 				t.Run("400", func(t *testing.T) {
-					err := ep.bad(ctx, c)
-					wantAPIError(t, err, http.StatusBadRequest, "invalid_request")
+					code := cmp.Or(ep.badCode, "invalid_request")
+					wantAPIError(t, ep.bad(ctx, c), http.StatusBadRequest, code)
 				})
 			}
 		})
