@@ -11,7 +11,7 @@ import (
 
 // nodeFiles are what node/ holds for a run: the package, its lockfile and
 // the test files.
-var nodeFiles = []string{"package.json", "package-lock.json", "openai.test.mjs"}
+var nodeFiles = []string{"package.json", "package-lock.json", "openai.test.mjs", "anthropic.test.mjs"}
 
 // requireTool returns the path of a command, skipping the test without it,
 // or failing it under CI, where a matrix that skips is a matrix that never
@@ -29,11 +29,12 @@ func requireTool(t *testing.T, name string) string {
 	return ""
 }
 
-// TestOpenAINode runs node/openai.test.mjs, npm `openai` over every
-// endpoint, with node's test runner against a real reconfd. The package is
+// TestNode runs node/openai.test.mjs and node/anthropic.test.mjs, npm
+// `openai` and `@anthropic-ai/sdk` over every endpoint they call, with
+// node's test runner against a real reconfd. The package is
 // installed with `npm ci` from the lockfile into a temporary directory, so
 // the source tree gets no node_modules.
-func TestOpenAINode(t *testing.T) {
+func TestNode(t *testing.T) {
 	node, npm := requireTool(t, "node"), requireTool(t, "npm")
 	s := startReconfd(t, matrixConfig)
 	dir := t.TempDir()
@@ -54,12 +55,13 @@ func TestOpenAINode(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci: %v\n%s", err, out)
 	}
-	run := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "openai.test.mjs")
+	// One file at a time: both use the narrow backend's single slot.
+	run := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", "--test-reporter=spec", "openai.test.mjs", "anthropic.test.mjs")
 	run.Dir = dir
 	run.Env = append(cleanEnv(), "SDK_MATRIX_URL="+s.url+"/v1", "SDK_MATRIX_KEY="+apiKey, "NO_COLOR=1")
 	out, err := run.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test openai.test.mjs: %v\n%s", err, out)
+		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	t.Logf("node --test openai.test.mjs:\n%s", out)
+	t.Logf("node --test:\n%s", out)
 }

@@ -48,6 +48,21 @@ const endpoints = [
     bad: (c) => c.chat.completions.stream({ model: 'gpt-4o-mini', messages: [] }).finalChatCompletion(),
   },
   {
+    name: 'embeddings',
+    call: (c, model) => c.embeddings.create({ model, input: 'hello' }),
+    bad: (c) => c.embeddings.create({ model: 'stub-1', input: [] }),
+  },
+  {
+    name: 'responses',
+    call: (c, model) => c.responses.create({ model, input: 'Say hello in four words' }),
+    bad: (c) => c.responses.create({ model: 'gpt-4o-mini', input: 'hi', store: true }),
+    badCode: 'unsupported_parameter',
+  },
+  {
+    name: 'responses stream',
+    call: async (c, model) => { for await (const _ of await c.responses.create({ model, input: 'hi', stream: true })); },
+  },
+  {
     name: 'models.list',
     call: async (c) => { for await (const _ of c.models.list()); },
     usesModel: false,
@@ -91,7 +106,7 @@ for (const ep of endpoints) {
     }
     if (ep.bad) {
       test('400 BadRequestError', async () => {
-        const err = await rejectsWith(ep.bad(client()), OpenAI.BadRequestError, 400, 'invalid_request');
+        const err = await rejectsWith(ep.bad(client()), OpenAI.BadRequestError, 400, ep.badCode ?? 'invalid_request');
         assert.match(err.requestID, madeID);
       });
     }
@@ -162,6 +177,44 @@ describe('chat.completions', () => {
     assert.equal(final.choices[0].finish_reason, 'stop');
     assert.equal(await stream.finalContent(), want);
     assert.deepEqual(final.usage, whole.usage);
+  });
+});
+
+describe('embeddings', () => {
+  test('success, base64 decoded by the SDK', async () => {
+    const c = client();
+    const got = await c.embeddings.create({ model: 'gpt-4o-mini', input: ['hello world', 'bye'], encoding_format: 'float' });
+    assert.equal(got.data.length, 2);
+    assert.deepEqual(got.usage, { prompt_tokens: 3, total_tokens: 3 });
+    for (const [i, d] of got.data.entries()) {
+      assert.equal(d.index, i);
+      assert.equal(d.embedding.length, 16);
+    }
+    // The SDK asks for base64 by default and decodes it to floats.
+    const again = await c.embeddings.create({ model: 'gpt-4o-mini', input: 'hello world' });
+    assert.deepEqual(again.data[0].embedding.map(Math.fround), got.data[0].embedding.map(Math.fround));
+  });
+});
+
+describe('responses', () => {
+  test('success, a stream, and the stream helper', async () => {
+    const c = client();
+    const whole = await c.responses.create({ model: 'gpt-4o-mini', input: 'Say hello in four words' });
+    assert.equal(whole.status, 'completed');
+    assert.ok(whole.output_text.startsWith('[backend stub, model stub-1]'), whole.output_text);
+    assert.equal(whole.usage.output_tokens, 8);
+    assert.match(whole._request_id, madeID);
+    let deltas = '';
+    let completed = null;
+    for await (const ev of await c.responses.create({ model: 'gpt-4o-mini', input: 'Say hello in four words', stream: true })) {
+      if (ev.type === 'response.output_text.delta') deltas += ev.delta;
+      if (ev.type === 'response.completed') completed = ev.response;
+    }
+    assert.equal(deltas, whole.output_text);
+    assert.equal(completed?.usage.output_tokens, 8);
+    const stream = c.responses.stream({ model: 'gpt-4o-mini', input: 'Say hello in four words' });
+    const final = await stream.finalResponse();
+    assert.equal(final.output_text, whole.output_text);
   });
 });
 
