@@ -146,8 +146,8 @@ func wantAnthropicError(t *testing.T, err error, status int, typ shared.ErrorTyp
 	if e.StatusCode != status || e.Type() != typ || e.Message == "" {
 		t.Errorf("got %d %q %q, want %d %q: %s", e.StatusCode, e.Type(), e.Message, status, typ, e.RawJSON())
 	}
-	// A 401 given before the body is read carries no request id yet.
-	if status != http.StatusUnauthorized && !reMadeID.MatchString(e.RequestID) {
+	// Every answer carries one, a 401 given before the body is read too.
+	if !reMadeID.MatchString(e.RequestID) {
 		t.Errorf("RequestID %q, want the gateway's request id", e.RequestID)
 	}
 	return e

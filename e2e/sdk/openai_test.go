@@ -162,8 +162,8 @@ func wantAPIError(t *testing.T, err error, status int, code string) *openai.Erro
 	if e.Message == "" || e.Type == "" {
 		t.Errorf("error without message or type: %s", e.RawJSON())
 	}
-	// A 401 given before the body is read carries no request id yet.
-	if id := e.Response.Header.Get("X-Request-Id"); status != http.StatusUnauthorized && !reMadeID.MatchString(id) {
+	// Every answer carries one, a 401 given before the body is read too.
+	if id := e.Response.Header.Get("X-Request-Id"); !reMadeID.MatchString(id) {
 		t.Errorf("error's x-request-id is %q, want one the gateway made", id)
 	}
 	return e

@@ -54,8 +54,9 @@ for (const ep of endpoints) {
     test('401 AuthenticationError', async () => {
       let requests = 0;
       const c = client({ apiKey: 'sk-not-a-key', fetch: (...a) => { requests++; return fetch(...a); } });
-      await rejectsWith(ep.call(c, 'gpt-4o-mini'), Anthropic.AuthenticationError, 401, 'authentication_error');
+      const err = await rejectsWith(ep.call(c, 'gpt-4o-mini'), Anthropic.AuthenticationError, 401, 'authentication_error');
       assert.equal(requests, 1, 'a 401 is not retried');
+      assert.match(err.requestID ?? '', madeID, 'a 401 given before the body is read carries a request id too');
     });
     test('404 NotFoundError', async () => {
       const err = await rejectsWith(ep.call(client(), 'no-such-model'), Anthropic.NotFoundError, 404, 'not_found_error');

@@ -91,8 +91,9 @@ for (const ep of endpoints) {
     test('401 AuthenticationError', async () => {
       let requests = 0;
       const c = client({ apiKey: 'sk-not-a-key', fetch: (...a) => { requests++; return fetch(...a); } });
-      await rejectsWith(ep.call(c, 'gpt-4o-mini'), OpenAI.AuthenticationError, 401, 'invalid_api_key');
+      const err = await rejectsWith(ep.call(c, 'gpt-4o-mini'), OpenAI.AuthenticationError, 401, 'invalid_api_key');
       assert.equal(requests, 1, 'a 401 is not retried');
+      assert.match(err.requestID ?? '', madeID, 'a 401 given before the body is read carries a request id too');
     });
     if (ep.usesModel !== false) {
       test('404 NotFoundError', async () => {
