@@ -111,6 +111,14 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	cur := g.rt.Current()
 	st := routesKey.Get(cur)
 	ctx.Response.Header.SetCanonical(generationKey, g.genValue(cur.ID()))
+	// Every answer carries a request id, this one written before the
+	// handler ran too: the SDKs report it with the error.
+	x := exchange{ctx: ctx}
+	id := x.requestID()
+	ctx.Response.Header.SetCanonical(requestIDKey, id)
+	if string(ctx.Path()) == "/v1/messages" {
+		ctx.Response.Header.SetCanonical(requestIDAnthropic, id)
+	}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
