@@ -2,34 +2,29 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/propagate"
 )
 
-// reapTimeout bounds the release of one dead worker's lease: etcd away
-// leaves the row and the claims to the lease's own expiry.
+// reapTimeout bounds the removal of one dead worker's row: etcd away
+// leaves the row to its lease's own expiry.
 const reapTimeout = 2 * time.Second
 
-// reaper releases the lease of a worker its supervisor saw exit. A
-// worker's presence row and its gate claims live on one lease (the
-// gate's), which etcd expires within the lease TTL once the worker stops
-// renewing it: that bound holds for a worker whose supervisor died with
-// it (SPEC section 8). A supervisor that reaped its child knows sooner, and
-// revoking that lease removes the row and every claim at once, so status
-// stops showing the worker and the gate's other workers take its slots.
+// reaper removes the presence row of a worker its supervisor saw exit, so
+// status stops showing it at once. The row's lease expires within the
+// lease TTL once the worker stops renewing it, a bound that holds for a
+// worker whose supervisor died with it (SPEC section 8). The gate's claims
+// are left to that lease: see reap.
 type reaper struct {
 	cli     *clientv3.Client
 	workers string // the channel's presence rows, P/workers/
-	claims  string // the gate's claims, P/gate/
 	log     *slog.Logger
 }
 
@@ -38,46 +33,26 @@ func newReaper(cli *clientv3.Client, prefix string, log *slog.Logger) *reaper {
 	return &reaper{
 		cli:     cli,
 		workers: strings.TrimRight(prefix, "/") + "/workers/",
-		claims:  gateway.GatePrefix(prefix),
 		log:     log,
 	}
 }
 
-// reap revokes the lease of the worker of slot that ran as pid: the lease
-// its row names, else the one its claims name (a worker that died before
-// it wrote its row). It logs what it did; a failure only leaves the lease
-// to expire.
+// reap deletes the row of the worker of slot that ran as pid. It logs what
+// it did; a failure only leaves the row to its lease.
 func (r *reaper) reap(slot, pid int) {
 	id := gateway.WorkerID(strconv.Itoa(slot), pid)
 	ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
 	defer cancel()
-	// Not keys-only: etcd leaves the lease out of a keys-only answer. The
-	// claims are a few bytes per backend and worker.
-	resp, err := r.cli.Txn(ctx).Then(
-		clientv3.OpGet(r.workers+id),
-		clientv3.OpGet(r.claims, clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		r.log.Warn("a dead worker's row and gate slots stay until its lease expires: etcd did not answer", "worker", slot, "pid", pid, "error", err)
+	// The row goes at once; the gate's record stays on its lease. The dead
+	// worker's requests may still run at the upstream (a backend seldom
+	// stops generating when its client goes), so handing its slots out
+	// before the lease time let the fleet exceed a limit
+	// (TestGateDeadWorkerSlotsComeBack).
+	if _, err := r.cli.Delete(ctx, r.workers+id); err != nil {
+		r.log.Warn("a dead worker's row stays until its lease expires: etcd did not answer", "worker", slot, "pid", pid, "error", err)
 		return
 	}
-	leases := map[clientv3.LeaseID]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		leases[clientv3.LeaseID(kv.Lease)] = true
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		if strings.HasSuffix(string(kv.Key), "/"+id) {
-			leases[clientv3.LeaseID(kv.Lease)] = true
-		}
-	}
-	delete(leases, clientv3.NoLease)
-	for l := range leases {
-		if _, err := r.cli.Revoke(ctx, l); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			r.log.Warn("a dead worker's row and gate slots stay until its lease expires: the revoke failed", "worker", slot, "pid", pid, "error", err)
-			continue
-		}
-		r.log.Info("dead worker's row and gate slots released", "worker", slot, "pid", pid, "id", id)
-	}
+	r.log.Info("dead worker's row removed; its gate slots come back with its lease", "worker", slot, "pid", pid, "id", id)
 }
 
 // connectReaper connects the supervisor's own etcd client for reaping;
@@ -96,7 +71,14 @@ func (s *Supervisor) connectReaper() *reaper {
 		s.log.Warn("dead workers' rows and gate slots go only when their leases expire", "error", err)
 		return nil
 	}
-	return newReaper(cli, s.cfg.Shape.Prefix, s.log)
+	r := newReaper(cli, s.cfg.Shape.Prefix, s.log)
+	// Connect now: the client dials lazily, and a connection first made at
+	// a worker's death would be a descriptor the supervisor gains
+	// mid-run. A failure here only leaves the dial to the first reap.
+	ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
+	defer cancel()
+	_, _ = cli.Get(ctx, r.workers, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	return r
 }
 
 // reaped is PoolConfig.Exited: it releases the dead worker's lease.
