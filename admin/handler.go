@@ -364,7 +364,7 @@ func expectIfMatch(ctx context.Context, values []string) (context.Context, error
 // readEmptyBody reads a reload or restart body, bounded, and accepts only
 // an empty one or {} (see decodeReloadRequest).
 func readEmptyBody(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(rawWriter(w), r.Body, MaxRequestBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return errBodyTooLarge

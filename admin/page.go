@@ -86,7 +86,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, PagePath, http.StatusSeeOther)
 		return nil
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBytes)
+	r.Body = http.MaxBytesReader(rawWriter(w), r.Body, maxLoginBytes)
 	if err := r.ParseForm(); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return errBodyTooLarge

@@ -400,3 +400,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// rawWriter returns the writer http.MaxBytesReader must be given: the
+// server's own, which a closingWriter hides. Told that a body was over its
+// bound, net/http closes the connection gently after the answer; without
+// it the client could meet a reset before it read the 413.
+func rawWriter(w http.ResponseWriter) http.ResponseWriter {
+	if c, ok := w.(*closingWriter); ok {
+		return c.ResponseWriter
+	}
+	return w
+}
