@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"github.com/reconfhq/reconf/internal/safefile"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,7 +35,9 @@ func (x *expectFlags) ifMatch() (string, error) {
 	case x.file != "" && x.digest != "":
 		return "", usage("--expect and --expect-digest exclude each other")
 	case x.file != "":
-		data, err := os.ReadFile(x.file)
+		// The source is read under reconf's default bound, so a longer file
+		// could never match; a FIFO or device is refused at once.
+		data, err := safefile.ReadFile(context.Background(), x.file, reconf.DefaultMaxSourceBytes)
 		if err != nil {
 			return "", usage("--expect: %v", err)
 		}
