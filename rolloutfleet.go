@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -240,23 +239,8 @@ func (r *Runtime[T]) generationRecord(g *Generation[T]) (Record, error) {
 // stageCandidate writes cand as the candidate of the rollout st through
 // rc (see publish).
 func (r *Runtime[T]) stageCandidate(ctx context.Context, rc RolloutChannel, held uint64, cand *candidate[T], trigger Trigger, st RolloutState) (uint64, error) {
-	rec, err := r.recordOf(cand)
-	if err != nil {
-		return 0, err
-	}
-	rec.Trigger, rec.Actor = trigger, actorOf(ctx, trigger)
-	v, err := rc.StageCandidate(ctx, held, rec, st)
-	var e *Error
-	switch {
-	case err == nil:
-		return v, nil
-	case errors.As(err, &e):
-		return 0, e
-	case ctx.Err() != nil:
-		return 0, ctx.Err()
-	default:
-		return 0, &Error{Reason: ReasonClusterUnavailable, Message: "the cluster channel could not be written; nothing was staged", Err: err}
-	}
+	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) { return rc.StageCandidate(ctx, held, rec, st) },
+		"the cluster channel could not be written; nothing was staged")
 }
 
 // sameState reports whether two states encode alike: what a fleet

@@ -803,12 +803,21 @@ func (c *candidate[T]) sharedFiles() map[string]string {
 // publish writes cand to the channel as version held+1, naming the
 // attempt's trigger and actor.
 func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T], trigger Trigger) (uint64, error) {
+	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) { return ch.Publish(ctx, held, rec) },
+		"the cluster channel could not be written, or did not confirm the write; the previous generation stays active here (if the write landed after all, this worker applies it like every other: status shows the cluster version, and a retry answers no-op)")
+}
+
+// writeRecord makes cand's record, naming the attempt's trigger and actor,
+// and writes it with write. A channel's own *Error and the attempt's
+// context error pass through; any other failure is cluster_unavailable
+// with the message unavailable.
+func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigger Trigger, write func(Record) (uint64, error), unavailable string) (uint64, error) {
 	rec, err := r.recordOf(cand)
 	if err != nil {
 		return 0, err
 	}
 	rec.Trigger, rec.Actor = trigger, actorOf(ctx, trigger)
-	v, err := ch.Publish(ctx, held, rec)
+	v, err := write(rec)
 	var e *Error
 	switch {
 	case err == nil:
@@ -818,7 +827,7 @@ func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand 
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	default:
-		return 0, &Error{Reason: ReasonClusterUnavailable, Message: "the cluster channel could not be written, or did not confirm the write; the previous generation stays active here (if the write landed after all, this worker applies it like every other: status shows the cluster version, and a retry answers no-op)", Err: err}
+		return 0, &Error{Reason: ReasonClusterUnavailable, Message: unavailable, Err: err}
 	}
 }
 
