@@ -138,17 +138,35 @@ func (h *Handover) Serving() bool {
 	return h.state == serving
 }
 
-// start starts cmd, the successor, with the sockets.
+// start starts cmd, the successor, with the sockets, in a process group
+// of its own: a successor that fails is killed with every process it
+// started (handoff.Process.Kill), none of which may keep the sockets.
 func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
+	ownProcessGroup(cmd)
 	return handoff.Start(cmd, h.sockets)
 }
 
 // await waits until p is ready, up to the timeout or until ctx ends, and
-// returns its ready status. A successor not ready is stopped, and the
-// error says what became of it (stopNotReady).
+// returns its ready status. A successor not ready is stopped with its
+// process group, and the error says what became of it (stopNotReady).
+//
+// A successor that exits has its group killed at once: what it started in
+// the background holds the readiness pipe, which would otherwise stay
+// open, and WaitReady wait for the timeout. A ready line written before
+// the exit is still read (it is in the pipe), so one that said ready and
+// then died is seen ready; the caller finds it gone (Exited).
 func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
+	waited := make(chan struct{})
+	defer close(waited)
+	go func() {
+		select {
+		case <-p.Exited():
+			p.Kill()
+		case <-waited:
+		}
+	}()
 	status, err := p.WaitReady(ctx)
 	if err != nil {
 		return "", stopNotReady(p, h.timeout, err)
@@ -189,6 +207,7 @@ func (h *Handover) HandedOver() bool {
 func stopNotReady(p *handoff.Process, timeout time.Duration, err error) error {
 	select {
 	case <-p.Exited():
+		p.Kill() // its group: what it started may still hold the sockets
 		if why := p.Failure(); why != "" {
 			return fmt.Errorf("exited before it was ready (%s): %s", p.State(), why)
 		}
