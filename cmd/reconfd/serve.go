@@ -284,16 +284,8 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	if mgmt != nil {
 		rs.Handover().Watch(mgmt.handingOver)
 	}
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-rs.Done():
-		}
-		close(stop)
-	}()
-	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: rs.HandedOver,
+	return serveSession(ctx, stopCtx.Done(), stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: rs.HandedOver, Handover: rs.Handover(), TookBack: rs.TookBack,
 		Ready: func() {
 			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the previous process this one is ready", "error", err)

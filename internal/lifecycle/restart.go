@@ -106,6 +106,26 @@ func (r *SelfRestarter) Done() <-chan struct{} { return r.handover.Done() }
 // HandedOver reports whether a successor serves.
 func (r *SelfRestarter) HandedOver() bool { return r.handover.HandedOver() }
 
+// TookBack records that this process took its listeners back from the
+// new process pid, which exited (end) just after it took over (Session):
+// the last restart becomes restart-failed, in status and in the history,
+// and the file is reloaded, since the new process may have acknowledged
+// reloads of it that this one has not applied.
+func (r *SelfRestarter) TookBack(pid int, end string) {
+	ctx := context.Background()
+	msg := fmt.Sprintf("the new process (pid %d) exited just after it took over (%s); pid %d took the listeners back and serves on", pid, end, os.Getpid())
+	if res, ok := r.track.failLast(admin.ReasonRestartNewExited, msg); ok {
+		res.Started = time.Now()
+		_ = r.g.RecordHistory(ctx, historyOf(res, ""))
+	}
+	res, err := r.g.Reload(ctx, TriggerRestart)
+	if err != nil {
+		r.log.Error("restart: the file could not be reloaded after taking the listeners back", "error", err)
+		return
+	}
+	r.log.Info("restart: the file reloaded after taking the listeners back", "outcome", res.Outcome.String(), "generation", r.g.Runtime().Current().ID())
+}
+
 func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 	ctx := context.Background()
 	cmd := exec.Command(r.exe, r.args...)
@@ -148,5 +168,5 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 		res.Message = fmt.Sprintf("pid %d serves generation %d; pid %d drains and exits", p.PID(), res.Generation, os.Getpid())
 	})
 	r.log.Info("restart: the new process serves; draining this one", "id", res.ID, "new_pid", p.PID(), "generation", res.Generation)
-	r.handover.handedOver()
+	r.handover.handedOver(p)
 }

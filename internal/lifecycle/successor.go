@@ -205,7 +205,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	if s.member != nil {
 		s.member.Release()
 	}
-	s.handover.handedOver()
+	s.handover.handedOver(p)
 	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
 }
 

@@ -118,6 +118,24 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 	return r.res
 }
 
+// failLast turns the last restart, which finished restarted, into
+// restart-failed with reason and msg, and moves its count: the new process
+// exited just after it took over. It returns the amended result, or false
+// when the last restart is not one that restarted.
+func (t *restartTracker) failLast(reason, msg string) (admin.RestartResult, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil || t.last.res.Outcome != admin.Restarted {
+		return admin.RestartResult{}, false
+	}
+	r := &t.last.res
+	r.Outcome, r.Reason, r.Message = admin.RestartFailed, reason, msg
+	r.Generation = r.PreviousGeneration
+	t.counts[admin.Restarted]--
+	t.counts[admin.RestartFailed]++
+	return *r, true
+}
+
 // id returns r's ID.
 func (r *restartRun) id(t *restartTracker) string {
 	t.mu.Lock()
