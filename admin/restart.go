@@ -68,9 +68,9 @@ const (
 	// ReasonRestartNewExited: the new process exited just after it took
 	// over, and the old one, still draining, took its listeners back.
 	ReasonRestartNewExited = "restart_new_process_exited"
-	ReasonRestartCanceled   = "restart_canceled"
-	ReasonAddressChanged    = "restart_address_changed"
-	ReasonClusterChanged    = "restart_cluster_changed"
+	ReasonRestartCanceled  = "restart_canceled"
+	ReasonAddressChanged   = "restart_address_changed"
+	ReasonClusterChanged   = "restart_cluster_changed"
 )
 
 // RestartResult is the result of one restart; every field is safe to show.
