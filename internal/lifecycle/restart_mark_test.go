@@ -105,7 +105,7 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 	var track restartTracker
 	track.mark = filepath.Join(t.TempDir(), "restart-running")
 	started := time.Now().Add(-time.Second)
-	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started)
+	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started, 42, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 		t.Fatalf("the inherited restart cannot be followed: %v %+v", ok, res)
 	}
 	track.mark = filepath.Join(t.TempDir(), "gone", "restart-running")
-	if _, err := (&restartTracker{mark: track.mark}).inherit(nil, "r2", started); err == nil {
+	if _, err := (&restartTracker{mark: track.mark}).inherit(nil, "r2", started, 42, 7); err == nil {
 		t.Fatal("a hand-over without its mark went on")
 	}
 }

@@ -417,7 +417,7 @@ func (s *Supervisor) startControl() error {
 	}
 	s.succ.track = &s.ctl.track
 	if s.ho != nil {
-		if s.handedRun, err = s.ctl.track.inherit(s.ho.Restarts, s.ho.RestartID, s.ho.RestartStarted); err != nil {
+		if s.handedRun, err = s.ctl.track.inherit(s.ho.Restarts, s.ho.RestartID, s.ho.RestartStarted, s.ho.PID, s.ho.Generation); err != nil {
 			return err
 		}
 	}
@@ -507,12 +507,19 @@ func (s *Supervisor) ready() error {
 		// caught one, under a loaded machine).
 		s.ctl.track.finish(s.handedRun, func(r *admin.RestartResult) {
 			r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
-			r.OldSupervisorPID, r.NewSupervisorPID, r.NewPIDs = os.Getppid(), os.Getpid(), pids
+			// OldSupervisorPID and PreviousGeneration came with the
+			// hand-over (inherit): not os.Getppid, which names init once
+			// the predecessor was killed.
+			r.NewSupervisorPID, r.NewPIDs = os.Getpid(), pids
 			if n := len(statuses); n > 0 {
 				r.Generation = generationOf(statuses[n-1], 0)
 			}
-			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers drain and exit",
-				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID)
+			end := "drain and exit"
+			if os.Getppid() != r.OldSupervisorPID {
+				end = "are gone (it was stopped during the hand-over)"
+			}
+			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers %s",
+				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID, end)
 		})
 	}
 	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {

@@ -150,6 +150,13 @@ func (r *restartRun) started(t *restartTracker) time.Time {
 	return r.res.Started
 }
 
+// previous returns the generation that served when r began.
+func (r *restartRun) previous(t *restartTracker) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res.PreviousGeneration
+}
+
 // wait returns the restart with id once done or when ctx ends.
 func (t *restartTracker) wait(ctx context.Context, id string) (admin.RestartResult, bool) {
 	t.mu.Lock()
@@ -235,7 +242,7 @@ func (t *restartTracker) addCounts(counts map[admin.RestartOutcome]uint64) {
 // restart) and published, and could supersede the first worker's publish
 // of the file's live part, failing the restart. The counts are the
 // predecessor's; finish adds this restart's outcome.
-func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time) (*restartRun, error) {
+func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time, oldPID int, prev uint64) (*restartRun, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.markRunning(); err != nil {
@@ -243,7 +250,8 @@ func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id stri
 	}
 	t.addCounts(counts)
 	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Outcome: admin.RestartRunning,
-		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started}}
+		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started,
+		OldSupervisorPID: oldPID, PreviousGeneration: prev}}
 	t.run(r)
 	return r, nil
 }
