@@ -413,7 +413,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		close(stop)
 	}()
 	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: func() bool { return true },
+		Shared: func() bool { return !wenv.FleetStopping() },
 		Ready: func() {
 			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the supervisor this worker is ready", "error", err)

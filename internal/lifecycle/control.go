@@ -26,6 +26,9 @@ type controlServer struct {
 	done chan struct{}
 
 	track restartTracker
+	// stopMark is a file created when the supervisor stops the fleet
+	// (WorkerEnv.FleetStopping).
+	stopMark string
 	// roll carries out a restart whose check passed; it finishes run.
 	roll func(track *restartTracker, run *restartRun)
 }
@@ -38,6 +41,7 @@ func startControl(roll func(*restartTracker, *restartRun)) (*controlServer, erro
 	}
 	c := &controlServer{dir: dir, path: filepath.Join(dir, "control.sock"), done: make(chan struct{}), roll: roll}
 	c.track.mark = filepath.Join(dir, "restart-running")
+	c.stopMark = filepath.Join(dir, "fleet-stopping")
 	ln, err := net.Listen("unix", c.path)
 	if err != nil {
 		os.RemoveAll(dir)

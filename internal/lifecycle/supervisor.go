@@ -429,7 +429,7 @@ func (s *Supervisor) startControl() error {
 // private directory, management's token and TLS files.
 func (s *Supervisor) prepareWorkers() error {
 	s.env = supervisorEnviron()
-	s.wenv = WorkerEnv{Fleet: s.fleet, Control: s.ctl.path, RestartMark: s.ctl.track.mark}
+	s.wenv = WorkerEnv{Fleet: s.fleet, Control: s.ctl.path, RestartMark: s.ctl.track.mark, StopMark: s.ctl.stopMark}
 	// One in-place baseline for the host: every worker judges the file
 	// against the last read any of them accepted.
 	bdir, err := os.MkdirTemp(s.cfg.DataDir, "reconfd-baseline-")
@@ -581,6 +581,11 @@ func (s *Supervisor) signal(sig os.Signal) {
 		// Shutting down: dropped, as a single process drops it.
 	case s.stopped == nil:
 		s.log.Info("shutting down: stopping the workers, which drain in-flight requests", "timeout", s.cfg.ShutdownTimeout.String())
+		// Before the workers' SIGTERM: the whole fleet stops, so each
+		// drains as a single process (WorkerEnv.FleetStopping).
+		if err := os.WriteFile(s.ctl.stopMark, nil, 0o600); err != nil {
+			s.log.Warn("the workers cannot be told the fleet stops; they drain as in a roll", "error", err)
+		}
 		s.stopWorkers()
 	default:
 		s.log.Info("a second signal: the workers stop at once")
