@@ -412,6 +412,7 @@ func (s *Supervisor) startControl() error {
 	if s.ctl, err = startControl(s.restart); err != nil {
 		return err
 	}
+	s.ctl.handingOver = func() bool { return !s.succ.handover.Serving() }
 	if s.ctlOwner, err = ownDir(s.ctl.dir, "reconfd-control-*", filepath.Base(s.ctl.path), s.log); err != nil {
 		return fmt.Errorf("control socket: %v", err)
 	}
