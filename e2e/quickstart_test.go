@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// TestQuickstartLoop follows the README: serve with no management
-// settings, then status and reload with no flags and no environment but
+// TestQuickstartLoop follows the README: serve with --management-address
+// local, then status and reload with no flags and no environment but
 // the per-user runtime directory. The discovery file is private, holds
 // the generated token, and goes away with the server; the API refuses a
 // request without the token.
@@ -21,8 +21,8 @@ func TestQuickstartLoop(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"one process", nil},
-		{"two workers", []string{"--workers", "2"}},
+		{"one process", []string{"--management-address", "local"}},
+		{"two workers", []string{"--management-address", "local", "--workers", "2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
@@ -66,6 +66,38 @@ func TestQuickstartLoop(t *testing.T) {
 			s.stop()
 			if _, err := os.Stat(files[0]); !os.IsNotExist(err) {
 				t.Errorf("the discovery file outlived its server: %v", err)
+			}
+		})
+	}
+}
+
+// TestManagementIsOptIn: serve with no management address (here an empty
+// one, which the test helper leaves alone) listens for management nowhere
+// and writes no discovery file, so the CLI with no flags finds no server;
+// the data plane serves. For one process and a fleet.
+func TestManagementIsOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one process", []string{"--management-address="}},
+		{"two workers", []string{"--management-address=", "--workers", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := []string{"XDG_RUNTIME_DIR=" + dir}
+			s := startServer(t, config(4, "0s"), tc.args, env...)
+			if r := s.chat("stub-1"); r.gen() != 1 {
+				t.Fatalf("the data plane does not serve: generation %d", r.gen())
+			}
+			if strings.Contains(s.logs.String(), "management listening") {
+				t.Errorf("management listens with no address set:\n%s", grepLines(s.logs.String(), "management"))
+			}
+			if files, _ := filepath.Glob(filepath.Join(dir, "reconfd", "*.json")); len(files) != 0 {
+				t.Errorf("discovery files %v with management off", files)
+			}
+			if code, out, errOut := reconfd(t, env, "status"); code == 0 {
+				t.Errorf("status with no flags found a server with management off: %s%s", out, errOut)
 			}
 		})
 	}

@@ -98,7 +98,7 @@ in flight across all of them together.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "configuration file (required)")
-	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port, or off (default $"+admin.EnvAddress+", else a loopback port with a generated token)")
+	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port; local: a loopback port with a generated token the CLI finds (default $"+admin.EnvAddress+", else off)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
