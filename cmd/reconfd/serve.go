@@ -290,6 +290,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the previous process this one is ready", "error", err)
 			}
+			rs.MarkReady()
 			if err := handoff.NotifyReady(); err != nil {
 				log.Warn("could not notify systemd", "error", err)
 			}

@@ -68,8 +68,10 @@ type Session struct {
 func (s *Session) Run(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
 	g, served := s.Gateway, s.Served
 	log := g.Logger()
-	hup := s.Hold.Listen(s.Reloader, log)
+	// Ready first: a SIGHUP held since start-up reloads once this process
+	// said it serves (a successor answers busy before).
 	s.Ready()
+	hup := s.Hold.Listen(s.Reloader, log)
 	log.Info("ready", "pid", os.Getpid(), "version", s.Version, "generation", g.Runtime().Current().ID())
 
 	var serveErr error
