@@ -27,13 +27,27 @@ const (
 // caseVariant sends a chat body that carries "Model" and "Messages"
 // beside "model" and "messages", which an upstream that folds JSON keys
 // (Go's encoding/json) would read past the backend's model and system
-// prompt: it is refused with 400 ambiguous_key, whatever it asks.
+// prompt: it is refused with 400 ambiguous_key, whatever it asks. It goes
+// on a connection of its own, sent again when the connection breaks (a
+// fleet's fault injector kills workers).
 func (r *robust) caseVariant() {
 	r.kinds["case-variant body"]++
 	body := `{"model":"gpt-4o-mini","Model":"stub-1","messages":[{"role":"user","content":"hi"}],"Messages":[]}`
-	resp := r.s.do("POST", r.s.url+"/v1/chat/completions", body, "Content-Type", "application/json")
-	if resp.status != http.StatusBadRequest || !strings.Contains(resp.body, "ambiguous_key") {
-		r.t.Fatalf("a case-variant body: %d %s; want 400 ambiguous_key", resp.status, resp.body)
+	for try := 0; ; try++ {
+		resp, err := httpClient.Post(r.s.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			if try == 5 {
+				r.t.Fatalf("a case-variant body: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "ambiguous_key") {
+			r.t.Fatalf("a case-variant body: %d %s; want 400 ambiguous_key", resp.StatusCode, b)
+		}
+		return
 	}
 }
 
