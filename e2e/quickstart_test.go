@@ -3,12 +3,16 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestQuickstartLoop follows the README: serve with --management-address
@@ -100,5 +104,42 @@ func TestManagementIsOptIn(t *testing.T) {
 				t.Errorf("status with no flags found a server with management off: %s%s", out, errOut)
 			}
 		})
+	}
+}
+
+// TestLocalManagementRefusedWithoutDiscovery: when the discovery
+// directory cannot be used (here open to others, as when another user
+// created it first), serve --management-address local does not start with
+// a token no one could read: it exits 1 and says which directory and what
+// to do, for one process and a fleet.
+func TestLocalManagementRefusedWithoutDiscovery(t *testing.T) {
+	requireBinary(t)
+	for _, args := range [][]string{nil, {"--workers", "2"}} {
+		base := t.TempDir()
+		dir := filepath.Join(base, "reconfd")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(t.TempDir(), "reconfd.yaml")
+		writeAtomic(t, cfg, config(4, "0s"))
+		cmd := exec.Command(binary, append([]string{"serve", "--config", cfg, "--management-address", "local"}, args...)...)
+		cmd.Env = append(cleanEnv(), "XDG_RUNTIME_DIR="+base)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+			t.Fatalf("serve %v with an open discovery directory started:\n%s", args, stderr.String())
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), dir) || !strings.Contains(stderr.String(), "RECONF_MANAGEMENT_TOKEN") {
+			t.Errorf("serve %v with an open discovery directory: exit %d\n%s", args, code, stderr.String())
+		}
 	}
 }
