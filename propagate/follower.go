@@ -67,8 +67,10 @@ type options struct {
 	timing     *Timing                 // WithFollowerTiming
 }
 
-// WithResyncInterval sets how often the follower reads the key as a safety
-// net behind the watch, and heartbeats its row (default 1s).
+// WithResyncInterval sets how often the follower makes sure its watch
+// missed nothing, the safety net behind it (default 1s): by a progress
+// request while the watch runs, by a read of the key otherwise (see
+// resyncPlan).
 func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -148,8 +150,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // Follower keeps one worker's runtime on the cluster's newest version and
 // keeps the worker's presence row. It watches the channel's key and applies
-// every version newer than the one the runtime holds, reads the key every
-// resync interval as a safety net, retries a failed apply with capped
+// every version newer than the one the runtime holds, checks every
+// resync interval that the watch missed nothing (a safety net), retries a failed apply with capped
 // backoff and on every newer version, and never applies an older version.
 // When etcd is unreachable the runtime keeps its last-good generation and
 // the follower reports StateDegraded until etcd answers again.
@@ -1098,7 +1100,7 @@ func (f *Follower) StatusFields() map[string]any {
 // StalenessBound is the documented bound on how long after a version is
 // published this follower has applied it, when etcd is reachable and the
 // apply succeeds: the watch normally pushes it within milliseconds; if a
-// push is lost the resync read finds it within one resync interval; if the
+// push is lost the resync finds it within one resync interval; if the
 // runtime was busy with another attempt, one more backoff (at most the
 // maximum). The apply's own duration and one read round trip come on top.
 func (f *Follower) StalenessBound() time.Duration { return f.o.resync + f.o.maxBackoff }
