@@ -258,9 +258,9 @@ func (r *Runtime[T]) Acquire() Pin[T] {
 // it, which starts when the slot frees, reads the source then, and answers
 // every Reload folded into it (Result.Folds counts them); one that expects
 // other content (WithExpectedDigest) than the queued attempt is answered
-// busy. Once accepted, the attempt belongs to the runtime: if ctx ends first, Reload
-// returns ctx's error and the attempt carries on, bounded by the attempt
-// timeout; its result then shows in Status. Every other ending, failures
+// busy. Once accepted, the attempt belongs to the runtime: if ctx ends
+// first, Reload returns ctx's error and the attempt carries on, bounded by
+// the attempt timeout; its result then shows in Status. Every other ending, failures
 // included, is a Result with a nil error; after Close begins the error is
 // ErrClosed.
 func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error) {
