@@ -90,9 +90,68 @@ type LimitsConfig struct {
 type RoutingConfig struct {
 	// DefaultRoute is the backend for a request that names no model.
 	DefaultRoute string `yaml:"default_route" validate:"required"`
-	// MaxAttempts bounds the tries of one request against an upstream;
-	// only connection errors and 5xx answers are retried.
+	// MaxAttempts bounds the tries of one request against each upstream
+	// it is sent to; only connection errors and 5xx answers are retried
+	// on the same upstream.
 	MaxAttempts int `yaml:"max_attempts" default:"1" validate:"min=1,max=10"`
+	// Models are model names served by several deployments, each a
+	// backend with a weight, and an ordered list of fallbacks; a list
+	// keyed by name. A request for one goes to a deployment picked by
+	// weight, then, when that fails in a way FallbackOn names, to the
+	// other deployments and then to the fallbacks, in order.
+	Models []ModelRoute `yaml:"models"`
+	// FallbackOn names the failures that move a request to the next
+	// deployment or fallback of its model.
+	FallbackOn FallbackOn `yaml:"fallback_on"`
+	// Cooldown is how long a deployment that failed CooldownAfter
+	// attempts in a row is passed over while others can serve; 0 never
+	// cools one down.
+	Cooldown time.Duration `yaml:"cooldown" validate:"min=0s"`
+	// CooldownAfter is the number of failed attempts in a row (failures
+	// as the rollout's health counts them: no answer, a timeout, a 5xx)
+	// that starts a deployment's cooldown.
+	CooldownAfter int `yaml:"cooldown_after" default:"3" validate:"min=1,max=1000"`
+}
+
+// ModelRoute is one model name served by deployments and fallbacks.
+type ModelRoute struct {
+	// Name is the model name clients ask for; it must differ from every
+	// model_aliases key.
+	Name string `yaml:"name" validate:"required"`
+	// Deployments are the backends that serve the model, picked by
+	// weight for each request.
+	Deployments []Deployment `yaml:"deployments" validate:"min=1"`
+	// Fallbacks name backends tried, in order, once every deployment has
+	// failed the request.
+	Fallbacks []string `yaml:"fallbacks"`
+	// Timeout bounds a request for the model from admission to its last
+	// byte, every deployment and fallback tried included; each backend's
+	// own timeout bounds its part. 0 takes the largest timeout of the
+	// model's backends.
+	Timeout time.Duration `yaml:"timeout" validate:"min=0s"`
+}
+
+// Deployment is one backend serving a model, with its share of requests.
+type Deployment struct {
+	// Backend names the backend.
+	Backend string `yaml:"backend" validate:"required"`
+	// Weight is the deployment's share of the model's requests, relative
+	// to the other deployments' weights.
+	Weight int `yaml:"weight" default:"1" validate:"min=1,max=10000"`
+}
+
+// FallbackOn names the failures of an upstream that send a request on to
+// the next deployment or fallback. A stream falls back only before its
+// first byte reached the client.
+type FallbackOn struct {
+	// ConnectError: the upstream could not be reached.
+	ConnectError bool `yaml:"connect_error" default:"true"`
+	// Timeout: the backend did not answer within its own timeout.
+	Timeout bool `yaml:"timeout" default:"true"`
+	// RateLimited: the upstream answered 429.
+	RateLimited bool `yaml:"rate_limited" default:"true"`
+	// ServerError: the upstream answered a 5xx after its last attempt.
+	ServerError bool `yaml:"server_error" default:"true"`
 }
 
 // Backend kinds.
@@ -198,8 +257,50 @@ func (c *Config) Validate() error {
 			add(seg, "must name a backend")
 		}
 	}
+	errs = append(errs, c.Routing.validateModels(names, c.ModelAliases)...)
 	errs = append(errs, c.Rollout.validate()...)
 	return errors.Join(errs...)
+}
+
+// validateModels checks routing.models against the backends' names and
+// the aliases.
+func (r *RoutingConfig) validateModels(backends map[string]bool, aliases map[string]string) []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, reconf.FieldErrorf(path, format, args...))
+	}
+	for _, m := range r.Models {
+		seg := "routing.models[" + safeSegment(m.Name) + "]"
+		if strings.TrimSpace(m.Name) == "" {
+			continue // the required rule says so
+		}
+		if _, ok := aliases[m.Name]; ok {
+			add(seg+".name", "is also a model_aliases key; give the name one route")
+		}
+		used := map[string]bool{}
+		for i, d := range m.Deployments {
+			p := fmt.Sprintf("%s.deployments[%d].backend", seg, i)
+			switch {
+			case d.Backend == "":
+			case !backends[d.Backend]:
+				add(p, "must name a backend")
+			case used[d.Backend]:
+				add(p, "names a backend the model already uses")
+			}
+			used[d.Backend] = true
+		}
+		for i, f := range m.Fallbacks {
+			p := fmt.Sprintf("%s.fallbacks[%d]", seg, i)
+			switch {
+			case !backends[f]:
+				add(p, "must name a backend")
+			case used[f]:
+				add(p, "names a backend the model already uses")
+			}
+			used[f] = true
+		}
+	}
+	return errs
 }
 
 // Validate checks one backend; paths are relative to it.

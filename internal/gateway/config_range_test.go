@@ -157,7 +157,7 @@ func TestConfigRangesMatchTheReference(t *testing.T) {
 		}
 	}) {
 		r := ranges[p]
-		r.duration = p == "backends[*].timeout" || strings.HasSuffix(p, "_delay")
+		r.duration = strings.HasSuffix(p, "timeout") || strings.HasSuffix(p, "_delay") || p == "routing.cooldown"
 		type probe struct {
 			v  int64
 			ok bool
@@ -196,6 +196,12 @@ func checkWith(t *testing.T, path string, v any) *CheckReport {
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(baseConfig), &doc); err != nil {
 		t.Fatal(err)
+	}
+	if strings.HasPrefix(path, "routing.models") {
+		// A model routed to the base configuration's two stubs.
+		doc["routing"].(map[string]any)["models"] = []any{map[string]any{
+			"name": "spread", "deployments": []any{map[string]any{"backend": "stub"}}, "fallbacks": []any{"other"},
+		}}
 	}
 	node := doc
 	segs := strings.Split(path, ".")

@@ -36,6 +36,7 @@ type Gateway struct {
 	draining atomic.Bool
 	metrics  *collector
 	limiters limiterSource // one long-lived limiter per backend name
+	health   *healthSource // one long-lived failure run and cooldown per backend name
 	genCache atomic.Pointer[genText]
 
 	// cluster is set for a worker of a cluster (WithCluster); worker and
@@ -164,7 +165,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		limiters = cl.gate
 	}
-	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters}
+	health := &healthSource{}
+	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters, health: health}
 	var history *reconf.History
 	var observe reconf.Observer
 	if cl != nil {
@@ -215,7 +217,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, health: health, history: history}
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
 	}
