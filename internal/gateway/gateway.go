@@ -166,6 +166,10 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		limiters = cl.gate
 	}
 	health := &healthSource{}
+	if cl != nil {
+		// Before any backend's health is made: each takes the share's hook.
+		cl.cool = startCooldownShare(cl.cli, cl.prefix, health, log)
+	}
 	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters, health: health}
 	var history *reconf.History
 	var observe reconf.Observer
@@ -359,6 +363,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		if g.cluster != nil {
+			g.cluster.cool.Close()
 			// The runtime's last attempts are written before the client goes.
 			if err := g.cluster.history.Close(closeCtx); err != nil {
 				errs = append(errs, err)
