@@ -98,6 +98,7 @@ type clusterState struct {
 	history  *propagate.History
 	timing   *propagate.Timing // the propagation legs' histograms (Collector)
 	cool     *cooldownShare    // the backends' cooldowns, shared with the fleet
+	keys     *keyFleet         // the client keys' limits, held for the fleet
 }
 
 // joinCluster connects to etcd, makes the channel and joins the
@@ -159,6 +160,9 @@ func (c *clusterState) abandon(ctx context.Context) {
 	_ = c.gate.Close(ctx)
 	if c.cool != nil {
 		c.cool.Close()
+	}
+	if c.keys != nil {
+		c.keys.Close(ctx)
 	}
 	if c.history != nil {
 		_ = c.history.Close(ctx)

@@ -77,8 +77,41 @@ type AuthConfig struct {
 	// Mode is none (every client is admitted) or api_keys (a client sends
 	// one of APIKeys as a bearer token).
 	Mode string `yaml:"mode" reconf:"restart" default:"none" validate:"oneof=none api_keys"`
-	// APIKeys are the client keys accepted in api_keys mode.
+	// APIKeys are client keys accepted in api_keys mode with no name,
+	// model list or limit of their own.
 	APIKeys []reconf.Secret `yaml:"api_keys" reconf:"live"`
+	// Keys are the named client keys accepted in api_keys mode, each with
+	// the models it may use and its limits; a list keyed by name. Logs,
+	// status and metrics name a key by its name, never by its secret.
+	Keys []ClientKey `yaml:"keys" reconf:"live"`
+}
+
+// ClientKey is one named client key.
+type ClientKey struct {
+	// Name names the key in logs, status and metrics.
+	Name string `yaml:"name" validate:"required"`
+	// Secret is the key a client sends (Authorization: Bearer, or
+	// X-Api-Key).
+	Secret reconf.Secret `yaml:"secret"`
+	// Models lists the model names the key may ask for; empty allows
+	// every model.
+	Models []string `yaml:"models"`
+	// Limits bound the key's use.
+	Limits KeyLimits `yaml:"limits"`
+}
+
+// KeyLimits bound one client key's use over a sliding window of length
+// Per. In a fleet each limit holds for the fleet as a whole.
+type KeyLimits struct {
+	// Requests bounds the requests admitted per window; 0 is unlimited.
+	Requests int64 `yaml:"requests" validate:"min=0"`
+	// Tokens bounds the tokens (input plus output, from the answers'
+	// usage, streams included) per window; 0 is unlimited. A request is
+	// admitted while the window's tokens are below the limit, so the
+	// overshoot is at most what the requests in flight then use.
+	Tokens int64 `yaml:"tokens" validate:"min=0"`
+	// Per is the window's length.
+	Per time.Duration `yaml:"per" default:"1m" validate:"min=1s,max=1h"`
 }
 
 // LimitsConfig bounds requests.
@@ -226,8 +259,8 @@ func (c *Config) Validate() error {
 	}
 	switch c.Auth.Mode {
 	case "api_keys":
-		if len(c.Auth.APIKeys) == 0 {
-			add("auth.api_keys", "at least one key is required when auth.mode is api_keys")
+		if len(c.Auth.APIKeys) == 0 && len(c.Auth.Keys) == 0 {
+			add("auth.api_keys", "at least one key (here or in auth.keys) is required when auth.mode is api_keys")
 		}
 		for i, k := range c.Auth.APIKeys {
 			if k.Reveal() == "" {
@@ -237,6 +270,18 @@ func (c *Config) Validate() error {
 	case "none":
 		if len(c.Auth.APIKeys) > 0 {
 			add("auth.api_keys", "keys are set but auth.mode is none, so they would not be checked; set auth.mode: api_keys (a restart) or remove them")
+		}
+		if len(c.Auth.Keys) > 0 {
+			add("auth.keys", "keys are set but auth.mode is none, so they would not be checked; set auth.mode: api_keys (a restart) or remove them")
+		}
+	}
+	for _, k := range c.Auth.Keys {
+		seg := "auth.keys[" + safeSegment(k.Name) + "]"
+		if k.Name != "" && !validName(k.Name) {
+			add(seg+".name", "may hold only letters, digits and . _ - characters")
+		}
+		if k.Secret.Reveal() == "" {
+			add(seg+".secret", "is required and must not be empty")
 		}
 	}
 	names := map[string]bool{}
@@ -258,8 +303,34 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Routing.validateModels(names, c.ModelAliases)...)
+	errs = append(errs, c.validateKeyModels()...)
 	errs = append(errs, c.Rollout.validate()...)
 	return errors.Join(errs...)
+}
+
+// validateKeyModels checks that every model a key may use is one the
+// configuration serves.
+func (c *Config) validateKeyModels() []error {
+	served := map[string]bool{}
+	for _, b := range c.Backends {
+		served[b.Name], served[b.Model] = true, true
+	}
+	for a := range c.ModelAliases {
+		served[a] = true
+	}
+	for _, m := range c.Routing.Models {
+		served[m.Name] = true
+	}
+	var errs []error
+	for _, k := range c.Auth.Keys {
+		for i, m := range k.Models {
+			if !served[m] {
+				errs = append(errs, reconf.FieldErrorf(fmt.Sprintf("auth.keys[%s].models[%d]", safeSegment(k.Name), i),
+					"must name a model the configuration serves (a backend's name or model, a model_aliases key or a routing.models name)"))
+			}
+		}
+	}
+	return errs
 }
 
 // validateModels checks routing.models against the backends' names and

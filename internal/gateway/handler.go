@@ -55,6 +55,9 @@ type exchange struct {
 	// digested is set (see entity and clientAuthorized).
 	digest   [sha256.Size]byte
 	digested bool
+
+	client *namedKey // the named key the request carries, or nil
+	tokens int64     // a streamed answer's usage, as it passed
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
@@ -137,6 +140,7 @@ func (x *exchange) end() {
 	if status == 0 {
 		status = x.ctx.Response.StatusCode()
 	}
+	x.chargeTokens(status)
 	g := x.g
 	took := time.Since(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
@@ -221,6 +225,9 @@ func (g *Gateway) chat(x *exchange) bool {
 	if grp == nil {
 		writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound,
 			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
+		return false
+	}
+	if !x.keyAdmits(req.model) {
 		return false
 	}
 	now := x.start.UnixNano()
@@ -324,6 +331,9 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 	}
 	if !rt.serves(e) {
 		notServed(x.ctx, e, model, rt)
+		return nil, nil
+	}
+	if !x.keyAdmits(model) {
 		return nil, nil
 	}
 	x.use(rt)

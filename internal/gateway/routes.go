@@ -51,8 +51,9 @@ type routes struct {
 	def     *route
 	policy  routePolicy
 
-	keys        [][sha256.Size]byte // digests of auth.api_keys
-	keyTags     []uint64            // keyTag of each of auth.api_keys
+	keys        [][sha256.Size]byte // digests of auth.api_keys, then of auth.keys
+	keyTags     []uint64            // keyTag of each of them
+	clients     []*namedKey         // for each of them, the named key, or nil for auth.api_keys
 	maxBody     int64
 	maxAttempts int
 	models      []modelInfo
@@ -138,12 +139,16 @@ func (s *routes) authorized(tok []byte) bool {
 }
 
 // authorizedDigest is authorized for a key's SHA-256 digest d.
-func (s *routes) authorizedDigest(d *[sha256.Size]byte) bool {
-	match := 0
+func (s *routes) authorizedDigest(d *[sha256.Size]byte) bool { return s.keyIndex(d) >= 0 }
+
+// keyIndex returns the index in keys of the key whose digest is d, or -1.
+// Every key's digest is compared, in constant time.
+func (s *routes) keyIndex(d *[sha256.Size]byte) int {
+	idx := -1
 	for i := range s.keys {
-		match |= subtle.ConstantTimeCompare(d[:], s.keys[i][:])
+		idx = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], s.keys[i][:]), i, idx)
 	}
-	return match == 1
+	return idx
 }
 
 // mayBeAuthorized reports whether a client's key (see authorization)
@@ -251,6 +256,7 @@ type backendsConsumer struct {
 	newTransport func(*fasthttp.HostClient) UpstreamTransport
 	limiters     limiterSource
 	health       *healthSource
+	keys         *keyLimiters
 
 	mu      sync.Mutex
 	current *routes // the last committed state
@@ -407,6 +413,13 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 	for _, k := range cfg.Auth.APIKeys {
 		st.keys = append(st.keys, sha256.Sum256([]byte(k.Reveal())))
 		st.keyTags = append(st.keyTags, keyTag([]byte(k.Reveal())))
+		st.clients = append(st.clients, nil)
+	}
+	for i := range cfg.Auth.Keys {
+		k := &cfg.Auth.Keys[i]
+		st.keys = append(st.keys, sha256.Sum256([]byte(k.Secret.Reveal())))
+		st.keyTags = append(st.keyTags, keyTag([]byte(k.Secret.Reveal())))
+		st.clients = append(st.clients, newNamedKey(k, c.keys.limiter(k.Name)))
 	}
 	st.models = modelsOf(st)
 	st.entityHdr = cfg.Rollout.entityHeader()
