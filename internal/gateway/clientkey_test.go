@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,5 +158,34 @@ func TestUsageTokens(t *testing.T) {
 		if got := usageTokens([]byte(body)); got != want {
 			t.Errorf("%s: %d, want %d", body, got, want)
 		}
+	}
+}
+
+// Status and metrics show each key by name with its use against its
+// limits, and each backend's cooldown; never a secret.
+func TestKeysAndDeploymentsInStatus(t *testing.T) {
+	tg := startGateway(t, keysConfig(`    - {name: a, secret: "${env:A}", limits: {requests: 1, per: 1m}}
+`), keysEnv())
+	tg.chat("stub-1", bearerHdr("key-a-secret")...)
+	if r := tg.chat("stub-1", bearerHdr("key-a-secret")...); r.status != 429 {
+		t.Fatalf("second: %d", r.status)
+	}
+	st := tg.StatusFields()
+	keys := st["keys"].(map[string]KeyStatus)
+	if u := keys["a"].Use; u.Requests != 1 || u.Denied != 1 || keys["a"].Limits.Requests != 1 {
+		t.Fatalf("key a: %+v", keys["a"])
+	}
+	if _, ok := st["deployments"].(map[string]DeploymentStatus)["stub"]; !ok {
+		t.Fatalf("deployments: %+v", st["deployments"])
+	}
+	body := scrape(t, tg)
+	for _, want := range []string{`reconfd_key_window_requests{key="a"} 1`, `reconfd_key_denied_total{key="a"} 1`,
+		`reconfd_key_limit{key="a",kind="requests"} 1`, `reconfd_backend_cooling{backend="stub"} 0`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(body, "key-a-secret") || strings.Contains(fmt.Sprint(st), "key-a-secret") {
+		t.Fatal("a secret is shown")
 	}
 }

@@ -260,6 +260,7 @@ func (g *Gateway) WorkerID() string {
 // call. It is safe for concurrent use.
 func (g *Gateway) StatusFields() map[string]any {
 	m := map[string]any{"concurrency": g.concurrency()}
+	m["deployments"], m["keys"] = g.routingStatus()
 	if t := g.tlsStatus(); t != nil {
 		m["data_plane_tls"] = t
 	}
