@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -265,4 +267,136 @@ func TestReloadRemovesAKeyOnEveryWorker(t *testing.T) {
 			t.Fatalf("key b answered %d", b.status)
 		}
 	}
+}
+
+// TestKeyLimitHoldsAcrossWorkers is the per-second form of the fleet key
+// limit: a key limited to 100 requests a second, driven at 300 a second
+// for 15 s on serve --workers 4 with 80% of the load on worker 1's
+// connections, and worker 2 killed (SIGKILL) mid-run. No sliding second
+// after the first two admits more than 120 (the answers' times are the
+// client's, on a shared machine), the run as a whole admits at least
+// 90% of the limit, and
+// the rest get 429 with Retry-After.
+func TestKeyLimitHoldsAcrossWorkers(t *testing.T) {
+	requireBinary(t)
+	if testing.Short() {
+		t.Skip("drives 15 s of load")
+	}
+	s := startServer(t, keysFleetConfig(true, false, ", limits: {requests: 100, per: 1s}"), []string{"--workers", "4", "--management-address", "127.0.0.1:0"}, keyEnv...)
+	f := s.waitConverged(1, 4, 20*time.Second)
+	pids := map[string]int{}
+	for _, r := range f.Workers {
+		pids[r.slot()] = r.PID
+	}
+	const rate, dur, drivers = 300, 15 * time.Second, 15
+	targets := []string{"1", "1", "1", "1", "1", "1", "1", "1", "1", "1", "1", "1", "2", "3", "4"}
+	body := chatBody("stub-1", false)
+	var mu sync.Mutex
+	var admitted []time.Time
+	var offered, refused, noRetryAfter, other atomic.Int64
+	var killed atomic.Bool
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, target := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			per := time.Second * drivers / rate
+			next := start.Add(per * time.Duration(i) / drivers)
+			for time.Since(start) < dur {
+				time.Sleep(time.Until(next))
+				next = next.Add(per)
+				req, _ := http.NewRequest("POST", s.url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer secret-of-key-a")
+				offered.Add(1)
+				resp, err := cl.Do(req)
+				if err != nil {
+					other.Add(1)
+					tr.CloseIdleConnections()
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					mu.Lock()
+					admitted = append(admitted, time.Now())
+					mu.Unlock()
+				case 429:
+					refused.Add(1)
+					if resp.Header.Get("Retry-After") == "" {
+						noRetryAfter.Add(1)
+					}
+				default:
+					other.Add(1)
+				}
+				// Keep this driver's connection on its worker; once the
+				// killed one is gone, any worker will do.
+				if w := resp.Header.Get("Reconf-Worker"); w != target && !(target == "2" && killed.Load()) {
+					tr.CloseIdleConnections()
+				}
+			}
+		}()
+	}
+	time.Sleep(dur / 2)
+	if err := syscall.Kill(pids["2"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed.Store(true)
+	wg.Wait()
+	if n := offered.Load(); n < rate*int64(dur/time.Second)*8/10 {
+		t.Skipf("this machine offered %d requests in %v, too few to judge the limit", n, dur)
+	}
+	sortTimes(admitted)
+	var judged []time.Time
+	for _, a := range admitted {
+		if a.Sub(start) > 2*time.Second && a.Sub(start) < dur-time.Second {
+			judged = append(judged, a)
+		}
+	}
+	perSecond := make([]int, int(dur/time.Second)+1)
+	for _, a := range admitted {
+		perSecond[int(a.Sub(start)/time.Second)]++
+	}
+	t.Logf("admitted in each second from the start: %v (worker 2 killed at %v)", perSecond, dur/2)
+	lo, hi := slidingBounds(judged)
+	t.Logf("offered %d, admitted %d, refused %d (without Retry-After %d), other %d; admitted per sliding second %d to %d",
+		offered.Load(), len(admitted), refused.Load(), noRetryAfter.Load(), other.Load(), lo, hi)
+	// Over the limit is judged in every sliding second; under it, over
+	// the whole run: a loaded machine stalls the clients (a restarted
+	// worker's start among them), which shows as a short window with
+	// few answers, not as the limiter's doing.
+	if hi > 120 {
+		t.Errorf("admitted %d in a sliding second; want at most 120", hi)
+	}
+	if secs := float64(dur-3*time.Second) / float64(time.Second); float64(len(judged)) < 0.9*100*secs {
+		t.Errorf("admitted %d in %.0f s; want at least 90%% of the limit", len(judged), secs)
+	}
+	if noRetryAfter.Load() != 0 {
+		t.Errorf("%d refusals without Retry-After", noRetryAfter.Load())
+	}
+}
+
+func sortTimes(ts []time.Time) {
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+}
+
+// slidingBounds returns the fewest and most times in any 1 s window that
+// starts at one of them and ends before the last.
+func slidingBounds(ts []time.Time) (lo, hi int) {
+	lo = len(ts)
+	j := 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < time.Second {
+			j++
+		}
+		if j == len(ts) {
+			break
+		}
+		lo, hi = min(lo, j-i), max(hi, j-i)
+	}
+	return lo, hi
 }

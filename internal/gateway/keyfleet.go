@@ -41,9 +41,10 @@ type keyFleet struct {
 
 	mu     sync.Mutex
 	others map[string]keyReport // by worker id
-	ghosts []keyGhost
-	lastOK time.Time // the last successful write or read
-	last   []byte    // the last report written
+	seen   map[string]time.Time // when each of others was last written
+	ghosts map[string]keyGhost  // by worker id
+	lastOK time.Time            // the last successful write or read
+	last   []byte               // the last report written
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -71,11 +72,25 @@ func KeyUsePrefix(prefix string) string { return strings.TrimRight(prefix, "/") 
 // defaultKeyTick is how often a worker reports and rebalances.
 const defaultKeyTick = 50 * time.Millisecond
 
+// staleAfter is how long a report with counts may go unwritten before
+// its worker is taken as gone.
+const staleAfter = 10 * defaultKeyTick
+
+// emptyReport reports whether a report counts nothing in any window.
+func emptyReport(r keyReport) bool {
+	for _, v := range r {
+		if v[0] != 0 || v[1] != 0 || v[2] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv3.LeaseID, keys *keyLimiters,
 	limits func() map[string]KeyLimits, log *slog.Logger) *keyFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &keyFleet{cli: cli, prefix: KeyUsePrefix(prefix), id: id, lease: lease, keys: keys, limits: limits,
-		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{})}
+		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{})}
 	rev := f.load(ctx)
 	// A key first used before the first rebalance admits on its fair
 	// share of the fleet as last read.
@@ -150,8 +165,9 @@ func (f *keyFleet) apply(evs []*clientv3.Event) {
 		}
 		id := strings.TrimPrefix(key, f.prefix)
 		if r, ok := f.others[id]; ok {
-			f.ghosts = append(f.ghosts, keyGhost{r, time.Now()})
+			f.ghosts[id] = keyGhost{r, time.Now()}
 			delete(f.others, id)
+			delete(f.seen, id)
 		}
 	}
 }
@@ -163,7 +179,8 @@ func (f *keyFleet) putLocked(key string, v []byte) {
 	}
 	var r keyReport
 	if json.Unmarshal(v, &r) == nil {
-		f.others[id] = r
+		f.others[id], f.seen[id] = r, time.Now()
+		delete(f.ghosts, id)
 	}
 }
 
@@ -175,15 +192,24 @@ func (f *keyFleet) rebalance(now time.Time) {
 	}
 	f.mu.Lock()
 	cut := now.Sub(f.lastOK) > 2*f.tick+propagate.DefaultRequestTimeout
-	peers := int64(len(f.others)) + 1
-	// Ghosts fade over the longest window; a ghost past it is dropped.
-	kept := f.ghosts[:0]
-	for _, g := range f.ghosts {
-		if now.Sub(g.gone) < time.Hour {
-			kept = append(kept, g)
+	// A live worker whose windows hold anything rewrites its report
+	// every tick, as its windows slide; one that has not for staleAfter
+	// is taken as gone (killed: its lease has not expired yet), from when
+	// it last wrote.
+	for id, r := range f.others {
+		if at := f.seen[id]; now.Sub(at) > staleAfter && !emptyReport(r) {
+			f.ghosts[id] = keyGhost{r, at}
+			delete(f.others, id)
+			delete(f.seen, id)
 		}
 	}
-	f.ghosts = kept
+	peers := int64(len(f.others)) + 1
+	// Ghosts fade over the longest window; a ghost past it is dropped.
+	for id, g := range f.ghosts {
+		if now.Sub(g.gone) > time.Hour {
+			delete(f.ghosts, id)
+		}
+	}
 	type sum struct {
 		used  [2]int64
 		asked int64
