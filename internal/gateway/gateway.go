@@ -38,7 +38,9 @@ type Gateway struct {
 	limiters limiterSource // one long-lived limiter per backend name
 	health   *healthSource // one long-lived failure run and cooldown per backend name
 	keys     *keyLimiters  // one long-lived limiter per client key name
-	genCache atomic.Pointer[genText]
+
+	keyLimitsCache atomic.Pointer[genKeyLimits]
+	genCache       atomic.Pointer[genText]
 
 	// cluster is set for a worker of a cluster (WithCluster); worker and
 	// workerHdr name it on /healthz and in the Reconf-Worker header.
@@ -404,9 +406,24 @@ func (g *Gateway) etcdStep(ctx context.Context, what string, step func(context.C
 }
 
 // keyLimits returns the active generation's named keys that have a
-// limit, by name.
+// limit, by name; the map is made once per generation.
 func (g *Gateway) keyLimits() map[string]KeyLimits {
-	cfg := g.rt.Current().Config()
+	cur := g.rt.Current()
+	if c := g.keyLimitsCache.Load(); c != nil && c.gen == cur.ID() {
+		return c.m
+	}
+	out := keyLimitsOf(cur.Config())
+	g.keyLimitsCache.Store(&genKeyLimits{gen: cur.ID(), m: out})
+	return out
+}
+
+// genKeyLimits is keyLimits of one generation.
+type genKeyLimits struct {
+	gen uint64
+	m   map[string]KeyLimits
+}
+
+func keyLimitsOf(cfg *Config) map[string]KeyLimits {
 	var out map[string]KeyLimits
 	for _, k := range cfg.Auth.Keys {
 		if k.Limits.Requests > 0 || k.Limits.Tokens > 0 {

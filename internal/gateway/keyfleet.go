@@ -42,9 +42,12 @@ type keyFleet struct {
 	mu     sync.Mutex
 	others map[string]keyReport // by worker id
 	seen   map[string]time.Time // when each of others was last written
-	ghosts map[string]keyGhost  // by worker id
-	lastOK time.Time            // the last successful write or read
-	last   []byte               // the last report written
+	// peerIDs are the workers with a report, idle ones included.
+	peerIDs map[string]bool
+	ghosts  map[string]keyGhost // by worker id
+	lastOK  time.Time           // the last successful write or read
+	last    []byte              // the last report written
+	wrote   time.Time           // when it was written
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -90,7 +93,7 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 	limits func() map[string]KeyLimits, log *slog.Logger) *keyFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &keyFleet{cli: cli, prefix: KeyUsePrefix(prefix), id: id, lease: lease, keys: keys, limits: limits,
-		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{})}
+		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{})}
 	rev := f.load(ctx)
 	// A key first used before the first rebalance admits on its fair
 	// share of the fleet as last read.
@@ -103,7 +106,7 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 func (f *keyFleet) peers() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return int64(len(f.others)) + 1
+	return int64(len(f.peerIDs)) + 1
 }
 
 func (f *keyFleet) run(ctx context.Context, rev int64) {
@@ -164,6 +167,7 @@ func (f *keyFleet) apply(evs []*clientv3.Event) {
 			continue
 		}
 		id := strings.TrimPrefix(key, f.prefix)
+		delete(f.peerIDs, id)
 		if r, ok := f.others[id]; ok {
 			f.ghosts[id] = keyGhost{r, time.Now()}
 			delete(f.others, id)
@@ -179,8 +183,16 @@ func (f *keyFleet) putLocked(key string, v []byte) {
 	}
 	var r keyReport
 	if json.Unmarshal(v, &r) == nil {
-		f.others[id], f.seen[id] = r, time.Now()
+		f.peerIDs[id] = true
 		delete(f.ghosts, id)
+		// An idle worker's report ("{}") counts as a peer, and costs the
+		// rebalance nothing.
+		if emptyReport(r) {
+			delete(f.others, id)
+			delete(f.seen, id)
+			return
+		}
+		f.others[id], f.seen[id] = r, time.Now()
 	}
 }
 
@@ -201,9 +213,10 @@ func (f *keyFleet) rebalance(now time.Time) {
 			f.ghosts[id] = keyGhost{r, at}
 			delete(f.others, id)
 			delete(f.seen, id)
+			delete(f.peerIDs, id)
 		}
 	}
-	peers := int64(len(f.others)) + 1
+	peers := int64(len(f.peerIDs)) + 1
 	// Ghosts fade over the longest window; a ghost past it is dropped.
 	for id, g := range f.ghosts {
 		if now.Sub(g.gone) > time.Hour {
@@ -273,11 +286,17 @@ func (f *keyFleet) report(ctx context.Context) {
 		l := f.keys.limiter(name)
 		l.mu.Lock()
 		sh := l.share
-		r[name] = [5]int64{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+		if l.reqs.sum != 0 || l.toks.sum != 0 || sh.asked.sum != 0 {
+			// An idle key is left out: an idle worker's report is "{}"
+			// whatever the number of keys.
+			r[name] = [5]int64{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+		}
 		l.mu.Unlock()
 	}
 	b, _ := json.Marshal(r)
-	if string(b) == string(f.last) {
+	// Unchanged, it is written again only while it counts something,
+	// often enough that the others never take this worker for gone.
+	if string(b) == string(f.last) && (len(r) == 0 || time.Since(f.wrote) < staleAfter/3) {
 		return
 	}
 	lease := f.lease()
@@ -295,7 +314,7 @@ func (f *keyFleet) report(ctx context.Context) {
 	f.mu.Lock()
 	f.lastOK = time.Now()
 	f.mu.Unlock()
-	f.last = b
+	f.last, f.wrote = b, time.Now()
 }
 
 // Close stops reporting and removes this worker's report, so that the
