@@ -189,3 +189,19 @@ func TestKeysAndDeploymentsInStatus(t *testing.T) {
 		t.Fatal("a secret is shown")
 	}
 }
+
+// A key with a model list sees only its models in /v1/models.
+func TestKeyModelsList(t *testing.T) {
+	tg := startGateway(t, keysConfig(`    - {name: a, secret: "${env:A}", models: [cheap]}
+`), keysEnv())
+	r := tg.do("GET", "/v1/models", "", bearerHdr("key-a-secret")...)
+	if r.status != 200 || !strings.Contains(string(r.body), `"cheap"`) || strings.Contains(string(r.body), `"stub-1"`) {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if r := tg.do("GET", "/v1/models/stub-1", "", bearerHdr("key-a-secret")...); r.status != 404 {
+		t.Fatalf("a model the key may not use: %d", r.status)
+	}
+	if r := tg.do("GET", "/v1/models", "", bearerHdr("flat-key")...); !strings.Contains(string(r.body), `"stub-1"`) {
+		t.Fatalf("the flat key: %s", r.body)
+	}
+}

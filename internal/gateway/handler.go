@@ -394,6 +394,10 @@ func (g *Gateway) models(x *exchange) {
 		return
 	}
 	data := st.models
+	if k := x.client; k != nil && k.models != nil {
+		// A key with a model list sees only its models.
+		data = slices.DeleteFunc(slices.Clone(data), func(m modelInfo) bool { return !k.models[m.ID] })
+	}
 	if data == nil {
 		data = []modelInfo{}
 	}
@@ -411,6 +415,9 @@ func (g *Gateway) model(x *exchange, id []byte) {
 		return
 	}
 	i, found := slices.BinarySearchFunc(st.models, id, func(m modelInfo, id []byte) int { return strings.Compare(m.ID, string(id)) })
+	if k := x.client; found && k != nil && k.models != nil && !k.models[string(id)] {
+		found = false
+	}
 	if !found {
 		param := "model"
 		writeErrorParam(x.ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound, &param,
