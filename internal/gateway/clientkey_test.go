@@ -205,3 +205,24 @@ func TestKeyModelsList(t *testing.T) {
 		t.Fatalf("the flat key: %s", r.body)
 	}
 }
+
+// A /v1/messages stream translated from an openai upstream is charged
+// its usage.
+func TestKeyTokensOfATranslatedStream(t *testing.T) {
+	up := newFakeOpenAI(t, "")
+	cfg := `
+logging: {level: error}
+auth:
+  mode: api_keys
+  keys: [{name: a, secret: "${env:A}", limits: {tokens: 1000000, per: 1m}}]
+routing: {default_route: up}
+backends:
+  - {name: up, kind: openai, host: ` + up.host() + `, model: m, timeout: 5s}
+`
+	tg := startGateway(t, cfg, keysEnv())
+	r := tg.do("POST", "/v1/messages", msgBody("m", 100, true), "X-Api-Key", "key-a-secret")
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	waitFor(t, "the stream's tokens charged", func() bool { return tg.keys.limiter("a").use(time.Now()).Tokens > 0 })
+}
