@@ -67,6 +67,11 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 	if err := f.call(ctx, http.MethodPost, "/restart", body, &res); err != nil {
 		return admin.RestartResult{}, err
 	}
+	if res.Reason == admin.ReasonHandoverInProgress {
+		// This worker's supervisor handed the fleet over: the client
+		// sends it again on a new connection, to the new fleet.
+		return admin.RestartResult{}, admin.ErrHandoverInProgress
+	}
 	if !res.Done {
 		f.recorded.Store(res.ID, actor)
 	}
