@@ -477,7 +477,7 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 		level = slog.LevelWarn
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
-	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v})
+	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v, Adopted: r.adopting})
 }
 
 // releaseSlot releases the attempt slot a decision held, then tells the

@@ -320,3 +320,69 @@ func TestFleetRolloutJoinMidway(t *testing.T) {
 		return true
 	})
 }
+
+// TestFleetRolloutHistoryOnce: every worker adopts the rollback, and the
+// fleet's history holds it once, from the driver that decided it, with
+// the figures it judged.
+func TestFleetRolloutHistoryOnce(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	var ws []fleetWorker
+	for i := range 3 {
+		l := &rolloutEvents{}
+		w := startWorker(t, s.Endpoints(), prefix, fmt.Sprintf("w%d", i), workerOpts{rtOpts: []reconf.Option{reconf.WithObserver(l)},
+			follow: []Option{WithResyncInterval(200 * time.Millisecond)}, history: []HistoryOption{}})
+		ws = append(ws, fleetWorker{w, l})
+	}
+	var cand atomicGen
+	for _, w := range ws {
+		traffic(t, w.worker, func(gen uint64) bool { return gen == cand.get() })
+	}
+	cand.set(ws[0].stage(t, configYAML("gw", 3, "KEY1"), fleetStrategy(600*time.Millisecond)))
+	waitFor(t, 20*time.Second, "every worker rolls back", func() bool {
+		for _, w := range ws {
+			if _, ok := w.log.ended(); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for i, w := range ws {
+		ev, _ := w.log.ended()
+		if ev.Adopted != (i != 0) {
+			t.Errorf("worker %s: the rollback's event says adopted=%v", w.id, ev.Adopted)
+		}
+	}
+	var rollbacks []reconf.HistoryEntry
+	waitFor(t, 5*time.Second, "the history holds the rollback", func() bool {
+		rollbacks = rollbacks[:0]
+		for _, e := range entries(t, ws[2].worker, 0) {
+			if e.Outcome == "roll_back" {
+				rollbacks = append(rollbacks, e)
+			}
+		}
+		return len(rollbacks) > 0
+	})
+	time.Sleep(300 * time.Millisecond) // an adopter's entry, if written, would be queued by now
+	for _, e := range entries(t, ws[2].worker, 0) {
+		if e.Outcome == "roll_back" && len(rollbacks) == 1 && e.Time != rollbacks[0].Time {
+			rollbacks = append(rollbacks, e)
+		}
+	}
+	if len(rollbacks) != 1 {
+		t.Fatalf("the history holds %d rollback entries, want 1: %+v", len(rollbacks), rollbacks)
+	}
+	e := rollbacks[0]
+	if e.Worker != "w0" || e.Actor != reconf.DeciderRollout || e.Rollout == nil || e.Rollout.Candidate == nil || e.Rollout.Candidate.Failures == 0 {
+		t.Fatalf("the rollback's entry: %+v", e)
+	}
+}
+
+// atomicGen is a generation number shared with traffic's goroutines.
+type atomicGen struct {
+	mu sync.Mutex
+	v  uint64
+}
+
+func (a *atomicGen) get() uint64  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
+func (a *atomicGen) set(v uint64) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
