@@ -386,3 +386,32 @@ type atomicGen struct {
 
 func (a *atomicGen) get() uint64  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
 func (a *atomicGen) set(v uint64) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
+
+// TestFleetRevert: a worker that did not publish them reverts the fleet
+// to a recorded version: the content is published as a new version every
+// worker applies, and that worker refuses a reload of the content it
+// reverted away.
+func TestFleetRevert(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	all := []*worker{ws[0].worker, ws[1].worker, ws[2].worker}
+	for i, limit := range []int{4, 5} {
+		if res := ws[0].reload(t, configYAML("gw", limit, "KEY1")); res.Outcome != reconf.Published {
+			t.Fatalf("reload: %+v", res)
+		}
+		waitFor(t, 5*time.Second, "every worker applies", converged(all, uint64(i+2)))
+	}
+	res, err := ws[2].rt.Revert(context.Background(), reconf.TriggerAPI, 2)
+	if err != nil || res.Outcome != reconf.Published || res.Generation != 4 {
+		t.Fatalf("Revert: %+v, %v", res, err)
+	}
+	waitFor(t, 5*time.Second, "every worker applies the reverted content", converged(all, 4))
+	for _, w := range ws {
+		if w.limit() != 4 {
+			t.Fatalf("worker %s runs limit %d after the revert", w.id, w.limit())
+		}
+	}
+	if res := ws[2].reload(t, configYAML("gw", 5, "KEY1")); res.Reason != reconf.ReasonRolledBack {
+		t.Fatalf("a reload of the reverted content: %+v", res)
+	}
+}
