@@ -23,7 +23,7 @@ import (
 // answers after a delay. The strategy widens by 25% a second and bakes a
 // second at 100%; a step needs 50 requests per generation.
 const rolloutConfig = `
-server: {address: 127.0.0.1:0, workers: 1}
+server: {address: 127.0.0.1:0, workers: %[6]d}
 logging: {level: info}
 routing: {default_route: good, max_attempts: 2}
 backends:
@@ -138,6 +138,24 @@ func rolloutDoc(t *testing.T, s *server, token string) admin.RolloutResponse {
 	return doc
 }
 
+// waitFleet polls the status until n workers hold version.
+func waitFleet(t *testing.T, s *server, token string, version uint64, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		r := s.do("GET", "http://"+s.mgmt+"/admin/config/status", "", "Authorization", "Bearer "+token)
+		var f fleet
+		last = r.body
+		if r.status == 200 && json.Unmarshal([]byte(r.body), &f) == nil && f.Converged && f.ClusterVersion != nil &&
+			*f.ClusterVersion == version && len(f.Workers) == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the fleet did not converge on version %d with %d workers in 30s: %s", version, n, last)
+}
+
 // waitRolloutEnd polls until the rollout id ends and returns its status.
 func waitRolloutEnd(t *testing.T, s *server, token string, id uint64) *reconf.RolloutStatus {
 	t.Helper()
@@ -158,12 +176,23 @@ func waitRolloutEnd(t *testing.T, s *server, token string, id uint64) *reconf.Ro
 // health judge, a good change is promoted through every step with no
 // failed request, each tenant moves at most once (active to candidate),
 // and reconfd rollback --to N under load fails nothing.
-func TestStagedRollout(t *testing.T) {
+func TestStagedRollout(t *testing.T) { stagedRollout(t, 1) }
+
+// TestStagedRolloutWorkers runs the same rollouts on serve --workers 4:
+// the fleet follows one rollout through its channel, driven by one worker.
+func TestStagedRolloutWorkers(t *testing.T) { stagedRollout(t, 4) }
+
+func stagedRollout(t *testing.T, workers int) {
 	requireBinary(t)
 	ups := []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 150*time.Millisecond)}
-	cfg := func(target string) string { return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target) }
+	cfg := func(target string) string {
+		return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target, workers)
+	}
 	const token = "rollout-e2e-management-token-0123"
 	s := startServer(t, cfg("good"), []string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
+	if workers > 1 {
+		waitFleet(t, s, token, 1, workers)
+	}
 	menv := []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt, "RECONF_MANAGEMENT_TOKEN=" + token}
 
 	// stage writes target into the file and stages it with the e2e
