@@ -46,6 +46,9 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 // Restart checks the file like a reload and begins the hand-off.
 func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
 	prev := r.g.Runtime().Current().ID()
+	if res, busy := rolloutBusy(r.g.Runtime()); busy {
+		return res, nil
+	}
 	// The hand-over begins first, under its lock: a second restart, or one
 	// that reaches this process once it handed over, is refused here and
 	// never starts a second successor.
