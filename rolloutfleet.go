@@ -135,7 +135,7 @@ func (r *Runtime[T]) FollowRollout(ctx context.Context, st RolloutState) error {
 		r.rollBackLocal(ro, st.Result)
 	default:
 		if st.Step != ro.state.Step || st.Share != ro.state.Share {
-			r.widenLocal(ro, st.Share)
+			r.widenLocal(ro, st.Share, st.StepStarted)
 		}
 	}
 	r.decide(ro, adopt, nil, nil)
@@ -162,7 +162,7 @@ func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	ro.cutOff = on
 	r.mu.Unlock()
 	if changed {
-		r.storeSplit(ro, ro.state.Share)
+		r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 		if on {
 			r.o.logger.Warn("rollout: the cluster channel has not been read for longer than a step; this worker serves the active generation only until it reads the channel again",
 				"rollout", ro.state.ID, "active_generation", ro.state.Active, "candidate_generation", ro.state.Candidate)

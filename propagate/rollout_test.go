@@ -415,3 +415,39 @@ func TestFleetRevert(t *testing.T) {
 		t.Fatalf("a reload of the reverted content: %+v", res)
 	}
 }
+
+// TestFleetShareTakesEffectTogether: a share takes effect at the step's
+// start, a moment after the decision, on the stager as on the others, so
+// that no worker gives an entity the candidate while another, not yet
+// told, gives it the active generation.
+func TestFleetShareTakesEffectTogether(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
+	st := ws[0].rollout()
+	if st == nil || !st.StepStarted.After(st.Started) {
+		t.Fatalf("the first share takes effect at the stage itself: %+v", st)
+	}
+	for i := range 200 {
+		pin := ws[0].rt.AcquireFor(fmt.Sprintf("client-%d", i))
+		id := pin.ID()
+		pin.Release()
+		if time.Now().Before(st.StepStarted) && id == cand {
+			t.Fatalf("the stager gave client-%d the candidate before the step's start", i)
+		}
+	}
+	waitFor(t, 10*time.Second, "both workers give the candidate its share alike", func() bool {
+		if time.Now().Before(st.StepStarted) || !sameSplit(ws) {
+			return false
+		}
+		for i := range 50 {
+			pin := ws[1].rt.AcquireFor(fmt.Sprintf("client-%d", i))
+			id := pin.ID()
+			pin.Release()
+			if id == cand {
+				return true
+			}
+		}
+		return false
+	})
+}
