@@ -497,11 +497,14 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 				}
 				continue
 			}
-			if !reading && time.Since(lastSync) >= f.o.resync {
+			step := stepOf(st)
+			// Read at least four times a step: a worker that read the
+			// channel once a resync interval would count itself cut off
+			// between two reads whenever the interval is as long as a step.
+			if !reading && time.Since(lastSync) >= min(f.o.resync, max(step/4, rolloutTick)) {
 				read()
 			}
 			f.pushRollout(rr)
-			step := stepOf(st)
 			switch off := time.Since(contact) > step; {
 			case off && !cut:
 				if rr.SetCutOff(f.ctx, true) == nil {

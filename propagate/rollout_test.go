@@ -451,3 +451,27 @@ func TestFleetShareTakesEffectTogether(t *testing.T) {
 		return false
 	})
 }
+
+// TestFleetNotCutOffBetweenReads: a healthy fleet whose resync interval
+// is as long as a step never counts itself cut off between two reads.
+func TestFleetNotCutOffBetweenReads(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2, WithResyncInterval(time.Second))
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	waitFor(t, 10*time.Second, "both workers follow the rollout", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand {
+				return false
+			}
+		}
+		return true
+	})
+	// With no traffic the strategy holds for data: the rollout runs on.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, w := range ws {
+			if ro := w.rollout(); ro != nil && ro.CutOff {
+				t.Fatalf("worker %s counts itself cut off from a healthy channel", w.id)
+			}
+		}
+	}
+}

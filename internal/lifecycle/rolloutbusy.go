@@ -21,6 +21,6 @@ func rolloutBusy(rt *reconf.Runtime[gateway.Config]) (admin.RestartResult, bool)
 	}
 	prev := rt.Current().ID()
 	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: string(reconf.ReasonRolloutInProgress),
-		Message: fmt.Sprintf("rollout %d is in progress (generation %d); promote or abort it first, then restart", ro.ID, ro.Candidate),
+		Message:            fmt.Sprintf("rollout %d is in progress (generation %d); promote or abort it first, then restart", ro.ID, ro.Candidate),
 		PreviousGeneration: prev, Generation: prev, Started: time.Now()}, true
 }
