@@ -34,7 +34,7 @@ const faultStrategy = `
 `
 
 // TestStagedRolloutFleetFaults runs serve --workers 4 on an etcd of its
-// own process, under load at c=32 from 4000 tenants, through the faults
+// own process, under load at c=32 from 1024 tenants, through the faults
 // a rollout meets: the driving worker killed (another takes the driving
 // and promotes), etcd stopped for longer than a step (nothing is
 // decided, the workers stop giving out the candidate, and the rollout
@@ -47,7 +47,7 @@ func TestStagedRolloutFleetFaults(t *testing.T) {
 	etcd := startEtcdProcess(t)
 	ep := tcpForward(t, etcd.Endpoint())
 	const prefix = "/test/rollout-faults"
-	ups := []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 150*time.Millisecond)}
+	ups := rolloutUpstreams(t)
 	cfg := func(target string) string {
 		return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target, 4) + faultStrategy
 	}

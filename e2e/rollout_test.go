@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,8 +21,11 @@ import (
 
 // rolloutConfig serves the alias chat from backend target, one of four
 // real upstreams: good and good2 answer at once, bad answers 500, slow
-// answers after a delay. The strategy widens by 25% a second and bakes a
-// second at 100%; a step needs 50 requests per generation.
+// answers after 600 ms. The strategy widens by 25% a second and bakes a
+// second at 100%; a step needs 50 requests per generation. A p99 is
+// judged above the active's only when it is more than 150 ms above it:
+// on a loaded machine a second's p99 of a good backend jumps by a
+// hundred milliseconds, and the slow backend's stays far above that.
 const rolloutConfig = `
 server: {address: 127.0.0.1:0, workers: %[6]d}
 logging: {level: info}
@@ -40,10 +44,16 @@ rollout:
       growth_factor: 25
       step_interval: 1s
       final_bake: 1s
-      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 30ms, min_requests: 50}
+      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 150ms, min_requests: 50}
       no_data: extend_then_roll_back
       max_extensions: 3
 `
+
+// rolloutUpstreams starts the four backends of rolloutConfig: good,
+// good2, bad and slow.
+func rolloutUpstreams(t *testing.T) []string {
+	return []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 600*time.Millisecond)}
+}
 
 // upstream answers every chat completion with status after delay.
 func upstream(t *testing.T, status int, delay time.Duration) string {
@@ -76,11 +86,14 @@ type tenantLoad struct {
 
 const (
 	loadWorkers = 32
-	loadTenants = 4000
+	loadTenants = 1024 // 32 per load worker: each is seen several times in a rollout
 )
 
-func startTenantLoad(t *testing.T, url string) *tenantLoad {
-	l := &tenantLoad{url: url, stop: make(chan struct{}), seen: map[string][]int{}, failGens: map[int]int{}}
+// startTenantLoad starts the load on urls: one host's data plane, or
+// several hosts' taken in turn by every request, so that a tenant meets
+// every host.
+func startTenantLoad(t *testing.T, urls ...string) *tenantLoad {
+	l := &tenantLoad{url: urls[0], stop: make(chan struct{}), seen: map[string][]int{}, failGens: map[int]int{}}
 	body := chatBody("chat", false)
 	for w := range loadWorkers {
 		l.wg.Add(1)
@@ -95,7 +108,7 @@ func startTenantLoad(t *testing.T, url string) *tenantLoad {
 				default:
 				}
 				tenant := "tenant-" + strconv.Itoa(w+loadWorkers*(i%(loadTenants/loadWorkers)))
-				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+				req, _ := http.NewRequest("POST", urls[i%len(urls)]+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("X-Tenant", tenant)
 				resp, err := c.Do(req)
 				l.total.Add(1)
@@ -138,6 +151,28 @@ func rolloutDoc(t *testing.T, s *server, token string) admin.RolloutResponse {
 	return doc
 }
 
+// longRuns is how many good changes a run promotes: 1, or 5 in the long
+// form (RECONF_E2E_LONG=1), which CI does not run.
+func longRuns() int {
+	if os.Getenv("RECONF_E2E_LONG") == "1" {
+		return 5
+	}
+	return 1
+}
+
+// checkTenants checks that each tenant saw the active generation prev,
+// then perhaps the candidate cand, and never went back.
+func checkTenants(t *testing.T, l *tenantLoad, prev, cand uint64) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for tenant, gens := range l.seen {
+		if len(gens) > 2 || len(gens) == 2 && (uint64(gens[0]) != prev || uint64(gens[1]) != cand) {
+			t.Fatalf("tenant %s saw generations %v (active %d, candidate %d)", tenant, gens, prev, cand)
+		}
+	}
+}
+
 // waitFleet polls the status until n workers hold version.
 func waitFleet(t *testing.T, s *server, token string, version uint64, n int) {
 	t.Helper()
@@ -171,7 +206,7 @@ func waitRolloutEnd(t *testing.T, s *server, token string, id uint64) *reconf.Ro
 }
 
 // TestStagedRollout runs one reconfd through the rollouts an operator
-// meets, under load at c=32 from 4000 tenants: a change to a backend
+// meets, under load at c=32 from 1024 tenants: a change to a backend
 // answering 500 and one to a slower backend are each rolled back by the
 // health judge, a good change is promoted through every step with no
 // failed request, each tenant moves at most once (active to candidate),
@@ -184,7 +219,7 @@ func TestStagedRolloutWorkers(t *testing.T) { stagedRollout(t, 4) }
 
 func stagedRollout(t *testing.T, workers int) {
 	requireBinary(t)
-	ups := []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 150*time.Millisecond)}
+	ups := rolloutUpstreams(t)
 	cfg := func(target string) string {
 		return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target, workers)
 	}
@@ -266,28 +301,30 @@ func stagedRollout(t *testing.T, workers int) {
 
 	var promoted uint64
 	t.Run("good change promoted", func(t *testing.T) {
-		l := startTenantLoad(t, s.url)
-		time.Sleep(500 * time.Millisecond)
-		prev := uint64(rolloutDoc(t, s, token).ActiveGeneration)
-		cand := stage("good2")
-		ro := waitRolloutEnd(t, s, token, cand)
-		time.Sleep(500 * time.Millisecond)
-		l.finish()
-		if ro.Phase != reconf.Promoted || ro.Share != reconf.FullShare {
-			t.Fatalf("rollout ended %s at %d (%s)", ro.Phase, ro.Share, ro.Reason)
-		}
-		if n := l.failed.Load(); n != 0 {
-			t.Fatalf("%d of %d requests failed", n, l.total.Load())
-		}
-		// Each tenant saw the active generation, then perhaps the
-		// candidate, never back.
-		for tenant, gens := range l.seen {
-			if len(gens) > 2 || len(gens) == 2 && (uint64(gens[0]) != prev || uint64(gens[1]) != cand) {
-				t.Fatalf("tenant %s saw generations %v (active %d, candidate %d)", tenant, gens, prev, cand)
+		// The long form (RECONF_E2E_LONG=1) promotes five changes in a
+		// row, alternating the backend; the last is good2's.
+		for run := range longRuns() {
+			target := []string{"good2", "good"}[(longRuns()-1-run)%2]
+			l := startTenantLoad(t, s.url)
+			time.Sleep(500 * time.Millisecond)
+			prev := uint64(rolloutDoc(t, s, token).ActiveGeneration)
+			cand := stage(target)
+			ro := waitRolloutEnd(t, s, token, cand)
+			time.Sleep(500 * time.Millisecond)
+			l.finish()
+			if ro.Phase != reconf.Promoted || ro.Share != reconf.FullShare {
+				t.Fatalf("run %d: rollout ended %s at %d (%s)", run, ro.Phase, ro.Share, ro.Reason)
 			}
+			if n := l.failed.Load(); n != 0 {
+				t.Fatalf("run %d: %d of %d requests failed", run, n, l.total.Load())
+			}
+			checkTenants(t, l, prev, cand)
+			t.Logf("run %d: promoted %d (%s) after %d requests, %d tenants seen", run, cand, target, l.total.Load(), len(l.seen))
+			if len(l.seen) < 1000 {
+				t.Fatalf("run %d: %d tenants seen, want at least 1000", run, len(l.seen))
+			}
+			promoted = cand
 		}
-		t.Logf("promoted %d after %d requests, %d tenants seen", cand, l.total.Load(), len(l.seen))
-		promoted = cand
 	})
 
 	t.Run("rollback --to under load", func(t *testing.T) {
