@@ -22,7 +22,7 @@ import (
 // rolloutConfig serves the alias chat from backend target, one of four
 // real upstreams: good and good2 answer at once, bad answers 500, slow
 // answers after 600 ms. The strategy widens by 25% a second and bakes a
-// second at 100%; a step needs 50 requests per generation. A p99 is
+// second at 100%; a step needs 30 requests per generation. A p99 is
 // judged above the active's only when it is more than 150 ms above it:
 // on a loaded machine a second's p99 of a good backend jumps by a
 // hundred milliseconds, and the slow backend's stays far above that.
@@ -44,7 +44,7 @@ rollout:
       growth_factor: 25
       step_interval: 1s
       final_bake: 1s
-      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 150ms, min_requests: 50}
+      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 150ms, min_requests: 30}
       no_data: extend_then_roll_back
       max_extensions: 3
 `
