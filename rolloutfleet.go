@@ -258,3 +258,26 @@ func sameState(a, b RolloutState) bool {
 func fleetPoll(step time.Duration) time.Duration {
 	return min(max(step/4, 10*time.Millisecond), 250*time.Millisecond)
 }
+
+// rolledBackReader is a channel that tells the content digest its fleet's
+// last rollback took out of service and the version that rollback
+// published (package propagate's Channel is one).
+type rolledBackReader interface {
+	RolledBack() (digest string, version uint64)
+}
+
+// rolledBackMark is the content a reload over prev must refuse: this
+// runtime's own mark, else, while prev is the version a fleet's rollback
+// published, the digest that rollback took out of service, which a
+// worker that joined after it learns from the channel.
+func (r *Runtime[T]) rolledBackMark(prev *Generation[T]) string {
+	if r.rolledBack != "" {
+		return r.rolledBack
+	}
+	if rb, ok := r.o.channel.(rolledBackReader); ok {
+		if d, v := rb.RolledBack(); v == prev.id {
+			return d
+		}
+	}
+	return ""
+}

@@ -206,6 +206,20 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 	return nil
 }
 
+// RolledBack returns the content digest the fleet's last rollback took
+// out of service and the version that rollback published, as this
+// worker last read the rollout's state; "" when the last rollout was not
+// rolled back. A runtime that holds that version refuses the digest's
+// content (invalid / rolled_back_content), as the workers that followed
+// the rollout do: a worker that joins after the rollback does too.
+func (c *Channel) RolledBack() (digest string, version uint64) {
+	s := c.seen.Load()
+	if s == nil || s.st.Phase != reconf.RolledBack {
+		return "", 0
+	}
+	return s.rolledBack, s.st.Result
+}
+
 // Driving implements reconf.RolloutChannel: this worker holds rollout
 // id's driver key, as it last read it.
 func (c *Channel) Driving(id uint64) bool { return id != 0 && c.driving.Load() == id }

@@ -475,3 +475,34 @@ func TestFleetNotCutOffBetweenReads(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetJoinerRefusesRolledBackContent: a worker that joins after a
+// rollback (a worker restarted, a host booting) refuses a reload of the
+// rolled-back content its file still holds, as the workers that followed
+// the rollout do; it is never published again silently.
+func TestFleetJoinerRefusesRolledBackContent(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	var cand atomicGen
+	for _, w := range ws {
+		traffic(t, w.worker, func(gen uint64) bool { return gen == cand.get() })
+	}
+	bad := configYAML("gw", 3, "KEY1")
+	cand.set(ws[0].stage(t, bad, fleetStrategy(600*time.Millisecond)))
+	waitFor(t, 20*time.Second, "the rollout is rolled back", func() bool {
+		ev, ok := ws[1].log.ended()
+		return ok && ev.State.Phase == reconf.RolledBack
+	})
+	late := startWorker(t, s.Endpoints(), prefix, "late", workerOpts{data: bad})
+	if v := late.version(); v != cand.get()+1 {
+		t.Fatalf("the late worker joined at %d, want the rollback's %d", v, cand.get()+1)
+	}
+	if res := late.reload(t, bad); res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonRolledBack {
+		t.Fatalf("the late worker's reload of the rolled-back content: %s %s (%s)", res.Outcome, res.Reason, res.Message)
+	}
+	// Anything else publishes, and the mark goes with the version.
+	if res := late.reload(t, configYAML("gw", 4, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("another change: %+v", res)
+	}
+}
