@@ -136,6 +136,9 @@ func TestFleetRolloutWidensAndPromotes(t *testing.T) {
 		}
 		return true
 	})
+	// The share takes effect at the step's start, a moment after the
+	// decision, on every worker at once.
+	time.Sleep(time.Until(ws[0].rollout().StepStarted) + 50*time.Millisecond)
 	if !sameSplit(ws) {
 		t.Fatal("the workers split the entities differently")
 	}
