@@ -53,6 +53,9 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
 			Message: "a restart is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
+	if res, busy := rolloutBusy(f.rt); busy {
+		return res, nil
+	}
 	chk, err := f.rt.Check(ctx)
 	if err != nil {
 		return admin.RestartResult{}, err

@@ -57,6 +57,9 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
 			Message: "the restart that started this process is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
+	if res, busy := rolloutBusy(r.g.Runtime()); busy {
+		return res, nil
+	}
 	// The hand-over begins first, under its lock: a second restart, or one
 	// that reaches this process once it handed over, is refused here and
 	// never starts a second successor.
