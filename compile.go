@@ -21,7 +21,7 @@ type compiler[T any] struct {
 	baseDir   string // relative file fields are resolved against it
 	lookupEnv func(string) (string, bool)
 	overrides []func(*T)
-	// restart sets the process's restart-class values (WithRestartValues)
+	// restart sets the process's restart-class values (restartopt.Restart.Values)
 	// on the compiles that pin them: the startup load and every cluster
 	// record, never a reload of the file.
 	restart    func(*T)
@@ -149,7 +149,7 @@ func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
 	if len(wrong) == 0 {
 		return nil
 	}
-	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("WithRestartValues changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
+	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("the restart values changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
 		len(wrong), strings.Join(wrong[:min(len(wrong), MaxListedPaths)], ", "))}
 }
 

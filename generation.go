@@ -51,7 +51,7 @@ type Generation[T any] struct {
 	seen          atomic.Uint64
 	data, live    []byte
 	liveJSON      bool // live is LiveJSON, not YAML
-	restartPinned bool // compiled with the process's restart values (WithRestartValues)
+	restartPinned bool // compiled with the process's restart values (restartopt.Restart.Values)
 	// atSwap is set while the swap that replaces the generation runs,
 	// right after its mutation check: a retire then needs no second one.
 	atSwap atomic.Bool

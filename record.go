@@ -722,7 +722,7 @@ func decodeBase[T any](ctx context.Context, root *node, data []byte) (*T, error)
 // live ones; then this host's environment overrides, explicit overrides,
 // secret resolution, Normalize and validation run as for any candidate.
 // So a follower's own env overrides win over the publisher's values. The
-// process's restart values (WithRestartValues) win over the local
+// process's restart values (restartopt.Restart.Values) win over the local
 // source's: a record never moves a restart-class field.
 func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (*candidate[T], error) {
 	return c.recordOver(ctx, data, rec, c.baseOf)

@@ -54,7 +54,7 @@ type Runtime[T any] struct {
 	// Only the attempt holding slot touches it.
 	refused uint64
 	// unpublished: the active generation is the startup load, which
-	// WithStartupPublish started on in place of a cluster version that
+	// restartopt.Restart.StartupPublish started on in place of a cluster version that
 	// does not run here; the next reload publishes it even if unchanged.
 	// It is read and written under the attempt slot.
 	unpublished bool
@@ -832,7 +832,7 @@ func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigge
 }
 
 // join starts a cluster worker at the cluster's current version. With
-// WithStartupPublish, a version that does not run here leaves the worker
+// restartopt.Restart.StartupPublish, a version that does not run here leaves the worker
 // on local, numbered as that version until its first reload publishes it
 // over it (publish).
 func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) (v uint64, cand *candidate[T], publish bool, err error) {
