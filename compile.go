@@ -41,7 +41,7 @@ type candidate[T any] struct {
 	read      *attemptFiles   // the file fields' bytes, handed to Prepare
 	data      []byte          // the local source bytes it was compiled from
 	live      []byte          // the cluster record's live fields applied on data, if any
-	liveJSON  bool            // live is LiveJSON, not YAML
+	liveJSON  bool            // live is formatJSON, not YAML
 	pinned    bool            // compiled with the process's restart values (compiler.restart)
 }
 

@@ -750,7 +750,7 @@ func commitSafely(l *slog.Logger, name string, p Prepared) {
 }
 
 // confirmCurrent reports, in a cluster whose channel tells its version
-// (ChannelVersion), whether the cluster is ahead of held, the version a
+// (channelVersion), whether the cluster is ahead of held, the version a
 // file equal to this worker's generation was judged against: if it is
 // not, the file is in force and the attempt is a no-op; if it is, the
 // file is not what the fleet runs, and the attempt goes on to publish it,
@@ -760,7 +760,7 @@ func commitSafely(l *slog.Logger, name string, p Prepared) {
 // cluster_unavailable. A dry run (check-config) is judged against this
 // worker's generation.
 func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) (behind bool, err error) {
-	cv, ok := r.o.channel.(ChannelVersion)
+	cv, ok := r.o.channel.(channelVersion)
 	if !ok || dry {
 		return false, nil
 	}
