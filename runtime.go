@@ -656,7 +656,16 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	digest := digested()
 	stop = lap(&res.Timings.Prepare)
+	// What was prepared is aborted on every way out until the generation
+	// that holds it is attached: a failure, a dry run, a refused publish,
+	// a panic.
 	var st []staged
+	attached := false
+	defer func() {
+		if !attached {
+			r.abortAll(st)
+		}
+	}()
 	var err error
 	if live > 0 || version > 0 {
 		st, err = r.prepare(withFiles(ctx, cand.read), prev.cfg, cand.cfg, changes)
@@ -666,11 +675,9 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		err = ctx.Err()
 	}
 	if err != nil {
-		r.abortAll(st)
 		return r.failed(ctx, *res, err)
 	}
 	if res.DryRun {
-		r.abortAll(st)
 		res.Outcome, res.Reason = Published, ReasonDryRunOK
 		res.Message = fmt.Sprintf("the candidate is valid; a reload would publish %d changed field(s)", live)
 		return *res
@@ -685,14 +692,13 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 			// Over a version this worker refused, as if it held it.
 			held := max(prev.id, r.refused)
 			if rc, ok := ch.(RolloutChannel); ok && rollout != nil {
-				st := r.newRolloutState(ctx, res.Trigger, prev.id, held+1, *rollout)
-				fleet = &st
-				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, st)
+				rs := r.newRolloutState(ctx, res.Trigger, prev.id, held+1, *rollout)
+				fleet = &rs
+				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, rs)
 			} else {
 				id, err = r.publish(ctx, ch, held, cand, res.Trigger)
 			}
 			if err != nil {
-				r.abortAll(st)
 				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {
 					err = &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
 						"the file matches version %d, which this worker holds, but the cluster is at a newer version: this worker is catching up, and the file is not in force; retry once it has (status shows it)", prev.id)}
@@ -703,6 +709,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	next := r.newGeneration(id, cand, digest)
 	r.attach(next, prev, st)
+	attached = true
 	r.mu.Lock()
 	r.retained[next] = struct{}{}
 	r.mu.Unlock()
