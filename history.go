@@ -78,8 +78,8 @@ type RolloutEntry struct {
 	Health          Health   `json:"health,omitempty"`
 }
 
-// HistoryEntryOfRollout returns the history entry of a rollout decision.
-func HistoryEntryOfRollout(ev RolloutEvent) HistoryEntry {
+// historyEntryOfRollout returns the history entry of a rollout decision.
+func historyEntryOfRollout(ev RolloutEvent) HistoryEntry {
 	st := ev.State
 	e := HistoryEntry{Time: ev.Time.UTC(), Trigger: st.Trigger, Actor: st.Decider, Outcome: st.Decision.String(), Reason: Reason(st.Reason),
 		PreviousGeneration: st.Active, Generation: st.Candidate,
@@ -215,7 +215,7 @@ func (h *History) foldMismatch(e HistoryEntry) bool {
 
 // ObserveRollout records a rollout's decision, for WithObserver: History
 // is a RolloutObserver.
-func (h *History) ObserveRollout(ev RolloutEvent) { h.Add(HistoryEntryOfRollout(ev)) }
+func (h *History) ObserveRollout(ev RolloutEvent) { h.Add(historyEntryOfRollout(ev)) }
 
 // Add records e, dropping the oldest entry when the history is full. A
 // service records what the runtime does not see itself (a restart), or
