@@ -162,21 +162,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	res.Changed = live
 	res.ChangedFields = changed[:min(live, MaxListedPaths)]
 	if len(restart) > 0 {
-		res.Outcome, res.Reason = RestartRequired, ReasonRestart
-		for _, c := range changes {
-			if c.Class == Unclassified {
-				res.Reason = ReasonUnclassified
-				break
-			}
-		}
-		res.RestartRequiredCount = len(restart)
-		res.RestartRequiredFields = restart[:min(len(restart), MaxListedPaths)]
-		res.Message = fmt.Sprintf("%d field(s) that need a restart changed (%s); restart the service to apply them, or revert them to reload the rest",
-			len(restart), strings.Join(res.RestartRequiredFields, ", "))
-		if res.Reason == ReasonUnclassified {
-			res.Message += "; fields without a class are treated as restart-required"
-		}
-		return *res
+		return restartRequired(res, changes, restart)
 	}
 	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
 		res.Outcome, res.Reason = Invalid, ReasonRolledBack
@@ -303,6 +289,26 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	stop()
 	res.Outcome, res.Reason, res.Generation = Published, ReasonPublished, next.id
 	res.Message = fmt.Sprintf("generation %d is active (%d field(s) changed)", next.id, live)
+	return *res
+}
+
+// restartRequired is the answer to a candidate whose restart fields
+// (restart) changed.
+func restartRequired(res *Result, changes []Change, restart []string) Result {
+	res.Outcome, res.Reason = RestartRequired, ReasonRestart
+	for _, c := range changes {
+		if c.Class == Unclassified {
+			res.Reason = ReasonUnclassified
+			break
+		}
+	}
+	res.RestartRequiredCount = len(restart)
+	res.RestartRequiredFields = restart[:min(len(restart), MaxListedPaths)]
+	res.Message = fmt.Sprintf("%d field(s) that need a restart changed (%s); restart the service to apply them, or revert them to reload the rest",
+		len(restart), strings.Join(res.RestartRequiredFields, ", "))
+	if res.Reason == ReasonUnclassified {
+		res.Message += "; fields without a class are treated as restart-required"
+	}
 	return *res
 }
 
