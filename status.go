@@ -26,11 +26,14 @@ type Status struct {
 	// RetentionPressure is true while the retained generations fill the
 	// budget: an attempt that would publish is refused retention-blocked
 	// until pinned work drains. It tells operators before a reload does.
-	RetentionPressure bool   `json:"retention_pressure"`
-	Pinned            int64  `json:"pinned"`
-	Busy              bool   `json:"busy"`
-	Source            string `json:"fixed_source_path"`
-	Closed            bool   `json:"closed,omitempty"`
+	RetentionPressure bool  `json:"retention_pressure"`
+	Pinned            int64 `json:"pinned"`
+	Busy              bool  `json:"busy"`
+	// Queued counts the reloads waiting, folded into the one attempt
+	// queued behind the attempt in flight (see Runtime.Reload).
+	Queued int    `json:"queued,omitempty"`
+	Source string `json:"fixed_source_path"`
+	Closed bool   `json:"closed,omitempty"`
 	// Mutations counts the modifications of published generations the
 	// detector found (see WithMutationCheck); LastMutation is the latest.
 	Mutations    uint64    `json:"mutations_detected"`
@@ -73,6 +76,9 @@ func (r *Runtime[T]) Status() Status {
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()
+	}
+	if r.queue != nil {
+		s.Queued = 1 + r.queue.folds
 	}
 	s.Rollout = r.rolloutStatusLocked()
 	s.RecordedGenerations = r.recordedIDsLocked()
