@@ -5,6 +5,9 @@ package main
 // configDocs describes the configuration's types and fields, from their
 // Go comments in internal/gateway.
 var configDocs = map[string]string{
+	"AccessLogConfig":                       "AccessLogConfig writes one JSON object a request, after its last byte.",
+	"AccessLogConfig.Destination":           "Destination is stderr or a file's path (appended to, created with mode 0600; a relative path is relative to the configuration file's directory). A reload that changes it, or turns the log back on, opens the file again, which is how a rotated file is let go.",
+	"AccessLogConfig.Enabled":               "Enabled turns the access log on.",
 	"AuthConfig":                            "AuthConfig sets how data-plane clients authenticate.",
 	"AuthConfig.APIKeys":                    "APIKeys are the client keys accepted in api_keys mode.",
 	"AuthConfig.Mode":                       "Mode is none (every client is admitted) or api_keys (a client sends one of APIKeys as a bearer token).",
@@ -16,9 +19,11 @@ var configDocs = map[string]string{
 	"Backend.SystemPromptFile":              "SystemPromptFile, when set, is read each time the backends are prepared and prepended to every conversation as a system message. A relative path is relative to the configuration file's directory. The file's content is part of the configuration: editing it and reloading publishes, and in a cluster every host must hold the same.",
 	"Backend.Timeout":                       "Timeout bounds a request's wait for a concurrency slot (429 past it) and, separately, its time from admission to the last byte of the response, retries included (504, or a cut stream, past it).",
 	"Config":                                "Config is reconfd's configuration. Every leaf field has a class, from its own `reconf` tag or its nearest tagged ancestor: the server and logging sections (but logging.level) and auth.mode are read once at start (restart); logging.level and everything that decides how a request is routed and served is live.",
+	"Config.Observability":                  "Observability turns traces and the access log on and off; live.",
 	"LimitsConfig":                          "LimitsConfig bounds requests.",
 	"LoggingConfig":                         "LoggingConfig sets the service log.",
 	"LoggingConfig.Level":                   "Level is live: an operator raises it to debug during an incident and lowers it again, each with a reload.",
+	"ObservabilityConfig":                   "ObservabilityConfig sets what the gateway emits beyond its Prometheus metrics: OpenTelemetry traces and a JSON access log. Both are off by default and live: a reload turns them on, off, or points them elsewhere with no restart.",
 	"RolloutConfig":                         "RolloutConfig declares the staged rollout strategies a reload may name (reconfd reload --rollout NAME, POST /admin/config/reload?rollout=NAME), the one every reload takes when it names none, and what makes a client one entity of a rollout's split. The whole section is process-wide: it decides the split itself, so a rollout cannot change it (see ProcessWidePaths).",
 	"RolloutConfig.Default":                 "Default is the strategy of a reload that names none: a declared strategy or a preset. Empty publishes every reload at once.",
 	"RolloutConfig.EntityHeader":            "EntityHeader names a request header whose value identifies a client for the split when the request carries no client key (auth mode none): every request with one value sees one generation for the whole rollout. Without it, or without the header, the client's address does.",
@@ -36,4 +41,8 @@ var configDocs = map[string]string{
 	"ServerConfig.Workers":                  "Workers is the number of worker processes. With more than one, serve is a supervisor that runs them on the same socket (inherited) and keeps their configuration in step through a cluster channel.",
 	"StubOptions":                           "StubOptions shape the stub backend's answers.",
 	"TLSConfig":                             "TLSConfig is the data plane's certificate. Both files are PEM; the certificate file may hold the chain after the leaf. A relative path is relative to the configuration file's directory. The files are host-local (`reconf:\",hostfile\"`): each host of a cluster holds its own certificate at the path the configuration names, and a worker reads and checks its own when it applies a version.",
+	"TracingConfig":                         "TracingConfig sends one span per request (and one per upstream attempt) to an OTLP collector over gRPC.",
+	"TracingConfig.Enabled":                 "Enabled turns tracing on.",
+	"TracingConfig.Endpoint":                "Endpoint is the collector's OTLP gRPC address as a URL: http://host:4317 (plain) or https://host:4317 (TLS, the system's roots). Required when Enabled.",
+	"TracingConfig.SampleRatio":             "SampleRatio is the share of requests traced, from 0 (none: tracing stays configured and costs nothing a request) to 1 (every one).",
 }

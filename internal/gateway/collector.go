@@ -130,6 +130,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
 	c.attemptFailures.Describe(ch)
 	c.rollout.describe(ch)
+	c.g.genai.describe(ch)
 	ch <- c.limit
 	ch <- c.capacity
 	ch <- c.inFlight
@@ -151,6 +152,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.failures.Collect(ch)
 	c.attemptFailures.Collect(ch)
 	c.rollout.collect(ch, c.g.rt)
+	c.g.genai.collect(ch)
 	c.collectConns(ch)
 	pin := c.g.rt.Acquire()
 	defer pin.Release()

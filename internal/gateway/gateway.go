@@ -35,6 +35,11 @@ type Gateway struct {
 	timeouts ServerTimeouts
 	draining atomic.Bool
 	metrics  *collector
+	// genai, tracing and access are the GenAI metrics, the tracer and
+	// the access log (observability).
+	genai    *genaiMetrics
+	tracing  *tracing
+	access   *accessLogs
 	limiters limiterSource // one long-lived limiter per backend name
 	genCache atomic.Pointer[genText]
 
@@ -178,6 +183,11 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		observe = history
 	}
 	rm := newRolloutMetrics()
+	out := o.logOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	tr, access := &tracing{}, &accessLogs{dir: cons.dir, stderr: out}
 	ropts := []reconf.Option{
 		reconf.WithLogger(log),
 		reconf.WithObserver(observe),
@@ -185,6 +195,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithConsumer(routesKey, cons, consumerPaths...),
 		reconf.WithConsumer(reconf.Key[any]("logging"), levelConsumer(level), "logging.level"),
 		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
+		reconf.WithConsumer(reconf.Key[any]("tracing"), tr.consumer(), "observability.tracing"),
+		reconf.WithConsumer(reconf.Key[any]("access_log"), access.consumer(), "observability.access_log"),
 		reconf.WithBaseDir(cons.dir),
 		reconf.WithProcessWide(ProcessWidePaths...),
 		// Each step is judged on the recorder's figures, which every
@@ -203,6 +215,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
 	if err != nil {
+		tr.close()
+		access.swap(nil)
 		if cl != nil {
 			cl.abandon(ctx)
 		}
@@ -211,11 +225,13 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		if err := cl.follow(ctx, rt, log); err != nil {
 			_ = rt.Close(context.WithoutCancel(ctx))
+			tr.close()
+			access.swap(nil)
 			cl.abandon(ctx)
 			return nil, err
 		}
 	}
-	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history, genai: newGenAIMetrics(), tracing: tr, access: access}
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
 	}
@@ -356,6 +372,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if err := g.rt.Close(closeCtx); err != nil {
 			errs = append(errs, err)
 		}
+		// After the drain, so the last requests' spans and lines are in.
+		g.tracing.close()
+		g.access.swap(nil)
 		if g.cluster != nil {
 			// The runtime's last attempts are written before the client goes.
 			if err := g.cluster.history.Close(closeCtx); err != nil {

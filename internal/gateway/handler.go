@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
@@ -55,6 +56,8 @@ type exchange struct {
 	// digested is set (see entity and clientAuthorized).
 	digest   [sha256.Size]byte
 	digested bool
+
+	obs observation // what its trace, GenAI metrics and access log need
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
@@ -141,6 +144,7 @@ func (x *exchange) end() {
 	took := time.Since(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
 	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
+	x.observe(status, took)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
@@ -177,6 +181,8 @@ type call struct {
 	log         *slog.Logger
 	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
 	metrics     *collector
+	span        trace.Span // the request's span, when it is traced; its attempts' parent
+	spanName    string     // the name of its attempts' spans
 }
 
 func unauthorized(ctx *fasthttp.RequestCtx) {
@@ -224,6 +230,7 @@ func (g *Gateway) chat(x *exchange) bool {
 		return false
 	}
 	x.backend, x.rt = rt.name, rt
+	x.routed(opChat, req.model)
 	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 	if !x.admit(rt) {
 		return false
@@ -234,6 +241,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
 	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics}
+	x.traced(&c)
 	_ = ctx.SetWriteDeadline(c.deadline)
 	switch {
 	case rt.stub != nil:
@@ -281,12 +289,14 @@ func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*ro
 		return nil, nil
 	}
 	x.backend, x.rt = rt.name, rt
+	x.routed(e.operation(), model)
 	x.ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 	if !x.admit(rt) {
 		return nil, nil
 	}
 	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
 		rec: x.g.rt.Recorder(), metrics: x.g.metrics}
+	x.traced(c)
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
 }

@@ -64,7 +64,9 @@ func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequ
 		resp.Reset()
 		resp.StreamBody = stream
 		began := time.Now()
+		span := c.beginAttempt(t, attempts)
 		err := t.client.hc.DoDeadline(req, resp, c.deadline)
+		span.end(err, resp.StatusCode())
 		if err != nil {
 			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
 				expired = true

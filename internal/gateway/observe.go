@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"bytes"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// observation is what a request's trace, GenAI metrics and access log
+// line need beyond what the exchange holds: the operation and model once
+// routed, the tokens the answer reported, when a streamed answer's first
+// byte left, and the span when the request is traced. It is a value in
+// the exchange (no allocation a request), and follows it into a streamed
+// body.
+type observation struct {
+	op    string // gen_ai.operation.name; "" until routed
+	opIdx int    // op's index in a route's series (opIndex)
+	model []byte // the model the client asked for, valid until the exchange ends
+	// key is the name of the client key that authorized the request,
+	// when keys have names; never the key or its digest.
+	key  string
+	span trace.Span
+
+	in, out int64 // the answer's input and output tokens, when usage is set
+	usage   bool
+	first   time.Time // when a stream's first byte was handed to the server; zero for a whole answer
+}
+
+// The operations a route keeps GenAI series for, by index.
+const (
+	opIndexChat = iota
+	opIndexEmbeddings
+	opCount
+)
+
+// routed records that the request goes to rt for operation op (a
+// gen_ai.operation.name) with the model the client asked for, and starts
+// its span when it is sampled. It is the request path's one hook at
+// routing.
+func (x *exchange) routed(op string, model []byte) {
+	x.obs.op, x.obs.model = op, model
+	if op == opEmbeddings {
+		x.obs.opIdx = opIndexEmbeddings
+	}
+	x.beginSpan(x.rt, model)
+}
+
+// traced hands the request's span to its call, for the spans of its
+// upstream attempts.
+func (x *exchange) traced(c *call) {
+	if x.obs.span != nil {
+		c.span, c.spanName = x.obs.span, x.obs.op+" "+x.rt.model
+	}
+}
+
+// operation is the endpoint's gen_ai.operation.name.
+func (e endpoint) operation() string {
+	if e == epEmbeddings {
+		return opEmbeddings
+	}
+	return opChat
+}
+
+// firstByte records the moment a stream's first bytes are handed to the
+// server: the time to first token.
+func (o *observation) firstByte() {
+	if o.first.IsZero() {
+		o.first = time.Now()
+	}
+}
+
+// observe records the request's outcome everywhere the configuration has
+// it go: the GenAI metrics, its span, the access log. status is its
+// answer's, took its time from admission to the last byte. A whole
+// answer's usage is read from its body here, whatever the endpoint's
+// shape (see readUsage).
+func (x *exchange) observe(status int, took time.Duration) {
+	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
+		x.obs.readUsage(x.ctx.Response.Body())
+	}
+	now := x.start.Add(took)
+	x.g.genai.observe(x, status, took)
+	x.endSpan(status, now)
+	if l := x.g.access.cur.Load(); l != nil {
+		l.write(x, status, took, now)
+	}
+}
+
+var (
+	usageKey        = []byte(`"usage"`)
+	inputKeys       = [2][]byte{[]byte(`"prompt_tokens"`), []byte(`"input_tokens"`)}
+	outputKeys      = [2][]byte{[]byte(`"completion_tokens"`), []byte(`"output_tokens"`)}
+	maxUsageObject  = 1 << 10 // a usage object longer than this is not read
+	minUsageContext = len(`"usage":{}`)
+)
+
+// readUsage reads the token counts of the last "usage" object in b, an
+// answer or one event of a stream, in OpenAI's shape (prompt_tokens,
+// completion_tokens) or Anthropic's and the Responses API's
+// (input_tokens, output_tokens). A count it finds replaces the one held:
+// an Anthropic stream gives its input tokens first and its output tokens
+// last. A key inside a JSON string (escaped quotes) is not taken. It does
+// not allocate.
+func (o *observation) readUsage(b []byte) {
+	if len(b) < minUsageContext {
+		return
+	}
+	i := bytes.LastIndex(b, usageKey)
+	for i > 0 && b[i-1] == '\\' {
+		i = bytes.LastIndex(b[:i-1], usageKey)
+	}
+	if i < 0 {
+		return
+	}
+	obj := b[i+len(usageKey):]
+	j := skipSpace(obj, 0)
+	if j >= len(obj) || obj[j] != ':' {
+		return
+	}
+	j = skipSpace(obj, j+1)
+	if j >= len(obj) || obj[j] != '{' {
+		return
+	}
+	obj = obj[j:min(len(obj), j+maxUsageObject)]
+	// To its closing brace: usage objects nest details objects, and hold
+	// no string with a brace in it.
+	depth := 0
+	for k, c := range obj {
+		if c == '{' {
+			depth++
+		} else if c == '}' {
+			if depth--; depth == 0 {
+				obj = obj[:k]
+				break
+			}
+		}
+	}
+	for _, k := range inputKeys {
+		if n, ok := countAfter(obj, k); ok {
+			o.in, o.usage = n, true
+		}
+	}
+	for _, k := range outputKeys {
+		if n, ok := countAfter(obj, k); ok {
+			o.out, o.usage = n, true
+		}
+	}
+}
+
+// countAfter reads the non-negative integer that is key's value in obj.
+func countAfter(obj, key []byte) (int64, bool) {
+	i := bytes.Index(obj, key)
+	if i < 0 || (i > 0 && obj[i-1] == '\\') {
+		return 0, false
+	}
+	i = skipSpace(obj, i+len(key))
+	if i >= len(obj) || obj[i] != ':' {
+		return 0, false
+	}
+	i = skipSpace(obj, i+1)
+	var n int64
+	d := 0
+	for ; i < len(obj) && obj[i] >= '0' && obj[i] <= '9' && d < 15; i, d = i+1, d+1 {
+		n = n*10 + int64(obj[i]-'0')
+	}
+	return n, d > 0
+}
