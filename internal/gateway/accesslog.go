@@ -84,7 +84,7 @@ func (l *accessLog) close() {
 // write writes the request's line: what it asked for and how it went,
 // never a secret, a prompt or a body. A write that fails is dropped: the
 // log never holds a request back.
-func (l *accessLog) write(x *exchange, status int, took time.Duration, now time.Time) {
+func (l *accessLog) write(x *exchange, gen uint64, status int, took time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -122,7 +122,7 @@ func (l *accessLog) write(x *exchange, status int, took time.Duration, now time.
 		b = strconv.AppendInt(b, x.obs.out, 10)
 	}
 	b = append(b, `,"`+logGeneration+`":`...)
-	b = strconv.AppendUint(b, x.pin.ID(), 10)
+	b = strconv.AppendUint(b, gen, 10)
 	if x.obs.key != "" {
 		b = append(b, `,"`+logClientKey+`":`...)
 		b = appendJSONString(b, x.obs.key)
@@ -130,6 +130,16 @@ func (l *accessLog) write(x *exchange, status int, took time.Duration, now time.
 	b = append(b, "}\n"...)
 	l.buf = b
 	_, _ = l.w.Write(b)
+}
+
+// logUnread writes the access log's line of a request that could not be
+// read whole (requestError answered it, and no handler ran): gen is the
+// active generation's.
+func (g *Gateway) logUnread(x *exchange, gen uint64) {
+	if l := g.access.cur.Load(); l != nil {
+		now := time.Now()
+		l.write(x, gen, x.ctx.Response.StatusCode(), now.Sub(x.ctx.Time()), now)
+	}
 }
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and

@@ -83,7 +83,7 @@ func (x *exchange) observe(status int, took time.Duration) {
 	x.g.genai.observe(x, status, took)
 	x.endSpan(status, now)
 	if l := x.g.access.cur.Load(); l != nil {
-		l.write(x, status, took, now)
+		l.write(x, x.pin.ID(), status, took, now)
 	}
 }
 
