@@ -89,6 +89,7 @@ type flags struct {
 	perf        bool
 	callgrind   int
 	keep        string
+	observed    bool
 }
 
 func main() {
@@ -123,6 +124,7 @@ func main() {
 	flag.DurationVar(&f.profile, "profile", 0, "also run the gateway in-process under a CPU profile for this long and print its top entries (0: skip)")
 	flag.IntVar(&f.callgrind, "callgrind", 0, "count the instructions per request of reconfd's gateway (one process) and the bare fasthttp proxy under valgrind's callgrind over this many requests (0: skip)")
 	flag.StringVar(&f.keep, "callgrind-keep", "", "keep the callgrind output files in this directory")
+	flag.BoolVar(&f.observed, "observed", false, "also run each reconfd binary a second time, as NAME-observed, with tracing on at sample ratio 0 and an access log configured but off, and compare the two")
 	flag.Parse()
 	if err := run(f, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "dataplane:", err)
@@ -222,11 +224,18 @@ func run(f flags, w io.Writer) error {
 			}
 			env = append(env, kv)
 		}
-		t, err := startReconfd(dir, name, parts[0], upURL, workers, env...)
+		t, err := startReconfd(dir, name, parts[0], upURL, workers, "", env...)
 		if err != nil {
 			return err
 		}
 		targets = append(targets, t)
+		if f.observed {
+			t, err := startReconfd(dir, name+"-observed", parts[0], upURL, workers, observedConf(dir, name), env...)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+		}
 	}
 	for _, role := range []string{"nethttp", "fasthttp", "hybrid"} {
 		if !want(role) {
@@ -477,6 +486,16 @@ func startNginx(dir, upstream string, workers int) (*target, error) {
 // clientKey is the data-plane key the harness sends to reconfd.
 const clientKey = "bench-client-key-0123456789abcdef"
 
+// observedConf is -observed's observability section: tracing on at ratio
+// 0, so no span is made (the collector's address is never dialled), and
+// an access log configured but off.
+func observedConf(dir, name string) string {
+	return fmt.Sprintf(`observability:
+  tracing: {enabled: true, endpoint: "http://127.0.0.1:4317", sample_ratio: 0}
+  access_log: {enabled: false, destination: %q}
+`, filepath.Join(dir, name+"-access.log"))
+}
+
 const reconfdConf = `server:
   address: %s
   workers: %d
@@ -516,13 +535,15 @@ func buildReconfd(bin string) error {
 	return nil
 }
 
-func startReconfd(dir, name, bin, upstream string, workers int, env ...string) (*target, error) {
+// startReconfd starts a reconfd of bin with extra appended to its
+// configuration.
+func startReconfd(dir, name, bin, upstream string, workers int, extra string, env ...string) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	conf := filepath.Join(dir, name+".yaml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, reconfdConf, addr, workers, upstream), 0o644); err != nil {
+	if err := os.WriteFile(conf, append(fmt.Appendf(nil, reconfdConf, addr, workers, upstream), extra...), 0o644); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)

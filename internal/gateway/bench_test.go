@@ -129,8 +129,9 @@ func BenchmarkProxy(b *testing.B) {
 	runHandler(b, g.Handler(), body, hdr...)
 }
 
-// proxyGateway is BenchmarkProxy's gateway, request body and header.
-func proxyGateway(b testing.TB) (*Gateway, string, []string) {
+// proxyGateway is BenchmarkProxy's gateway, request body and header;
+// extra is added to its configuration.
+func proxyGateway(b testing.TB, extra ...string) (*Gateway, string, []string) {
 	cfg := `
 logging: {level: error}
 auth: {mode: api_keys, api_keys: ["${env:CLIENT_KEY}"]}
@@ -143,7 +144,7 @@ backends:
     max_concurrency: 256
     timeout: 30s
 model_aliases: {fast: up}
-`
+` + strings.Join(extra, "")
 	const key = "client-key-0123456789abcdef"
 	g := benchGateway(b, cfg, WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" }))
 	body := `{"model":"fast","messages":[{"role":"user","content":"Say something short about configuration reloads."}]}`
