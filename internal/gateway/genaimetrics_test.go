@@ -62,6 +62,11 @@ func TestGenAIMetrics(t *testing.T) {
 	s := tg.stream("stub-1")
 	s.all(t)
 	s.resp.Body.Close()
+	// Anthropic's Messages API, streamed from the stub: its usage is in
+	// Anthropic's shape, in its message_start and message_delta events.
+	if r := tg.do("POST", "/v1/messages", `{"model":"stub-1","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`); r.status != 200 {
+		t.Fatalf("messages: got %d %s", r.status, r.body)
+	}
 	if r := tg.do("POST", "/v1/embeddings", `{"model":"gpt-x","input":"some words"}`); r.status != 200 {
 		t.Fatalf("embeddings: got %d %s", r.status, r.body)
 	}
@@ -70,7 +75,7 @@ func TestGenAIMetrics(t *testing.T) {
 		t.Fatalf("got %d, want 502", r.status)
 	}
 	waitFor(t, "the stream's end recorded", func() bool {
-		return scrapeHTTP(t, tg.Gateway)[`reconfd_usage_requests_total{backend="stub",model="stub-1"}`] == 1
+		return scrapeHTTP(t, tg.Gateway)[`reconfd_usage_requests_total{backend="stub",model="stub-1"}`] == 2
 	})
 
 	m := scrapeHTTP(t, tg.Gateway)
@@ -81,15 +86,15 @@ func TestGenAIMetrics(t *testing.T) {
 		`reconfd_usage_requests_total{backend="up",model="upstream-model"}`:             4,
 		`reconfd_usage_input_tokens_total{backend="up",model="upstream-model"}`:         11 + 11 + 6,
 		`reconfd_usage_output_tokens_total{backend="up",model="upstream-model"}`:        5 + 5,
-		`reconfd_usage_output_tokens_total{backend="stub",model="stub-1"}`:              3,
+		`reconfd_usage_output_tokens_total{backend="stub",model="stub-1"}`:              3 + 3,
 		`gen_ai_server_request_duration_seconds_count{error_type="",` + chatUp + `}`:    2,
 		`gen_ai_server_request_duration_seconds_count{error_type="502",` + chatUp + `}`: 1,
 		`gen_ai_server_request_duration_seconds_count{error_type="",` + embUp + `}`:     1,
 		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="input"}`:       22,
 		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="output"}`:      10,
 		`gen_ai_client_token_usage_count{` + embUp + `,gen_ai_token_type="input"}`:      1,
-		`gen_ai_server_time_to_first_token_seconds_count{` + chatStub + `}`:             1,
-		`gen_ai_server_time_per_output_token_seconds_count{` + chatStub + `}`:           1,
+		`gen_ai_server_time_to_first_token_seconds_count{` + chatStub + `}`:             2,
+		`gen_ai_server_time_per_output_token_seconds_count{` + chatStub + `}`:           2,
 		`gen_ai_server_time_to_first_token_seconds_count{` + chatUp + `}`:               0,
 	} {
 		if got := m[k]; got != want {
