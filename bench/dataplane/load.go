@@ -206,7 +206,7 @@ func printTable(w io.Writer, targets []*target, res map[string][]result, f flags
 			fmtD(time.Duration(a.p50)), fmtD(time.Duration(a.p99)), a.failed,
 			ratio(a.rps, nginx.rps, hasNginx), ratio(a.p99, nginx.p99, hasNginx), ratio(a.rps, bare.rps, hasBare))
 	}
-	if f.observed {
+	if slices.ContainsFunc(targets, func(t *target) bool { return strings.HasSuffix(t.name, "-observed") }) {
 		fmt.Fprintln(w, "\nobserved (tracing on at ratio 0, access log configured but off) over the same binary with neither")
 		fmt.Fprintln(w, "| reconfd | req/s | p99 |")
 		fmt.Fprintln(w, "| --- | ---: | ---: |")

@@ -103,7 +103,7 @@ func main() {
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured load before each measurement")
 	flag.IntVar(&f.concurrency, "concurrency", 32, "keep-alive clients")
 	flag.IntVar(&f.workers, "workers", 2, "nginx worker_processes and reconfd --workers")
-	flag.Func("reconfd", "name=path[;KEY=VALUE...][;workers=N] of a reconfd binary to compare, with settings of its environment and its number of workers (repeatable; default: build one from the repository)", func(s string) error {
+	flag.Func("reconfd", "name=path[;KEY=VALUE...][;workers=N][;observed] of a reconfd binary to compare, with settings of its environment, its number of workers, and whether to run it a second time as -observed does (repeatable; default: build one from the repository)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return errors.New("want name=path")
 		}
@@ -213,8 +213,13 @@ func run(f flags, w io.Writer) error {
 		name, rest, _ := strings.Cut(nb, "=")
 		// path, then optional ;KEY=VALUE settings of the environment.
 		parts := strings.Split(rest, ";")
-		workers, env := f.workers, []string{}
+		workers, env, observed := f.workers, []string{}, f.observed
 		for _, kv := range parts[1:] {
+			// observed runs this one a second time as -observed does.
+			if kv == "observed" {
+				observed = true
+				continue
+			}
 			// workers=N runs this one with N workers instead of -workers.
 			if n, ok := strings.CutPrefix(kv, "workers="); ok {
 				if _, err := fmt.Sscan(n, &workers); err != nil {
@@ -229,7 +234,7 @@ func run(f flags, w io.Writer) error {
 			return err
 		}
 		targets = append(targets, t)
-		if f.observed {
+		if observed {
 			t, err := startReconfd(dir, name+"-observed", parts[0], upURL, workers, observedConf(dir, name), env...)
 			if err != nil {
 				return err
