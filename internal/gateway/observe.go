@@ -87,15 +87,13 @@ func (x *exchange) observe(status int, took time.Duration) {
 	}
 }
 
-var (
-	usageKey        = []byte(`"usage"`)
-	inputKeys       = [2][]byte{[]byte(`"prompt_tokens"`), []byte(`"input_tokens"`)}
-	outputKeys      = [2][]byte{[]byte(`"completion_tokens"`), []byte(`"output_tokens"`)}
-	maxUsageObject  = 1 << 10 // a usage object longer than this is not read
-	minUsageContext = len(`"usage":{}`)
-)
+var usageKey = []byte(`"usage"`)
 
-// readUsage reads the token counts of the last "usage" object in b, an
+// maxUsageObject bounds the usage object read: one longer is read no
+// further.
+const maxUsageObject = 1 << 10
+
+// readUsage reads the token counts of the "usage" object in b, an
 // answer or one event of a stream, in OpenAI's shape (prompt_tokens,
 // completion_tokens) or Anthropic's and the Responses API's
 // (input_tokens, output_tokens). A count it finds replaces the one held:
@@ -103,66 +101,87 @@ var (
 // last. A key inside a JSON string (escaped quotes) is not taken. It does
 // not allocate.
 func (o *observation) readUsage(b []byte) {
-	if len(b) < minUsageContext {
-		return
-	}
-	i := bytes.LastIndex(b, usageKey)
-	for i > 0 && b[i-1] == '\\' {
-		i = bytes.LastIndex(b[:i-1], usageKey)
-	}
+	i := usageAt(b)
 	if i < 0 {
 		return
 	}
-	obj := b[i+len(usageKey):]
-	j := skipSpace(obj, 0)
-	if j >= len(obj) || obj[j] != ':' {
+	j := skipSpace(b, i+len(usageKey))
+	if j >= len(b) || b[j] != ':' {
 		return
 	}
-	j = skipSpace(obj, j+1)
-	if j >= len(obj) || obj[j] != '{' {
+	j = skipSpace(b, j+1)
+	if j >= len(b) || b[j] != '{' {
 		return
 	}
-	obj = obj[j:min(len(obj), j+maxUsageObject)]
-	// To its closing brace: usage objects nest details objects, and hold
-	// no string with a brace in it.
-	depth := 0
-	for k, c := range obj {
-		if c == '{' {
-			depth++
-		} else if c == '}' {
-			if depth--; depth == 0 {
-				obj = obj[:k]
-				break
-			}
-		}
-	}
-	for _, k := range inputKeys {
-		if n, ok := countAfter(obj, k); ok {
-			o.in, o.usage = n, true
-		}
-	}
-	for _, k := range outputKeys {
-		if n, ok := countAfter(obj, k); ok {
-			o.out, o.usage = n, true
-		}
-	}
+	o.readCounts(b[j:min(len(b), j+maxUsageObject)])
 }
 
-// countAfter reads the non-negative integer that is key's value in obj.
-func countAfter(obj, key []byte) (int64, bool) {
-	i := bytes.Index(obj, key)
-	if i < 0 || (i > 0 && obj[i-1] == '\\') {
-		return 0, false
+// usageAt is the index of the first "usage" key in b that is not inside
+// a string, or -1. It looks for each 'g', a byte JSON answers hold few of,
+// with the vectorised IndexByte: bytes.Index looks at every quote, and
+// bytes.LastIndex at every byte (2 µs an answer).
+func usageAt(b []byte) int {
+	const g = 4 // the index of 'g' in "usage"
+	for from := g; from < len(b); {
+		k := bytes.IndexByte(b[from:], 'g')
+		if k < 0 {
+			return -1
+		}
+		at := from + k - g
+		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
+			return at
+		}
+		from += k + 1
 	}
-	i = skipSpace(obj, i+len(key))
-	if i >= len(obj) || obj[i] != ':' {
-		return 0, false
+	return -1
+}
+
+// readCounts reads the counts among the members of the object that starts
+// obj, in one walk: a member whose value is an object (details) is
+// skipped whole; usage objects hold no string with a brace in it.
+func (o *observation) readCounts(obj []byte) {
+	for i := 1; i < len(obj); {
+		switch obj[i] {
+		case '}':
+			return
+		case '"':
+			end := bytes.IndexByte(obj[i+1:], '"')
+			if end < 0 {
+				return
+			}
+			key := obj[i+1 : i+1+end]
+			i = skipSpace(obj, i+end+2)
+			if i >= len(obj) || obj[i] != ':' {
+				return
+			}
+			i = skipSpace(obj, i+1)
+			n, d := int64(0), 0
+			for ; i < len(obj) && obj[i] >= '0' && obj[i] <= '9' && d < 15; i, d = i+1, d+1 {
+				n = n*10 + int64(obj[i]-'0')
+			}
+			if d > 0 {
+				switch string(key) {
+				case "prompt_tokens", "input_tokens":
+					o.in, o.usage = n, true
+				case "completion_tokens", "output_tokens":
+					o.out, o.usage = n, true
+				}
+			}
+		case '{':
+			// A details object: skipped to its closing brace.
+			depth := 0
+			for ; i < len(obj); i++ {
+				if obj[i] == '{' {
+					depth++
+				} else if obj[i] == '}' {
+					if depth--; depth == 0 {
+						break
+					}
+				}
+			}
+			i++
+		default:
+			i++
+		}
 	}
-	i = skipSpace(obj, i+1)
-	var n int64
-	d := 0
-	for ; i < len(obj) && obj[i] >= '0' && obj[i] <= '9' && d < 15; i, d = i+1, d+1 {
-		n = n*10 + int64(obj[i]-'0')
-	}
-	return n, d > 0
 }
