@@ -44,6 +44,9 @@ type HistoryEntry struct {
 	// one actor this entry stands for: a pipeline waiting for its content
 	// (WithExpectedDigest) leaves one entry, not one per try.
 	Mismatches int `json:"precondition_mismatches,omitempty"`
+	// Folds counts the further triggers a burst folded into this attempt
+	// (Result.Folds).
+	Folds int `json:"folds,omitempty"`
 	// Revisions names the atomic-writer revision of each mount the
 	// attempt read (see Result.Revisions).
 	Revisions map[string]string `json:"revisions,omitempty"`
@@ -144,6 +147,7 @@ func HistoryEntryOf(res Result) HistoryEntry {
 		DurationMS:                millis.Of(res.Duration),
 		Revisions:                 res.Revisions,
 		Mismatches:                mismatches(res),
+		Folds:                     res.Folds,
 	}
 }
 

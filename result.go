@@ -38,6 +38,10 @@ type Result struct {
 	Actor string `json:"actor,omitempty"`
 	// DryRun is true for Check: nothing was published whatever the outcome.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Folds counts the further Reloads that found this attempt queued
+	// behind another and were answered with its result; Trigger and Actor
+	// are the first one's.
+	Folds int `json:"folds,omitempty"`
 
 	PreviousGeneration uint64 `json:"previous_generation"`
 	// Generation is the active generation after the attempt (equal to

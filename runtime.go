@@ -29,8 +29,9 @@ type Runtime[T any] struct {
 	o     options[T]
 	comp  compiler[T]
 
-	// slot admits one attempt at a time: a trigger that finds it full is
-	// answered busy at once, never queued.
+	// slot admits one attempt at a time. A Reload that finds it full
+	// folds into the one queued attempt (see queued); a Check or Apply is
+	// answered busy at once.
 	slot chan struct{}
 
 	ctx    context.Context // ends when Close begins; parent of every attempt
@@ -78,6 +79,7 @@ type Runtime[T any] struct {
 	lastFailure  *AttemptSummary
 	mutations    uint64
 	lastMutation *Mutation
+	queue        *queued         // the Reload waiting for the slot, which later ones fold into
 	ro           *rollout[T]     // the rollout in progress; written under the slot too
 	lastRollout  *RolloutStatus  // the last one that ended
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
@@ -111,11 +113,14 @@ type Status struct {
 	// RetentionPressure is true while the retained generations fill the
 	// budget: an attempt that would publish is refused retention-blocked
 	// until pinned work drains. It tells operators before a reload does.
-	RetentionPressure bool   `json:"retention_pressure"`
-	Pinned            int64  `json:"pinned"`
-	Busy              bool   `json:"busy"`
-	Source            string `json:"fixed_source_path"`
-	Closed            bool   `json:"closed,omitempty"`
+	RetentionPressure bool  `json:"retention_pressure"`
+	Pinned            int64 `json:"pinned"`
+	Busy              bool  `json:"busy"`
+	// Queued counts the reloads waiting, folded into the one attempt
+	// queued behind the attempt in flight (see Runtime.Reload).
+	Queued int    `json:"queued,omitempty"`
+	Source string `json:"fixed_source_path"`
+	Closed bool   `json:"closed,omitempty"`
 	// Mutations counts the modifications of published generations the
 	// detector found (see WithMutationCheck); LastMutation is the latest.
 	Mutations    uint64    `json:"mutations_detected"`
@@ -249,14 +254,17 @@ func (r *Runtime[T]) Acquire() Pin[T] {
 }
 
 // Reload runs one attempt: read, compile, diff, prepare, publish, commit.
-// It returns at once with outcome busy if an attempt is in flight. Once
-// accepted, the attempt belongs to the runtime: if ctx ends first, Reload
-// returns ctx's error and the attempt carries on, bounded by the attempt
-// timeout; its result then shows in Status. Every other ending, failures
+// If an attempt is in flight it folds into the one attempt queued behind
+// it, which starts when the slot frees, reads the source then, and answers
+// every Reload folded into it (Result.Folds counts them); one that expects
+// other content (WithExpectedDigest) than the queued attempt is answered
+// busy. Once accepted, the attempt belongs to the runtime: if ctx ends
+// first, Reload returns ctx's error and the attempt carries on, bounded by
+// the attempt timeout; its result then shows in Status. Every other ending, failures
 // included, is a Result with a nil error; after Close begins the error is
 // ErrClosed.
 func (r *Runtime[T]) Reload(ctx context.Context, trigger Trigger) (Result, error) {
-	return r.start(ctx, trigger, false, func(ctx context.Context) Result { return r.attempt(ctx, trigger, plan{}) })
+	return r.enter(ctx, trigger, false, true, func(ctx context.Context) Result { return r.attempt(ctx, trigger, plan{}) })
 }
 
 // Check runs the same steps as Reload up to and including prepare, then
@@ -278,7 +286,14 @@ func (r *Runtime[T]) Apply(ctx context.Context, version uint64, rec Record) (Res
 	return r.start(ctx, TriggerCluster, false, func(ctx context.Context) Result { return r.apply(ctx, version, rec) })
 }
 
+// start runs an attempt if the slot is free, and answers busy if not.
 func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run func(context.Context) Result) (Result, error) {
+	return r.enter(ctx, trigger, dry, false, run)
+}
+
+// enter runs an attempt if the slot is free; if not, a reload (fold)
+// folds into the queued attempt, and anything else is answered busy.
+func (r *Runtime[T]) enter(ctx context.Context, trigger Trigger, dry, fold bool, run func(context.Context) Result) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("reconf: not started: %w", err)
 	}
@@ -292,6 +307,12 @@ func (r *Runtime[T]) start(ctx context.Context, trigger Trigger, dry bool, run f
 	select {
 	case r.slot <- struct{}{}:
 	default:
+		if fold {
+			if q := r.foldLocked(ctx, trigger); q != nil {
+				r.mu.Unlock()
+				return awaitQueued(ctx, q)
+			}
+		}
 		r.mu.Unlock()
 		id := r.cur.Load().id
 		res := Result{Outcome: Busy, Reason: ReasonInFlight, Message: "another attempt is in flight; try again when it ends", Trigger: trigger, DryRun: dry,
@@ -1035,6 +1056,9 @@ func (r *Runtime[T]) Status() Status {
 	}
 	for g := range r.retained {
 		s.Pinned += g.pinned()
+	}
+	if r.queue != nil {
+		s.Queued = 1 + r.queue.folds
 	}
 	s.Rollout = r.rolloutStatusLocked()
 	s.RecordedGenerations = r.recordedIDsLocked()

@@ -132,11 +132,24 @@ func TestReloadOutcomes(t *testing.T) {
 					done <- res
 				}()
 				<-entered
+				// A reload queued behind it expects content of its own, so
+				// the API's plain reload cannot fold into it.
+				ctx, err := reconf.WithExpectedDigest(context.Background(), reconf.ContentDigest([]byte(baseYAML(2))))
+				if err != nil {
+					e.t.Fatal(err)
+				}
+				queued := make(chan reconf.Result, 1)
+				go func() {
+					res, _ := e.rt.Reload(ctx, reconf.TriggerSDK)
+					queued <- res
+				}()
+				waitFor(e.t, 10*time.Second, "the expecting reload to queue", func() bool { return e.rt.Status().Queued == 1 })
 				return func() {
 					release()
 					if res := <-done; res.Outcome != reconf.Published {
 						e.t.Errorf("the blocked SDK attempt ended %v, want published", res.Outcome)
 					}
+					<-queued
 				}
 			}},
 		{name: "canceled after Close", source: baseYAML(2), wantStatus: 503, want: reconf.Canceled, reason: reconf.ReasonShutdown, wantGen: 1,
@@ -184,6 +197,46 @@ func TestReloadOutcomes(t *testing.T) {
 				t.Errorf("an invalid answer has no problems: %s", a.body)
 			}
 		})
+	}
+}
+
+// TestReloadsFoldWhileBusy: reloads posted while an attempt runs wait for
+// the one attempt queued behind it, which reads the newest content, and
+// each answer is that attempt's, counting the folds.
+func TestReloadsFoldWhileBusy(t *testing.T) {
+	const n = 3
+	e := start(t, setup{})
+	e.src.set(baseYAML(2))
+	entered, release := e.gate.block()
+	defer release()
+	first := make(chan reconf.Result, 1)
+	go func() {
+		res, _ := e.rt.Reload(context.Background(), reconf.TriggerSDK)
+		first <- res
+	}()
+	<-entered
+	answers := make(chan answer, n)
+	for i := range n {
+		go func() { answers <- e.do(http.MethodPost, admin.ReloadPath, "") }()
+		waitFor(t, 10*time.Second, "the reloads to fold", func() bool { return e.rt.Status().Queued == i+1 })
+	}
+	if st := e.do(http.MethodGet, admin.StatusPath, ""); !bytes.Contains(st.body, []byte(`"queued":3`)) {
+		t.Errorf("status while 3 reloads wait: %s, want \"queued\":3", st.body)
+	}
+	e.src.set(baseYAML(3))
+	release()
+	if res := <-first; res.Outcome != reconf.Published || res.Generation != 2 {
+		t.Fatalf("the attempt in flight ended %v gen %d, want published 2", res.Outcome, res.Generation)
+	}
+	for range n {
+		a := <-answers
+		r := reloadBody(t, a)
+		if a.status != http.StatusOK || r.Outcome != reconf.Published || r.Generation != 3 || r.Folds != n-1 || r.Trigger != reconf.TriggerAPI {
+			t.Errorf("folded reload: %d %v gen %d folds %d trigger %s; want 200 published 3 with %d folds", a.status, r.Outcome, r.Generation, r.Folds, r.Trigger, n-1)
+		}
+	}
+	if got := e.rt.Current().Config().Limit; got != 3 {
+		t.Errorf("active content %d, want the newest, 3", got)
 	}
 }
 

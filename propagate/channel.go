@@ -501,26 +501,31 @@ func recordTooLarge(err error) bool {
 // configuration, per worker and second. An Update not newer than have
 // carries no record. In the same read it counts this worker's row, so
 // that a row that vanished while its lease lives is noticed (row false).
-func (c *Channel) latestAfter(ctx context.Context, have uint64) (u Update, rev int64, row bool, err error) {
+func (c *Channel) latestAfter(ctx context.Context, have uint64, hostKey string) (u Update, rev int64, row, host bool, err error) {
 	rctx, cancel := c.reqCtx(ctx)
-	tx, err := c.cli.Txn(rctx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(c.Key(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(c.rowKey(), clientv3.WithCountOnly()),
-	).Commit()
+	}
+	if hostKey != "" {
+		ops = append(ops, clientv3.OpGet(hostKey, clientv3.WithCountOnly()))
+	}
+	tx, err := c.cli.Txn(rctx).Then(ops...).Commit()
 	cancel()
 	if err != nil {
-		return Update{}, 0, false, c.unreachable("read", err)
+		return Update{}, 0, false, false, c.unreachable("read", err)
 	}
 	row = tx.Responses[1].GetResponseRange().Count > 0
+	host = hostKey == "" || tx.Responses[2].GetResponseRange().Count > 0
 	kvs := tx.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return Update{}, tx.Header.Revision, row, nil
+		return Update{}, tx.Header.Revision, row, host, nil
 	}
 	if kv := kvs[0]; uint64(kv.Version) <= have {
-		return Update{Version: uint64(kv.Version), Revision: kv.ModRevision}, tx.Header.Revision, row, nil
+		return Update{Version: uint64(kv.Version), Revision: kv.ModRevision}, tx.Header.Revision, row, host, nil
 	}
 	u, rev, err = c.Latest(ctx)
-	return u, rev, row, err
+	return u, rev, row, host, err
 }
 
 // unreachable wraps a failed request of op in ErrUnreachable.

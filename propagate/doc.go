@@ -33,10 +33,12 @@
 //
 // # Following
 //
-// A Follower reads the key, then watches it from the next revision, and
+// A Follower reads the key, then watches it from the read's revision, and
 // applies every version newer than the one its runtime holds through
-// reconf.Runtime.Apply. Every resync interval (1s) it reads the key again,
-// as a safety net behind the watch. A failed apply keeps the runtime's
+// reconf.Runtime.Apply. Every resync interval (1s) it makes sure the watch
+// missed nothing, as a safety net: by an etcd progress request on the
+// watch's stream while the watch runs, by a read after an unanswered one,
+// every tenth interval, and while the watch is broken. A failed apply keeps the runtime's
 // generation whole; the follower records the reason in its row and retries
 // with backoff (50ms doubling to 2s) and at once on every newer version.
 // It never applies a version not greater than the one held, and neither

@@ -27,6 +27,10 @@ const (
 	DefaultMinBackoff     = 50 * time.Millisecond
 	DefaultMaxBackoff     = 2 * time.Second
 	DefaultLeaseTTL       = 3 * time.Second
+	// DefaultHostTTL is how long a host's record (HostRow) outlives the
+	// last renewal of its workers: a host whose workers all died without
+	// closing shows unreachable for at most this long, then is forgotten.
+	DefaultHostTTL = 15 * time.Minute
 )
 
 // Runtime is what a Follower needs from a runtime. Every *reconf.Runtime[T]
@@ -54,6 +58,8 @@ type options struct {
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	ttl        time.Duration
+	hostTTL    time.Duration
+	host       string // tests: the host name in place of os.Hostname
 	logger     *slog.Logger
 	noWatch    bool // tests: rely on the resync alone
 	history    *History
@@ -61,8 +67,10 @@ type options struct {
 	timing     *Timing                 // WithFollowerTiming
 }
 
-// WithResyncInterval sets how often the follower reads the key as a safety
-// net behind the watch, and heartbeats its row (default 1s).
+// WithResyncInterval sets how often the follower makes sure its watch
+// missed nothing, the safety net behind it (default 1s): by a progress
+// request while the watch runs, by a read of the key otherwise (see
+// resyncPlan).
 func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -96,6 +104,22 @@ func WithLeaseTTL(d time.Duration) Option {
 	}
 }
 
+// WithHostTTL sets the TTL of the lease the host's record lives on
+// (default DefaultHostTTL, whole seconds): how long a host whose workers
+// all died without closing is shown unreachable before it is forgotten.
+// Each worker renews its own such lease every third of the TTL.
+func WithHostTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Second {
+			o.hostTTL = d
+		}
+	}
+}
+
+// withHost names the host in place of os.Hostname (tests of several
+// hosts in one process).
+func withHost(h string) Option { return func(o *options) { o.host = h } }
+
 // WithSharedLease puts the worker's row on a lease the process already
 // keeps alive, such as its concurrency gate's (gate.Gate.Lease), instead
 // of a lease of the follower's own: one keep-alive then keeps all of a
@@ -126,8 +150,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // Follower keeps one worker's runtime on the cluster's newest version and
 // keeps the worker's presence row. It watches the channel's key and applies
-// every version newer than the one the runtime holds, reads the key every
-// resync interval as a safety net, retries a failed apply with capped
+// every version newer than the one the runtime holds, checks every
+// resync interval that the watch missed nothing (a safety net), retries a failed apply with capped
 // backoff and on every newer version, and never applies an older version.
 // When etcd is unreachable the runtime keeps its last-good generation and
 // the follower reports StateDegraded until etcd answers again.
@@ -148,11 +172,17 @@ type Follower struct {
 
 	rowVersion atomic.Uint64 // applied version in the row last written
 	rowGone    atomic.Bool   // a resync found no row: write it again
+	hostGone   atomic.Bool   // a resync found no host record: write it again
+	reads      atomic.Int64  // resync reads, for tests of the resync's cost
 
 	// Owned by the presence goroutine (and Follow before it starts).
 	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
 	written  WorkerRow        // the row last written, heartbeat cleared
 	rowLease clientv3.LeaseID // the lease it was written under
+	// hostLease is the lease this worker puts its host's record on (see
+	// HostRow), renewed at hostRenewed; 0: to be granted.
+	hostLease   clientv3.LeaseID
+	hostRenewed time.Time
 
 	closeMu sync.Mutex // serializes Close
 	revoked bool
@@ -179,7 +209,7 @@ type Follower struct {
 func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Follower, error) {
 	f := &Follower{
 		ch: ch, rt: rt, pid: os.Getpid(), dirty: make(chan struct{}, 1),
-		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL},
+		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL, hostTTL: DefaultHostTTL},
 	}
 	for _, opt := range opts {
 		opt(&f.o)
@@ -189,6 +219,9 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	}
 	f.o.logger = f.o.logger.With(slog.String("worker_id", ch.id))
 	f.host, _ = os.Hostname()
+	if f.o.host != "" {
+		f.host = f.o.host
+	}
 	if f.o.lease == nil {
 		if err := f.grant(ctx); err != nil {
 			return nil, err
@@ -319,14 +352,20 @@ func (f *Follower) run() {
 	retry.Stop()
 	defer func() { wcancel() }()
 	keyOnly := false // etcd refused the watch of the record's range: the record's key alone
-	tick := time.NewTicker(f.o.resync)
+	tick := time.NewTicker(f.o.resync / resyncTicks)
 	defer tick.Stop()
+	var plan resyncPlan
 
 	resync := func() {
 		f.mu.Lock()
 		have := f.latest.Version
 		f.mu.Unlock()
-		u, rev, row, err := f.ch.latestAfter(f.ctx, have)
+		f.reads.Add(1)
+		hostKey := ""
+		if !f.ch.hostsDenied.Load() {
+			hostKey = f.ch.hostKey(f.host)
+		}
+		u, rev, row, host, err := f.ch.latestAfter(f.ctx, have, hostKey)
 		if err != nil {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)
@@ -338,12 +377,22 @@ func (f *Follower) run() {
 			f.rowGone.Store(true)
 			f.markDirty()
 		}
+		if !host {
+			f.hostGone.Store(true)
+			f.markDirty()
+		}
 		if f.consider(u, time.Now()) {
 			waiting, backoff = false, f.o.minBackoff
 		}
 		if wch == nil && !f.o.noWatch {
 			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
-			opts := []clientv3.OpOption{clientv3.WithRev(rev + 1)}
+			// From the read's own revision, not the next: etcd answers a
+			// progress request (resyncPlan) only for watches that started
+			// at or before its current revision, and a fleet at rest may
+			// write nothing for hours. The one event replayed is not newer
+			// than the read; the watch joins etcd's synced set within its
+			// 100 ms sync pass.
+			opts := []clientv3.OpOption{clientv3.WithRev(rev)}
 			if !keyOnly {
 				opts = append(opts, f.ch.recordRange())
 			}
@@ -378,6 +427,11 @@ func (f *Follower) run() {
 		}
 		denied = false
 		at := time.Now()
+		if wr.IsProgressNotify() {
+			plan.proved(at)
+			f.readOK()
+			return
+		}
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.PUT || string(ev.Kv.Key) != f.ch.Key() {
 				continue
@@ -429,11 +483,27 @@ func (f *Follower) run() {
 					drained = true
 				}
 			}
-		case <-tick.C:
-			resync()
+		case now := <-tick.C:
+			switch plan.next(now, wch != nil) {
+			case stepRead:
+				resync()
+			case stepProgress:
+				f.requestProgress()
+			}
 		case <-retry.C:
 			waiting = false
 		}
+	}
+}
+
+// requestProgress asks etcd for a progress notification on the watch's
+// stream (see resyncPlan). The context carries the watch's metadata, which
+// names the stream; a failed request leaves the next tick to read.
+func (f *Follower) requestProgress() {
+	ctx, cancel := f.ch.reqCtx(clientv3.WithRequireLeader(f.ctx))
+	defer cancel()
+	if err := f.ch.cli.RequestProgress(ctx); err != nil && f.ctx.Err() == nil {
+		f.o.logger.Debug("propagate: a progress request failed; the next resync reads", "error", err)
 	}
 }
 
@@ -842,10 +912,13 @@ func (f *Follower) heartbeat(keepAlive bool) {
 				return err
 			}
 		}
+		if keepAlive {
+			f.renewHost()
+		}
 		f.mu.Lock()
 		failedBefore := f.writeErr
 		f.mu.Unlock()
-		if !failedBefore && !f.rowGone.Load() && f.currentLease() == f.rowLease && sameRow(f.Row(), f.written) && !f.appliesPending() {
+		if !failedBefore && !f.rowGone.Load() && !f.hostGone.Load() && f.currentLease() == f.rowLease && sameRow(f.Row(), f.written) && !f.appliesPending() {
 			return nil
 		}
 		return f.putRow(f.ctx)
@@ -873,6 +946,41 @@ func (f *Follower) grant(ctx context.Context) error {
 		return f.ch.unreachable("grant lease", err)
 	}
 	f.lease = l.ID
+	return nil
+}
+
+// renewHost renews the host record's lease every third of its TTL. A
+// lease gone (it lapsed while etcd was away) is granted again with the
+// record's next write, which it asks for; another failure waits for the
+// next tick.
+func (f *Follower) renewHost() {
+	if f.hostLease == 0 || time.Since(f.hostRenewed) < f.o.hostTTL/3 {
+		return
+	}
+	ctx, cancel := f.ch.reqCtx(f.ctx)
+	_, err := f.ch.cli.KeepAliveOnce(ctx, f.hostLease)
+	cancel()
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		f.hostLease = 0
+		f.hostGone.Store(true)
+	case err == nil:
+		f.hostRenewed = time.Now()
+	}
+}
+
+// grantHost grants the host record's lease if none is held.
+func (f *Follower) grantHost(ctx context.Context) error {
+	if f.hostLease != 0 {
+		return nil
+	}
+	ctx, cancel := f.ch.reqCtx(ctx)
+	defer cancel()
+	l, err := f.ch.cli.Grant(ctx, int64(f.o.hostTTL/time.Second))
+	if err != nil {
+		return f.ch.unreachable("grant the host record's lease", err)
+	}
+	f.hostLease, f.hostRenewed = l.ID, time.Now()
 	return nil
 }
 
@@ -904,10 +1012,16 @@ func (f *Follower) putRow(ctx context.Context) error {
 	// version instead of two.
 	applies := f.takeApplies(maxAppliesPerWrite)
 	withHost := row.Host != "" && !f.ch.hostsDenied.Load()
+	if withHost {
+		if err := f.grantHost(ctx); err != nil {
+			f.returnApplies(applies)
+			return err
+		}
+	}
 	txn := func() error {
 		ops := []clientv3.Op{clientv3.OpPut(f.ch.rowKey(), string(b), clientv3.WithLease(lease))}
 		if withHost {
-			ops = append(ops, f.ch.hostPut(row))
+			ops = append(ops, f.ch.hostPut(row, f.hostLease))
 		}
 		_, err := f.ch.cli.Txn(ctx).Then(append(ops, applies...)...).Commit()
 		return err
@@ -924,10 +1038,16 @@ func (f *Follower) putRow(ctx context.Context) error {
 	}
 	if err != nil {
 		f.returnApplies(applies)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && f.o.lease == nil {
-			f.lease = 0
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if f.o.lease == nil {
+				f.lease = 0
+			}
+			f.hostLease = 0 // perhaps the one gone: granted again with the next write
 		}
 		return f.ch.unreachable("write worker row", err)
+	}
+	if withHost {
+		f.hostGone.Store(false)
 	}
 	f.trimAfter(applies)
 	f.ch.rowLease.Store(int64(lease))
@@ -980,7 +1100,7 @@ func (f *Follower) StatusFields() map[string]any {
 // StalenessBound is the documented bound on how long after a version is
 // published this follower has applied it, when etcd is reachable and the
 // apply succeeds: the watch normally pushes it within milliseconds; if a
-// push is lost the resync read finds it within one resync interval; if the
+// push is lost the resync finds it within one resync interval; if the
 // runtime was busy with another attempt, one more backoff (at most the
 // maximum). The apply's own duration and one read round trip come on top.
 func (f *Follower) StalenessBound() time.Duration { return f.o.resync + f.o.maxBackoff }

@@ -748,18 +748,18 @@ func startDefaultLimits(t *testing.T) []string {
 func TestResyncReadsTheRecordOnlyWhenNewer(t *testing.T) {
 	ch := channelOn(t, startServer(t).Endpoints())
 	ctx := context.Background()
-	if u, _, _, err := ch.latestAfter(ctx, 0); err != nil || u.Version != 0 {
+	if u, _, _, _, err := ch.latestAfter(ctx, 0, ""); err != nil || u.Version != 0 {
 		t.Fatalf("empty channel: %+v %v", u, err)
 	}
 	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON, Fingerprint: "fp"}
 	if _, _, err := ch.Join(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	u, _, _, err := ch.latestAfter(ctx, 0)
+	u, _, _, _, err := ch.latestAfter(ctx, 0, "")
 	if err != nil || u.Version != 1 || string(u.Record.Live) != string(rec.Live) || u.Record.Format != reconf.LiveJSON {
 		t.Fatalf("newer version: got %+v %v, want version 1 with its record", u, err)
 	}
-	u, _, _, err = ch.latestAfter(ctx, 1)
+	u, _, _, _, err = ch.latestAfter(ctx, 1, "")
 	if err != nil || u.Version != 1 || u.Record.Live != nil || u.PublishedBy != "" {
 		t.Fatalf("held version: got %+v %v, want version 1 without its record", u, err)
 	}

@@ -11,11 +11,14 @@ import (
 )
 
 // HostRow is what the fleet remembers of a host: the version its
-// workers last wrote in their rows. It lives under P/hosts/<host>
-// without a lease, so it outlives the rows: a host whose rows are gone
-// (its leases lapsed: etcd cut off, the host down) while its record is
-// there is unreachable, and status says so with its last version. A
-// host's last worker to leave cleanly deletes the record.
+// workers last wrote in their rows. It lives under P/hosts/<host> on a
+// lease of its own, longer than the rows' (DefaultHostTTL), which the
+// host's workers renew, so it outlives the rows: a host whose rows are
+// gone (its leases lapsed: etcd cut off, the host down, every worker
+// killed) while its record is there is unreachable, and status says so
+// with its last version, until the record's lease lapses too and the
+// fleet forgets the host. A host's last worker to leave cleanly deletes
+// the record at once.
 type HostRow struct {
 	Host string `json:"host"`
 	// LastVersion is the applied version of the last row a worker of
@@ -37,11 +40,12 @@ func (c *Channel) hostKey(host string) string {
 	return c.HostsPrefix() + strings.ReplaceAll(host, "/", "_")
 }
 
-// hostPut writes a host's record beside a row the host's worker writes:
-// in the row's transaction, so it costs no request of its own.
-func (c *Channel) hostPut(row WorkerRow) clientv3.Op {
+// hostPut writes a host's record beside a row the host's worker writes,
+// on the worker's host lease: in the row's transaction, so it costs no
+// request of its own.
+func (c *Channel) hostPut(row WorkerRow, lease clientv3.LeaseID) clientv3.Op {
 	b, _ := json.Marshal(HostRow{Host: row.Host, LastVersion: row.AppliedVersion, LastSeen: row.Heartbeat})
-	return clientv3.OpPut(c.hostKey(row.Host), string(b))
+	return clientv3.OpPut(c.hostKey(row.Host), string(b), clientv3.WithLease(lease))
 }
 
 // forgetHost deletes host's record when no row of the host is left: the

@@ -265,3 +265,46 @@ func TestHostRecordOutlivesRows(t *testing.T) {
 		t.Fatalf("another host's record went with this host's worker: %v %v", resp, err)
 	}
 }
+
+// TestKilledHostIsForgotten: a host whose workers all die without closing
+// (kill -9: nothing deletes anything) shows unreachable, with its last
+// version, once their rows lapse, and is forgotten once its record's
+// lease lapses too. A host with a live worker keeps its record although
+// the worker that wrote it last was killed: the record is written again
+// on the live worker's lease.
+func TestKilledHostIsForgotten(t *testing.T) {
+	const hostTTL = 3 * time.Second
+	s := startServer(t)
+	p := newPrefix()
+	opts := func(host string) workerOpts {
+		return workerOpts{follow: []Option{withHost(host), WithLeaseTTL(time.Second), WithHostTTL(hostTTL), WithResyncInterval(50 * time.Millisecond)}}
+	}
+	live := startWorker(t, s.Endpoints(), p, "live", opts("h1"))
+	peer := startWorker(t, s.Endpoints(), p, "peer", opts("h1")) // writes h1's record last
+	gone := startWorker(t, s.Endpoints(), p, "gone", opts("h2"))
+	ctx := context.Background()
+	hostRecord := func(host string) bool {
+		resp, err := live.cli.Get(ctx, live.ch.hostKey(host))
+		return err == nil && len(resp.Kvs) == 1
+	}
+	waitFor(t, 5*time.Second, "both hosts' records", func() bool { return hostRecord("h1") && hostRecord("h2") })
+
+	// kill -9 of peer and gone: their clients close, nothing renews or deletes.
+	_ = peer.cli.Close()
+	_ = gone.cli.Close()
+	waitFor(t, 5*time.Second, "h2 unreachable at version 1", func() bool {
+		f := fleetOf(t, live.ch)
+		return len(f.Unreachable) == 1 && f.Unreachable[0].Host == "h2" && f.Unreachable[0].LastVersion == 1 && f.Live == 1
+	})
+	waitFor(t, 3*hostTTL, "h2 forgotten", func() bool { return !hostRecord("h2") })
+	if f := fleetOf(t, live.ch); len(f.Unreachable) != 0 {
+		t.Fatalf("unreachable hosts %+v after h2's record lapsed, want none", f.Unreachable)
+	}
+	// peer's host lease has lapsed too by now: h1's record lives on
+	// live's.
+	waitFor(t, 5*time.Second, "h1's record, on the live worker's lease", func() bool { return hostRecord("h1") })
+	time.Sleep(hostTTL)
+	if !hostRecord("h1") {
+		t.Fatal("h1's record lapsed with its killed worker while another worker of h1 lives")
+	}
+}

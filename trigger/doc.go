@@ -8,18 +8,18 @@
 //
 // While a Listener is open, SIGHUP never terminates the process: each
 // signal the listener receives starts one attempt with trigger "sighup",
-// or, when an attempt is already in flight (from any trigger), is answered
-// busy by the runtime at once and logged. Signals are never queued behind
-// an attempt: a burst that arrives during one attempt yields busy answers,
-// not a series of attempts afterwards. Signals that arrive faster than the
-// listener can take them are coalesced, first by the operating system
-// (a pending SIGHUP is one bit) and then by the listener's one-slot signal
-// channel; each signal the listener does take is either an attempt or a
-// busy answer.
+// or, when an attempt is already in flight (from any trigger), folds into
+// the one attempt the runtime queues behind it (see reconf.Runtime.Reload),
+// which reads the source once the first ends. A burst of signals during
+// one attempt costs one more attempt, on the newest content, not one per
+// signal. Signals that arrive faster than the listener can take them are
+// coalesced first by the operating system (a pending SIGHUP is one bit)
+// and then by the listener's one-slot signal channel.
 //
 // Nothing else starts an attempt here: there is no file watcher, no poller
 // and no retry of a failed attempt. The runtime logs every attempt it runs;
-// the listener adds a log line for signals answered busy.
+// the listener adds a log line for a signal answered busy (a restart in
+// progress, a worker superseded in a fleet).
 //
 // On platforms without SIGHUP, SIGHUP returns a Listener that does nothing.
 //

@@ -59,9 +59,8 @@ func (l *Listener) loop() {
 			if l.ctx.Err() != nil {
 				return // Close won the race: start nothing
 			}
-			// Each signal gets its own Reload call, so a signal that
-			// arrives while an attempt runs is answered busy now rather
-			// than waiting behind it.
+			// Each signal gets its own Reload call, so the loop keeps
+			// taking signals while one waits for the queued attempt.
 			l.wg.Go(l.reload)
 		}
 	}

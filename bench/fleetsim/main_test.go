@@ -41,6 +41,9 @@ func TestFleetSmoke(t *testing.T) {
 			if res.Unconverged != 0 || res.FailedApplies != 0 {
 				t.Fatalf("got %d unconverged reloads and %d failed applies (%s), want none", res.Unconverged, res.FailedApplies, res.FirstFailureReason)
 			}
+			if res.IdleWritesPerS != 0 {
+				t.Errorf("the fleet wrote %.1f times a second at rest, want 0 (rows and host records live on leases)", res.IdleWritesPerS)
+			}
 			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 {
 				t.Errorf("a figure was not measured: %+v", res)
 			}

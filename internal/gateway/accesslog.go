@@ -123,9 +123,9 @@ func (l *accessLog) write(x *exchange, gen uint64, status int, took time.Duratio
 	}
 	b = append(b, `,"`+logGeneration+`":`...)
 	b = strconv.AppendUint(b, gen, 10)
-	if x.obs.key != "" {
+	if x.client != nil {
 		b = append(b, `,"`+logClientKey+`":`...)
-		b = appendJSONString(b, x.obs.key)
+		b = appendJSONString(b, x.client.name)
 	}
 	b = append(b, "}\n"...)
 	l.buf = b

@@ -22,6 +22,7 @@ import (
 // after another), so it needs no lock.
 type authMemo struct {
 	gen uint64
+	key int // the key's index in its generation's keys
 	n   int // 0: empty
 	hdr [maxMemoHeader]byte
 
@@ -50,26 +51,34 @@ func (m *authMemo) digestOf(key []byte, d *[sha256.Size]byte) {
 // every time.
 const maxMemoHeader = 128
 
-func (m *authMemo) has(gen uint64, hdr []byte) bool {
-	return m.n > 0 && m.gen == gen && len(hdr) == m.n && sameBytes(hdr, m.hdr[:m.n])
+// has returns the index of the key the memo holds for gen and hdr.
+func (m *authMemo) has(gen uint64, hdr []byte) (int, bool) {
+	if m.n > 0 && m.gen == gen && len(hdr) == m.n && sameBytes(hdr, m.hdr[:m.n]) {
+		return m.key, true
+	}
+	return 0, false
 }
 
-func (m *authMemo) set(gen uint64, hdr []byte) {
+func (m *authMemo) set(gen uint64, hdr []byte, key int) {
 	if len(hdr) == 0 || len(hdr) > len(m.hdr) {
 		m.n = 0
 		return
 	}
-	m.gen, m.n = gen, copy(m.hdr[:], hdr)
+	m.gen, m.key, m.n = gen, key, copy(m.hdr[:], hdr)
 }
 
 // clientAuthorized reports whether the exchange's request carries one of
-// the keys of its pinned generation (st is that generation's state).
+// the keys of its pinned generation (st is that generation's state); it
+// sets x.client to the named key it is, if it is one.
 func (x *exchange) clientAuthorized(st *routes) bool {
 	hdr := authorization(&x.ctx.Request.Header)
 	memo := x.memo()
 	gen := x.pin.ID()
-	if memo != nil && memo.has(gen, hdr) {
-		return true
+	if memo != nil {
+		if i, ok := memo.has(gen, hdr); ok {
+			x.client = st.clients[i]
+			return true
+		}
 	}
 	if len(hdr) == 0 {
 		return false
@@ -78,11 +87,13 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 		memo.digestOf(hdr, &x.digest)
 		x.digested = true
 	}
-	if !st.authorizedDigest(&x.digest) {
+	i := st.keyIndex(&x.digest)
+	if i < 0 {
 		return false
 	}
+	x.client = st.clients[i]
 	if memo != nil {
-		memo.set(gen, hdr)
+		memo.set(gen, hdr, i)
 	}
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -236,5 +237,89 @@ func TestServeAllocatesNothing(t *testing.T) {
 	// server's date refresh each second) does not count as one a request.
 	if n := testing.AllocsPerRun(500, do); n != 0 {
 		t.Fatalf("a proxied request allocates %v times through the server; want 0", n)
+	}
+}
+
+// routedProxyGateway is proxyGateway with a named key whose limits are
+// never reached and a model with a fallback chain, so that the zero
+// allocation tests cover the key limiter and the attempt loop.
+func routedProxyGateway(b testing.TB) (*Gateway, string, []string) {
+	up := benchUpstream(b)
+	cfg := `
+logging: {level: error}
+auth:
+  mode: api_keys
+  keys: [{name: bench, secret: "${env:CLIENT_KEY}", limits: {requests: 1000000000, tokens: 1000000000000, per: 1m}}]
+routing:
+  default_route: up
+  max_attempts: 2
+  models: [{name: fast, deployments: [{backend: up, weight: 3}, {backend: up2}], fallbacks: [up3]}]
+backends:
+  - {name: up, kind: openai, host: ` + up + `, model: bench-1, max_concurrency: 256, timeout: 30s}
+  - {name: up2, kind: openai, host: ` + up + `, model: bench-1, max_concurrency: 256, timeout: 30s}
+  - {name: up3, kind: openai, host: ` + up + `, model: bench-1, max_concurrency: 256, timeout: 30s}
+`
+	const key = "client-key-0123456789abcdef"
+	g := benchGateway(b, cfg, WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" }))
+	body := `{"model":"fast","messages":[{"role":"user","content":"Say something short about configuration reloads."}]}`
+	return g, body, []string{"Authorization", "Bearer " + key}
+}
+
+// BenchmarkProxyRouted is BenchmarkProxy with a key limit and a fallback
+// chain active and never reached, for a side by side comparison.
+//
+//	go test -run '^$' -bench 'Proxy(Routed)?$' -benchmem -count 6 ./internal/gateway/
+func BenchmarkProxyRouted(b *testing.B) {
+	g, body, hdr := routedProxyGateway(b)
+	runHandler(b, g.Handler(), body, hdr...)
+}
+
+// A proxied chat completion with a key limit and a fallback chain
+// allocates nothing either.
+func TestRoutedProxyAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; scripts/test runs this test without it")
+	}
+	g, body, hdr := routedProxyGateway(t)
+	serveOne := handlerLoop(t, g.Handler(), body, hdr...)
+	serveOne()
+	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
+		t.Fatalf("a routed request allocates %v times; want 0", n)
+	}
+}
+
+// BenchmarkKeyAdmit is one admission of a limited key: alone, and as a
+// fleet worker below its share (no etcd round trip).
+func BenchmarkKeyAdmit(b *testing.B) {
+	lim := &KeyLimits{Requests: 1 << 40, Tokens: 1 << 40, Per: time.Minute}
+	for _, fleet := range []bool{false, true} {
+		name := "alone"
+		l := &keyLimiter{name: "k"}
+		if fleet {
+			name = "fleet"
+			l.share = &keyShare{allow: [2]int64{1 << 40, 1 << 40}, peers: 4}
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			now := time.Now()
+			for i := range b.N {
+				if ok, _ := l.admit(now.Add(time.Duration(i)), lim); !ok {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
+
+// The fleet limiter's admission allocates nothing.
+func TestKeyAdmitAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; scripts/test runs this test without it")
+	}
+	lim := &KeyLimits{Requests: 1 << 40, Tokens: 1 << 40, Per: time.Minute}
+	l := &keyLimiter{name: "k", share: &keyShare{allow: [2]int64{1 << 40, 1 << 40}, peers: 4}}
+	now := time.Now()
+	if n := testing.AllocsPerRun(1000, func() { l.admit(now, lim); l.charge(now, 10) }); n != 0 {
+		t.Fatalf("an admission allocates %v times", n)
 	}
 }

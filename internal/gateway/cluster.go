@@ -89,6 +89,7 @@ func WithClusterCheck() Option { return func(o *options) { o.clusterCheck = true
 // clusterState is a worker's connection to its cluster.
 type clusterState struct {
 	slot     string
+	prefix   string // the channel's key prefix
 	cli      *clientv3.Client
 	ownCli   bool // the gateway connected cli and closes it
 	ch       *propagate.Channel
@@ -96,6 +97,8 @@ type clusterState struct {
 	gate     *gate.Gate
 	history  *propagate.History
 	timing   *propagate.Timing // the propagation legs' histograms (Collector)
+	cool     *cooldownShare    // the backends' cooldowns, shared with the fleet
+	keys     *keyFleet         // the client keys' limits, held for the fleet
 }
 
 // joinCluster connects to etcd, makes the channel and joins the
@@ -120,7 +123,7 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 		}
 	}
 	id := workerID(c.Worker)
-	st := &clusterState{slot: c.Worker, cli: cli, ownCli: own, timing: propagate.NewTiming()}
+	st := &clusterState{slot: c.Worker, prefix: c.Prefix, cli: cli, ownCli: own, timing: propagate.NewTiming()}
 	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
 	if err != nil {
 		st.closeClient()
@@ -155,6 +158,12 @@ func (c *clusterState) abandon(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), propagate.DefaultRequestTimeout)
 	defer cancel()
 	_ = c.gate.Close(ctx)
+	if c.cool != nil {
+		c.cool.Close()
+	}
+	if c.keys != nil {
+		c.keys.Close(ctx)
+	}
 	if c.history != nil {
 		_ = c.history.Close(ctx)
 	}
@@ -251,6 +260,7 @@ func (g *Gateway) WorkerID() string {
 // call. It is safe for concurrent use.
 func (g *Gateway) StatusFields() map[string]any {
 	m := map[string]any{"concurrency": g.concurrency()}
+	m["deployments"], m["keys"] = g.routingStatus()
 	if t := g.tlsStatus(); t != nil {
 		m["data_plane_tls"] = t
 	}

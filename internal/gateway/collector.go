@@ -31,11 +31,12 @@ type collector struct {
 	// failedAttempt call failures, by backend.
 	failures, attemptFailures *prometheus.CounterVec
 	rollout                   *rolloutMetrics
+	routing                   *routingMetrics
 }
 
 func newCollector(g *Gateway, rollout *rolloutMetrics) *collector {
 	return &collector{
-		g: g, rollout: rollout,
+		g: g, rollout: rollout, routing: newRoutingMetrics(g),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "reconfd", Name: "request_failures_total",
 			Help: "Data-plane requests answered with a 5xx (the gateway's definition of a failure), by backend.",
@@ -130,6 +131,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
 	c.attemptFailures.Describe(ch)
 	c.rollout.describe(ch)
+	c.routing.describe(ch)
 	c.g.genai.describe(ch)
 	ch <- c.limit
 	ch <- c.capacity
@@ -152,6 +154,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.failures.Collect(ch)
 	c.attemptFailures.Collect(ch)
 	c.rollout.collect(ch, c.g.rt)
+	c.routing.collect(ch)
 	c.g.genai.collect(ch)
 	c.collectConns(ch)
 	pin := c.g.rt.Acquire()

@@ -79,8 +79,41 @@ type AuthConfig struct {
 	// Mode is none (every client is admitted) or api_keys (a client sends
 	// one of APIKeys as a bearer token).
 	Mode string `yaml:"mode" reconf:"restart" default:"none" validate:"oneof=none api_keys"`
-	// APIKeys are the client keys accepted in api_keys mode.
+	// APIKeys are client keys accepted in api_keys mode with no name,
+	// model list or limit of their own.
 	APIKeys []reconf.Secret `yaml:"api_keys" reconf:"live"`
+	// Keys are the named client keys accepted in api_keys mode, each with
+	// the models it may use and its limits; a list keyed by name. Logs,
+	// status and metrics name a key by its name, never by its secret.
+	Keys []ClientKey `yaml:"keys" reconf:"live"`
+}
+
+// ClientKey is one named client key.
+type ClientKey struct {
+	// Name names the key in logs, status and metrics.
+	Name string `yaml:"name" validate:"required"`
+	// Secret is the key a client sends (Authorization: Bearer, or
+	// X-Api-Key).
+	Secret reconf.Secret `yaml:"secret"`
+	// Models lists the model names the key may ask for; empty allows
+	// every model.
+	Models []string `yaml:"models"`
+	// Limits bound the key's use.
+	Limits KeyLimits `yaml:"limits"`
+}
+
+// KeyLimits bound one client key's use over a sliding window of length
+// Per. In a fleet each limit holds for the fleet as a whole.
+type KeyLimits struct {
+	// Requests bounds the requests admitted per window; 0 is unlimited.
+	Requests int64 `yaml:"requests" validate:"min=0"`
+	// Tokens bounds the tokens (input plus output, from the answers'
+	// usage, streams included) per window; 0 is unlimited. A request is
+	// admitted while the window's tokens are below the limit, so the
+	// overshoot is at most what the requests in flight then use.
+	Tokens int64 `yaml:"tokens" validate:"min=0"`
+	// Per is the window's length.
+	Per time.Duration `yaml:"per" default:"1m" validate:"min=1s,max=1h"`
 }
 
 // LimitsConfig bounds requests.
@@ -92,9 +125,68 @@ type LimitsConfig struct {
 type RoutingConfig struct {
 	// DefaultRoute is the backend for a request that names no model.
 	DefaultRoute string `yaml:"default_route" validate:"required"`
-	// MaxAttempts bounds the tries of one request against an upstream;
-	// only connection errors and 5xx answers are retried.
+	// MaxAttempts bounds the tries of one request against each upstream
+	// it is sent to; only connection errors and 5xx answers are retried
+	// on the same upstream.
 	MaxAttempts int `yaml:"max_attempts" default:"1" validate:"min=1,max=10"`
+	// Models are model names served by several deployments, each a
+	// backend with a weight, and an ordered list of fallbacks; a list
+	// keyed by name. A request for one goes to a deployment picked by
+	// weight, then, when that fails in a way FallbackOn names, to the
+	// other deployments and then to the fallbacks, in order.
+	Models []ModelRoute `yaml:"models"`
+	// FallbackOn names the failures that move a request to the next
+	// deployment or fallback of its model.
+	FallbackOn FallbackOn `yaml:"fallback_on"`
+	// Cooldown is how long a deployment that failed CooldownAfter
+	// attempts in a row is passed over while others can serve; 0 never
+	// cools one down.
+	Cooldown time.Duration `yaml:"cooldown" validate:"min=0s"`
+	// CooldownAfter is the number of failed attempts in a row (failures
+	// as the rollout's health counts them: no answer, a timeout, a 5xx)
+	// that starts a deployment's cooldown.
+	CooldownAfter int `yaml:"cooldown_after" default:"3" validate:"min=1,max=1000"`
+}
+
+// ModelRoute is one model name served by deployments and fallbacks.
+type ModelRoute struct {
+	// Name is the model name clients ask for; it must differ from every
+	// model_aliases key.
+	Name string `yaml:"name" validate:"required"`
+	// Deployments are the backends that serve the model, picked by
+	// weight for each request.
+	Deployments []Deployment `yaml:"deployments" validate:"min=1"`
+	// Fallbacks name backends tried, in order, once every deployment has
+	// failed the request.
+	Fallbacks []string `yaml:"fallbacks"`
+	// Timeout bounds a request for the model from admission to its last
+	// byte, every deployment and fallback tried included; each backend's
+	// own timeout bounds its part. 0 takes the largest timeout of the
+	// model's backends.
+	Timeout time.Duration `yaml:"timeout" validate:"min=0s"`
+}
+
+// Deployment is one backend serving a model, with its share of requests.
+type Deployment struct {
+	// Backend names the backend.
+	Backend string `yaml:"backend" validate:"required"`
+	// Weight is the deployment's share of the model's requests, relative
+	// to the other deployments' weights.
+	Weight int `yaml:"weight" default:"1" validate:"min=1,max=10000"`
+}
+
+// FallbackOn names the failures of an upstream that send a request on to
+// the next deployment or fallback. A stream falls back only before its
+// first byte reached the client.
+type FallbackOn struct {
+	// ConnectError: the upstream could not be reached.
+	ConnectError bool `yaml:"connect_error" default:"true"`
+	// Timeout: the backend did not answer within its own timeout.
+	Timeout bool `yaml:"timeout" default:"true"`
+	// RateLimited: the upstream answered 429.
+	RateLimited bool `yaml:"rate_limited" default:"true"`
+	// ServerError: the upstream answered a 5xx after its last attempt.
+	ServerError bool `yaml:"server_error" default:"true"`
 }
 
 // Backend kinds.
@@ -169,8 +261,8 @@ func (c *Config) Validate() error {
 	}
 	switch c.Auth.Mode {
 	case "api_keys":
-		if len(c.Auth.APIKeys) == 0 {
-			add("auth.api_keys", "at least one key is required when auth.mode is api_keys")
+		if len(c.Auth.APIKeys) == 0 && len(c.Auth.Keys) == 0 {
+			add("auth.api_keys", "at least one key (here or in auth.keys) is required when auth.mode is api_keys")
 		}
 		for i, k := range c.Auth.APIKeys {
 			if k.Reveal() == "" {
@@ -180,6 +272,18 @@ func (c *Config) Validate() error {
 	case "none":
 		if len(c.Auth.APIKeys) > 0 {
 			add("auth.api_keys", "keys are set but auth.mode is none, so they would not be checked; set auth.mode: api_keys (a restart) or remove them")
+		}
+		if len(c.Auth.Keys) > 0 {
+			add("auth.keys", "keys are set but auth.mode is none, so they would not be checked; set auth.mode: api_keys (a restart) or remove them")
+		}
+	}
+	for _, k := range c.Auth.Keys {
+		seg := "auth.keys[" + safeSegment(k.Name) + "]"
+		if k.Name != "" && !validName(k.Name) {
+			add(seg+".name", "may hold only letters, digits and . _ - characters")
+		}
+		if k.Secret.Reveal() == "" {
+			add(seg+".secret", "is required and must not be empty")
 		}
 	}
 	names := map[string]bool{}
@@ -200,9 +304,77 @@ func (c *Config) Validate() error {
 			add(seg, "must name a backend")
 		}
 	}
+	errs = append(errs, c.Routing.validateModels(names, c.ModelAliases)...)
+	errs = append(errs, c.validateKeyModels()...)
 	errs = append(errs, c.Rollout.validate()...)
 	errs = append(errs, c.Observability.validate()...)
 	return errors.Join(errs...)
+}
+
+// validateKeyModels checks that every model a key may use is one the
+// configuration serves.
+func (c *Config) validateKeyModels() []error {
+	served := map[string]bool{}
+	for _, b := range c.Backends {
+		served[b.Name], served[b.Model] = true, true
+	}
+	for a := range c.ModelAliases {
+		served[a] = true
+	}
+	for _, m := range c.Routing.Models {
+		served[m.Name] = true
+	}
+	var errs []error
+	for _, k := range c.Auth.Keys {
+		for i, m := range k.Models {
+			if !served[m] {
+				errs = append(errs, reconf.FieldErrorf(fmt.Sprintf("auth.keys[%s].models[%d]", safeSegment(k.Name), i),
+					"must name a model the configuration serves (a backend's name or model, a model_aliases key or a routing.models name)"))
+			}
+		}
+	}
+	return errs
+}
+
+// validateModels checks routing.models against the backends' names and
+// the aliases.
+func (r *RoutingConfig) validateModels(backends map[string]bool, aliases map[string]string) []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, reconf.FieldErrorf(path, format, args...))
+	}
+	for _, m := range r.Models {
+		seg := "routing.models[" + safeSegment(m.Name) + "]"
+		if strings.TrimSpace(m.Name) == "" {
+			continue // the required rule says so
+		}
+		if _, ok := aliases[m.Name]; ok {
+			add(seg+".name", "is also a model_aliases key; give the name one route")
+		}
+		used := map[string]bool{}
+		for i, d := range m.Deployments {
+			p := fmt.Sprintf("%s.deployments[%d].backend", seg, i)
+			switch {
+			case d.Backend == "":
+			case !backends[d.Backend]:
+				add(p, "must name a backend")
+			case used[d.Backend]:
+				add(p, "names a backend the model already uses")
+			}
+			used[d.Backend] = true
+		}
+		for i, f := range m.Fallbacks {
+			p := fmt.Sprintf("%s.fallbacks[%d]", seg, i)
+			switch {
+			case !backends[f]:
+				add(p, "must name a backend")
+			case used[f]:
+				add(p, "names a backend the model already uses")
+			}
+			used[f] = true
+		}
+	}
+	return errs
 }
 
 // Validate checks one backend; paths are relative to it.

@@ -32,7 +32,7 @@ type docRange struct {
 
 var (
 	reRow     = regexp.MustCompile("^\\| `([^`]+)` \\| [a-z]+ \\| [^|]* \\| (.*) \\|$")
-	reTo      = regexp.MustCompile(`^(-?\d+) to (-?\d+)$`)
+	reTo      = regexp.MustCompile(`^(-?\d+|\d+[smh]) to (-?\d+|\d+[smh])$`)
 	reAtLeast = regexp.MustCompile(`^at least (-?\d+)$`)
 	reGreater = regexp.MustCompile(`^greater than (-?\d+)$`)
 )
@@ -64,6 +64,9 @@ func docRanges(t *testing.T) map[string]docRange {
 			r := docRange{path: m[1]}
 			num := func(s string) int64 {
 				n, err := strconv.ParseInt(s, 10, 64)
+				if d, derr := time.ParseDuration(s); err != nil && derr == nil {
+					n, err = int64(d), nil
+				}
 				if err != nil {
 					t.Fatalf("%s: %q: %v", m[1], clause, err)
 				}
@@ -157,7 +160,7 @@ func TestConfigRangesMatchTheReference(t *testing.T) {
 		}
 	}) {
 		r := ranges[p]
-		r.duration = p == "backends[*].timeout" || strings.HasSuffix(p, "_delay")
+		r.duration = strings.HasSuffix(p, "timeout") || strings.HasSuffix(p, "_delay") || p == "routing.cooldown" || p == "auth.keys[*].limits.per"
 		type probe struct {
 			v  int64
 			ok bool
@@ -196,6 +199,15 @@ func checkWith(t *testing.T, path string, v any) *CheckReport {
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(baseConfig), &doc); err != nil {
 		t.Fatal(err)
+	}
+	if strings.HasPrefix(path, "auth.keys") {
+		doc["auth"] = map[string]any{"mode": "api_keys", "keys": []any{map[string]any{"name": "k", "secret": "s"}}}
+	}
+	if strings.HasPrefix(path, "routing.models") {
+		// A model routed to the base configuration's two stubs.
+		doc["routing"].(map[string]any)["models"] = []any{map[string]any{
+			"name": "spread", "deployments": []any{map[string]any{"backend": "stub"}}, "fallbacks": []any{"other"},
+		}}
 	}
 	node := doc
 	segs := strings.Split(path, ".")

@@ -30,12 +30,13 @@ func failedStatus(status int) bool { return status >= fasthttp.StatusInternalSer
 // failedStatus): err is its transport error, status its answer's.
 func failedAttempt(err error, status int) bool { return err != nil || failedStatus(status) }
 
-// observeAttempt records an upstream attempt that failed and is retried
-// (its final outcome is the request's, recorded when the request ends):
+// observeAttempt records an upstream attempt that failed and is retried,
+// on the same upstream or on a fallback (the final attempt's outcome is
+// the request's, recorded when the request ends):
 // one failed observation of the call's generation, and the metric.
-func (c *call) observeAttempt(backend string, start time.Time) {
+func (c *call) observeAttempt(backend string, took time.Duration) {
 	if c.rec != nil {
-		c.rec.Observe(c.gen, true, time.Since(start))
+		c.rec.Observe(c.gen, true, took)
 	}
 	if c.metrics != nil {
 		c.metrics.attemptFailed(backend)

@@ -41,7 +41,11 @@ type Gateway struct {
 	tracing  *tracing
 	access   *accessLogs
 	limiters limiterSource // one long-lived limiter per backend name
-	genCache atomic.Pointer[genText]
+	health   *healthSource // one long-lived failure run and cooldown per backend name
+	keys     *keyLimiters  // one long-lived limiter per client key name
+
+	keyLimitsCache atomic.Pointer[genKeyLimits]
+	genCache       atomic.Pointer[genText]
 
 	// cluster is set for a worker of a cluster (WithCluster); worker and
 	// workerHdr name it on /healthz and in the Reconf-Worker header.
@@ -169,7 +173,22 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		limiters = cl.gate
 	}
-	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters}
+	health := &healthSource{}
+	if cl != nil {
+		// Before any backend's health is made: each takes the share's hook.
+		cl.cool = startCooldownShare(cl.cli, cl.prefix, health, log)
+	}
+	keys := &keyLimiters{}
+	var gw atomic.Pointer[Gateway] // for the key fleet's view of the limits, once New returns
+	if cl != nil {
+		cl.keys = startKeyFleet(cl.cli, cl.prefix, cl.ch.ID(), cl.gate.Lease, keys, func() map[string]KeyLimits {
+			if g := gw.Load(); g != nil {
+				return g.keyLimits()
+			}
+			return nil
+		}, log)
+	}
+	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters, health: health, keys: keys}
 	var history *reconf.History
 	var observe reconf.Observer
 	if cl != nil {
@@ -231,7 +250,9 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, history: history, genai: newGenAIMetrics(), tracing: tr, access: access}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, health: health, keys: keys, history: history,
+		genai: newGenAIMetrics(), tracing: tr, access: access}
+	gw.Store(g)
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
 	}
@@ -376,6 +397,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.tracing.close()
 		g.access.swap(nil)
 		if g.cluster != nil {
+			g.cluster.cool.Close()
+			g.cluster.keys.Close(closeCtx)
 			// The runtime's last attempts are written before the client goes.
 			if err := g.cluster.history.Close(closeCtx); err != nil {
 				errs = append(errs, err)
@@ -400,4 +423,35 @@ func (g *Gateway) etcdStep(ctx context.Context, what string, step func(context.C
 	if err := step(ctx); err != nil {
 		g.log.Warn("shutdown: could not "+what, "error", err)
 	}
+}
+
+// keyLimits returns the active generation's named keys that have a
+// limit, by name; the map is made once per generation.
+func (g *Gateway) keyLimits() map[string]KeyLimits {
+	cur := g.rt.Current()
+	if c := g.keyLimitsCache.Load(); c != nil && c.gen == cur.ID() {
+		return c.m
+	}
+	out := keyLimitsOf(cur.Config())
+	g.keyLimitsCache.Store(&genKeyLimits{gen: cur.ID(), m: out})
+	return out
+}
+
+// genKeyLimits is keyLimits of one generation.
+type genKeyLimits struct {
+	gen uint64
+	m   map[string]KeyLimits
+}
+
+func keyLimitsOf(cfg *Config) map[string]KeyLimits {
+	var out map[string]KeyLimits
+	for _, k := range cfg.Auth.Keys {
+		if k.Limits.Requests > 0 || k.Limits.Tokens > 0 {
+			if out == nil {
+				out = make(map[string]KeyLimits)
+			}
+			out[k.Name] = k.Limits
+		}
+	}
+	return out
 }

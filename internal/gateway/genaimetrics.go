@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,12 +27,22 @@ type genaiMetrics struct {
 // label lookup allocates and this runs per request.
 type genaiSeries struct {
 	duration, ttft, tpot, inTok, outTok prometheus.Observer
-	requests, input, output             prometheus.Counter
+	usageSeries
+	// byKey holds the usage series of each named key (*namedKey ->
+	// *usageSeries), made on its first request: a key and a route
+	// belong to one generation, and go with it.
+	byKey sync.Map
+}
+
+// usageSeries are the usage counters of one route, operation and client
+// key name.
+type usageSeries struct {
+	requests, input, output prometheus.Counter
 }
 
 func newGenAIMetrics() *genaiMetrics {
 	gen := []string{labelOperation, labelProvider, labelRequestModel, labelResponseModel}
-	usage := []string{labelModel, labelBackend}
+	usage := []string{labelModel, labelBackend, labelClientKey}
 	return &genaiMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: metricDuration, Help: "GenAI request duration: from admission to the last byte of the answer.",
@@ -50,13 +61,13 @@ func newGenAIMetrics() *genaiMetrics {
 			Buckets: []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864},
 		}, append(gen, labelTokenType)),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricUsageRequests, Help: "Requests that reached a backend, by model and backend.",
+			Name: metricUsageRequests, Help: "Requests that reached a backend, by model, backend and client key name (empty for a key without one).",
 		}, usage),
 		input: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricUsageInput, Help: "Input tokens the answers reported, by model and backend.",
+			Name: metricUsageInput, Help: "Input tokens the answers reported, by model, backend and client key name.",
 		}, usage),
 		output: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricUsageOutput, Help: "Output tokens the answers reported, by model and backend.",
+			Name: metricUsageOutput, Help: "Output tokens the answers reported, by model, backend and client key name.",
 		}, usage),
 	}
 }
@@ -68,14 +79,12 @@ func (m *genaiMetrics) series(rt *route, o *observation) *genaiSeries {
 	}
 	prov := providerOf(rt.kind)
 	s := &genaiSeries{
-		duration: m.duration.WithLabelValues(o.op, prov, rt.model, rt.model, ""),
-		ttft:     m.ttft.WithLabelValues(o.op, prov, rt.model, rt.model),
-		tpot:     m.tpot.WithLabelValues(o.op, prov, rt.model, rt.model),
-		inTok:    m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenInput),
-		outTok:   m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenOutput),
-		requests: m.requests.WithLabelValues(rt.model, rt.name),
-		input:    m.input.WithLabelValues(rt.model, rt.name),
-		output:   m.output.WithLabelValues(rt.model, rt.name),
+		duration:    m.duration.WithLabelValues(o.op, prov, rt.model, rt.model, ""),
+		ttft:        m.ttft.WithLabelValues(o.op, prov, rt.model, rt.model),
+		tpot:        m.tpot.WithLabelValues(o.op, prov, rt.model, rt.model),
+		inTok:       m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenInput),
+		outTok:      m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenOutput),
+		usageSeries: m.usage(rt, ""),
 	}
 	rt.genai[o.opIdx].Store(s)
 	return s
@@ -89,15 +98,23 @@ func (m *genaiMetrics) observe(x *exchange, status int, took time.Duration) {
 		return
 	}
 	s := m.series(rt, o)
-	s.requests.Inc()
+	u := &s.usageSeries
+	if x.client != nil {
+		v, ok := s.byKey.Load(x.client)
+		if !ok {
+			v, _ = s.byKey.LoadOrStore(x.client, new(m.usage(rt, x.client.name)))
+		}
+		u = v.(*usageSeries)
+	}
+	u.requests.Inc()
 	if failedStatus(status) {
 		m.duration.WithLabelValues(o.op, providerOf(rt.kind), rt.model, rt.model, strconv.Itoa(status)).Observe(took.Seconds())
 	} else {
 		s.duration.Observe(took.Seconds())
 	}
 	if o.usage {
-		s.input.Add(float64(o.in))
-		s.output.Add(float64(o.out))
+		u.input.Add(float64(o.in))
+		u.output.Add(float64(o.out))
 		s.inTok.Observe(float64(o.in))
 		s.outTok.Observe(float64(o.out))
 	}
@@ -106,6 +123,15 @@ func (m *genaiMetrics) observe(x *exchange, status int, took time.Duration) {
 		if o.usage && o.out > 1 {
 			s.tpot.Observe((took - o.first.Sub(x.start)).Seconds() / float64(o.out-1))
 		}
+	}
+}
+
+// usage returns the usage counters of rt for the client key name key.
+func (m *genaiMetrics) usage(rt *route, key string) usageSeries {
+	return usageSeries{
+		requests: m.requests.WithLabelValues(rt.model, rt.name, key),
+		input:    m.input.WithLabelValues(rt.model, rt.name, key),
+		output:   m.output.WithLabelValues(rt.model, rt.name, key),
 	}
 }
 

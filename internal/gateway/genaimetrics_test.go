@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,7 +77,7 @@ func TestGenAIMetrics(t *testing.T) {
 		t.Fatalf("got %d, want 502", r.status)
 	}
 	waitFor(t, "the stream's end recorded", func() bool {
-		return scrapeHTTP(t, tg.Gateway)[`reconfd_usage_requests_total{backend="stub",model="stub-1"}`] == 2
+		return scrapeHTTP(t, tg.Gateway)[`reconfd_usage_requests_total{backend="stub",client_key="",model="stub-1"}`] == 2
 	})
 
 	m := scrapeHTTP(t, tg.Gateway)
@@ -83,19 +85,19 @@ func TestGenAIMetrics(t *testing.T) {
 	const chatStub = `gen_ai_operation_name="chat",gen_ai_provider_name="reconfd.stub",gen_ai_request_model="stub-1",gen_ai_response_model="stub-1"`
 	const embUp = `gen_ai_operation_name="embeddings",gen_ai_provider_name="openai",gen_ai_request_model="upstream-model",gen_ai_response_model="upstream-model"`
 	for k, want := range map[string]float64{
-		`reconfd_usage_requests_total{backend="up",model="upstream-model"}`:             4,
-		`reconfd_usage_input_tokens_total{backend="up",model="upstream-model"}`:         11 + 11 + 6,
-		`reconfd_usage_output_tokens_total{backend="up",model="upstream-model"}`:        5 + 5,
-		`reconfd_usage_output_tokens_total{backend="stub",model="stub-1"}`:              3 + 3,
-		`gen_ai_server_request_duration_seconds_count{error_type="",` + chatUp + `}`:    2,
-		`gen_ai_server_request_duration_seconds_count{error_type="502",` + chatUp + `}`: 1,
-		`gen_ai_server_request_duration_seconds_count{error_type="",` + embUp + `}`:     1,
-		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="input"}`:       22,
-		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="output"}`:      10,
-		`gen_ai_client_token_usage_count{` + embUp + `,gen_ai_token_type="input"}`:      1,
-		`gen_ai_server_time_to_first_token_seconds_count{` + chatStub + `}`:             2,
-		`gen_ai_server_time_per_output_token_seconds_count{` + chatStub + `}`:           2,
-		`gen_ai_server_time_to_first_token_seconds_count{` + chatUp + `}`:               0,
+		`reconfd_usage_requests_total{backend="up",client_key="",model="upstream-model"}`:      4,
+		`reconfd_usage_input_tokens_total{backend="up",client_key="",model="upstream-model"}`:  11 + 11 + 6,
+		`reconfd_usage_output_tokens_total{backend="up",client_key="",model="upstream-model"}`: 5 + 5,
+		`reconfd_usage_output_tokens_total{backend="stub",client_key="",model="stub-1"}`:       3 + 3,
+		`gen_ai_server_request_duration_seconds_count{error_type="",` + chatUp + `}`:           2,
+		`gen_ai_server_request_duration_seconds_count{error_type="502",` + chatUp + `}`:        1,
+		`gen_ai_server_request_duration_seconds_count{error_type="",` + embUp + `}`:            1,
+		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="input"}`:              22,
+		`gen_ai_client_token_usage_sum{` + chatUp + `,gen_ai_token_type="output"}`:             10,
+		`gen_ai_client_token_usage_count{` + embUp + `,gen_ai_token_type="input"}`:             1,
+		`gen_ai_server_time_to_first_token_seconds_count{` + chatStub + `}`:                    2,
+		`gen_ai_server_time_per_output_token_seconds_count{` + chatStub + `}`:                  2,
+		`gen_ai_server_time_to_first_token_seconds_count{` + chatUp + `}`:                      0,
 	} {
 		if got := m[k]; got != want {
 			t.Errorf("%s = %v, want %v", k, got, want)
@@ -139,5 +141,40 @@ func TestReadUsage(t *testing.T) {
 	o.readUsage([]byte(`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}`))
 	if o.in != 10 || o.out != 15 {
 		t.Errorf("an Anthropic stream: got in=%d out=%d, want 10 15", o.in, o.out)
+	}
+}
+
+// A named key's requests are counted under its name, and its access log
+// line names it; neither holds the secret.
+func TestUsageByKeyName(t *testing.T) {
+	const secret = "sk-team-CANARY-81f0"
+	cfg := strings.Replace(baseConfig, "routing:", "auth: {mode: api_keys, keys: [{name: team-a, secret: \"${env:CLIENT_KEY}\"}]}\nrouting:", 1) +
+		"observability: {access_log: {enabled: true, destination: access.log}}\n"
+	tg := startGateway(t, cfg, WithEnv(func(n string) (string, bool) { return secret, n == "CLIENT_KEY" }))
+	for range 2 {
+		if r := tg.chat("stub-1", "Authorization", "Bearer "+secret); r.status != 200 {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+	}
+	m := scrapeHTTP(t, tg.Gateway)
+	if got := m[`reconfd_usage_requests_total{backend="stub",client_key="team-a",model="stub-1"}`]; got != 2 {
+		t.Errorf("requests of team-a: %v, want 2", got)
+	}
+	if got := m[`reconfd_usage_output_tokens_total{backend="stub",client_key="team-a",model="stub-1"}`]; got != 8 {
+		t.Errorf("output tokens of team-a: %v, want 8", got)
+	}
+	path := filepath.Join(filepath.Dir(tg.path), "access.log")
+	lines := accessLines(t, path)
+	if len(lines) != 2 || lines[0][logClientKey] != "team-a" {
+		t.Errorf("access log lines: %v", lines)
+	}
+	data, _ := os.ReadFile(path)
+	for k := range m {
+		if strings.Contains(k, "CANARY") {
+			t.Errorf("a series holds the secret: %s", k)
+		}
+	}
+	if strings.Contains(string(data), "CANARY") {
+		t.Errorf("the access log holds the secret")
 	}
 }

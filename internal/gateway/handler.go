@@ -57,6 +57,9 @@ type exchange struct {
 	digest   [sha256.Size]byte
 	digested bool
 
+	client *namedKey // the named key the request carries, or nil
+	tokens int64     // a streamed answer's usage, as it passed
+
 	obs observation // what its trace, GenAI metrics and access log need
 }
 
@@ -140,6 +143,7 @@ func (x *exchange) end() {
 	if status == 0 {
 		status = x.ctx.Response.StatusCode()
 	}
+	x.chargeTokens(status)
 	g := x.g
 	took := time.Since(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
@@ -176,13 +180,17 @@ type genText struct {
 type call struct {
 	req         chatRequest
 	gen         uint64
-	maxAttempts int
-	deadline    time.Time // admission plus the backend's timeout
+	maxAttempts int       // per backend tried
+	deadline    time.Time // admission plus the model's (or the backend's) timeout
 	log         *slog.Logger
 	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
 	metrics     *collector
 	span        trace.Span // the request's span, when it is traced; its attempts' parent
 	spanName    string     // the name of its attempts' spans
+
+	policy *routePolicy // the generation's fallback and cooldown rules
+	more   bool         // another candidate follows the one being tried
+	tries  attempts     // the upstream attempts made, for the log and a tracer
 }
 
 func unauthorized(ctx *fasthttp.RequestCtx) {
@@ -219,20 +227,25 @@ func (g *Gateway) chat(x *exchange) bool {
 		writeError(ctx, fasthttp.StatusBadRequest, typeInvalidRequest, p.code, p.msg)
 		return false
 	}
-	rt := st.resolve(req.model)
-	if rt == nil {
+	grp := st.group(req.model)
+	if grp == nil {
 		writeError(ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound,
 			fmt.Sprintf("The model `%s` does not exist", quoteModel(string(req.model))))
 		return false
 	}
-	if !rt.serves(epChat) {
-		notServed(ctx, epChat, req.model, rt)
+	if !x.keyAdmits(req.model) {
 		return false
 	}
-	x.backend, x.rt = rt.name, rt
+	now := x.start.UnixNano()
+	plan := grp.plan(now)
+	rt := plan.next(now, epChat)
+	if rt == nil {
+		notServed(ctx, epChat, req.model, plan.at(0))
+		return false
+	}
+	x.use(rt)
 	x.routed(opChat, req.model)
-	ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
-	if !x.admit(rt) {
+	if !x.admit(rt, rt.timeout) {
 		return false
 	}
 	// The timeout bounds the wait for a slot, then separately the time
@@ -240,16 +253,51 @@ func (g *Gateway) chat(x *exchange) bool {
 	// second on a client that stops reading: past it the write fails and
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
-	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics}
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy}
 	x.traced(&c)
 	_ = ctx.SetWriteDeadline(c.deadline)
-	switch {
-	case rt.stub != nil:
-		return rt.stub.serve(x, &c)
-	case rt.up != nil:
-		return rt.up.serve(x, &c)
+	// The attempt loop: each candidate in turn until one answers or a
+	// failure is not one the policy falls back on. Nothing is written to
+	// the client before a candidate's answer is passed on, so a stream
+	// falls back only before its first byte.
+	for {
+		after := plan
+		next := after.next(now, epChat)
+		c.more = next != nil
+		switch {
+		case rt.stub != nil:
+			return rt.stub.serve(x, &c)
+		case rt.up == nil:
+			return false
+		}
+		handed, fellBack := rt.up.serve(x, &c, rt.timeout)
+		if !fellBack {
+			c.logAttempts(x)
+			return handed
+		}
+		from := rt
+		plan, rt = after, next
+		now = time.Now().UnixNano()
+		last := c.tries.kept[min(c.tries.n, maxTracked)-1]
+		if last.outcome.failed() {
+			// The generation's health counts it: a fallback that serves
+			// must not hide a bad change.
+			c.observeAttempt(from.name, last.took)
+		}
+		g.log.Warn("falling back", "model", grp.name, "from", from.name, "to", rt.name, "outcome", last.outcome.String(), "status", last.status, "attempt", c.tries.n)
+		x.slot.Release()
+		x.admitted = false
+		x.use(rt)
+		if !x.admit(rt, min(rt.timeout, time.Until(c.deadline))) {
+			return false
+		}
 	}
-	return false
+}
+
+// use makes rt the backend the exchange's answer names.
+func (x *exchange) use(rt *route) {
+	x.backend, x.rt = rt.name, rt
+	x.ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
 }
 
 // open starts a request of an endpoint other than chat completions (whose
@@ -277,7 +325,12 @@ func (x *exchange) open() (*routes, []byte, bool) {
 // admission plus the backend's timeout, as for a chat completion. It
 // returns the route and the call, or nil once it has answered.
 func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*route, *call) {
-	rt := st.resolve(model)
+	return x.routeTo(st, st.resolve(model, x.start.UnixNano()), e, model, stream)
+}
+
+// routeTo is route for the backend rt that model resolved to (nil for
+// none).
+func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stream bool) (*route, *call) {
 	if rt == nil {
 		param := "model"
 		writeErrorParam(x.ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound, &param,
@@ -288,26 +341,29 @@ func (x *exchange) route(st *routes, e endpoint, model []byte, stream bool) (*ro
 		notServed(x.ctx, e, model, rt)
 		return nil, nil
 	}
-	x.backend, x.rt = rt.name, rt
+	if !x.keyAdmits(model) {
+		return nil, nil
+	}
+	x.use(rt)
 	x.routed(e.operation(), model)
-	x.ctx.Response.Header.SetCanonical(backendKey, rt.nameBytes)
-	if !x.admit(rt) {
+	if !x.admit(rt, rt.timeout) {
 		return nil, nil
 	}
 	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
-		rec: x.g.rt.Recorder(), metrics: x.g.metrics}
+		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy}
 	x.traced(c)
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
 }
 
-// admit takes a slot of rt's limiter, waiting in line for at most rt's
-// timeout; it answers 429 (no slot in time) or 503 (the worker's gate has
-// closed) and returns false when it cannot.
-func (x *exchange) admit(rt *route) bool {
+// admit takes a slot of rt's limiter, waiting in line for at most wait
+// (rt's timeout, or what is left of the request's for a fallback); it
+// answers 429 (no slot in time) or 503 (the worker's gate has closed) and
+// returns false when it cannot.
+func (x *exchange) admit(rt *route, wait time.Duration) bool {
 	slot, ok := rt.lim.TryAcquire()
 	if !ok {
-		wait, cancel := context.WithTimeout(context.Background(), rt.timeout)
+		wait, cancel := context.WithTimeout(context.Background(), wait)
 		var err error
 		slot, err = rt.lim.Acquire(wait)
 		cancel()
@@ -348,6 +404,10 @@ func (g *Gateway) models(x *exchange) {
 		return
 	}
 	data := st.models
+	if k := x.client; k != nil && k.models != nil {
+		// A key with a model list sees only its models.
+		data = slices.DeleteFunc(slices.Clone(data), func(m modelInfo) bool { return !k.models[m.ID] })
+	}
 	if data == nil {
 		data = []modelInfo{}
 	}
@@ -365,6 +425,9 @@ func (g *Gateway) model(x *exchange, id []byte) {
 		return
 	}
 	i, found := slices.BinarySearchFunc(st.models, id, func(m modelInfo, id []byte) int { return strings.Compare(m.ID, string(id)) })
+	if k := x.client; found && k != nil && k.models != nil && !k.models[string(id)] {
+		found = false
+	}
 	if !found {
 		param := "model"
 		writeErrorParam(x.ctx, fasthttp.StatusNotFound, typeInvalidRequest, codeModelNotFound, &param,

@@ -130,7 +130,7 @@ func (g *Gateway) messages(x *exchange) bool {
 		return false
 	}
 	var chat []byte
-	rt := st.resolve(req.model)
+	rt := st.resolve(req.model, x.start.UnixNano())
 	if rt != nil && rt.up != nil {
 		// Translated before a slot is taken: a request the translation
 		// refuses never waits.
@@ -139,7 +139,7 @@ func (g *Gateway) messages(x *exchange) bool {
 			return false
 		}
 	}
-	rt, c := x.route(st, epMessages, req.model, req.stream)
+	rt, c := x.routeTo(st, rt, epMessages, req.model, req.stream)
 	if rt == nil {
 		return false
 	}

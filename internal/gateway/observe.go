@@ -17,10 +17,7 @@ type observation struct {
 	op    string // gen_ai.operation.name; "" until routed
 	opIdx int    // op's index in a route's series (opIndex)
 	model []byte // the model the client asked for, valid until the exchange ends
-	// key is the name of the client key that authorized the request,
-	// when keys have names; never the key or its digest.
-	key  string
-	span trace.Span
+	span  trace.Span
 
 	in, out int64 // the answer's input and output tokens, when usage is set
 	usage   bool

@@ -206,11 +206,13 @@ func (b *openaiBackend) pool(stream bool) *sync.Pool {
 // serve forwards one request, retrying connection errors and 5xx answers
 // up to the route's attempt budget, then passes the answer through: a
 // whole one at once, a stream by handing the exchange to its body (it
-// reports whether it did).
-func (b *openaiBackend) serve(x *exchange, c *call) bool {
+// reports whether it did). When c.more says another candidate follows, a
+// failure c's policy falls back on is not answered: serve reports
+// fellBack, having written nothing, and its attempts are bounded by
+// timeout (the backend's own) as well as by the request's deadline.
+func (b *openaiBackend) serve(x *exchange, c *call, timeout time.Duration) (handed, fellBack bool) {
 	ctx := x.ctx
 	u := b.request(c.req.stream)
-	handed := false
 	defer func() {
 		if !handed {
 			u.release()
@@ -218,12 +220,29 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 	}()
 	u.body = c.req.upstreamBody(u.body, b.modelJSON, b.system)
 	u.req.SetBodyRaw(u.body)
-	attempts, got := b.send(ctx, c, u, c.req.stream)
-	if !got || b.refused(ctx, c, u.resp.StatusCode(), attempts) {
-		return false
+	until := c.deadline
+	if c.more {
+		if t := time.Now().Add(timeout); t.Before(until) {
+			until = t
+		}
+	}
+	r := b.try(c, u, c.req.stream, until)
+	if !r.got {
+		if c.fallsBack(r.fail) {
+			return false, true
+		}
+		b.answerFailure(ctx, r)
+		return false, false
 	}
 	resp := &u.resp
-	switch st := resp.StatusCode(); {
+	st := resp.StatusCode()
+	if st >= 300 && c.fallsBack(statusOutcome(st)) {
+		return false, true
+	}
+	if b.refused(ctx, c, st, r.attempts) {
+		return false, false
+	}
+	switch {
 	case st >= 300:
 		b.passError(ctx, resp, st)
 	case resp.StreamBody && resp.BodyStream() != nil:
@@ -241,7 +260,7 @@ func (b *openaiBackend) serve(x *exchange, c *call) bool {
 		// reading the next answer allocated one: ~600 B a request).
 		ctx.Response.SetBody(resp.Body())
 	}
-	return handed
+	return handed, false
 }
 
 // errorBody reads an upstream error body, bounded.

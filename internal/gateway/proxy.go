@@ -20,6 +20,7 @@ type upstreamTarget struct {
 	tls     bool   // the host is https
 	apiKey  string // revealed; never logged
 	client  *upstreamClient
+	health  *deploymentHealth // the backend name's run of failures and cooldown
 }
 
 // newRequest makes a request to the endpoint path under the host's path,
@@ -47,62 +48,95 @@ func (t *upstreamTarget) newRequest(path string, stream bool, hdrs ...string) *u
 	return u
 }
 
+// sendResult is what try got of one upstream: the attempts made, whether
+// an answer is in the request's resp, and, when none is, why.
+type sendResult struct {
+	attempts int
+	got      bool
+	fail     attemptOutcome // outcomeConnectError, outcomeTimeout or outcomeTooLarge
+}
+
 // send sends u's request (its body set), retrying connection errors and
 // 5xx answers up to c's attempt budget within c's deadline. It returns
 // the attempts made and whether an answer is in u.resp; when none is, it
 // has answered the client (504 upstream_timeout, 502
 // upstream_answer_too_large or upstream_unavailable).
 func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequest, stream bool) (int, bool) {
+	r := t.try(c, u, stream, c.deadline)
+	if !r.got {
+		t.answerFailure(ctx, r)
+	}
+	return r.attempts, r.got
+}
+
+// try is send's attempt loop against this upstream, with until bounding
+// its attempts (the request's deadline, or sooner the backend's own
+// timeout when other candidates follow it); it answers nothing. Every
+// attempt is recorded (call.attempted); a failed one that is retried is
+// also one failed observation of the generation (observeAttempt), and so
+// is the last one when the caller falls back from it.
+func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until time.Time) sendResult {
 	req, resp := &u.req, &u.resp
-	attempts, expired, tooLarge := 0, false, false
-	for attempts < c.maxAttempts {
-		attempts++
-		if attempts > 1 && !sleepUntil(c.deadline, backoff(attempts)) {
-			expired = true
-			break
+	var r sendResult
+	for r.attempts < c.maxAttempts {
+		r.attempts++
+		if r.attempts > 1 && !sleepUntil(until, backoff(r.attempts)) {
+			r.fail = outcomeTimeout
+			return r
 		}
 		resp.Reset()
 		resp.StreamBody = stream
 		began := time.Now()
-		span := c.beginAttempt(t, attempts)
-		err := t.client.hc.DoDeadline(req, resp, c.deadline)
+		span := c.beginAttempt(t, r.attempts)
+		err := t.client.hc.DoDeadline(req, resp, until)
 		span.end(err, resp.StatusCode())
 		if err != nil {
-			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(c.deadline) {
-				expired = true
-				break
+			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(until) {
+				c.attempted(t.name, t.health, outcomeTimeout, 0, began)
+				r.fail = outcomeTimeout
+				return r
 			}
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				// The upstream answered, too much: asking again would
 				// get the same answer, at the same cost.
-				tooLarge = true
-				break
+				c.attempted(t.name, t.health, outcomeTooLarge, 0, began)
+				c.log.Warn("upstream answer over the bound of a whole answer", "backend", t.name, "bound_bytes", maxUpstreamBody)
+				r.fail = outcomeTooLarge
+				return r
 			}
-			c.log.Warn("upstream connection failed", "backend", t.name, "attempt", attempts, "error", redactErr(err, t.apiKey))
-			if attempts < c.maxAttempts {
-				c.observeAttempt(t.name, began)
+			c.attempted(t.name, t.health, outcomeConnectError, 0, began)
+			c.log.Warn("upstream connection failed", "backend", t.name, "attempt", r.attempts, "error", redactErr(err, t.apiKey))
+			if r.attempts < c.maxAttempts {
+				c.observeAttempt(t.name, c.lastTook())
 			}
+			r.fail = outcomeConnectError
 			continue
 		}
-		if failedAttempt(nil, resp.StatusCode()) && attempts < c.maxAttempts {
-			c.log.Warn("upstream answered with a server error; retrying", "backend", t.name, "attempt", attempts, "status", resp.StatusCode())
-			c.observeAttempt(t.name, began)
+		st := resp.StatusCode()
+		c.attempted(t.name, t.health, statusOutcome(st), st, began)
+		if failedAttempt(nil, st) && r.attempts < c.maxAttempts {
+			c.log.Warn("upstream answered with a server error; retrying", "backend", t.name, "attempt", r.attempts, "status", st)
+			c.observeAttempt(t.name, c.lastTook())
 			continue
 		}
-		return attempts, true
+		r.got, r.fail = true, 0
+		return r
 	}
-	switch {
-	case expired:
+	return r
+}
+
+// answerFailure answers a request that got no answer from this upstream.
+func (t *upstreamTarget) answerFailure(ctx *fasthttp.RequestCtx, r sendResult) {
+	switch r.fail {
+	case outcomeTimeout:
 		timedOut(ctx, t.name)
-	case tooLarge:
-		c.log.Warn("upstream answer over the bound of a whole answer", "backend", t.name, "bound_bytes", maxUpstreamBody)
+	case outcomeTooLarge:
 		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamLarge,
 			fmt.Sprintf("backend %s answered with more than %d MiB, the bound of a whole answer (a streamed answer has none); not retried", t.name, maxUpstreamBody>>20))
 	default:
 		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUnavailable,
-			fmt.Sprintf("backend %s could not be reached after %d attempt(s)", t.name, attempts))
+			fmt.Sprintf("backend %s could not be reached after %d attempt(s)", t.name, r.attempts))
 	}
-	return attempts, false
 }
 
 // refused answers an upstream status that is never passed on, and

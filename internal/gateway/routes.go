@@ -47,10 +47,13 @@ type routes struct {
 	order   []*route
 	aliases map[string]*route
 	byModel map[string]*route
+	groups  map[string]*modelGroup // routing.models by name
 	def     *route
+	policy  routePolicy
 
-	keys        [][sha256.Size]byte // digests of auth.api_keys
-	keyTags     []uint64            // keyTag of each of auth.api_keys
+	keys        [][sha256.Size]byte // digests of auth.api_keys, then of auth.keys
+	keyTags     []uint64            // keyTag of each of them
+	clients     []*namedKey         // for each of them, the named key, or nil for auth.api_keys
 	maxBody     int64
 	maxAttempts int
 	models      []modelInfo
@@ -65,7 +68,9 @@ type route struct {
 	nameBytes         []byte // name, for the Reconf-Backend header
 	timeout           time.Duration
 	maxConcurrency    int
-	lim               *gate.Limiter // the name's long-lived limiter (see limiterSource)
+	lim               *gate.Limiter     // the name's long-lived limiter (see limiterSource)
+	health            *deploymentHealth // the name's long-lived failures and cooldown
+	solo              *modelGroup       // the backend as a group of its own
 
 	stub *stubBackend
 	up   *openaiBackend
@@ -88,20 +93,38 @@ func (r *route) target() *upstreamTarget {
 	return nil
 }
 
-// resolve maps a requested model to a backend: the default route for no
-// model, then model_aliases, then a backend's name, then a backend's model.
-// It returns nil for an unknown model.
-func (s *routes) resolve(model []byte) *route {
+// group maps a requested model to the candidates that serve it: the
+// default route for no model, then routing.models, then model_aliases,
+// then a backend's name, then a backend's model (each of the last three a
+// backend alone). It returns nil for an unknown model.
+func (s *routes) group(model []byte) *modelGroup {
 	if len(model) == 0 {
-		return s.def
+		return s.def.solo
+	}
+	if g := s.groups[string(model)]; g != nil {
+		return g
 	}
 	if r := s.aliases[string(model)]; r != nil {
-		return r
+		return r.solo
 	}
 	if r := s.byName[string(model)]; r != nil {
-		return r
+		return r.solo
 	}
-	return s.byModel[string(model)]
+	if r := s.byModel[string(model)]; r != nil {
+		return r.solo
+	}
+	return nil
+}
+
+// resolve maps a requested model to one backend, for an endpoint that
+// does not fall back: group's deployment picked by weight at now (unix
+// nanoseconds). It returns nil for an unknown model.
+func (s *routes) resolve(model []byte, now int64) *route {
+	g := s.group(model)
+	if g == nil {
+		return nil
+	}
+	return g.primary(now)
 }
 
 // authorized reports whether a client's key (see authorization) is one of
@@ -117,12 +140,16 @@ func (s *routes) authorized(tok []byte) bool {
 }
 
 // authorizedDigest is authorized for a key's SHA-256 digest d.
-func (s *routes) authorizedDigest(d *[sha256.Size]byte) bool {
-	match := 0
+func (s *routes) authorizedDigest(d *[sha256.Size]byte) bool { return s.keyIndex(d) >= 0 }
+
+// keyIndex returns the index in keys of the key whose digest is d, or -1.
+// Every key's digest is compared, in constant time.
+func (s *routes) keyIndex(d *[sha256.Size]byte) int {
+	idx := -1
 	for i := range s.keys {
-		match |= subtle.ConstantTimeCompare(d[:], s.keys[i][:])
+		idx = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], s.keys[i][:]), i, idx)
 	}
-	return match == 1
+	return idx
 }
 
 // mayBeAuthorized reports whether a client's key (see authorization)
@@ -184,6 +211,39 @@ func (s *routes) release() {
 	}
 }
 
+// groupsOf builds routing.models over the generation's backends.
+func groupsOf(models []ModelRoute, byName map[string]*route) (map[string]*modelGroup, error) {
+	out := make(map[string]*modelGroup, len(models))
+	for _, m := range models {
+		g := &modelGroup{name: m.Name, timeout: m.Timeout}
+		var longest time.Duration
+		for _, d := range m.Deployments {
+			r := byName[d.Backend]
+			if r == nil {
+				return nil, fmt.Errorf("routing.models[%s]: a deployment does not name a backend", m.Name)
+			}
+			g.deps = append(g.deps, deployment{rt: r, weight: max(d.Weight, 1)})
+			longest = max(longest, r.timeout)
+		}
+		for _, f := range m.Fallbacks {
+			r := byName[f]
+			if r == nil {
+				return nil, fmt.Errorf("routing.models[%s]: a fallback does not name a backend", m.Name)
+			}
+			g.fallbacks = append(g.fallbacks, r)
+			longest = max(longest, r.timeout)
+		}
+		if len(g.deps) == 0 {
+			return nil, fmt.Errorf("routing.models[%s]: no deployment", m.Name)
+		}
+		if g.timeout <= 0 {
+			g.timeout = longest
+		}
+		out[m.Name] = g
+	}
+	return out, nil
+}
+
 // backendsConsumer builds a routes value for every generation. Prepare
 // builds new clients, takes references on the ones it reuses from the
 // committed state, reads system prompt files, and takes each backend's
@@ -196,6 +256,8 @@ type backendsConsumer struct {
 	dir          string // the configuration file's directory
 	newTransport func(*fasthttp.HostClient) UpstreamTransport
 	limiters     limiterSource
+	health       *healthSource
+	keys         *keyLimiters
 
 	mu      sync.Mutex
 	current *routes // the last committed state
@@ -285,6 +347,11 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 		byModel:     make(map[string]*route, len(cfg.Backends)),
 		maxBody:     cfg.Limits.MaxRequestBodyBytes,
 		maxAttempts: max(cfg.Routing.MaxAttempts, 1),
+		policy: routePolicy{
+			on:            cfg.Routing.FallbackOn,
+			cooldown:      cfg.Routing.Cooldown,
+			cooldownAfter: max(cfg.Routing.CooldownAfter, 1),
+		},
 	}
 	defer func() {
 		if err != nil {
@@ -304,6 +371,8 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 			old = cur.byName[b.Name]
 		}
 		r.lim = c.limiters.Limiter(b.Name)
+		r.health = c.health.health(b.Name)
+		r.solo = &modelGroup{name: b.Name, deps: []deployment{{rt: r, weight: 1}}, timeout: b.Timeout}
 		if old == nil {
 			p.setEarly(r.lim, b.MaxConcurrency)
 		}
@@ -335,6 +404,9 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 	for alias, target := range cfg.ModelAliases {
 		st.aliases[alias] = st.byName[target]
 	}
+	if st.groups, err = groupsOf(cfg.Routing.Models, st.byName); err != nil {
+		return st, err
+	}
 	st.def = st.byName[cfg.Routing.DefaultRoute]
 	if st.def == nil {
 		return st, errors.New("routing.default_route does not name a backend")
@@ -342,6 +414,13 @@ func (c *backendsConsumer) build(ctx context.Context, cur *routes, cfg *Config, 
 	for _, k := range cfg.Auth.APIKeys {
 		st.keys = append(st.keys, sha256.Sum256([]byte(k.Reveal())))
 		st.keyTags = append(st.keyTags, keyTag([]byte(k.Reveal())))
+		st.clients = append(st.clients, nil)
+	}
+	for i := range cfg.Auth.Keys {
+		k := &cfg.Auth.Keys[i]
+		st.keys = append(st.keys, sha256.Sum256([]byte(k.Secret.Reveal())))
+		st.keyTags = append(st.keyTags, keyTag([]byte(k.Secret.Reveal())))
+		st.clients = append(st.clients, newNamedKey(k, c.keys.limiter(k.Name)))
 	}
 	st.models = modelsOf(st)
 	st.entityHdr = cfg.Rollout.entityHeader()
@@ -387,6 +466,7 @@ func (c *backendsConsumer) target(b *Backend, old *route) (upstreamTarget, error
 		hostHdr: []byte(u.Host),
 		tls:     u.Scheme == "https",
 		apiKey:  b.APIKey.Reveal(),
+		health:  c.health.health(b.Name),
 	}
 	if ot := old.target(); ot != nil && ot.client.host == b.Host {
 		ot.client.ref()
@@ -452,6 +532,11 @@ func readPrompt(ctx context.Context, path string) (string, error) {
 func modelsOf(st *routes) []modelInfo {
 	seen := map[string]bool{}
 	var out []modelInfo
+	for name, g := range st.groups {
+		seen[name] = true
+		r := g.deps[0].rt
+		out = append(out, modelInfo{ID: name, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})
+	}
 	for alias, r := range st.aliases {
 		seen[alias] = true
 		out = append(out, modelInfo{ID: alias, Object: "model", OwnedBy: r.name, ReconfEndpoints: r.endpoints()})

@@ -77,13 +77,14 @@ const (
 	tokenOutput        = "output"
 )
 
-// Usage counters of reconfd's own, per model and backend.
+// Usage counters of reconfd's own, per model, backend and client key.
 const (
 	metricUsageRequests = "reconfd_usage_requests_total"
 	metricUsageInput    = "reconfd_usage_input_tokens_total"
 	metricUsageOutput   = "reconfd_usage_output_tokens_total"
 	labelModel          = "model"
 	labelBackend        = "backend"
+	labelClientKey      = "client_key" // a named key's name; empty for a key without one
 )
 
 // The access log's keys, one JSON object a request.

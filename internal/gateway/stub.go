@@ -167,6 +167,9 @@ func (st *stubStream) event() []byte {
 func (st *stubStream) Close() error {
 	if !st.closed {
 		st.closed = true
+		if st.finished {
+			st.x.tokens = int64(st.prompt + st.s.tokens)
+		}
 		st.x.end()
 	}
 	return nil

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// namedKey is one of auth.keys as one generation sees it: its name, the
+// models it may ask for and its limits, with the name's long-lived
+// limiter. It is immutable once built.
+type namedKey struct {
+	name   string
+	models map[string]bool // nil: every model
+	limits KeyLimits
+	lim    *keyLimiter
+}
+
+func newNamedKey(k *ClientKey, lim *keyLimiter) *namedKey {
+	n := &namedKey{name: k.Name, limits: k.Limits, lim: lim}
+	if len(k.Models) > 0 {
+		n.models = make(map[string]bool, len(k.Models))
+		for _, m := range k.Models {
+			n.models[m] = true
+		}
+	}
+	return n
+}
+
+// limited reports whether the key has a limit.
+func (k *namedKey) limited() bool { return k.limits.Requests > 0 || k.limits.Tokens > 0 }
+
+// Client key refusals' codes.
+const (
+	codeModelNotAllowed = "model_not_allowed"
+	codeKeyRateLimit    = "rate_limit_exceeded"
+)
+
+// keyAdmits checks the exchange's named key, if any, for model: a model
+// the key may not use is refused 403, a key past a limit 429 with
+// Retry-After, both in OpenAI's error shape. It reports whether the
+// request goes on; when it does not, it has answered.
+func (x *exchange) keyAdmits(model []byte) bool {
+	k := x.client
+	if k == nil {
+		return true
+	}
+	if k.models != nil && !k.models[string(model)] {
+		param := "model"
+		writeErrorParam(x.ctx, fasthttp.StatusForbidden, typeInvalidRequest, codeModelNotAllowed, &param,
+			fmt.Sprintf("the key %s may not use the model `%s`", k.name, quoteModel(string(model))))
+		return false
+	}
+	if !k.limited() {
+		return true
+	}
+	ok, wait := k.lim.admit(x.start, &k.limits)
+	if ok {
+		return true
+	}
+	secs := int64((wait + time.Second - 1) / time.Second)
+	x.ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	writeError(x.ctx, fasthttp.StatusTooManyRequests, typeRateLimit, codeKeyRateLimit,
+		fmt.Sprintf("the key %s is over its limit of %s; retry after the Retry-After header's seconds", k.name, k.limitText()))
+	return false
+}
+
+// limitText renders the key's limits for a refusal.
+func (k *namedKey) limitText() string {
+	var b []byte
+	if k.limits.Requests > 0 {
+		b = fmt.Appendf(b, "%d requests", k.limits.Requests)
+	}
+	if k.limits.Tokens > 0 {
+		if len(b) > 0 {
+			b = append(b, " and "...)
+		}
+		b = fmt.Appendf(b, "%d tokens", k.limits.Tokens)
+	}
+	return string(b) + " per " + k.limits.Per.String()
+}
+
+// chargeTokens charges the tokens of the exchange's answer to its key,
+// when the key has a token limit: a stream's, counted from its usage
+// chunk as it passed (x.tokens), or a whole answer's, read from its body.
+func (x *exchange) chargeTokens(status int) {
+	k := x.client
+	if k == nil || k.limits.Tokens == 0 || status != fasthttp.StatusOK {
+		return
+	}
+	n := x.tokens
+	if n == 0 && x.status == 0 {
+		n = usageTokens(x.ctx.Response.Body())
+	}
+	k.lim.charge(time.Now(), n)
+}
+
+var (
+	totalTokensKey  = []byte(`"total_tokens":`)
+	inputTokensKey  = []byte(`"input_tokens":`)
+	outputTokensKey = []byte(`"output_tokens":`)
+)
+
+// usageTokens reads the tokens an answer's usage counts: its
+// "total_tokens", or "input_tokens" plus "output_tokens" (Anthropic's
+// and the Responses API's). A quoted key cannot occur inside a JSON
+// string (its quotes would be escaped), so the last one found is a key.
+func usageTokens(body []byte) int64 {
+	if i := bytes.LastIndex(body, totalTokensKey); i >= 0 {
+		return numberAt(body, i+len(totalTokensKey))
+	}
+	var n int64
+	if i := bytes.LastIndex(body, inputTokensKey); i >= 0 {
+		n += numberAt(body, i+len(inputTokensKey))
+	}
+	if i := bytes.LastIndex(body, outputTokensKey); i >= 0 {
+		n += numberAt(body, i+len(outputTokensKey))
+	}
+	return n
+}
+
+// numberAt reads the non-negative integer at body[i:], after spaces.
+func numberAt(body []byte, i int) int64 {
+	i = skipSpace(body, i)
+	var n int64
+	for ; i < len(body) && body[i] >= '0' && body[i] <= '9'; i++ {
+		n = n*10 + int64(body[i]-'0')
+		if n > 1<<40 {
+			return 0
+		}
+	}
+	return n
+}

@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"sync"
+	"time"
+)
+
+// windowBuckets is the number of buckets a key's window is counted in:
+// a sliding window of length per is read as its last windowBuckets
+// buckets, so a true sliding window sees at most one bucket's admissions
+// more than the limit (1/60 of it in steady use).
+const windowBuckets = 60
+
+// slidingCount counts events over a sliding window in windowBuckets
+// buckets of equal length. It is not safe for concurrent use (keyLimiter
+// locks it).
+type slidingCount struct {
+	buckets [windowBuckets]int64
+	head    int64 // the absolute number of the latest bucket counted
+	sum     int64 // the buckets' sum
+}
+
+// advance drops the buckets older than the window that ends in bucket b.
+func (w *slidingCount) advance(b int64) {
+	if b <= w.head {
+		return
+	}
+	if b-w.head >= windowBuckets {
+		w.buckets = [windowBuckets]int64{}
+		w.sum = 0
+	} else {
+		for i := w.head + 1; i <= b; i++ {
+			j := i % windowBuckets
+			w.sum -= w.buckets[j]
+			w.buckets[j] = 0
+		}
+	}
+	w.head = b
+}
+
+// add counts n in bucket b (the latest).
+func (w *slidingCount) add(b, n int64) {
+	w.advance(b)
+	w.buckets[b%windowBuckets] += n
+	w.sum += n
+}
+
+// freeAt returns the bucket in which the window's count first drops
+// below limit as old buckets leave it, or b+windowBuckets when it never
+// does on its own.
+func (w *slidingCount) freeAt(b, limit int64) int64 {
+	sum := w.sum
+	for i := b - windowBuckets + 1; i <= b; i++ {
+		if sum < limit {
+			return i + windowBuckets - 1
+		}
+		sum -= w.buckets[((i%windowBuckets)+windowBuckets)%windowBuckets]
+	}
+	return b + windowBuckets
+}
+
+// keyLimiter is one client key name's use against its limits over a
+// sliding window, for the life of the gateway (keyLimiters hands out one
+// per name), so a reload that changes a key's limits keeps its use. In a
+// fleet its allowance is this worker's share of the fleet's limit (see
+// keyShare); alone it is the whole limit. Its methods are safe for
+// concurrent use and allocate nothing.
+type keyLimiter struct {
+	name string
+
+	mu     sync.Mutex
+	bucket time.Duration // the window's length / windowBuckets
+	reqs   slidingCount  // requests admitted
+	toks   slidingCount  // tokens charged
+	denied int64         // requests refused, for status and metrics
+
+	// share, when set, gives this worker's allowance of a fleet-wide
+	// limit; nil admits up to the whole limit.
+	share *keyShare
+}
+
+// setWindow sets the window's length; a new length starts counting
+// afresh.
+func (l *keyLimiter) setWindowLocked(per time.Duration) {
+	b := per / windowBuckets
+	if b <= 0 {
+		b = time.Millisecond
+	}
+	if b != l.bucket {
+		l.bucket = b
+		l.reqs, l.toks = slidingCount{}, slidingCount{}
+		if l.share != nil {
+			l.share.asked = slidingCount{}
+		}
+	}
+}
+
+// admit counts a request at now if the key is within its limits (lim)
+// and reports whether it did; when it did not, wait is how long until the
+// window has room again.
+func (l *keyLimiter) admit(now time.Time, lim *KeyLimits) (ok bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setWindowLocked(lim.Per)
+	b := now.UnixNano() / int64(l.bucket)
+	l.reqs.advance(b)
+	l.toks.advance(b)
+	reqLimit, tokLimit := lim.Requests, lim.Tokens
+	if l.share != nil {
+		// A fleet's limit: this worker's share decides; the window is
+		// counted for the reports, and for Retry-After.
+		l.share.asked.add(b, 1)
+		if !l.share.take([2]int64{l.reqs.sum, l.toks.sum}, [2]int64{reqLimit, tokLimit}) {
+			l.denied++
+			return false, l.bucket * 2
+		}
+		l.reqs.add(b, 1)
+		return true, 0
+	}
+	if lim.Requests > 0 && l.reqs.sum >= reqLimit {
+		l.denied++
+		return false, l.waitLocked(now, b, l.reqs.freeAt(b, reqLimit))
+	}
+	if lim.Tokens > 0 && l.toks.sum >= tokLimit {
+		l.denied++
+		return false, l.waitLocked(now, b, l.toks.freeAt(b, tokLimit))
+	}
+	l.reqs.add(b, 1)
+	return true, 0
+}
+
+// waitLocked is the time from now to the start of bucket free.
+func (l *keyLimiter) waitLocked(now time.Time, b, free int64) time.Duration {
+	_ = b
+	return time.Duration(free*int64(l.bucket) - now.UnixNano())
+}
+
+// charge counts tokens used by an answer at now.
+func (l *keyLimiter) charge(now time.Time, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bucket == 0 {
+		return
+	}
+	l.toks.add(now.UnixNano()/int64(l.bucket), tokens)
+}
+
+// keyUse is a key's use in its current window, for status and metrics.
+type keyUse struct {
+	Requests int64 `json:"requests"`
+	Tokens   int64 `json:"tokens"`
+	Denied   int64 `json:"denied_total"`
+}
+
+// use returns the key's use in the window ending at now.
+func (l *keyLimiter) use(now time.Time) keyUse {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bucket == 0 {
+		return keyUse{Denied: l.denied}
+	}
+	b := now.UnixNano() / int64(l.bucket)
+	l.reqs.advance(b)
+	l.toks.advance(b)
+	return keyUse{Requests: l.reqs.sum, Tokens: l.toks.sum, Denied: l.denied}
+}
+
+// keyLimiters hands out the long-lived limiter of each key name.
+type keyLimiters struct {
+	mu sync.Mutex
+	m  map[string]*keyLimiter
+	// share, when set, makes each limiter's allowance its share of the
+	// fleet's limit.
+	share func(name string) *keyShare
+}
+
+// limiter returns name's limiter, creating it on first use.
+func (s *keyLimiters) limiter(name string) *keyLimiter {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.m[name]; l != nil {
+		return l
+	}
+	if s.m == nil {
+		s.m = make(map[string]*keyLimiter)
+	}
+	l := &keyLimiter{name: name}
+	if s.share != nil {
+		l.share = s.share(name)
+	}
+	s.m[name] = l
+	return l
+}
