@@ -63,10 +63,12 @@ func (r *Runtime[T]) recordedIDsLocked() []uint64 {
 // recorded is invalid / generation_not_recorded. After it, the content it
 // replaced counts as rolled back: a reload of a source that still holds
 // it is invalid / rolled_back_content until the source changes or
-// Reapply is used. On a runtime with a Channel it returns
-// ErrRolloutInCluster (a fleet keeps its records in the channel).
+// Reapply is used. On a runtime with a RolloutChannel the content is
+// published to the fleet as a new version (every worker records the
+// generations it applied, so any worker reverts); on one with another
+// Channel it returns ErrRolloutInCluster.
 func (r *Runtime[T]) Revert(ctx context.Context, trigger Trigger, to uint64) (Result, error) {
-	if r.o.channel != nil {
+	if _, ok := r.rolloutChannel(); r.o.channel != nil && !ok {
 		return Result{}, ErrRolloutInCluster
 	}
 	return r.start(ctx, trigger, false, func(ctx context.Context) Result { return r.revert(ctx, trigger, to) })

@@ -32,6 +32,8 @@ type rollout[T any] struct {
 	done         chan struct{} // closed when the driver returns
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
 	writeFailed  bool          // a decision could not be written to the channel; only the slot's holder touches it
+	shareTimer   *time.Timer   // gives the candidate its share at the step's start (storeSplitAt); under r.mu
+	splitEnded   bool          // the split is gone (promoted, rolled back, closed): no timer stores one; under r.mu
 }
 
 // stepLength is how long the current step lasts before it is judged.
@@ -119,12 +121,13 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 // in.
 func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
+	start := now.Add(r.settle(s))
 	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
 		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
-		Started: now, StepStarted: now}
-	st.NextStep = now.Add(st.Strategy.StepInterval)
+		Started: now, StepStarted: start}
+	st.NextStep = start.Add(st.Strategy.StepInterval)
 	if st.Share == FullShare {
-		st.NextStep = now.Add(st.Strategy.FinalBake)
+		st.NextStep = start.Add(st.Strategy.FinalBake)
 	}
 	return st
 }
@@ -144,7 +147,8 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 	ac, _ := r.rec.Counts(prev.id)
 	ro.base[0], ro.baseline = ac, ac.Figures(prev.id) // before the rollout
 	ro.base[1], _ = r.rec.Counts(next.id)
-	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID, share: ro.state.Share})
+	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID})
+	r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 	r.mu.Lock()
 	r.ro = ro
 	live := r.drivers[:0]
@@ -297,16 +301,16 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 		r.promote(ro, DeciderRollout, v.Reason, w, v)
 		return
 	}
-	now := r.o.now()
+	start := r.o.now().Add(r.settle(ro.state.Strategy))
 	change := func(s *RolloutState) {
 		s.Step++
 		s.Share = next
 		s.Extensions = 0
 		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
-		s.StepStarted = now
-		s.NextStep = now.Add(s.Strategy.StepInterval)
+		s.StepStarted = start
+		s.NextStep = start.Add(s.Strategy.StepInterval)
 		if next == FullShare {
-			s.NextStep = now.Add(s.Strategy.FinalBake)
+			s.NextStep = start.Add(s.Strategy.FinalBake)
 		}
 	}
 	if !r.fleetWrite(ro, change, nil, "") {
@@ -315,29 +319,88 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	if !w.EarlierBaseline && w.Active.Requests > 0 {
 		ro.baseline = w.Active
 	}
-	r.widenLocal(ro, next)
+	r.widenLocal(ro, next, start)
 	r.decide(ro, change, w, v)
 }
 
-// widenLocal starts a new window at share here. It holds the slot.
-func (r *Runtime[T]) widenLocal(ro *rollout[T], share uint32) {
+// widenLocal starts a new window at share here, the share taking effect
+// at start. It holds the slot.
+func (r *Runtime[T]) widenLocal(ro *rollout[T], share uint32, start time.Time) {
 	ac, _ := r.rec.Counts(ro.active.id)
 	cc, _ := r.rec.Counts(ro.cand.id)
 	r.mu.Lock()
 	ro.base = [2]Counts{ac, cc}
 	r.mu.Unlock()
-	r.storeSplit(ro, share)
+	r.storeSplitAt(ro, share, start)
 }
 
-// storeSplit gives the candidate share of the entities, or none while
-// the worker is cut off from the channel. It holds the slot.
-func (r *Runtime[T]) storeSplit(ro *rollout[T], share uint32) {
+// settle is how long after a decision its share takes effect (the step's
+// StepStarted): in a fleet, long enough for the decision to reach every
+// worker first, so that an entity the new share moves to the candidate
+// gets it from every worker alike, and never the active generation again
+// from a worker that has not yet heard of the decision; in one process,
+// nothing.
+func (r *Runtime[T]) settle(s Strategy) time.Duration {
+	if _, fleet := r.rolloutChannel(); !fleet {
+		return 0
+	}
+	return min(s.StepInterval/4, maxSettle)
+}
+
+// maxSettle bounds a fleet's settle: a decision reaches every worker of a
+// healthy fleet within tens of milliseconds.
+const maxSettle = 250 * time.Millisecond
+
+// storeSplitAt gives the candidate share of the entities from at on (at
+// once when at has passed), or none while cut off. Until at the split
+// keeps its share. It holds the slot.
+func (r *Runtime[T]) storeSplitAt(ro *rollout[T], share uint32, at time.Time) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ro.shareTimer != nil {
+		ro.shareTimer.Stop()
+		ro.shareTimer = nil
+	}
+	if ro.splitEnded {
+		return
+	}
+	wait := at.Sub(r.o.now())
+	if wait <= 0 || ro.cutOff {
+		r.storeSplitLocked(ro, share)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(wait, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if ro.shareTimer == t && !ro.splitEnded {
+			ro.shareTimer = nil
+			r.storeSplitLocked(ro, share)
+		}
+	})
+	ro.shareTimer = t
+}
+
+// storeSplitLocked stores ro's split at share (none while cut off).
+// r.mu must be held: a split is stored only while the rollout serves.
+func (r *Runtime[T]) storeSplitLocked(ro *rollout[T], share uint32) {
 	if ro.cutOff {
 		share = 0
 	}
-	r.mu.Unlock()
 	r.split.Store(&split[T]{active: ro.active, cand: ro.cand, seed: ro.state.ID, share: share})
+}
+
+// endSplit takes the split out of service for good: no timer stores one
+// after it. It holds the slot (or runs in Close).
+func (r *Runtime[T]) endSplit(ro *rollout[T]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ro.splitEnded = true
+	if ro.shareTimer != nil {
+		ro.shareTimer.Stop()
+		ro.shareTimer = nil
+	}
+	r.split.Store(nil)
 }
 
 // extend keeps the step (and its window) for one more interval. It holds
@@ -380,7 +443,7 @@ func (r *Runtime[T]) promoteLocal(ro *rollout[T]) {
 	// pins cur, already the candidate; one that saw the split finds it
 	// gone after its hold and retries (acquireSplit).
 	r.cur.Store(ro.cand)
-	r.split.Store(nil)
+	r.endSplit(ro)
 	r.rec.Track(ro.cand.id)
 	r.remember(ro.cand)
 	ro.active.replace()
@@ -428,7 +491,7 @@ func (r *Runtime[T]) rollBackLocal(ro *rollout[T], id uint64) *Generation[T] {
 	r.retained[g] = struct{}{}
 	r.mu.Unlock()
 	r.cur.Store(g)
-	r.split.Store(nil)
+	r.endSplit(ro)
 	r.rec.Track(g.id)
 	r.remember(g)
 	ro.cand.replace()
@@ -477,7 +540,7 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 		level = slog.LevelWarn
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
-	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v})
+	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v, Adopted: r.adopting})
 }
 
 // releaseSlot releases the attempt slot a decision held, then tells the
@@ -600,7 +663,7 @@ func (r *Runtime[T]) endRolloutAtClose(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	if ro != nil {
-		r.split.Store(nil)
+		r.endSplit(ro)
 		ro.cand.replace()
 	}
 	return nil

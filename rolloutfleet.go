@@ -135,7 +135,7 @@ func (r *Runtime[T]) FollowRollout(ctx context.Context, st RolloutState) error {
 		r.rollBackLocal(ro, st.Result)
 	default:
 		if st.Step != ro.state.Step || st.Share != ro.state.Share {
-			r.widenLocal(ro, st.Share)
+			r.widenLocal(ro, st.Share, st.StepStarted)
 		}
 	}
 	r.decide(ro, adopt, nil, nil)
@@ -162,7 +162,7 @@ func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	ro.cutOff = on
 	r.mu.Unlock()
 	if changed {
-		r.storeSplit(ro, ro.state.Share)
+		r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 		if on {
 			r.o.logger.Warn("rollout: the cluster channel has not been read for longer than a step; this worker serves the active generation only until it reads the channel again",
 				"rollout", ro.state.ID, "active_generation", ro.state.Active, "candidate_generation", ro.state.Candidate)
@@ -257,4 +257,27 @@ func sameState(a, b RolloutState) bool {
 // and a driver that decides nothing for two step lengths is lost.
 func fleetPoll(step time.Duration) time.Duration {
 	return min(max(step/4, 10*time.Millisecond), 250*time.Millisecond)
+}
+
+// rolledBackReader is a channel that tells the content digest its fleet's
+// last rollback took out of service and the version that rollback
+// published (package propagate's Channel is one).
+type rolledBackReader interface {
+	RolledBack() (digest string, version uint64)
+}
+
+// rolledBackMark is the content a reload over prev must refuse: this
+// runtime's own mark, else, while prev is the version a fleet's rollback
+// published, the digest that rollback took out of service, which a
+// worker that joined after it learns from the channel.
+func (r *Runtime[T]) rolledBackMark(prev *Generation[T]) string {
+	if r.rolledBack != "" {
+		return r.rolledBack
+	}
+	if rb, ok := r.o.channel.(rolledBackReader); ok {
+		if d, v := rb.RolledBack(); v == prev.id {
+			return d
+		}
+	}
+	return ""
 }

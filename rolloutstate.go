@@ -170,6 +170,10 @@ type RolloutEvent struct {
 	State   RolloutState
 	Window  *Window
 	Verdict *Verdict
+	// Adopted is true on a worker of a fleet that adopted the decision
+	// from the channel, where another worker decided and wrote it: a
+	// fleet's history records a decision once, from its decider.
+	Adopted bool
 }
 
 // RolloutObserver is an Observer that is also told every rollout

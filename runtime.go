@@ -640,7 +640,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		}
 		return *res
 	}
-	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
+	if mark := r.rolledBackMark(prev); live > 0 && version == 0 && mark != "" && !p.reapply && contentDigest(cand) == mark {
 		res.Outcome, res.Reason = Invalid, ReasonRolledBack
 		res.Message = fmt.Sprintf("the source holds the content that a rollout rolled back; generation %d runs the previous content. Change the file, or re-apply it deliberately (Reapply)", prev.id)
 		return *res

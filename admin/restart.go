@@ -65,9 +65,12 @@ const (
 	ReasonRestartRunning    = "restart_in_progress"
 	ReasonRestartNotReady   = "restart_new_process_not_ready"
 	ReasonRestartNotStarted = "restart_new_process_not_started"
-	ReasonRestartCanceled   = "restart_canceled"
-	ReasonAddressChanged    = "restart_address_changed"
-	ReasonClusterChanged    = "restart_cluster_changed"
+	// ReasonRestartNewExited: the new process exited just after it took
+	// over, and the old one, still draining, took its listeners back.
+	ReasonRestartNewExited = "restart_new_process_exited"
+	ReasonRestartCanceled  = "restart_canceled"
+	ReasonAddressChanged   = "restart_address_changed"
+	ReasonClusterChanged   = "restart_cluster_changed"
 )
 
 // RestartResult is the result of one restart; every field is safe to show.

@@ -272,6 +272,11 @@ func (s *Server) Start(addr string) error {
 // before the listener stops accepting; it is safe for concurrent use.
 func (s *Server) Drain() { s.draining.Store(true) }
 
+// Undrain ends Drain: a process that took its listeners back from a
+// successor that exited serves its clients on kept-alive connections again.
+// It is safe for concurrent use.
+func (s *Server) Undrain() { s.draining.Store(false) }
+
 // SetHandingOver, while on, answers every request with 409
 // ReasonHandoverInProgress and Connection: close, except GET
 // RestartPath/{id} (following the restart that hands over); a request

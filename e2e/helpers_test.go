@@ -146,6 +146,11 @@ func startServerVia(t testing.TB, wrapper []string, path string, args []string, 
 	requireBinary(t)
 	s := &server{t: t, config: path, logs: &syncBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
+	if !managementSet(args, env) {
+		// Management is opt-in: these servers take the quickstart's
+		// (a loopback port, a generated token the CLI finds).
+		args = append(slices.Clone(args), "--management-address", "local")
+	}
 	argv := append(append(slices.Clone(wrapper), binary, "serve", "--config", path), args...)
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(cleanEnv(), env...)
@@ -182,9 +187,9 @@ func startServerVia(t testing.TB, wrapper []string, path string, args []string, 
 			t.Logf("reconfd output:\n%s", s.logs.String())
 		}
 	})
-	// Management is on unless turned off: by default on a loopback port
-	// with a generated token (the quickstart).
-	wantMgmt := !slices.Contains(args, "off") && !slices.Contains(env, "RECONF_MANAGEMENT_ADDRESS=off")
+	// Management is on unless turned off (off, or an empty address).
+	wantMgmt := !slices.Contains(args, "off") && !slices.Contains(args, "--management-address=") &&
+		!slices.Contains(env, "RECONF_MANAGEMENT_ADDRESS=off") && !slices.Contains(env, "RECONF_MANAGEMENT_ADDRESS=")
 	deadline := time.After(20 * time.Second)
 	for s.url == "" || (wantMgmt && s.mgmt == "") {
 		select {
@@ -394,3 +399,18 @@ func chunkGen(t testing.TB, data string) int {
 
 // writeAtomic replaces a file with a rename, as an operator should.
 var writeAtomic = testkit.WriteAtomic
+
+// managementSet reports whether args or env set the management address.
+func managementSet(args, env []string) bool {
+	for _, a := range args {
+		if a == "--management-address" || strings.HasPrefix(a, "--management-address=") {
+			return true
+		}
+	}
+	for _, e := range env {
+		if strings.HasPrefix(e, "RECONF_MANAGEMENT_ADDRESS=") {
+			return true
+		}
+	}
+	return false
+}

@@ -3,16 +3,20 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
-// TestQuickstartLoop follows the README: serve with no management
-// settings, then status and reload with no flags and no environment but
+// TestQuickstartLoop follows the README: serve with --management-address
+// local, then status and reload with no flags and no environment but
 // the per-user runtime directory. The discovery file is private, holds
 // the generated token, and goes away with the server; the API refuses a
 // request without the token.
@@ -21,8 +25,8 @@ func TestQuickstartLoop(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"one process", nil},
-		{"two workers", []string{"--workers", "2"}},
+		{"one process", []string{"--management-address", "local"}},
+		{"two workers", []string{"--management-address", "local", "--workers", "2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
@@ -68,5 +72,74 @@ func TestQuickstartLoop(t *testing.T) {
 				t.Errorf("the discovery file outlived its server: %v", err)
 			}
 		})
+	}
+}
+
+// TestManagementIsOptIn: serve with no management address (here an empty
+// one, which the test helper leaves alone) listens for management nowhere
+// and writes no discovery file, so the CLI with no flags finds no server;
+// the data plane serves. For one process and a fleet.
+func TestManagementIsOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one process", []string{"--management-address="}},
+		{"two workers", []string{"--management-address=", "--workers", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := []string{"XDG_RUNTIME_DIR=" + dir}
+			s := startServer(t, config(4, "0s"), tc.args, env...)
+			if r := s.chat("stub-1"); r.gen() != 1 {
+				t.Fatalf("the data plane does not serve: generation %d", r.gen())
+			}
+			if strings.Contains(s.logs.String(), "management listening") {
+				t.Errorf("management listens with no address set:\n%s", grepLines(s.logs.String(), "management"))
+			}
+			if files, _ := filepath.Glob(filepath.Join(dir, "reconfd", "*.json")); len(files) != 0 {
+				t.Errorf("discovery files %v with management off", files)
+			}
+			if code, out, errOut := reconfd(t, env, "status"); code == 0 {
+				t.Errorf("status with no flags found a server with management off: %s%s", out, errOut)
+			}
+		})
+	}
+}
+
+// TestLocalManagementRefusedWithoutDiscovery: when the discovery
+// directory cannot be used (here open to others, as when another user
+// created it first), serve --management-address local does not start with
+// a token no one could read: it exits 1 and says which directory and what
+// to do, for one process and a fleet.
+func TestLocalManagementRefusedWithoutDiscovery(t *testing.T) {
+	requireBinary(t)
+	for _, args := range [][]string{nil, {"--workers", "2"}} {
+		base := t.TempDir()
+		dir := filepath.Join(base, "reconfd")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(t.TempDir(), "reconfd.yaml")
+		writeAtomic(t, cfg, config(4, "0s"))
+		cmd := exec.Command(binary, append([]string{"serve", "--config", cfg, "--management-address", "local"}, args...)...)
+		cmd.Env = append(cleanEnv(), "XDG_RUNTIME_DIR="+base)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+			t.Fatalf("serve %v with an open discovery directory started:\n%s", args, stderr.String())
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), dir) || !strings.Contains(stderr.String(), "RECONF_MANAGEMENT_TOKEN") {
+			t.Errorf("serve %v with an open discovery directory: exit %d\n%s", args, code, stderr.String())
+		}
 	}
 }

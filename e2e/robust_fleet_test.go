@@ -68,7 +68,8 @@ func fleetFor() time.Duration {
 // /admin/config/reload to whichever worker accepts it; meanwhile a second
 // loop injects one fault at a time: kill -9 of a worker, SIGSTOP of a
 // worker or of etcd for 0.3 to 7 s (one in six for 10.5 to 12 s, past the
-// gate's 10 s lease TTL), then SIGCONT.
+// gate's 10 s lease TTL), then SIGCONT. One step in eight also sends a
+// body that carries "Model" and "Messages", refused 400 ambiguous_key.
 //
 // A watch on the channel records every published version and every
 // presence-row write, and checks, in etcd's order:
@@ -124,6 +125,9 @@ func TestRobustnessFleet(t *testing.T) {
 			// A flood's connections leave fasthttp workers behind for 10 s,
 			// which the baseline check at the end would wait out.
 			fl = f.maybeFlood()
+		}
+		if f.rng.IntN(8) == 0 {
+			f.caseVariant()
 		}
 		f.step()
 		if fl != nil {

@@ -45,7 +45,14 @@ var (
 //     valid file always publishes (a stalled client holds no pin);
 //   - every answer is served by the configuration of its generation;
 //   - every refusal, from the API or a SIGHUP, has a reason of the closed
-//     set with a non-success outcome.
+//     set with a non-success outcome;
+//   - a body that also carries "Model" or "Messages" (one step in eight)
+//     is refused 400 ambiguous_key.
+//
+// It ends with three restart storms on kept-alive management connections,
+// with reloads sent during the hand-overs (handoverStorm: robustStormBudget
+// of -robust), and checks that one process serves in the end and that
+// every acknowledged reload is applied.
 //
 // It logs its seed and figures (steps by kind, requests, refusals by
 // reason); -robust.seed replays a run.
@@ -60,9 +67,12 @@ func TestRobustness(t *testing.T) {
 	l := startLoad(t, r.s.url, 3, 1, 1)
 	stopClients := r.hostileClients()
 
-	deadline := time.Now().Add(*robustFor)
+	deadline := time.Now().Add(max(*robustFor-robustStormBudget, *robustFor/2))
 	for time.Now().Before(deadline) && !t.Failed() {
 		fl := r.maybeFlood()
+		if r.rng.IntN(8) == 0 {
+			r.caseVariant()
+		}
 		r.step()
 		r.probe()
 		if fl != nil {
@@ -71,15 +81,15 @@ func TestRobustness(t *testing.T) {
 	}
 	stopClients()
 	l.finish()
-	t.Logf("steps %v; refusals by reason %v; generations published %d; hostile clients %d",
-		r.kinds, r.reasons, r.gen-1, r.clients.Load())
 	select {
 	case <-r.s.done:
 		t.Fatalf("reconfd exited during the run: %v", r.s.exit)
 	default:
 	}
-	r.s.signal(syscall.SIGTERM)
-	if code := r.s.wait(30 * time.Second); code != 0 {
+	owner := r.handoverStorm(robustStormRounds)
+	t.Logf("steps %v; refusals by reason %v; generations published %d before the storms; hostile clients %d",
+		r.kinds, r.reasons, r.gen-1, r.clients.Load())
+	if code := r.stopOwner(owner); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }

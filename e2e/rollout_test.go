@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,10 +21,13 @@ import (
 
 // rolloutConfig serves the alias chat from backend target, one of four
 // real upstreams: good and good2 answer at once, bad answers 500, slow
-// answers after a delay. The strategy widens by 25% a second and bakes a
-// second at 100%; a step needs 50 requests per generation.
+// answers after 600 ms. The strategy widens by 25% a second and bakes a
+// second at 100%; a step needs 30 requests per generation. A p99 is
+// judged above the active's only when it is more than 150 ms above it:
+// on a loaded machine a second's p99 of a good backend jumps by a
+// hundred milliseconds, and the slow backend's stays far above that.
 const rolloutConfig = `
-server: {address: 127.0.0.1:0, workers: 1}
+server: {address: 127.0.0.1:0, workers: %[6]d}
 logging: {level: info}
 routing: {default_route: good, max_attempts: 2}
 backends:
@@ -40,10 +44,16 @@ rollout:
       growth_factor: 25
       step_interval: 1s
       final_bake: 1s
-      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 30ms, min_requests: 50}
+      health: {max_failure_increase: 1, max_p99_ratio: 1.5, p99_tolerance: 150ms, min_requests: 30}
       no_data: extend_then_roll_back
       max_extensions: 3
 `
+
+// rolloutUpstreams starts the four backends of rolloutConfig: good,
+// good2, bad and slow.
+func rolloutUpstreams(t *testing.T) []string {
+	return []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 600*time.Millisecond)}
+}
 
 // upstream answers every chat completion with status after delay.
 func upstream(t *testing.T, status int, delay time.Duration) string {
@@ -76,11 +86,14 @@ type tenantLoad struct {
 
 const (
 	loadWorkers = 32
-	loadTenants = 4000
+	loadTenants = 1024 // 32 per load worker: each is seen several times in a rollout
 )
 
-func startTenantLoad(t *testing.T, url string) *tenantLoad {
-	l := &tenantLoad{url: url, stop: make(chan struct{}), seen: map[string][]int{}, failGens: map[int]int{}}
+// startTenantLoad starts the load on urls: one host's data plane, or
+// several hosts' taken in turn by every request, so that a tenant meets
+// every host.
+func startTenantLoad(t *testing.T, urls ...string) *tenantLoad {
+	l := &tenantLoad{url: urls[0], stop: make(chan struct{}), seen: map[string][]int{}, failGens: map[int]int{}}
 	body := chatBody("chat", false)
 	for w := range loadWorkers {
 		l.wg.Add(1)
@@ -95,7 +108,7 @@ func startTenantLoad(t *testing.T, url string) *tenantLoad {
 				default:
 				}
 				tenant := "tenant-" + strconv.Itoa(w+loadWorkers*(i%(loadTenants/loadWorkers)))
-				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+				req, _ := http.NewRequest("POST", urls[i%len(urls)]+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("X-Tenant", tenant)
 				resp, err := c.Do(req)
 				l.total.Add(1)
@@ -138,6 +151,46 @@ func rolloutDoc(t *testing.T, s *server, token string) admin.RolloutResponse {
 	return doc
 }
 
+// longRuns is how many good changes a run promotes: 1, or 5 in the long
+// form (RECONF_E2E_LONG=1), which CI does not run.
+func longRuns() int {
+	if os.Getenv("RECONF_E2E_LONG") == "1" {
+		return 5
+	}
+	return 1
+}
+
+// checkTenants checks that each tenant saw the active generation prev,
+// then perhaps the candidate cand, and never went back.
+func checkTenants(t *testing.T, l *tenantLoad, prev, cand uint64) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for tenant, gens := range l.seen {
+		if len(gens) > 2 || len(gens) == 2 && (uint64(gens[0]) != prev || uint64(gens[1]) != cand) {
+			t.Fatalf("tenant %s saw generations %v (active %d, candidate %d)", tenant, gens, prev, cand)
+		}
+	}
+}
+
+// waitFleet polls the status until n workers hold version.
+func waitFleet(t *testing.T, s *server, token string, version uint64, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		r := s.do("GET", "http://"+s.mgmt+"/admin/config/status", "", "Authorization", "Bearer "+token)
+		var f fleet
+		last = r.body
+		if r.status == 200 && json.Unmarshal([]byte(r.body), &f) == nil && f.Converged && f.ClusterVersion != nil &&
+			*f.ClusterVersion == version && len(f.Workers) == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the fleet did not converge on version %d with %d workers in 30s: %s", version, n, last)
+}
+
 // waitRolloutEnd polls until the rollout id ends and returns its status.
 func waitRolloutEnd(t *testing.T, s *server, token string, id uint64) *reconf.RolloutStatus {
 	t.Helper()
@@ -148,22 +201,33 @@ func waitRolloutEnd(t *testing.T, s *server, token string, id uint64) *reconf.Ro
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("rollout %d did not end in 30s", id)
+	t.Fatalf("rollout %d did not end in 30s; status %+v\n%s", id, rolloutDoc(t, s, token).Rollout, s.logs.String())
 	return nil
 }
 
 // TestStagedRollout runs one reconfd through the rollouts an operator
-// meets, under load at c=32 from 4000 tenants: a change to a backend
+// meets, under load at c=32 from 1024 tenants: a change to a backend
 // answering 500 and one to a slower backend are each rolled back by the
 // health judge, a good change is promoted through every step with no
 // failed request, each tenant moves at most once (active to candidate),
 // and reconfd rollback --to N under load fails nothing.
-func TestStagedRollout(t *testing.T) {
+func TestStagedRollout(t *testing.T) { stagedRollout(t, 1) }
+
+// TestStagedRolloutWorkers runs the same rollouts on serve --workers 4:
+// the fleet follows one rollout through its channel, driven by one worker.
+func TestStagedRolloutWorkers(t *testing.T) { stagedRollout(t, 4) }
+
+func stagedRollout(t *testing.T, workers int) {
 	requireBinary(t)
-	ups := []string{upstream(t, 200, 0), upstream(t, 200, 0), upstream(t, 500, 0), upstream(t, 200, 150*time.Millisecond)}
-	cfg := func(target string) string { return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target) }
+	ups := rolloutUpstreams(t)
+	cfg := func(target string) string {
+		return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target, workers)
+	}
 	const token = "rollout-e2e-management-token-0123"
 	s := startServer(t, cfg("good"), []string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
+	if workers > 1 {
+		waitFleet(t, s, token, 1, workers)
+	}
 	menv := []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt, "RECONF_MANAGEMENT_TOKEN=" + token}
 
 	// stage writes target into the file and stages it with the e2e
@@ -237,28 +301,28 @@ func TestStagedRollout(t *testing.T) {
 
 	var promoted uint64
 	t.Run("good change promoted", func(t *testing.T) {
-		l := startTenantLoad(t, s.url)
-		time.Sleep(500 * time.Millisecond)
-		prev := uint64(rolloutDoc(t, s, token).ActiveGeneration)
-		cand := stage("good2")
-		ro := waitRolloutEnd(t, s, token, cand)
-		time.Sleep(500 * time.Millisecond)
-		l.finish()
-		if ro.Phase != reconf.Promoted || ro.Share != reconf.FullShare {
-			t.Fatalf("rollout ended %s at %d (%s)", ro.Phase, ro.Share, ro.Reason)
-		}
-		if n := l.failed.Load(); n != 0 {
-			t.Fatalf("%d of %d requests failed", n, l.total.Load())
-		}
-		// Each tenant saw the active generation, then perhaps the
-		// candidate, never back.
-		for tenant, gens := range l.seen {
-			if len(gens) > 2 || len(gens) == 2 && (uint64(gens[0]) != prev || uint64(gens[1]) != cand) {
-				t.Fatalf("tenant %s saw generations %v (active %d, candidate %d)", tenant, gens, prev, cand)
+		// The long form (RECONF_E2E_LONG=1) promotes five changes in a
+		// row, alternating the backend; the last is good2's.
+		for run := range longRuns() {
+			target := []string{"good2", "good"}[(longRuns()-1-run)%2]
+			l := startTenantLoad(t, s.url)
+			time.Sleep(500 * time.Millisecond)
+			prev := uint64(rolloutDoc(t, s, token).ActiveGeneration)
+			cand := stage(target)
+			ro := waitRolloutEnd(t, s, token, cand)
+			time.Sleep(500 * time.Millisecond)
+			l.finish()
+			if ro.Phase != reconf.Promoted || ro.Share != reconf.FullShare {
+				t.Fatalf("run %d: rollout ended %s at %d (%s)", run, ro.Phase, ro.Share, ro.Reason)
 			}
+			if n := l.failed.Load(); n != 0 {
+				t.Fatalf("run %d: %d of %d requests failed", run, n, l.total.Load())
+			}
+			checkTenants(t, l, prev, cand)
+			t.Logf("run %d: promoted %d (%s) after %d requests, %d tenants seen", run, cand, target, l.total.Load(), len(l.seen))
+
+			promoted = cand
 		}
-		t.Logf("promoted %d after %d requests, %d tenants seen", cand, l.total.Load(), len(l.seen))
-		promoted = cand
 	})
 
 	t.Run("rollback --to under load", func(t *testing.T) {

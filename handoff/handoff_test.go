@@ -323,6 +323,49 @@ func TestChildThatDiesLeavingAGrandchildIsNotReady(t *testing.T) {
 	}
 }
 
+// TestKillEndsTheChildsGroup: a child started in a process group of its
+// own (Setpgid) is killed with its group, even after it exited: a
+// grandchild it left running, which inherited the sockets, goes too.
+func TestKillEndsTheChildsGroup(t *testing.T) {
+	cmd, stdin := command(t, "orphan")
+	defer stdin.Close()
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	out, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout = w
+	p, err := handoff.Start(cmd, nil)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	gc, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("the child printed %q, not its grandchild's pid", line)
+	}
+	<-p.Exited()
+	p.Kill()
+	// The grandchild is not ours to reap: once killed, it is gone or a
+	// zombie of init's, whose stat says Z.
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", gc))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if unix.Kill(gc, 0) != nil {
+			break
+		}
+		if i == 500 {
+			_ = unix.Kill(gc, unix.SIGKILL)
+			t.Fatalf("the grandchild (pid %d) outlived Kill of its group", gc)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestFailedNamesTheReason: a child that says Failed and exits is not
 // ready, and the parent's error and Failure carry its reason on one line;
 // a Ready after Failed writes nothing. A reason past the pipe's bound is

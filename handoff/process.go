@@ -98,8 +98,16 @@ func (p *Process) PID() int { return p.cmd.Process.Pid }
 // Signal sends sig to the child; after it exited it returns an error.
 func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// Kill kills the child and waits until it is reaped.
+// Kill kills the child and waits until it is reaped. A child started in
+// a process group of its own (exec.Cmd's SysProcAttr.Setpgid) is killed
+// with its whole group, even after it exited: a process it started in the
+// background inherited the listening sockets and the readiness pipe, and
+// would otherwise hold them with no one to stop it. A process that left
+// the group (setsid) escapes this.
 func (p *Process) Kill() {
+	if leadsGroup(p.cmd) {
+		killGroup(p.cmd.Process.Pid)
+	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited
 }

@@ -5,6 +5,7 @@ package handoff
 import (
 	"net"
 	"os"
+	"os/exec"
 )
 
 // Supported is false: see the Unix build's documentation.
@@ -19,3 +20,8 @@ func checkListening(int) error { return ErrUnsupported }
 
 // closeOnExecReady does nothing where there is no readiness pipe.
 func closeOnExecReady() {}
+
+// leadsGroup is false: there are no process groups to kill here.
+func leadsGroup(*exec.Cmd) bool { return false }
+
+func killGroup(int) {}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -66,3 +67,15 @@ func closeOnExecReady() {
 	}
 	unix.CloseOnExec(fd)
 }
+
+// leadsGroup reports whether cmd started in a process group of its own,
+// whose ID is its pid.
+func leadsGroup(cmd *exec.Cmd) bool {
+	a := cmd.SysProcAttr
+	return a != nil && a.Setpgid && a.Pgid == 0
+}
+
+// killGroup kills every process of the group pgid. The group's ID stays
+// reserved while any member lives, so once the leader is reaped it names
+// its orphans or no one.
+func killGroup(pgid int) { _ = unix.Kill(-pgid, unix.SIGKILL) }

@@ -129,6 +129,24 @@ func (h *History) Observe(res reconf.Result) {
 	})
 }
 
+// ObserveRollout records a rollout's decision, for reconf.WithObserver
+// (a History is a reconf.RolloutObserver): one entry with the figures and
+// the decider, written by the worker that decided; the workers that
+// adopted the decision from the channel write nothing.
+func (h *History) ObserveRollout(ev reconf.RolloutEvent) {
+	if ev.Adopted {
+		return
+	}
+	e := reconf.HistoryEntryOfRollout(ev)
+	h.enqueue(func(ctx context.Context) {
+		if err := h.record(ctx, e, 0); err != nil {
+			h.log.Warn("propagate: the rollout's decision could not be written to the fleet's history", "rollout", ev.State.ID, "error", err)
+		}
+	})
+}
+
+var _ reconf.RolloutObserver = (*History)(nil)
+
 // isPublish reports whether res published a new cluster version (not a
 // start-up, which joins at the cluster's version): the publisher's own
 // apply of it.

@@ -206,6 +206,20 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 	return nil
 }
 
+// RolledBack returns the content digest the fleet's last rollback took
+// out of service and the version that rollback published, as this
+// worker last read the rollout's state; "" when the last rollout was not
+// rolled back. A runtime that holds that version refuses the digest's
+// content (invalid / rolled_back_content), as the workers that followed
+// the rollout do: a worker that joins after the rollback does too.
+func (c *Channel) RolledBack() (digest string, version uint64) {
+	s := c.seen.Load()
+	if s == nil || s.st.Phase != reconf.RolledBack {
+		return "", 0
+	}
+	return s.rolledBack, s.st.Result
+}
+
 // Driving implements reconf.RolloutChannel: this worker holds rollout
 // id's driver key, as it last read it.
 func (c *Channel) Driving(id uint64) bool { return id != 0 && c.driving.Load() == id }
@@ -410,18 +424,36 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		contact    = time.Now()
 		cut        bool
 		countsDone string // the step whose counts were written
+		// The channel's reads and writes run beside the loop, one at a
+		// time, so that a stalled etcd (each request waits up to the
+		// request timeout) never delays the cut-off: the loop keeps
+		// ticking and takes the candidate out of service on time.
+		reading, writing bool
+		reads            = make(chan readDone, 1)
+		writes           = make(chan writeDone, 1)
 	)
 	defer func() { wcancel() }()
 	tick := time.NewTicker(rolloutTick)
 	defer tick.Stop()
 
-	sync := func() {
-		lastSync = time.Now()
-		r, err := f.ch.readRollout(f.ctx)
-		if err != nil {
+	read := func() {
+		reading, lastSync = true, time.Now()
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			r, err := f.ch.readRollout(f.ctx)
+			reads <- readDone{r, err, time.Now()}
+		}()
+	}
+	synced := func(d readDone) {
+		reading = false
+		if d.err != nil {
 			return
 		}
-		contact = time.Now()
+		r := d.r
+		if d.at.After(contact) {
+			contact = d.at
+		}
 		if r.stRev != 0 {
 			f.noteRollout(r.st, r.stRev, r.rolledBack)
 		}
@@ -445,6 +477,13 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		select {
 		case <-f.ctx.Done():
 			return
+		case d := <-reads:
+			synced(d)
+		case d := <-writes:
+			writing = false
+			if d.err == nil {
+				countsDone = d.key
+			}
 		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				wcancel()
@@ -472,11 +511,14 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 				}
 				continue
 			}
-			if time.Since(lastSync) >= f.o.resync {
-				sync()
+			step := stepOf(st)
+			// Read at least four times a step: a worker that read the
+			// channel once a resync interval would count itself cut off
+			// between two reads whenever the interval is as long as a step.
+			if !reading && time.Since(lastSync) >= min(f.o.resync, max(step/4, rolloutTick)) {
+				read()
 			}
 			f.pushRollout(rr)
-			step := stepOf(st)
 			switch off := time.Since(contact) > step; {
 			case off && !cut:
 				if rr.SetCutOff(f.ctx, true) == nil {
@@ -489,13 +531,29 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			}
 			key := fmt.Sprintf("%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano())
 			margin := min(step/5, 500*time.Millisecond)
-			if st.Phase == reconf.Running && countsDone != key && !time.Now().Before(st.NextStep.Add(-margin)) {
-				if f.ch.writeCounts(f.ctx, st, active, cand) == nil {
-					countsDone = key
-				}
+			if st.Phase == reconf.Running && !writing && countsDone != key && !time.Now().Before(st.NextStep.Add(-margin)) {
+				writing = true
+				f.wg.Add(1)
+				go func() {
+					defer f.wg.Done()
+					writes <- writeDone{key, f.ch.writeCounts(f.ctx, st, active, cand)}
+				}()
 			}
 		}
 	}
+}
+
+// readDone is a read of the rollout's keys, finished at at.
+type readDone struct {
+	r   rolloutRead
+	err error
+	at  time.Time
+}
+
+// writeDone is a write of this worker's counts of the step key.
+type writeDone struct {
+	key string
+	err error
 }
 
 // stepOf is how long st's current step lasts.

@@ -136,6 +136,9 @@ func TestFleetRolloutWidensAndPromotes(t *testing.T) {
 		}
 		return true
 	})
+	// The share takes effect at the step's start, a moment after the
+	// decision, on every worker at once.
+	time.Sleep(time.Until(ws[0].rollout().StepStarted) + 50*time.Millisecond)
 	if !sameSplit(ws) {
 		t.Fatal("the workers split the entities differently")
 	}
@@ -319,4 +322,190 @@ func TestFleetRolloutJoinMidway(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestFleetRolloutHistoryOnce: every worker adopts the rollback, and the
+// fleet's history holds it once, from the driver that decided it, with
+// the figures it judged.
+func TestFleetRolloutHistoryOnce(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	var ws []fleetWorker
+	for i := range 3 {
+		l := &rolloutEvents{}
+		w := startWorker(t, s.Endpoints(), prefix, fmt.Sprintf("w%d", i), workerOpts{rtOpts: []reconf.Option{reconf.WithObserver(l)},
+			follow: []Option{WithResyncInterval(200 * time.Millisecond)}, history: []HistoryOption{}})
+		ws = append(ws, fleetWorker{w, l})
+	}
+	var cand atomicGen
+	for _, w := range ws {
+		traffic(t, w.worker, func(gen uint64) bool { return gen == cand.get() })
+	}
+	cand.set(ws[0].stage(t, configYAML("gw", 3, "KEY1"), fleetStrategy(600*time.Millisecond)))
+	waitFor(t, 20*time.Second, "every worker rolls back", func() bool {
+		for _, w := range ws {
+			if _, ok := w.log.ended(); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for i, w := range ws {
+		ev, _ := w.log.ended()
+		if ev.Adopted != (i != 0) {
+			t.Errorf("worker %s: the rollback's event says adopted=%v", w.id, ev.Adopted)
+		}
+	}
+	var rollbacks []reconf.HistoryEntry
+	waitFor(t, 5*time.Second, "the history holds the rollback", func() bool {
+		rollbacks = rollbacks[:0]
+		for _, e := range entries(t, ws[2].worker, 0) {
+			if e.Outcome == "roll_back" {
+				rollbacks = append(rollbacks, e)
+			}
+		}
+		return len(rollbacks) > 0
+	})
+	time.Sleep(300 * time.Millisecond) // an adopter's entry, if written, would be queued by now
+	for _, e := range entries(t, ws[2].worker, 0) {
+		if e.Outcome == "roll_back" && len(rollbacks) == 1 && e.Time != rollbacks[0].Time {
+			rollbacks = append(rollbacks, e)
+		}
+	}
+	if len(rollbacks) != 1 {
+		t.Fatalf("the history holds %d rollback entries, want 1: %+v", len(rollbacks), rollbacks)
+	}
+	e := rollbacks[0]
+	if e.Worker != "w0" || e.Actor != reconf.DeciderRollout || e.Rollout == nil || e.Rollout.Candidate == nil || e.Rollout.Candidate.Failures == 0 {
+		t.Fatalf("the rollback's entry: %+v", e)
+	}
+}
+
+// atomicGen is a generation number shared with traffic's goroutines.
+type atomicGen struct {
+	mu sync.Mutex
+	v  uint64
+}
+
+func (a *atomicGen) get() uint64  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
+func (a *atomicGen) set(v uint64) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
+
+// TestFleetRevert: a worker that did not publish them reverts the fleet
+// to a recorded version: the content is published as a new version every
+// worker applies, and that worker refuses a reload of the content it
+// reverted away.
+func TestFleetRevert(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	all := []*worker{ws[0].worker, ws[1].worker, ws[2].worker}
+	for i, limit := range []int{4, 5} {
+		if res := ws[0].reload(t, configYAML("gw", limit, "KEY1")); res.Outcome != reconf.Published {
+			t.Fatalf("reload: %+v", res)
+		}
+		waitFor(t, 5*time.Second, "every worker applies", converged(all, uint64(i+2)))
+	}
+	res, err := ws[2].rt.Revert(context.Background(), reconf.TriggerAPI, 2)
+	if err != nil || res.Outcome != reconf.Published || res.Generation != 4 {
+		t.Fatalf("Revert: %+v, %v", res, err)
+	}
+	waitFor(t, 5*time.Second, "every worker applies the reverted content", converged(all, 4))
+	for _, w := range ws {
+		if w.limit() != 4 {
+			t.Fatalf("worker %s runs limit %d after the revert", w.id, w.limit())
+		}
+	}
+	if res := ws[2].reload(t, configYAML("gw", 5, "KEY1")); res.Reason != reconf.ReasonRolledBack {
+		t.Fatalf("a reload of the reverted content: %+v", res)
+	}
+}
+
+// TestFleetShareTakesEffectTogether: a share takes effect at the step's
+// start, a moment after the decision, on the stager as on the others, so
+// that no worker gives an entity the candidate while another, not yet
+// told, gives it the active generation.
+func TestFleetShareTakesEffectTogether(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
+	st := ws[0].rollout()
+	if st == nil || !st.StepStarted.After(st.Started) {
+		t.Fatalf("the first share takes effect at the stage itself: %+v", st)
+	}
+	for i := range 200 {
+		pin := ws[0].rt.AcquireFor(fmt.Sprintf("client-%d", i))
+		id := pin.ID()
+		pin.Release()
+		if time.Now().Before(st.StepStarted) && id == cand {
+			t.Fatalf("the stager gave client-%d the candidate before the step's start", i)
+		}
+	}
+	waitFor(t, 10*time.Second, "both workers give the candidate its share alike", func() bool {
+		if time.Now().Before(st.StepStarted) || !sameSplit(ws) {
+			return false
+		}
+		for i := range 50 {
+			pin := ws[1].rt.AcquireFor(fmt.Sprintf("client-%d", i))
+			id := pin.ID()
+			pin.Release()
+			if id == cand {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestFleetNotCutOffBetweenReads: a healthy fleet whose resync interval
+// is as long as a step never counts itself cut off between two reads.
+func TestFleetNotCutOffBetweenReads(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2, WithResyncInterval(time.Second))
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	waitFor(t, 10*time.Second, "both workers follow the rollout", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand {
+				return false
+			}
+		}
+		return true
+	})
+	// With no traffic the strategy holds for data: the rollout runs on.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, w := range ws {
+			if ro := w.rollout(); ro != nil && ro.CutOff {
+				t.Fatalf("worker %s counts itself cut off from a healthy channel", w.id)
+			}
+		}
+	}
+}
+
+// TestFleetJoinerRefusesRolledBackContent: a worker that joins after a
+// rollback (a worker restarted, a host booting) refuses a reload of the
+// rolled-back content its file still holds, as the workers that followed
+// the rollout do; it is never published again silently.
+func TestFleetJoinerRefusesRolledBackContent(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	var cand atomicGen
+	for _, w := range ws {
+		traffic(t, w.worker, func(gen uint64) bool { return gen == cand.get() })
+	}
+	bad := configYAML("gw", 3, "KEY1")
+	cand.set(ws[0].stage(t, bad, fleetStrategy(600*time.Millisecond)))
+	waitFor(t, 20*time.Second, "the rollout is rolled back", func() bool {
+		ev, ok := ws[1].log.ended()
+		return ok && ev.State.Phase == reconf.RolledBack
+	})
+	late := startWorker(t, s.Endpoints(), prefix, "late", workerOpts{data: bad})
+	if v := late.version(); v != cand.get()+1 {
+		t.Fatalf("the late worker joined at %d, want the rollback's %d", v, cand.get()+1)
+	}
+	if res := late.reload(t, bad); res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonRolledBack {
+		t.Fatalf("the late worker's reload of the rolled-back content: %s %s (%s)", res.Outcome, res.Reason, res.Message)
+	}
+	// Anything else publishes, and the mark goes with the version.
+	if res := late.reload(t, configYAML("gw", 4, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("another change: %+v", res)
+	}
 }

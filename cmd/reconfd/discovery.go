@@ -20,15 +20,19 @@ import (
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
-// The quickstart's management defaults: with no management address set,
-// serve opens management on an ephemeral loopback port with a token it
+// Management is opt-in (SPEC section 7): with no management address set,
+// nothing listens for it. The address "local" is the quickstart's: serve
+// opens management on an ephemeral loopback port with a token it
 // generates, and writes both to a discovery file that only its user can
 // read; reload, status and history find it there with no flags.
 const (
-	// defaultManagementAddress is where management listens when no
-	// address is set.
-	defaultManagementAddress = "127.0.0.1:0"
-	// managementOff, as the address, turns management off.
+	// managementLocal, as the address, asks for the quickstart's
+	// management: loopback, an ephemeral port, a generated token.
+	managementLocal = "local"
+	// localManagementAddress is where management listens for "local".
+	localManagementAddress = "127.0.0.1:0"
+	// managementOff, as the address, turns management off, as no
+	// address does.
 	managementOff = "off"
 	// envRuntimeDir names the per-user runtime directory (systemd's and
 	// the XDG base directory convention's); the discovery files live in
@@ -39,12 +43,15 @@ const (
 )
 
 // managementSettings decides the management address and token from the
-// flag and the environment. An address set by flag or environment is used
-// as is (SPEC section 7: a loopback address may run without a token);
-// "off" turns management off; no address at all is the quickstart
-// default: loopback, ephemeral port, and a token generated here unless
-// one is set. generated reports that the token was made here, so that
-// the discovery file must carry it.
+// flag and the environment. No address, or "off", leaves management off.
+// An address set by flag or environment is used as is (SPEC section 7: a
+// loopback address may run without a token). "local" is the quickstart:
+// loopback, ephemeral port, and a token generated here unless one is set;
+// a token generated here reaches the CLI only through the discovery
+// directory, so one that cannot be used (another user made it, its mode
+// is open) refuses the start with the reason rather than serve with a
+// token no one can read. generated reports that the token was made here,
+// so that the discovery file must carry it.
 func managementSettings(f serveFlags, lookup env) (cfg admin.Config, generated bool, err error) {
 	cfg = admin.ConfigFromEnv(lookup)
 	if err := f.mgmtTLS.apply(&cfg); err != nil {
@@ -56,9 +63,14 @@ func managementSettings(f serveFlags, lookup env) (cfg admin.Config, generated b
 	switch {
 	case strings.EqualFold(cfg.Address, managementOff):
 		cfg.Address = ""
-	case cfg.Address == "":
-		cfg.Address = defaultManagementAddress
+	case strings.EqualFold(cfg.Address, managementLocal):
+		cfg.Address = localManagementAddress
 		if cfg.Token.IsZero() {
+			if _, err := runtimeDir(lookup); err != nil {
+				return cfg, false, fmt.Errorf("management address %s generates a token that only the discovery directory hands to the CLI, which cannot be used: %v; "+
+					"remove or fix that directory, set %s to a directory of your own, or set %s for serve and the CLI",
+					managementLocal, err, envRuntimeDir, admin.EnvToken)
+			}
 			tok, err := newToken()
 			if err != nil {
 				return cfg, false, err

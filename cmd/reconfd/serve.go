@@ -98,7 +98,7 @@ in flight across all of them together.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "configuration file (required)")
-	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port, or off (default $"+admin.EnvAddress+", else a loopback port with a generated token)")
+	fl.StringVar(&f.managementAddr, "management-address", "", "management API address host:port; local: a loopback port with a generated token the CLI finds (default $"+admin.EnvAddress+", else off)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for in-flight requests")
 	fl.IntVar(&f.workers, "workers", 0, "worker processes (default server.workers); above 1, serve supervises them")
 	fl.StringSliceVar(&f.cluster, "cluster", nil, "etcd client URLs of an existing cluster to join, comma-separated (default server.cluster)")
@@ -284,20 +284,13 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	if mgmt != nil {
 		rs.Handover().Watch(mgmt.handingOver)
 	}
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-rs.Done():
-		}
-		close(stop)
-	}()
-	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: rs.HandedOver,
+	return serveSession(ctx, stopCtx.Done(), stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: rs.HandedOver, Handover: rs.Handover(), TookBack: rs.TookBack,
 		Ready: func() {
 			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the previous process this one is ready", "error", err)
 			}
+			rs.MarkReady()
 			if err := handoff.NotifyReady(); err != nil {
 				log.Warn("could not notify systemd", "error", err)
 			}
@@ -421,7 +414,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		close(stop)
 	}()
 	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: func() bool { return true },
+		Shared: func() bool { return !wenv.FleetStopping() },
 		Ready: func() {
 			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
 				log.Error("could not tell the supervisor this worker is ready", "error", err)

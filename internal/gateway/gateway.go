@@ -327,6 +327,11 @@ func (g *Gateway) Drain() {
 	g.share.leave()
 }
 
+// Undrain ends a drain begun by Drain, before Shutdown: a single process
+// whose successor exited just after it took over serves on. A fleet's
+// worker, whose share Drain left, never undrains. It is idempotent.
+func (g *Gateway) Undrain() { g.draining.Store(false) }
+
 // Reload runs one configuration attempt (see reconf.Runtime.Reload).
 func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Result, error) {
 	return g.rt.Reload(ctx, trigger)

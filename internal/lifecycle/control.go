@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/reconfhq/reconf/admin"
 )
 
 // maxControlBody bounds a control answer.
@@ -26,8 +28,15 @@ type controlServer struct {
 	done chan struct{}
 
 	track restartTracker
+	// stopMark is a file created when the supervisor stops the fleet
+	// (WorkerEnv.FleetStopping).
+	stopMark string
 	// roll carries out a restart whose check passed; it finishes run.
 	roll func(track *restartTracker, run *restartRun)
+	// handingOver, when set, reports whether the supervisor is handing
+	// the fleet to a new supervisor or has handed it: a restart then
+	// never begins, whichever old worker asked (one owner).
+	handingOver func() bool
 }
 
 // startControl listens on a new private socket and serves until close.
@@ -38,6 +47,7 @@ func startControl(roll func(*restartTracker, *restartRun)) (*controlServer, erro
 	}
 	c := &controlServer{dir: dir, path: filepath.Join(dir, "control.sock"), done: make(chan struct{}), roll: roll}
 	c.track.mark = filepath.Join(dir, "restart-running")
+	c.stopMark = filepath.Join(dir, "fleet-stopping")
 	ln, err := net.Listen("unix", c.path)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -65,6 +75,12 @@ func (c *controlServer) restart(w http.ResponseWriter, r *http.Request) {
 	var req restartRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&req); err != nil {
 		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	if c.handingOver != nil && c.handingOver() {
+		writeControl(w, admin.RestartResult{Done: true, Reason: admin.ReasonHandoverInProgress,
+			Message: "this supervisor has handed the fleet to a new one", PreviousGeneration: req.PreviousGeneration,
+			Generation: req.PreviousGeneration, Started: time.Now()})
 		return
 	}
 	run, res, ok := c.track.begin(req.PreviousGeneration)

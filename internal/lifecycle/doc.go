@@ -35,8 +35,12 @@
 // changed, the supervisor hands the sockets, the embedded etcd and the
 // fleet to a new supervisor (supervisorSuccessor, through a Handover),
 // which starts its own workers. Both hand-overs share Handover: starting
-// the successor, waiting until it is ready, stopping it if it is not,
-// and the moment it serves (Handover.Done).
+// the successor in a process group of its own, waiting until it is ready,
+// killing its whole group if it is not, and the moment it serves
+// (Handover.Done). A single process then drains while it watches its
+// successor for SuccessorWatch, and takes its listeners back if the
+// successor exits meanwhile (Session, Handover.TakeBack); a fleet's old
+// supervisor does not, having released the embedded etcd.
 //
 // # Pool
 //

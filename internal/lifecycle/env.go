@@ -37,6 +37,10 @@ const (
 	// worker without it (its supervisor predates the mark) asks over the
 	// socket.
 	envRestartMark = "RECONF_SUPERVISOR_RESTART_MARK"
+	// envStopMark gives a worker the path of the file that exists once
+	// its supervisor stops the whole fleet (Supervisor.signal): a worker
+	// then drains as a single process does (WorkerEnv.FleetStopping).
+	envStopMark = "RECONF_SUPERVISOR_STOP_MARK"
 	// envRestartPublish asks the first new worker of a restart to publish
 	// the file's live part once it has joined, so the fleet serves the
 	// file's current content before the old workers drain.
@@ -75,6 +79,8 @@ type WorkerEnv struct {
 	Control string
 	// RestartMark is the path of the supervisor's restart mark.
 	RestartMark string
+	// StopMark is the path of the supervisor's stop mark.
+	StopMark string
 	// Publish asks the first new worker of a restart to publish the
 	// file's live part.
 	Publish bool
@@ -85,14 +91,14 @@ type WorkerEnv struct {
 // environment. envRestartPublish is not one of them; it is added for the
 // first new worker of a restart only.
 var workerEnvNames = []string{envFleetChannel, envFleetID, envFleetBaseline, envFleetRestartFields, envFleetAccept,
-	envControl, envRestartMark}
+	envControl, envRestartMark, envStopMark}
 
 // ReadWorkerEnv reads a worker's variables.
 func ReadWorkerEnv(lookup func(string) (string, bool)) WorkerEnv {
 	get := func(name string) string { v, _ := lookup(name); return v }
 	return WorkerEnv{Channel: get(envFleetChannel), Fleet: get(envFleetID), Baseline: get(envFleetBaseline),
 		Accept: get(envFleetAccept), RestartFields: get(envFleetRestartFields), Control: get(envControl),
-		RestartMark: get(envRestartMark), Publish: get(envRestartPublish) == "1"}
+		RestartMark: get(envRestartMark), StopMark: get(envStopMark), Publish: get(envRestartPublish) == "1"}
 }
 
 // Environ returns base without the variables only a supervisor sets, then
@@ -100,7 +106,7 @@ func ReadWorkerEnv(lookup func(string) (string, bool)) WorkerEnv {
 func (e WorkerEnv) Environ(base []string) []string {
 	out := withoutEnv(base, workerEnvNames...)
 	for _, kv := range [][2]string{{envFleetID, e.Fleet}, {envControl, e.Control}, {envRestartMark, e.RestartMark},
-		{envFleetBaseline, e.Baseline}, {envFleetAccept, e.Accept}, {envFleetChannel, e.Channel}, {envFleetRestartFields, e.RestartFields}} {
+		{envStopMark, e.StopMark}, {envFleetBaseline, e.Baseline}, {envFleetAccept, e.Accept}, {envFleetChannel, e.Channel}, {envFleetRestartFields, e.RestartFields}} {
 		if kv[1] != "" {
 			out = append(out, kv[0]+"="+kv[1])
 		}
@@ -153,3 +159,19 @@ func setEnv(env []string, name, value string) []string {
 // command redacts its value from every message it prints, as it does the
 // flags'.
 const EnvFleetChannel = envFleetChannel
+
+// FleetStopping reports whether the worker's supervisor stops the whole
+// fleet, not this worker alone (a roll, a replaced supervisor): no other
+// process will take the sockets' clients, so the worker drains as a single
+// process does. Management keeps answering until the end (a reload is
+// 503 canceled), where a drain that moved clients to the others stopped
+// accepting at once and left a request waiting in the socket's queue
+// with no one to take it. The supervisor writes the mark before it sends
+// SIGTERM, so a worker that checks at its signal sees it.
+func (e WorkerEnv) FleetStopping() bool {
+	if e.StopMark == "" {
+		return false
+	}
+	_, err := os.Lstat(e.StopMark)
+	return err == nil
+}

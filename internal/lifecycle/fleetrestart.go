@@ -101,9 +101,20 @@ func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(f
 	for _, w := range s.pool.Workers() {
 		old = append(old, w.PID)
 	}
+	// One owner: only a serving supervisor begins a hand-over (the
+	// control socket refuses a restart once one began; this holds it
+	// under the hand-over's lock).
+	if err := s.succ.handover.begin(); err != nil {
+		finish(func(r *admin.RestartResult) {
+			r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
+			r.Message = err.Error()
+		})
+		return
+	}
 	s.log.Info("restart: the executable changed; handing the sockets and the channel to a new supervisor", "executable", s.succ.exe)
 	res, err := s.succ.replace(ctx, run)
 	if err != nil {
+		s.succ.handover.abort()
 		finish(func(r *admin.RestartResult) {
 			r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
 			switch {

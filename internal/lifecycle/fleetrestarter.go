@@ -53,6 +53,9 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
 			Message: "a restart is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
+	if res, busy := rolloutBusy(f.rt); busy {
+		return res, nil
+	}
 	chk, err := f.rt.Check(ctx)
 	if err != nil {
 		return admin.RestartResult{}, err
@@ -66,6 +69,11 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 	var res admin.RestartResult
 	if err := f.call(ctx, http.MethodPost, "/restart", body, &res); err != nil {
 		return admin.RestartResult{}, err
+	}
+	if res.Reason == admin.ReasonHandoverInProgress {
+		// This worker's supervisor handed the fleet over: the client
+		// sends it again on a new connection, to the new fleet.
+		return admin.RestartResult{}, admin.ErrHandoverInProgress
 	}
 	if !res.Done {
 		f.recorded.Store(res.ID, actor)

@@ -27,7 +27,8 @@ const successorReadyTimeout = 60 * time.Second
 //
 // It is a state machine with one owner, its transitions under one lock:
 // serving → handing over (begin) → handed over (handedOver), or back to
-// serving (abort) when the successor fails. Only a serving process begins
+// serving when the successor fails (abort) or dies within SuccessorWatch
+// of serving (takeBack). Only a serving process begins
 // a hand-over, so a second restart can never start a second successor;
 // a reload runs only while serving (enterReload), and a hand-over does
 // not begin while one runs, so no reload is acknowledged by a process
@@ -40,9 +41,8 @@ type Handover struct {
 	state   handoverState
 	reloads int                  // reloads running (enterReload)
 	watch   []func(handing bool) // told of every change between serving and not
-
-	once sync.Once
-	done chan struct{} // closed once a successor serves
+	succ    *handoff.Process     // the successor that serves (handedOver)
+	done    chan struct{}        // closed once a successor serves; replaced by takeBack
 }
 
 // handoverState is where a Handover stands.
@@ -138,17 +138,35 @@ func (h *Handover) Serving() bool {
 	return h.state == serving
 }
 
-// start starts cmd, the successor, with the sockets.
+// start starts cmd, the successor, with the sockets, in a process group
+// of its own: a successor that fails is killed with every process it
+// started (handoff.Process.Kill), none of which may keep the sockets.
 func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
+	ownProcessGroup(cmd)
 	return handoff.Start(cmd, h.sockets)
 }
 
 // await waits until p is ready, up to the timeout or until ctx ends, and
-// returns its ready status. A successor not ready is stopped, and the
-// error says what became of it (stopNotReady).
+// returns its ready status. A successor not ready is stopped with its
+// process group, and the error says what became of it (stopNotReady).
+//
+// A successor that exits has its group killed at once: what it started in
+// the background holds the readiness pipe, which would otherwise stay
+// open, and WaitReady wait for the timeout. A ready line written before
+// the exit is still read (it is in the pipe), so one that said ready and
+// then died is seen ready; the caller finds it gone (Exited).
 func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
+	waited := make(chan struct{})
+	defer close(waited)
+	go func() {
+		select {
+		case <-p.Exited():
+			p.Kill()
+		case <-waited:
+		}
+	}()
 	status, err := p.WaitReady(ctx)
 	if err != nil {
 		return "", stopNotReady(p, h.timeout, err)
@@ -156,25 +174,75 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 	return status, nil
 }
 
-// handedOver marks the hand-over done: a successor serves.
-func (h *Handover) handedOver() {
+// handedOver marks the hand-over done: succ serves.
+func (h *Handover) handedOver(succ *handoff.Process) {
 	h.mu.Lock()
-	h.state = handedOver
-	h.mu.Unlock()
-	h.once.Do(func() { close(h.done) })
+	defer h.mu.Unlock()
+	if h.state != handingOver {
+		return
+	}
+	h.state, h.succ = handedOver, succ
+	close(h.done)
 }
 
-// Done is closed once a successor serves.
-func (h *Handover) Done() <-chan struct{} { return h.done }
+// Done is closed once a successor serves (until TakeBack, after which
+// Done returns a new channel for the next hand-over).
+func (h *Handover) Done() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
+}
 
 // HandedOver reports whether a successor serves.
 func (h *Handover) HandedOver() bool {
-	select {
-	case <-h.done:
-		return true
-	default:
-		return false
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == handedOver
+}
+
+// SuccessorWatch is how long a process that handed over watches its
+// successor: one that exits within it (killed, crashed just after it said
+// ready) leaves the listening sockets to no one, and the predecessor, still
+// draining, takes them back (Session). After it the predecessor exits, and
+// a successor that dies is the service manager's to restart. It is fixed
+// and the same for every process, so that a successor that handed over in
+// turn is still draining, not gone, when its predecessor's watch ends: its
+// exit is never mistaken for a failure.
+const SuccessorWatch = 2 * time.Second
+
+// SuccessorExited returns a channel closed when the successor that serves
+// exits, and its pid; nil and 0 when none serves.
+func (h *Handover) SuccessorExited() (<-chan struct{}, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != handedOver || h.succ == nil {
+		return nil, 0
 	}
+	return h.succ.Exited(), h.succ.PID()
+}
+
+// TakeBack moves a process that handed over back to serving, its
+// successor having exited: its process group is killed (nothing it
+// started may keep the sockets), management is resumed (the watchers are
+// told false), and Done returns a new channel. It returns the successor's
+// end ("signal: killed") and false when no successor had taken over.
+func (h *Handover) TakeBack() (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != handedOver {
+		return "", false
+	}
+	succ := h.succ
+	h.state, h.succ, h.done = serving, nil, make(chan struct{})
+	var end string
+	if succ != nil {
+		succ.Kill() // reaped already: this kills the rest of its group
+		end = succ.State().String()
+	}
+	for _, fn := range h.watch {
+		fn(false)
+	}
+	return end, true
 }
 
 // stopNotReady stops p, a new process that WaitReady found not ready
@@ -189,6 +257,7 @@ func (h *Handover) HandedOver() bool {
 func stopNotReady(p *handoff.Process, timeout time.Duration, err error) error {
 	select {
 	case <-p.Exited():
+		p.Kill() // its group: what it started may still hold the sockets
 		if why := p.Failure(); why != "" {
 			return fmt.Errorf("exited before it was ready (%s): %s", p.State(), why)
 		}

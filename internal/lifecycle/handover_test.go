@@ -40,7 +40,7 @@ func TestHandoverStates(t *testing.T) {
 	if err := h.begin(); err != nil {
 		t.Fatalf("a hand-over after a failed one: %v", err)
 	}
-	h.handedOver()
+	h.handedOver(nil)
 	h.abort() // too late: nothing changes
 	for _, try := range []func() error{h.begin, func() error { _, err := h.enterReload(); return err }} {
 		if err := try(); !errors.Is(err, admin.ErrHandoverInProgress) {
@@ -52,5 +52,23 @@ func TestHandoverStates(t *testing.T) {
 	}
 	if want := []bool{true, false, true}; len(seen) != len(want) || seen[0] != want[0] || seen[1] != want[1] || seen[2] != want[2] {
 		t.Fatalf("management was told %v, want %v", seen, want)
+	}
+	// The successor exited just after it took over: this process serves
+	// again, and can hand over once more.
+	done := h.Done()
+	if _, ok := h.TakeBack(); !ok || !h.Serving() {
+		t.Fatal("TakeBack after the hand-over did not serve again")
+	}
+	if _, ok := h.TakeBack(); ok {
+		t.Fatal("a second TakeBack took back")
+	}
+	if len(seen) != 4 || seen[3] {
+		t.Fatalf("management was told %v after TakeBack, want it resumed", seen)
+	}
+	if h.Done() == done {
+		t.Fatal("Done is the closed channel of the last hand-over")
+	}
+	if err := h.begin(); err != nil {
+		t.Fatalf("a hand-over after TakeBack: %v", err)
 	}
 }

@@ -25,6 +25,9 @@ type Inheritance struct {
 	// Successor: a restart started this process and handed it its
 	// history.
 	Successor bool
+	// Restarted: a restart started this process (it continues its
+	// predecessor's numbering), whether or not the history came too.
+	Restarted bool
 	// history is what the predecessor handed on.
 	history handedHistory
 }
@@ -40,6 +43,7 @@ func Inherit(lookup func(string) (string, bool)) (Inheritance, error) {
 		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
 			in.Options = append(in.Options, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
 		}
+		in.Restarted = true
 	}
 	path, _ := lookup(envHistory)
 	if path == "" {
@@ -51,7 +55,7 @@ func Inherit(lookup func(string) (string, bool)) (Inheritance, error) {
 		return in, err
 	}
 	in.Options = append(in.Options, gateway.WithHistorySeed(seed))
-	in.history, in.Successor = h, true
+	in.history, in.Successor, in.Restarted = h, true, true
 	return in, nil
 }
 

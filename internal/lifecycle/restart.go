@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/reconfhq/reconf"
@@ -28,6 +29,11 @@ type SelfRestarter struct {
 	args     []string
 	handover *Handover
 	track    restartTracker
+	// notReady: this process, started by a restart, has not yet told its
+	// predecessor it is ready. Until then the predecessor may still stop
+	// it (and serve on), so a reload or a restart it acknowledged would
+	// be lost: both answer busy (Running) until MarkReady.
+	notReady atomic.Bool
 }
 
 // NewSelfRestarter restarts the process that serves g into exe with args,
@@ -35,6 +41,7 @@ type SelfRestarter struct {
 // predecessor's book of restarts from inherited (Inheritance.Successor).
 func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []string, sockets *handoff.Set, inherited Inheritance) *SelfRestarter {
 	r := &SelfRestarter{g: g, log: log, exe: exe, args: args, handover: newHandover(sockets, successorReadyTimeout)}
+	r.notReady.Store(inherited.Restarted || inherited.Successor)
 	if inherited.Successor {
 		h := inherited.history
 		r.track.seed(h.Restarts, h.RestartID, h.Restart.Time)
@@ -46,6 +53,13 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 // Restart checks the file like a reload and begins the hand-off.
 func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
 	prev := r.g.Runtime().Current().ID()
+	if r.notReady.Load() {
+		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
+			Message: "the restart that started this process is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
+	}
+	if res, busy := rolloutBusy(r.g.Runtime()); busy {
+		return res, nil
+	}
 	// The hand-over begins first, under its lock: a second restart, or one
 	// that reaches this process once it handed over, is refused here and
 	// never starts a second successor.
@@ -96,8 +110,14 @@ func (r *SelfRestarter) Handover() *Handover { return r.handover }
 // State is the restart part of this process's status.
 func (r *SelfRestarter) State() RestartState { return r.track.state() }
 
-// Running reports whether a restart runs.
-func (r *SelfRestarter) Running() bool { return r.track.running() }
+// Running reports whether a restart runs: one of this process's, or the
+// one that started this process, until MarkReady.
+func (r *SelfRestarter) Running() bool { return r.notReady.Load() || r.track.running() }
+
+// MarkReady is called once this process told its predecessor it is ready:
+// the restart that started it can no longer be undone by a stop, so
+// reloads and restarts go on.
+func (r *SelfRestarter) MarkReady() { r.notReady.Store(false) }
 
 // Done is closed once a successor serves: this process then drains and
 // exits.
@@ -105,6 +125,26 @@ func (r *SelfRestarter) Done() <-chan struct{} { return r.handover.Done() }
 
 // HandedOver reports whether a successor serves.
 func (r *SelfRestarter) HandedOver() bool { return r.handover.HandedOver() }
+
+// TookBack records that this process took its listeners back from the
+// new process pid, which exited (end) just after it took over (Session):
+// the last restart becomes restart-failed, in status and in the history,
+// and the file is reloaded, since the new process may have acknowledged
+// reloads of it that this one has not applied.
+func (r *SelfRestarter) TookBack(pid int, end string) {
+	ctx := context.Background()
+	msg := fmt.Sprintf("the new process (pid %d) exited just after it took over (%s); pid %d took the listeners back and serves on", pid, end, os.Getpid())
+	if res, ok := r.track.failLast(admin.ReasonRestartNewExited, msg); ok {
+		res.Started = time.Now()
+		_ = r.g.RecordHistory(ctx, historyOf(res, ""))
+	}
+	res, err := r.g.Reload(ctx, TriggerRestart)
+	if err != nil {
+		r.log.Error("restart: the file could not be reloaded after taking the listeners back", "error", err)
+		return
+	}
+	r.log.Info("restart: the file reloaded after taking the listeners back", "outcome", res.Outcome.String(), "generation", r.g.Runtime().Current().ID())
+}
 
 func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 	ctx := context.Background()
@@ -148,5 +188,5 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 		res.Message = fmt.Sprintf("pid %d serves generation %d; pid %d drains and exits", p.PID(), res.Generation, os.Getpid())
 	})
 	r.log.Info("restart: the new process serves; draining this one", "id", res.ID, "new_pid", p.PID(), "generation", res.Generation)
-	r.handover.handedOver()
+	r.handover.handedOver(p)
 }

@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -105,7 +107,7 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 	var track restartTracker
 	track.mark = filepath.Join(t.TempDir(), "restart-running")
 	started := time.Now().Add(-time.Second)
-	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started)
+	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started, 42, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,44 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 		t.Fatalf("the inherited restart cannot be followed: %v %+v", ok, res)
 	}
 	track.mark = filepath.Join(t.TempDir(), "gone", "restart-running")
-	if _, err := (&restartTracker{mark: track.mark}).inherit(nil, "r2", started); err == nil {
+	if _, err := (&restartTracker{mark: track.mark}).inherit(nil, "r2", started, 42, 7); err == nil {
 		t.Fatal("a hand-over without its mark went on")
+	}
+}
+
+// A supervisor that is handing its fleet to a new supervisor, or has
+// handed it, begins no restart, whichever of its old workers asks: the
+// answer is handover_in_progress, which a worker turns into
+// admin.ErrHandoverInProgress (409, the client sends it again on a new
+// connection), and no roll or second successor starts.
+func TestControlRefusesRestartAfterHandover(t *testing.T) {
+	rolls := 0
+	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
+		rolls++
+		track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.close()
+	h := newHandover(nil, successorReadyTimeout)
+	ctl.handingOver = func() bool { return !h.Serving() }
+	client := controlClient(ctl.path)
+	defer client.CloseIdleConnections()
+	w := &FleetRestarter{client: client, mark: ctl.track.mark}
+	body := []byte(`{"previous_generation":4}`)
+
+	if err := h.begin(); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"handing over", "handed over"} {
+		var res admin.RestartResult
+		if err := w.call(context.Background(), http.MethodPost, "/restart", body, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != admin.ReasonHandoverInProgress || !res.Done || rolls != 0 || ctl.track.running() {
+			t.Fatalf("a restart while %s: %+v, %d rolls; want handover_in_progress and none", step, res, rolls)
+		}
+		h.handedOver(nil)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
@@ -140,4 +141,41 @@ func TestHandoverNewSupervisorNotReady(t *testing.T) {
 		}
 		checkNotReady(t, err.Error(), c.want, c.exited)
 	})
+}
+
+// fakeCountingRuntime is a fake admin.Runtime (fault injection: it only
+// counts what reaches it).
+type fakeCountingRuntime struct{ reloads int }
+
+func (f *fakeCountingRuntime) Reload(context.Context, reconf.Trigger) (reconf.Result, error) {
+	f.reloads++
+	return reconf.Result{Outcome: reconf.Published}, nil
+}
+
+func (f *fakeCountingRuntime) Status() reconf.Status { return reconf.Status{} }
+
+// A process that a restart started answers busy to reloads until it told
+// its predecessor it is ready: until then the predecessor may still stop
+// it and serve on, and a reload it acknowledged would be lost. After
+// MarkReady, reloads reach the runtime.
+func TestSuccessorAnswersBusyUntilReady(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rs := NewSelfRestarter(nil, log, "", nil, nil, Inheritance{Restarted: true})
+	rt := &fakeCountingRuntime{}
+	guard := Guard{Runtime: rt, Running: rs.Running, Handover: rs.Handover()}
+	for _, trig := range []reconf.Trigger{reconf.TriggerAPI, reconf.TriggerSIGHUP} {
+		res, err := guard.Reload(context.Background(), trig)
+		if err != nil || res.Outcome != reconf.Busy || rt.reloads != 0 {
+			t.Fatalf("a %s reload before ready: %v %v, %d reached the runtime; want busy and none", trig, res.Outcome, err, rt.reloads)
+		}
+	}
+	rs.MarkReady()
+	if res, err := guard.Reload(context.Background(), reconf.TriggerAPI); err != nil || res.Outcome != reconf.Published || rt.reloads != 1 {
+		t.Fatalf("a reload once ready: %v %v, %d reached the runtime", res.Outcome, err, rt.reloads)
+	}
+	// A process no restart started serves reloads at once.
+	fresh := NewSelfRestarter(nil, log, "", nil, nil, Inheritance{})
+	if fresh.Running() {
+		t.Fatal("a process no restart started counts as restarting")
+	}
 }

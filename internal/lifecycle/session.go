@@ -18,6 +18,8 @@ import (
 type Management interface {
 	// Drain answers every further request with Connection: close.
 	Drain()
+	// Undrain ends Drain (a process that took its listeners back).
+	Undrain()
 	// Listener is the listener the process opened or inherited, which a
 	// drain moves to the other holders of the socket; nil when the
 	// server opened its own.
@@ -49,6 +51,15 @@ type Session struct {
 	ShutdownTimeout time.Duration
 	// Version is logged with the ready line.
 	Version string
+	// Handover is a single process's hand-over, nil for a worker. Once a
+	// successor serves, the process drains while it watches it for
+	// SuccessorWatch: if the successor exits meanwhile, this process
+	// takes its listeners back and serves on (TookBack is called), else
+	// it shuts down.
+	Handover *Handover
+	// TookBack is told of a successor (pid, how it ended) whose
+	// listeners this process took back.
+	TookBack func(pid int, end string)
 }
 
 // Run serves until stop closes or the data plane fails, then shuts down;
@@ -57,24 +68,42 @@ type Session struct {
 func (s *Session) Run(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
 	g, served := s.Gateway, s.Served
 	log := g.Logger()
-	hup := s.Hold.Listen(s.Reloader, log)
+	// Ready first: a SIGHUP held since start-up reloads once this process
+	// said it serves (a successor answers busy before).
 	s.Ready()
+	hup := s.Hold.Listen(s.Reloader, log)
 	log.Info("ready", "pid", os.Getpid(), "version", s.Version, "generation", g.Runtime().Current().ID())
 
 	var serveErr error
-	select {
-	case <-stop:
-		log.Info("shutting down: draining in-flight requests", "timeout", s.ShutdownTimeout.String())
-	case serveErr = <-served:
-		served = nil
-		log.Error("the data plane stopped", "error", serveErr)
+	drained := false
+wait:
+	for {
+		var handed <-chan struct{}
+		if s.Handover != nil {
+			handed = s.Handover.Done()
+		}
+		select {
+		case <-stop:
+			log.Info("shutting down: draining in-flight requests", "timeout", s.ShutdownTimeout.String())
+			break wait
+		case serveErr = <-served:
+			served = nil
+			log.Error("the data plane stopped", "error", serveErr)
+			break wait
+		case <-handed:
+			if s.watchSuccessor(stop) {
+				continue // it took the listeners back
+			}
+			drained = true
+			break wait
+		}
 	}
 	stopSignals() // a second signal now ends the process at once
 
 	hup.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ShutdownTimeout)
 	defer cancel()
-	if s.Shared() {
+	if !drained && s.Shared() {
 		s.drainShared(sctx)
 	}
 	var errs []error
@@ -130,4 +159,63 @@ func (s *Session) drainShared(ctx context.Context) {
 		wg.Go(func() { _ = ln.Wait(wctx) })
 	}
 	wg.Wait()
+}
+
+// watchSuccessor drains this process, whose successor serves, while it
+// watches the successor for SuccessorWatch: the listeners are paused (this
+// process keeps its descriptors; connections queue for the successor) and
+// every answer asks its client to close the connection. If the successor
+// exits meanwhile, nothing would serve: this process undrains, resumes its
+// listeners and serves on, and watchSuccessor returns true. Otherwise, at
+// the watch's end or on stop, it stops accepting and waits (up to
+// DrainIdleGrace) for its connections to close, as drainShared does, and
+// returns false.
+func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
+	g, log := s.Gateway, s.Gateway.Logger()
+	exited, pid := s.Handover.SuccessorExited()
+	log.Info("a new process serves; draining this one while it watches the new one", "new_pid", pid,
+		"watch", SuccessorWatch.String(), "timeout", s.ShutdownTimeout.String())
+	lns := map[string]*handoff.DrainListener{"data-plane": s.Data}
+	g.Drain()
+	if m := s.Management; m != nil {
+		m.Drain()
+		if ln := m.Listener(); ln != nil {
+			lns["management"] = ln
+		}
+	}
+	for _, ln := range lns {
+		ln.Pause()
+	}
+	watch := time.NewTimer(SuccessorWatch)
+	defer watch.Stop()
+	select {
+	case <-exited:
+		end, ok := s.Handover.TakeBack()
+		if ok {
+			g.Undrain()
+			if m := s.Management; m != nil {
+				m.Undrain() // its listener was resumed by the hand-over's watcher
+			}
+			s.Data.Resume()
+			log.Error("the new process exited just after it took over; this process takes the listeners back and serves on",
+				"new_pid", pid, "end", end)
+			if s.TookBack != nil {
+				s.TookBack(pid, end)
+			}
+			return true
+		}
+	case <-watch.C:
+	case <-stop:
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), DrainIdleGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for name, ln := range lns {
+		if err := ln.StopAccepting(); err != nil {
+			log.Warn("drain: closing this process's socket", "listener", name, "error", err)
+		}
+		wg.Go(func() { _ = ln.Wait(wctx) })
+	}
+	wg.Wait()
+	return false
 }

@@ -45,6 +45,12 @@ type supervisorHandover struct {
 	Restarts       map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
 	RestartID      string                          `json:"restart_id,omitempty"`
 	RestartStarted time.Time                       `json:"restart_started"`
+	// PID and Generation are the predecessor's pid and the generation
+	// its fleet served when the restart began, for the restart's result:
+	// the successor's parent is someone else once the predecessor is
+	// killed during the hand-over.
+	PID        int    `json:"pid"`
+	Generation uint64 `json:"generation"`
 }
 
 // maxReleaseWait bounds how long a successor waits for its predecessor
@@ -129,7 +135,7 @@ type successorResult struct {
 // the member's directories belong to the successor and the hand-over is done.
 func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
 	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
-		RestartID: run.id(s.track), RestartStarted: run.started(s.track)}
+		RestartID: run.id(s.track), RestartStarted: run.started(s.track), PID: os.Getpid(), Generation: run.previous(s.track)}
 	cmd := exec.Command(s.exe, s.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	var release net.Conn // this end of the release socket pair
@@ -205,7 +211,7 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	if s.member != nil {
 		s.member.Release()
 	}
-	s.handover.handedOver()
+	s.handover.handedOver(p)
 	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
 }
 

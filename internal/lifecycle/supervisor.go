@@ -412,12 +412,13 @@ func (s *Supervisor) startControl() error {
 	if s.ctl, err = startControl(s.restart); err != nil {
 		return err
 	}
+	s.ctl.handingOver = func() bool { return !s.succ.handover.Serving() }
 	if s.ctlOwner, err = ownDir(s.ctl.dir, "reconfd-control-*", filepath.Base(s.ctl.path), s.log); err != nil {
 		return fmt.Errorf("control socket: %v", err)
 	}
 	s.succ.track = &s.ctl.track
 	if s.ho != nil {
-		if s.handedRun, err = s.ctl.track.inherit(s.ho.Restarts, s.ho.RestartID, s.ho.RestartStarted); err != nil {
+		if s.handedRun, err = s.ctl.track.inherit(s.ho.Restarts, s.ho.RestartID, s.ho.RestartStarted, s.ho.PID, s.ho.Generation); err != nil {
 			return err
 		}
 	}
@@ -429,7 +430,7 @@ func (s *Supervisor) startControl() error {
 // private directory, management's token and TLS files.
 func (s *Supervisor) prepareWorkers() error {
 	s.env = supervisorEnviron()
-	s.wenv = WorkerEnv{Fleet: s.fleet, Control: s.ctl.path, RestartMark: s.ctl.track.mark}
+	s.wenv = WorkerEnv{Fleet: s.fleet, Control: s.ctl.path, RestartMark: s.ctl.track.mark, StopMark: s.ctl.stopMark}
 	// One in-place baseline for the host: every worker judges the file
 	// against the last read any of them accepted.
 	bdir, err := os.MkdirTemp(s.cfg.DataDir, "reconfd-baseline-")
@@ -507,12 +508,19 @@ func (s *Supervisor) ready() error {
 		// caught one, under a loaded machine).
 		s.ctl.track.finish(s.handedRun, func(r *admin.RestartResult) {
 			r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
-			r.OldSupervisorPID, r.NewSupervisorPID, r.NewPIDs = os.Getppid(), os.Getpid(), pids
+			// OldSupervisorPID and PreviousGeneration came with the
+			// hand-over (inherit): not os.Getppid, which names init once
+			// the predecessor was killed.
+			r.NewSupervisorPID, r.NewPIDs = os.Getpid(), pids
 			if n := len(statuses); n > 0 {
 				r.Generation = generationOf(statuses[n-1], 0)
 			}
-			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers drain and exit",
-				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID)
+			end := "drain and exit"
+			if os.Getppid() != r.OldSupervisorPID {
+				end = "are gone (it was stopped during the hand-over)"
+			}
+			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers %s",
+				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID, end)
 		})
 	}
 	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {
@@ -574,6 +582,11 @@ func (s *Supervisor) signal(sig os.Signal) {
 		// Shutting down: dropped, as a single process drops it.
 	case s.stopped == nil:
 		s.log.Info("shutting down: stopping the workers, which drain in-flight requests", "timeout", s.cfg.ShutdownTimeout.String())
+		// Before the workers' SIGTERM: the whole fleet stops, so each
+		// drains as a single process (WorkerEnv.FleetStopping).
+		if err := os.WriteFile(s.ctl.stopMark, nil, 0o600); err != nil {
+			s.log.Warn("the workers cannot be told the fleet stops; they drain as in a roll", "error", err)
+		}
 		s.stopWorkers()
 	default:
 		s.log.Info("a second signal: the workers stop at once")

@@ -118,6 +118,24 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 	return r.res
 }
 
+// failLast turns the last restart, which finished restarted, into
+// restart-failed with reason and msg, and moves its count: the new process
+// exited just after it took over. It returns the amended result, or false
+// when the last restart is not one that restarted.
+func (t *restartTracker) failLast(reason, msg string) (admin.RestartResult, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil || t.last.res.Outcome != admin.Restarted {
+		return admin.RestartResult{}, false
+	}
+	r := &t.last.res
+	r.Outcome, r.Reason, r.Message = admin.RestartFailed, reason, msg
+	r.Generation = r.PreviousGeneration
+	t.counts[admin.Restarted]--
+	t.counts[admin.RestartFailed]++
+	return *r, true
+}
+
 // id returns r's ID.
 func (r *restartRun) id(t *restartTracker) string {
 	t.mu.Lock()
@@ -130,6 +148,13 @@ func (r *restartRun) started(t *restartTracker) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return r.res.Started
+}
+
+// previous returns the generation that served when r began.
+func (r *restartRun) previous(t *restartTracker) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.res.PreviousGeneration
 }
 
 // wait returns the restart with id once done or when ctx ends.
@@ -217,7 +242,7 @@ func (t *restartTracker) addCounts(counts map[admin.RestartOutcome]uint64) {
 // restart) and published, and could supersede the first worker's publish
 // of the file's live part, failing the restart. The counts are the
 // predecessor's; finish adds this restart's outcome.
-func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time) (*restartRun, error) {
+func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time, oldPID int, prev uint64) (*restartRun, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.markRunning(); err != nil {
@@ -225,7 +250,8 @@ func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id stri
 	}
 	t.addCounts(counts)
 	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Outcome: admin.RestartRunning,
-		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started}}
+		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started,
+		OldSupervisorPID: oldPID, PreviousGeneration: prev}}
 	t.run(r)
 	return r, nil
 }

@@ -83,8 +83,14 @@ func credential(v string) string {
 
 // userinfo matches what looks like the credentials of a URL: an optional
 // scheme (with or without "//"), then a run without spaces or quotes that
-// holds a ':' (user:password) or follows "://", up to an '@'.
-var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^\s"'` + "`" + `]*@|([A-Za-z][A-Za-z0-9+.-]*:)?[^\s"'` + "`" + `:@/]*:[^\s"'` + "`" + `@]*@`)
+// holds a ':' (user:password) or follows "://", up to an '@'. A password
+// may hold spaces (user:pa ss@host): after user:password, up to three
+// more words without ':', '/' or '@' may come before the '@'; more would
+// be a sentence, not a password.
+var userinfo = regexp.MustCompile(
+	`([A-Za-z][A-Za-z0-9+.-]*://)[^\s"'` + "`" + `/@]*:[^\s"'` + "`" + `@]*(?: [^\s"'` + "`" + `:/@]+){1,3}@` +
+		`|([A-Za-z][A-Za-z0-9+.-]*://)[^\s"'` + "`" + `]*@` +
+		`|([A-Za-z][A-Za-z0-9+.-]*:)?[^\s"'` + "`" + `:@/]*:[^\s"'` + "`" + `@]*(?: [^\s"'` + "`" + `:/@]+){0,3}@`)
 
 // String returns s with every known credential and every URL-like
 // credential replaced by Mask.
@@ -99,11 +105,10 @@ func (r *Redactor) String(s string) string {
 	}
 	return userinfo.ReplaceAllStringFunc(s, func(m string) string {
 		sub := userinfo.FindStringSubmatch(m)
-		switch {
-		case sub[1] != "":
-			return sub[1] + Mask + "@"
-		case sub[2] != "":
-			return sub[2] + Mask + "@"
+		for _, scheme := range sub[1:] {
+			if scheme != "" {
+				return scheme + Mask + "@"
+			}
 		}
 		return Mask + "@"
 	})

@@ -46,13 +46,16 @@ func TestMalformedURLs(t *testing.T) {
 }
 
 // TestPatternAlone: without the arguments, the pattern still removes the
-// credentials of URL-like text with no space in them.
+// credentials of URL-like text, a password with a space or two included.
 func TestPatternAlone(t *testing.T) {
 	tests := map[string]string{
-		`--cluster "http://user:pw@host:2379": bad`: `--cluster "http://REDACTED@host:2379": bad`,
-		`--cluster "user:pw@host:2379": bad`:        `--cluster "REDACTED@host:2379": bad`,
-		`--cluster "http:user:pw@host:2379": bad`:   `--cluster "http:REDACTED@host:2379": bad`,
-		`etcd://a/b@host`:                           `etcd://REDACTED@host`,
+		`--cluster "http://user:pw@host:2379": bad`:         `--cluster "http://REDACTED@host:2379": bad`,
+		`--cluster "user:pw@host:2379": bad`:                `--cluster "REDACTED@host:2379": bad`,
+		`--cluster "http:user:pw@host:2379": bad`:           `--cluster "http:REDACTED@host:2379": bad`,
+		`etcd://a/b@host`:                                   `etcd://REDACTED@host`,
+		`cluster endpoint user:pa ss@host:2379: bad`:        `cluster endpoint REDACTED@host:2379: bad`,
+		`cluster endpoint http://user:pa ss@host:2379: bad`: `cluster endpoint http://REDACTED@host:2379: bad`,
+		`cluster endpoint http:user:pa s s@host:2379: bad`:  `cluster endpoint http:REDACTED@host:2379: bad`,
 	}
 	for in, want := range tests {
 		if got := URLs(in); got != want {
@@ -70,6 +73,7 @@ func TestLeavesTheRest(t *testing.T) {
 		`listen tcp 127.0.0.1:9090: address already in use`,
 		`actor api token alice@example.com`,
 		`at 12:30:01: done`,
+		`http://127.0.0.1:2379 is down; the four workers ask alice@example.com`,
 	} {
 		if got := r.String(s); got != s {
 			t.Errorf("String(%q) = %q, want it unchanged", s, got)
