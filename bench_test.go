@@ -305,8 +305,8 @@ func BenchmarkCancelMidDecode(b *testing.B) {
 // benchApply measures a follower's apply of a cluster record (decode over
 // the local source, compile, diff, publish, commit), each iteration a new
 // version alternating two renderings, with the record as format encodes
-// it: side by side, the YAML records of earlier versions and LiveJSON.
-func benchApply(b *testing.B, routes int, format LiveFormat) {
+// it: side by side, the YAML records of earlier versions and formatJSON.
+func benchApply(b *testing.B, routes int, format string) {
 	var recs [2]Record
 	for i := range recs {
 		c := &compiler[benchConfig]{propagated: true}
@@ -315,8 +315,8 @@ func benchApply(b *testing.B, routes int, format LiveFormat) {
 			b.Fatal(err)
 		}
 		recs[i].Live, recs[i].Format, err = encodePayload(cand.cfg)
-		if format == LiveYAML {
-			recs[i].Live, recs[i].Format, err = must(encodeLive(cand.cfg)), LiveYAML, nil
+		if format == formatYAML {
+			recs[i].Live, recs[i].Format, err = must(encodeLive(cand.cfg)), formatYAML, nil
 		}
 		if err != nil || recs[i].Format != format {
 			b.Fatalf("encoding: %v %q", err, recs[i].Format)
@@ -348,13 +348,13 @@ func must[V any](v V, err error) V {
 }
 
 func BenchmarkApplySmall(b *testing.B) {
-	b.Run("yaml", func(b *testing.B) { benchApply(b, 10, LiveYAML) })
-	b.Run("json", func(b *testing.B) { benchApply(b, 10, LiveJSON) })
+	b.Run("yaml", func(b *testing.B) { benchApply(b, 10, formatYAML) })
+	b.Run("json", func(b *testing.B) { benchApply(b, 10, formatJSON) })
 }
 
 func BenchmarkApplyLarge(b *testing.B) {
-	b.Run("yaml", func(b *testing.B) { benchApply(b, 5000, LiveYAML) })
-	b.Run("json", func(b *testing.B) { benchApply(b, 5000, LiveJSON) })
+	b.Run("yaml", func(b *testing.B) { benchApply(b, 5000, formatYAML) })
+	b.Run("json", func(b *testing.B) { benchApply(b, 5000, formatJSON) })
 }
 
 // BenchmarkMutationDigest is the detector's cost per digest; a publish

@@ -22,15 +22,19 @@ type Channel interface {
 	// worker published first it returns an *Error with ReasonSuperseded;
 	// the winner then arrives through Apply like any other version.
 	Publish(ctx context.Context, held uint64, rec Record) (version uint64, err error)
+	// A Channel may also have Version(ctx) (uint64, error), the cluster's
+	// current version read cheaply (0 when empty), which a worker whose
+	// file is unchanged asks before it answers no-op.
 }
 
-// ChannelVersion is implemented by a Channel that can read its current
-// version cheaply (package propagate's does). A worker that finds its file
+// channelVersion is implemented by a Channel that can read its current
+// version cheaply (package propagate's does, with a method Version of
+// this signature). A worker that finds its file
 // unchanged asks it before answering no-op: a worker behind the cluster
 // (stopped, cut off, or still applying) compared the file with an older
 // version than the fleet runs, and "unchanged" would tell the operator
 // that the file is in force when it is not.
-type ChannelVersion interface {
+type channelVersion interface {
 	// Version returns the cluster's current version (0 for an empty
 	// channel), or an error when the channel cannot be read.
 	Version(ctx context.Context) (uint64, error)
@@ -44,10 +48,10 @@ type ChannelVersion interface {
 type Record struct {
 	// Live encodes every live field, as Format says.
 	Live []byte `json:"live"`
-	// Format names Live's encoding: LiveJSON, or LiveYAML (also the zero
-	// value) from a publisher that predates it or whose configuration
-	// type holds values JSON cannot carry.
-	Format LiveFormat `json:"live_format,omitempty"`
+	// Format names Live's encoding: "json/1" (canonical JSON), or "yaml"
+	// (also the empty string) from a publisher that predates it or whose
+	// configuration type holds values JSON cannot carry.
+	Format string `json:"live_format,omitempty"`
 	// Fingerprint is the publisher's bootstrap fingerprint.
 	Fingerprint string `json:"bootstrap_fingerprint"`
 	// Files maps the path of each `reconf:",file"` field to the SHA-256 of

@@ -178,3 +178,41 @@ func mustReloadC(t *testing.T, rt *Runtime[clusterConfig], want Outcome) Result 
 	}
 	return res
 }
+
+// panickingChannel is a faultChannel whose Publish panics, as a broken
+// Channel implementation would.
+type panickingChannel struct{ faultChannel }
+
+func (c *panickingChannel) Publish(context.Context, uint64, Record) (uint64, error) {
+	panic("publish")
+}
+
+// stageCounts is a Prepared that counts its Commits and Aborts.
+type stageCounts struct{ commits, aborts int }
+
+func (s *stageCounts) Commit() { s.commits++ }
+func (s *stageCounts) Abort()  { s.aborts++ }
+
+// TestPanicInPublishAbortsThePrepared: a Channel that panics in Publish
+// fails the attempt as internal-failed, and what the consumers prepared
+// for it is aborted, not left staged.
+func TestPanicInPublishAbortsThePrepared(t *testing.T) {
+	var staged []*stageCounts
+	c := ConsumerFunc[clusterConfig](func(context.Context, *clusterConfig, *clusterConfig) (Prepared, error) {
+		s := &stageCounts{}
+		staged = append(staged, s)
+		return s, nil
+	})
+	rt, src := newClusterWorker(t, &panickingChannel{}, restartDoc("a", "1"), nil, WithConsumer(Key[any]("limits"), c, "limits"))
+	src.set(restartDoc("a", "2"))
+	res, err := rt.Reload(context.Background(), TriggerSDK)
+	if err != nil || res.Outcome != InternalFailed {
+		t.Fatalf("Reload = %s %s, %v; want internal-failed", res.Outcome, res.Reason, err)
+	}
+	if len(staged) != 2 {
+		t.Fatalf("%d prepares, want 2 (startup, reload)", len(staged))
+	}
+	if s := staged[1]; s.aborts != 1 || s.commits != 0 {
+		t.Errorf("the reload's stage: %d aborts, %d commits; want 1 abort", s.aborts, s.commits)
+	}
+}

@@ -21,7 +21,7 @@ type compiler[T any] struct {
 	baseDir   string // relative file fields are resolved against it
 	lookupEnv func(string) (string, bool)
 	overrides []func(*T)
-	// restart sets the process's restart-class values (WithRestartValues)
+	// restart sets the process's restart-class values (restartopt.Restart.Values)
 	// on the compiles that pin them: the startup load and every cluster
 	// record, never a reload of the file.
 	restart    func(*T)
@@ -41,7 +41,7 @@ type candidate[T any] struct {
 	read      *attemptFiles   // the file fields' bytes, handed to Prepare
 	data      []byte          // the local source bytes it was compiled from
 	live      []byte          // the cluster record's live fields applied on data, if any
-	liveJSON  bool            // live is LiveJSON, not YAML
+	liveJSON  bool            // live is formatJSON, not YAML
 	pinned    bool            // compiled with the process's restart values (compiler.restart)
 }
 
@@ -149,7 +149,7 @@ func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
 	if len(wrong) == 0 {
 		return nil
 	}
-	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("WithRestartValues changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
+	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("the restart values changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
 		len(wrong), strings.Join(wrong[:min(len(wrong), MaxListedPaths)], ", "))}
 }
 

@@ -205,7 +205,7 @@
 // outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/millis internal/safefile
+//	                          > internal/atomicdir internal/millis internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
@@ -235,6 +235,8 @@
 //	internal/ownerdir         owners of a private directory in a shared one
 //	                          > internal/safefile
 //	internal/redact           credentials out of URL-like text
+//	                          > -
+//	internal/restartopt       a replacing process's runtime options, outside the API
 //	                          > -
 //	internal/safefile         bounded reads of regular files only
 //	                          > -

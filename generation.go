@@ -50,8 +50,8 @@ type Generation[T any] struct {
 	// compiled from, compiled again to name the paths of a mutation.
 	seen          atomic.Uint64
 	data, live    []byte
-	liveJSON      bool // live is LiveJSON, not YAML
-	restartPinned bool // compiled with the process's restart values (WithRestartValues)
+	liveJSON      bool // live is formatJSON, not YAML
+	restartPinned bool // compiled with the process's restart values (restartopt.Restart.Values)
 	// atSwap is set while the swap that replaces the generation runs,
 	// right after its mutation check: a retire then needs no second one.
 	atSwap atomic.Bool

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"reflect"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 // Defaults of the runtime's options.
@@ -34,7 +36,7 @@ type settings struct {
 	channel           Channel
 	baseDir           string
 	firstGen          uint64
-	startupPublish    bool // WithStartupPublish
+	startupPublish    bool // restartopt.Restart.StartupPublish
 	health            HealthFunc
 	processWide       []string // WithProcessWide
 	recorded          int      // WithRecordedGenerations
@@ -53,7 +55,7 @@ type typedOption struct {
 type options[T any] struct {
 	settings
 	overrides   []func(*T)
-	restart     func(*T) // WithRestartValues
+	restart     func(*T) // restartopt.Restart.Values
 	consumers   []consumerReg[T]
 	retireHooks []func(*Generation[T])
 }
@@ -67,11 +69,16 @@ func (o *options[T]) resolve() error {
 			o.consumers = append(o.consumers, v)
 		case func(*T):
 			o.overrides = append(o.overrides, v)
-		case restartValues[T]:
-			if o.restart != nil {
-				errs = append(errs, errors.New("reconf: WithRestartValues was given twice"))
+		case restartValues:
+			fn, ok := v.fn.(func(*T))
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Errorf("reconf: restart values were made for another configuration type (%T), not %s", v.fn, reflect.TypeFor[T]()))
+			case o.restart != nil:
+				errs = append(errs, errors.New("reconf: restart values were given twice"))
+			default:
+				o.restart = fn
 			}
-			o.restart = v
 		case func(*Generation[T]):
 			o.retireHooks = append(o.retireHooks, v)
 		default:
@@ -82,23 +89,22 @@ func (o *options[T]) resolve() error {
 	return errors.Join(errs...)
 }
 
-// WithFirstGeneration numbers the startup load id instead of 1, so that a
-// process that replaces another (a restart) continues its predecessor's
-// numbering: pass the predecessor's active generation plus one. Zero means
-// 1. A runtime with a Channel takes the cluster's version instead.
-func WithFirstGeneration(id uint64) Option { return func(o *settings) { o.firstGen = id } }
+func init() { restartopt.Option = func(r restartopt.Restart) any { return restartOption(r) } }
 
-// WithStartupPublish is for the first process of a restart, which
-// publishes its file with a Reload right after New: its new restart-class
-// values may make the fleet's live part invalid here (keys set while auth
-// is turned off, say), and joining it would refuse to start, so that the
-// restart could never take place. With it, New starts on the local file
-// instead when the cluster's current version is invalid here, numbered as
-// that version until the first Reload publishes it over that version,
-// even when the file is unchanged. A version that runs here is joined as
-// without the option.
-func WithStartupPublish() Option {
-	return func(o *settings) { o.startupPublish = true }
+// restartOption is the option of a process's restart plumbing, which
+// reaches New through package restartopt only (see there).
+func restartOption(r restartopt.Restart) Option {
+	return func(o *settings) {
+		if r.FirstGeneration != 0 {
+			o.firstGen = r.FirstGeneration
+		}
+		if r.StartupPublish {
+			o.startupPublish = true
+		}
+		if r.Values != nil {
+			o.typed = append(o.typed, typedOption{"restart values", restartValues{r.Values}})
+		}
+	}
 }
 
 // WithLogger sets where the runtime writes its one record per attempt.
@@ -132,24 +138,9 @@ func WithOverride[T any](fn func(*T)) Option {
 	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithOverride", fn}) }
 }
 
-// WithRestartValues sets the restart-class fields the process runs on
-// when they must not come from its file: a worker started in place of one
-// that died runs on the values its peers started with, not on an edit of
-// the file that waits for an explicit restart. fn runs after the file, the
-// environment and WithOverride on the startup load and on every cluster
-// version this runtime applies, so the process keeps one set of restart
-// values for its life. It never runs on a reload of the file, which is
-// judged as written: a file whose restart fields differ from fn's values
-// is restart-required here, as on the peers. fn may set restart-class
-// fields only; a live or derived field it changes fails the compile
-// (internal_error, naming the fields).
-func WithRestartValues[T any](fn func(*T)) Option {
-	return func(o *settings) { o.typed = append(o.typed, typedOption{"WithRestartValues", restartValues[T](fn)}) }
-}
-
-// restartValues is WithRestartValues's function, a type of its own so
-// that resolve tells it from an override.
-type restartValues[T any] func(*T)
+// restartValues holds restartopt.Restart.Values, a func(*T), a type of
+// its own so that resolve tells it from an override.
+type restartValues struct{ fn any }
 
 // WithConsumer registers a consumer under key for changes at or under
 // paths (all changes when none are given). Consumers are prepared in

@@ -17,7 +17,7 @@ import (
 )
 
 // A record's payload is the live part of a compiled configuration. It
-// travels as canonical JSON (LiveJSON) so that a follower's apply decodes
+// travels as canonical JSON (formatJSON) so that a follower's apply decodes
 // a compact tree instead of re-parsing YAML, and the follower's own
 // bootstrap fields come from its local source decoded once, not on every
 // apply. Types whose values cannot travel as plain JSON (custom YAML
@@ -30,34 +30,32 @@ import (
 // default, else the zero value), exactly as the YAML decoder fills
 // defaults first: so an explicit zero over a non-zero default travels.
 
-// LiveFormat names how a Record's Live bytes encode the live fields.
-type LiveFormat string
-
+// The encodings of a Record's Live bytes (its Format).
 const (
-	// LiveYAML is YAML text, what publishers wrote before LiveJSON. The
-	// zero LiveFormat means LiveYAML.
-	LiveYAML LiveFormat = "yaml"
-	// LiveJSON is canonical JSON: object keys sorted, fields that hold
+	// formatYAML is YAML text, what publishers wrote before formatJSON.
+	// An empty Format means formatYAML.
+	formatYAML = "yaml"
+	// formatJSON is canonical JSON: object keys sorted, fields that hold
 	// their default left out, secrets as their references (never
 	// resolved values), durations as "30s", text-marshalling types as
 	// their text. It is also valid YAML, so a follower that predates it
 	// decodes it as YAML.
-	LiveJSON LiveFormat = "json/1"
+	formatJSON = "json/1"
 )
 
 // encodePayload returns the live fields of cfg as a record payload: JSON
 // when the type and the values allow it, else YAML.
-func encodePayload[T any](cfg *T) ([]byte, LiveFormat, error) {
+func encodePayload[T any](cfg *T) ([]byte, string, error) {
 	root := mustSchema(reflect.TypeFor[T]())
 	if liveJSONable(root) {
 		e := payloadEncoder{buf: make([]byte, 0, 1024)}
 		e.liveStruct(root, reflect.ValueOf(cfg).Elem())
 		if !e.failed {
-			return e.buf, LiveJSON, nil
+			return e.buf, formatJSON, nil
 		}
 	}
 	b, err := encodeLive(cfg)
-	return b, LiveYAML, err
+	return b, formatYAML, err
 }
 
 // payloadEncoder appends canonical JSON. A value JSON cannot carry
@@ -311,7 +309,7 @@ func fieldByIndex(v reflect.Value, index []int) reflect.Value {
 var jsonableSchemas syncMap[*node, bool]
 
 // liveJSONable reports whether every live value of a configuration of
-// schema root can travel as LiveJSON.
+// schema root can travel as formatJSON.
 func liveJSONable(root *node) bool {
 	if ok, found := jsonableSchemas.Load(root); found {
 		return ok
@@ -385,7 +383,7 @@ func jsonable(n *node, seen map[*shape]bool) bool {
 	return false
 }
 
-// decodePayload sets the live fields of v (of schema root) from a LiveJSON
+// decodePayload sets the live fields of v (of schema root) from a formatJSON
 // payload; v's live fields must hold what decoding starts from (zero, then
 // defaults). It refuses what a publisher never writes: unknown, derived
 // or non-live fields, values of the wrong type, null, literal secrets.
@@ -722,7 +720,7 @@ func decodeBase[T any](ctx context.Context, root *node, data []byte) (*T, error)
 // live ones; then this host's environment overrides, explicit overrides,
 // secret resolution, Normalize and validation run as for any candidate.
 // So a follower's own env overrides win over the publisher's values. The
-// process's restart values (WithRestartValues) win over the local
+// process's restart values (restartopt.Restart.Values) win over the local
 // source's: a record never moves a restart-class field.
 func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (*candidate[T], error) {
 	return c.recordOver(ctx, data, rec, c.baseOf)
@@ -731,7 +729,7 @@ func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record
 // recordOver is compileRecord with the base from base: the cache under
 // the attempt slot, decodeBase elsewhere (the mutation check).
 func (c *compiler[T]) recordOver(ctx context.Context, data []byte, rec Record, base func(context.Context, *node, []byte) (*T, error)) (cand *candidate[T], err error) {
-	if rec.Format != LiveJSON {
+	if rec.Format != formatJSON {
 		return c.compileWith(ctx, data, rec.Live, true)
 	}
 	defer func() {

@@ -127,8 +127,8 @@ func TestPayloadMatchesYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload, format, err := encodePayload(pub.cfg)
-	if err != nil || format != LiveJSON {
-		t.Fatalf("got format %q, error %v; want %q", format, err, LiveJSON)
+	if err != nil || format != formatJSON {
+		t.Fatalf("got format %q, error %v; want %q", format, err, formatJSON)
 	}
 	if strings.Contains(string(payload), "canary-secret-value") || !strings.Contains(string(payload), `"${env:PAYLOAD_KEY}"`) {
 		t.Fatalf("the payload must carry the secret's reference, never its value: %s", payload)
@@ -138,7 +138,7 @@ func TestPayloadMatchesYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	fol := payloadCompiler(env)
-	viaJSON, err := fol.compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: LiveJSON})
+	viaJSON, err := fol.compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: formatJSON})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestFollowerEnvWins(t *testing.T) {
 		{map[string]string{"PAYLOAD_KEY": "v", "PAYLOAD_LIMIT": "9"}, 9},
 		{map[string]string{"PAYLOAD_KEY": "v"}, 50},
 	} {
-		cand, err := payloadCompiler(tc.env).compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: LiveJSON})
+		cand, err := payloadCompiler(tc.env).compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestRecordBaseIsNotShared(t *testing.T) {
 	c := &compiler[shared]{lookupEnv: func(string) (string, bool) { return "resolved", true }}
 	local := []byte("boot: {tags: {a: b}, hosts: [h1], key: '${env:K}', keys: {x: '${env:K}'}}\nn: 1\n")
 	for i := range 3 {
-		cand, err := c.compileRecord(ctx, local, Record{Live: []byte(`{"n":` + string(rune('2'+i)) + `}`), Format: LiveJSON})
+		cand, err := c.compileRecord(ctx, local, Record{Live: []byte(`{"n":` + string(rune('2'+i)) + `}`), Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestPayloadRefusals(t *testing.T) {
 		{"array too long", `{"live":{"arr":[1,2,3]}}`, ReasonFieldType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := payloadCompiler(map[string]string{"PAYLOAD_KEY": "v"}).compileRecord(ctx, []byte(payloadFollower), Record{Live: []byte(tc.payload), Format: LiveJSON})
+			_, err := payloadCompiler(map[string]string{"PAYLOAD_KEY": "v"}).compileRecord(ctx, []byte(payloadFollower), Record{Live: []byte(tc.payload), Format: formatJSON})
 			var e *Error
 			if !errors.As(err, &e) || e.Reason != tc.want {
 				t.Fatalf("got %v, want reason %s", err, tc.want)
@@ -325,7 +325,7 @@ func TestPayloadFallsBackToYAML(t *testing.T) {
 	type custom struct {
 		C yamlOnly `yaml:"c" reconf:"live"`
 	}
-	if _, format, err := encodePayload(&custom{C: yamlOnly{"x"}}); err != nil || format != LiveYAML {
+	if _, format, err := encodePayload(&custom{C: yamlOnly{"x"}}); err != nil || format != formatYAML {
 		t.Errorf("custom unmarshaler: got %q %v, want YAML", format, err)
 	}
 	type values struct {
@@ -337,7 +337,7 @@ func TestPayloadFallsBackToYAML(t *testing.T) {
 	// (an override) may hold one: it travels as YAML.
 	for _, v := range []values{{F: math.NaN()}, {F: math.Inf(1)}, {S: "\xff\xfe"}} {
 		b, format, err := encodePayload(&v)
-		if err != nil || format != LiveYAML {
+		if err != nil || format != formatYAML {
 			t.Errorf("%v: got %q %q %v, want YAML", v, b, format, err)
 		}
 	}
@@ -358,7 +358,7 @@ func TestPayloadYAMLFallbackRoundTrips(t *testing.T) {
 	long := strings.Repeat("\xff", 100) // base64 past a line's length
 	want := values{S: "a\xff\xfeb", L: []string{"ok", "\xfe", long}, M: map[string]string{"k\xff": "v\xfe", "plain": "text"}, MI: map[string]int{"\xc3": 1}}
 	b, format, err := encodePayload(&want)
-	if err != nil || format != LiveYAML {
+	if err != nil || format != formatYAML {
 		t.Fatalf("got %q %v, want YAML", format, err)
 	}
 	got, err := (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: b, Format: format})
@@ -369,7 +369,7 @@ func TestPayloadYAMLFallbackRoundTrips(t *testing.T) {
 		t.Fatalf("the follower decoded %#v, the publisher had %#v", *got.cfg, want)
 	}
 	// A !!binary value that is not base64 is refused, with its path.
-	_, err = (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: []byte("s: !!binary '*not base64*'\n"), Format: LiveYAML})
+	_, err = (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: []byte("s: !!binary '*not base64*'\n"), Format: formatYAML})
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonFieldType || len(e.Problems) == 0 || e.Problems[0].Path != "s" {
 		t.Fatalf("a !!binary value that is not base64: %v", err)
@@ -383,7 +383,7 @@ func TestPayloadIntegerMapKeys(t *testing.T) {
 		M map[int]uint8 `yaml:"m" reconf:"live"`
 	}
 	b, format, err := encodePayload(&keyed{M: map[int]uint8{-2: 1, 10: 255}})
-	if err != nil || format != LiveJSON || string(b) != `{"m":{"-2":1,"10":255}}` {
+	if err != nil || format != formatJSON || string(b) != `{"m":{"-2":1,"10":255}}` {
 		t.Fatalf("got %s %q %v", b, format, err)
 	}
 	var back keyed
@@ -405,7 +405,7 @@ func TestRecursiveTypeTerminates(t *testing.T) {
 	}
 	cfg := &tree{Name: "a", Level: 1, Child: &tree{Name: "b", Level: 2}}
 	b, format, err := encodePayload(cfg)
-	if err != nil || format != LiveJSON || string(b) != `{"child":{"level":2},"level":1}` {
+	if err != nil || format != formatJSON || string(b) != `{"child":{"level":2},"level":1}` {
 		t.Fatalf("got %s %q %v", b, format, err)
 	}
 	var back tree
@@ -414,7 +414,7 @@ func TestRecursiveTypeTerminates(t *testing.T) {
 	}
 }
 
-// TestApplyCarriesJSONRecords: a cluster worker publishes LiveJSON, and a
+// TestApplyCarriesJSONRecords: a cluster worker publishes formatJSON, and a
 // second worker applies it through Apply.
 func TestApplyCarriesJSONRecords(t *testing.T) {
 	ch := &faultChannel{}
@@ -425,8 +425,8 @@ func TestApplyCarriesJSONRecords(t *testing.T) {
 	}
 	defer a.Close(context.Background())
 	_, rec := ch.current()
-	if rec.Format != LiveJSON {
-		t.Fatalf("published format %q, want %q", rec.Format, LiveJSON)
+	if rec.Format != formatJSON {
+		t.Fatalf("published format %q, want %q", rec.Format, formatJSON)
 	}
 	b, err := New[payloadConfig](context.Background(), Bytes("b", []byte(payloadFollower)), WithEnv(noEnv), WithLogger(discardLogger()))
 	if err != nil {
@@ -438,7 +438,7 @@ func TestApplyCarriesJSONRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload, _, _ := encodePayload(pub.cfg)
-	res, err := a.Apply(context.Background(), 2, Record{Live: payload, Format: LiveJSON, Fingerprint: rec.Fingerprint})
+	res, err := a.Apply(context.Background(), 2, Record{Live: payload, Format: formatJSON, Fingerprint: rec.Fingerprint})
 	if err != nil || res.Outcome != Published {
 		t.Fatalf("apply: %s %s %s %v", res.Outcome, res.Reason, res.Message, err)
 	}
@@ -473,10 +473,10 @@ func TestPayloadExplicitZeroOverDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, format, err := encodePayload(pub.cfg)
-		if err != nil || format != LiveJSON || string(b) != tc.payload {
+		if err != nil || format != formatJSON || string(b) != tc.payload {
 			t.Fatalf("publisher %q: got %s %q %v, want %s", tc.pub, b, format, err, tc.payload)
 		}
-		got, err := (&compiler[withDefaults]{}).compileRecord(ctx, []byte(tc.local), Record{Live: b, Format: LiveJSON})
+		got, err := (&compiler[withDefaults]{}).compileRecord(ctx, []byte(tc.local), Record{Live: b, Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}

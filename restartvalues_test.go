@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 // restartDoc is a cluster worker's file: a restart-class address and a
@@ -18,7 +20,7 @@ func restartDoc(address, limit string) string {
 // the peers' address.
 func newPinnedWorker(t *testing.T, ch Channel, data, address string) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
-	return newClusterWorker(t, ch, data, nil, WithRestartValues(func(c *clusterConfig) { c.Server.Address = address }))
+	return newClusterWorker(t, ch, data, nil, restartOption(restartopt.Restart{Values: func(c *clusterConfig) { c.Server.Address = address }}))
 }
 
 // A worker started on restart values other than its file's keeps them
@@ -80,7 +82,7 @@ func TestRestartValuesMutationPaths(t *testing.T) {
 	var got []Mutation
 	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
 		WithMutationObserver(func(m Mutation) { got = append(got, m) }),
-		WithRestartValues(func(c *clusterConfig) { c.Server.Address = "fleet" }))
+		restartOption(restartopt.Restart{Values: func(c *clusterConfig) { c.Server.Address = "fleet" }}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,22 +94,22 @@ func TestRestartValuesMutationPaths(t *testing.T) {
 	}
 }
 
-// WithRestartValues may set restart-class fields only: a live field it
+// Restart values may set restart-class fields only: a live field it
 // changes fails New with the field's path, never silently.
 func TestRestartValuesRefusesLiveFields(t *testing.T) {
 	_, err := New[clusterConfig](context.Background(), newMem(restartDoc("a", "4")), WithLogger(discardLogger()), WithEnv(noEnv),
-		WithRestartValues(func(c *clusterConfig) { c.Limits = map[string]int{"stub": 1} }))
+		restartOption(restartopt.Restart{Values: func(c *clusterConfig) { c.Limits = map[string]int{"stub": 1} }}))
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonInternal || !strings.Contains(e.Message, "limits[stub]") {
 		t.Fatalf("New = %v, want internal_error naming limits[stub]", err)
 	}
 	_, err = New[clusterConfig](context.Background(), newMem(restartDoc("a", "4")),
-		WithRestartValues(func(*clusterConfig) {}), WithRestartValues(func(*clusterConfig) {}))
+		restartOption(restartopt.Restart{Values: func(*clusterConfig) {}}), restartOption(restartopt.Restart{Values: func(*clusterConfig) {}}))
 	if err == nil || !strings.Contains(err.Error(), "twice") {
-		t.Fatalf("two WithRestartValues: %v", err)
+		t.Fatalf("restart values twice: %v", err)
 	}
-	_, err = New[testConfig](context.Background(), newMem(restartDoc("a", "4")), WithRestartValues(func(*clusterConfig) {}))
-	if err == nil || !strings.Contains(err.Error(), "WithRestartValues") {
-		t.Fatalf("WithRestartValues of another type: %v", err)
+	_, err = New[testConfig](context.Background(), newMem(restartDoc("a", "4")), restartOption(restartopt.Restart{Values: func(*clusterConfig) {}}))
+	if err == nil || !strings.Contains(err.Error(), "restart values were made for another configuration type") {
+		t.Fatalf("restart values of another type: %v", err)
 	}
 }

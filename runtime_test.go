@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -557,11 +559,11 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestWithFirstGenerationContinuesTheNumbering: a successor that starts at
+// TestFirstGenerationContinuesTheNumbering: a successor that starts at
 // its predecessor's generation plus one keeps counting from there.
-func TestWithFirstGenerationContinuesTheNumbering(t *testing.T) {
+func TestFirstGenerationContinuesTheNumbering(t *testing.T) {
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithFirstGeneration(8))
+	rt := newTestRuntime(t, src, restartOption(restartopt.Restart{FirstGeneration: 8}))
 	if id := rt.Current().ID(); id != 8 {
 		t.Fatalf("first generation %d, want 8", id)
 	}

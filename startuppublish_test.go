@@ -3,6 +3,8 @@ package reconf
 import (
 	"context"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 // A restart's first new worker whose host cannot run the cluster's
@@ -19,7 +21,7 @@ func TestStartupPublishOverAVersionThatCannotRunHere(t *testing.T) {
 		_ = rt.Close(context.Background())
 		t.Fatal("without the option, a worker started on a version it cannot run")
 	}
-	rt, _ := newClusterWorker(t, ch, restartDoc("b", "2"), nil, WithStartupPublish())
+	rt, _ := newClusterWorker(t, ch, restartDoc("b", "2"), nil, restartOption(restartopt.Restart{StartupPublish: true}))
 	if g := rt.Current(); g.ID() != 1 || g.Config().Limits["stub"] != 2 {
 		t.Fatalf("started at %d with limit %d; want its file's 2, numbered 1 until it publishes", g.ID(), g.Config().Limits["stub"])
 	}
@@ -32,7 +34,7 @@ func TestStartupPublishOverAVersionThatCannotRunHere(t *testing.T) {
 	// Published once: the next unchanged reload is a no-op.
 	mustReloadC(t, rt, NoOp)
 
-	rt3, _ := newClusterWorker(t, ch, restartDoc("b", "3"), nil, WithStartupPublish())
+	rt3, _ := newClusterWorker(t, ch, restartDoc("b", "3"), nil, restartOption(restartopt.Restart{StartupPublish: true}))
 	if g := rt3.Current(); g.ID() != 2 || g.Config().Limits["stub"] != 2 {
 		t.Fatalf("a worker that can run the cluster's version: at %d with limit %d; want it joined at 2", g.ID(), g.Config().Limits["stub"])
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +86,138 @@ func TestReloadExpectWaitsForTheKubelet(t *testing.T) {
 	}
 	if hist.Entries[2].Revisions[dir] != rev {
 		t.Errorf("history names revision %v for the publish, want %s", hist.Entries[2].Revisions, rev)
+	}
+}
+
+// swapGap is how far apart the two hosts' kubelets deliver one change in
+// TestReloadExpectTwoHosts: a few seconds by default, the 30 s a
+// kubelet's sync period can put between two pods with
+// RECONF_E2E_SWAP_GAP=30s.
+func swapGap(t *testing.T) time.Duration {
+	t.Helper()
+	s := os.Getenv("RECONF_E2E_SWAP_GAP")
+	if s == "" {
+		return 3 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("RECONF_E2E_SWAP_GAP=%q: want a positive duration", s)
+	}
+	return d
+}
+
+// TestReloadExpectTwoHosts runs the pipeline's step against two hosts of
+// one fleet (two reconfd processes over one etcd), each with its own
+// mount, whose kubelets deliver the change swapGap apart. Each host's
+// `reload --expect --wait` waits for its own mount: neither ends before
+// its swap, neither answers no-op for the old bytes, and the fleet holds
+// the new content as one channel version, published once.
+func TestReloadExpectTwoHosts(t *testing.T) {
+	requireBinary(t)
+	gap := swapGap(t)
+	etcd := startEtcdProcess(t)
+	ep := tcpForward(t, etcd.Endpoint())
+	type host struct {
+		name    string
+		dir     string
+		k       *testkit.Kubelet
+		s       *server
+		after   time.Duration // from the pipeline's start to the swap
+		swapped time.Time
+		rev     string
+		res     reconf.Result
+		code    int
+		out     string
+		ended   time.Time
+	}
+	hosts := []*host{{name: "a", after: 2 * time.Second}, {name: "b", after: 2*time.Second + gap}}
+	for _, h := range hosts {
+		h.dir = filepath.Join(t.TempDir(), "config")
+		h.k = testkit.NewKubelet(t, h.dir, 0, map[string]string{"config.yaml": config(4, "1ms")})
+		h.s = startServerAt(t, filepath.Join(h.dir, "config.yaml"),
+			[]string{"--cluster", ep, "--cluster-prefix", "/reconf/expect", "--management-address", "127.0.0.1:0"})
+	}
+	for _, h := range hosts {
+		h.s.waitConverged(1, 2, 20*time.Second)
+	}
+
+	next := config(7, "1ms")
+	expect := filepath.Join(t.TempDir(), "config.yaml") // the pipeline's rendered ConfigMap data
+	if err := os.WriteFile(expect, []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(2)
+		go func() { // the host's kubelet
+			defer wg.Done()
+			time.Sleep(time.Until(start.Add(h.after)))
+			h.rev = h.k.Update(map[string]string{"config.yaml": next})
+			h.swapped = time.Now()
+		}()
+		go func() { // the pipeline's step for the host
+			defer wg.Done()
+			env := []string{"RECONF_MANAGEMENT_ADDRESS=" + h.s.mgmt}
+			wait := (h.after + 30*time.Second).String()
+			var errOut string
+			h.code, h.out, errOut = reconfd(t, env, "reload", "--expect", expect, "--wait", wait, "--output", "json")
+			h.ended = time.Now()
+			h.out += errOut
+		}()
+	}
+	wg.Wait()
+
+	for _, h := range hosts {
+		if err := json.Unmarshal([]byte(h.out), &h.res); err != nil || h.code != 0 {
+			t.Fatalf("host %s: reload --expect --wait: exit %d: %s", h.name, h.code, h.out)
+		}
+		t.Logf("host %s: swapped %v after the start, reload ended %v after it: %s %s, generation %d",
+			h.name, h.swapped.Sub(start).Round(time.Millisecond), h.ended.Sub(h.swapped).Round(time.Millisecond),
+			h.res.Outcome, h.res.Reason, h.res.Generation)
+		if h.ended.Before(h.swapped) {
+			t.Errorf("host %s: the reload ended %v before its kubelet's swap", h.name, h.swapped.Sub(h.ended))
+		}
+		if h.res.Revisions[h.dir] != h.rev {
+			t.Errorf("host %s: the reload names revision %v, want %s", h.name, h.res.Revisions, h.rev)
+		}
+		if got := text(t, h.s.chat("gpt-4o-mini")); strings.Count(got, " ") < 6 {
+			t.Errorf("host %s: the new content (7 tokens) is not served: %q", h.name, got)
+		}
+	}
+	// The first swap publishes; the second host's mount then holds what
+	// the channel already carries.
+	if hosts[0].res.Outcome != reconf.Published || hosts[0].res.Generation != 2 {
+		t.Errorf("host a: %s %s generation %d, want published generation 2", hosts[0].res.Outcome, hosts[0].res.Reason, hosts[0].res.Generation)
+	}
+	if b := hosts[1]; b.res.Outcome != reconf.NoOp || b.res.Generation != 2 {
+		t.Errorf("host b: %s %s generation %d, want no-op at generation 2 once its mount holds the published bytes", b.res.Outcome, b.res.Reason, b.res.Generation)
+	}
+	// The fleet's history (from etcd, either host answers): each host's
+	// tries before its swap are one entry with their count, then its
+	// reload's end; no no-op for the old bytes.
+	var hist struct{ Entries []reconf.HistoryEntry }
+	if err := json.Unmarshal([]byte(hosts[1].s.do("GET", "http://"+hosts[1].s.mgmt+"/admin/config/history", "").body), &hist); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var counts []int
+	for _, e := range hist.Entries {
+		if e.Trigger == reconf.TriggerAPI {
+			got = append(got, e.Outcome)
+			counts = append(counts, e.Mismatches)
+		}
+	}
+	if want := []string{"no-op", "precondition-failed", "published", "precondition-failed"}; !slices.Equal(got, want) {
+		t.Fatalf("the fleet's reload history %v, want %v (newest first)", got, want)
+	}
+	if counts[1] < 2 || counts[3] < 1 {
+		t.Errorf("mismatch counts: host b %d, host a %d; want at least one a second of waiting", counts[1], counts[3])
+	}
+	for _, h := range hosts {
+		f := h.s.waitConverged(2, 2, 20*time.Second)
+		if *f.ClusterVersion != 2 {
+			t.Errorf("host %s: cluster version %d, want 2: the new content published once", h.name, *f.ClusterVersion)
+		}
 	}
 }

@@ -59,7 +59,12 @@ type Channel struct {
 }
 
 var _ reconf.Channel = (*Channel)(nil)
-var _ reconf.ChannelVersion = (*Channel)(nil)
+
+// A runtime asks a channel with this method for its version before it
+// answers no-op (see reconf.Channel); the signature must stay as it is.
+var _ interface {
+	Version(ctx context.Context) (uint64, error)
+} = (*Channel)(nil)
 
 // ChannelOption configures a Channel.
 type ChannelOption func(*Channel)
@@ -451,7 +456,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	return cur + 1, true
 }
 
-// Version implements reconf.ChannelVersion: the key's current version (0
+// Version is what a runtime asks before a no-op (see reconf.Channel): the key's current version (0
 // for an empty channel), read keys-only. An etcd failure wraps
 // ErrUnreachable.
 func (c *Channel) Version(ctx context.Context) (uint64, error) {

@@ -114,7 +114,7 @@ func TestConcurrentPublishesOneOrder(t *testing.T) {
 				t.Fatalf("round %d: %s has limit %d, %s has %d at the same version %d", round, w.id, w.limit(), ws[0].id, want, u.Version)
 			}
 		}
-		if u.Record.Format != reconf.LiveJSON || !strings.Contains(string(u.Record.Live), `"stub":`+itoa(want)) {
+		if u.Record.Format != "json/1" || !strings.Contains(string(u.Record.Live), `"stub":`+itoa(want)) {
 			t.Fatalf("round %d: workers hold limit %d, the cluster record says %q", round, want, u.Record.Live)
 		}
 	}
@@ -603,10 +603,10 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := channelOn(t, tc.endpoints)
 			ctx := context.Background()
-			if _, _, err := ch.Join(ctx, reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}); err != nil {
+			if _, _, err := ch.Join(ctx, reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}); err != nil {
 				t.Fatal(err)
 			}
-			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: reconf.LiveJSON}
+			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: "json/1"}
 			_, err := ch.Publish(ctx, 1, big)
 			var e *reconf.Error
 			if !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge || errors.Is(err, ErrUnreachable) {
@@ -655,7 +655,7 @@ func TestJoinExistingChannelWritesNothing(t *testing.T) {
 	cli.Lease = grants
 	p := newPrefix()
 	ctx := context.Background()
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
 	for i, id := range []string{"first", "second", "third"} {
 		ch, err := NewChannel(cli, p, WithWorkerID(id))
 		if err != nil {
@@ -751,12 +751,12 @@ func TestResyncReadsTheRecordOnlyWhenNewer(t *testing.T) {
 	if u, _, _, _, err := ch.latestAfter(ctx, 0, ""); err != nil || u.Version != 0 {
 		t.Fatalf("empty channel: %+v %v", u, err)
 	}
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON, Fingerprint: "fp"}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1", Fingerprint: "fp"}
 	if _, _, err := ch.Join(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	u, _, _, _, err := ch.latestAfter(ctx, 0, "")
-	if err != nil || u.Version != 1 || string(u.Record.Live) != string(rec.Live) || u.Record.Format != reconf.LiveJSON {
+	if err != nil || u.Version != 1 || string(u.Record.Live) != string(rec.Live) || u.Record.Format != "json/1" {
 		t.Fatalf("newer version: got %+v %v, want version 1 with its record", u, err)
 	}
 	u, _, _, _, err = ch.latestAfter(ctx, 1, "")

@@ -51,6 +51,38 @@ type History struct {
 	carrier   *Follower      // writes a publish's entry with its row (carryWith); nil: the queue does
 	dropWarn  bool
 	sinceTrim int // writes since the last trim; starts due, so a process's first write trims
+
+	// run numbers this worker's runs of precondition failures of one
+	// actor and trigger, in Observe's order: any other entry ends a run.
+	run     uint64
+	inRun   bool
+	runOf   [2]string    // the run's actor and trigger
+	written *mismatchRun // the newest run's entry as written; the writer goroutine's
+}
+
+// mismatchRun is a run's precondition-failed entry as written, and its
+// key.
+type mismatchRun struct {
+	run uint64
+	key string
+	e   reconf.HistoryEntry
+}
+
+// runOfEntry places e in this worker's runs of precondition failures: the
+// run it belongs to, or 0 when it is another outcome (which ends a run).
+func (h *History) runOfEntry(e reconf.HistoryEntry) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e.Outcome != reconf.PreconditionFailed.String() {
+		h.inRun = false
+		return 0
+	}
+	of := [2]string{e.Actor, string(e.Trigger)}
+	if !h.inRun || h.runOf != of {
+		h.run++
+		h.inRun, h.runOf = true, of
+	}
+	return h.run
 }
 
 // HistoryOption configures a History.
@@ -109,6 +141,10 @@ func (h *History) Observe(res reconf.Result) {
 		return
 	}
 	e := reconf.HistoryEntryOf(res)
+	if run := h.runOfEntry(e); run != 0 {
+		h.enqueue(func(ctx context.Context) { h.writeMismatch(ctx, e, run) })
+		return
+	}
 	if h.carried(e, res) {
 		return
 	}
@@ -146,6 +182,41 @@ func (h *History) ObserveRollout(ev reconf.RolloutEvent) {
 }
 
 var _ reconf.RolloutObserver = (*History)(nil)
+
+// writeMismatch writes a precondition failure. One that continues its
+// run (this worker's consecutive failures of one actor and trigger) is
+// written as the run's entry with its count raised, moved to the newer
+// time, so that one `reload --wait` makes one entry however long it waits
+// (other workers' entries may come between).
+func (h *History) writeMismatch(ctx context.Context, e reconf.HistoryEntry, run uint64) {
+	prev := h.written
+	if prev != nil && prev.run == run {
+		e.Mismatches += prev.e.Mismatches
+	} else {
+		prev = nil
+	}
+	key, put, err := h.entryKeyPut(e)
+	if err != nil {
+		h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", err)
+		return
+	}
+	ops := []clientv3.Op{put}
+	if prev != nil && prev.key != key {
+		ops = append(ops, clientv3.OpDelete(prev.key))
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	if _, err := h.cli.Txn(rctx).Then(ops...).Commit(); err != nil {
+		h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", unreachableUnder(h.prefix, "write history", err))
+		return
+	}
+	h.written = &mismatchRun{run: run, key: key, e: e}
+	if prev == nil && h.trimDue() {
+		if err := h.trim(rctx, 0); err != nil {
+			h.log.Warn("propagate: the fleet's history could not be trimmed", "error", err)
+		}
+	}
+}
 
 // isPublish reports whether res published a new cluster version (not a
 // start-up, which joins at the cluster's version): the publisher's own
@@ -322,16 +393,22 @@ func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint
 
 // entryPut is the put of e, named for this worker when it names none.
 func (h *History) entryPut(e reconf.HistoryEntry) (clientv3.Op, error) {
+	_, op, err := h.entryKeyPut(e)
+	return op, err
+}
+
+// entryKeyPut is entryPut with the key it writes.
+func (h *History) entryKeyPut(e reconf.HistoryEntry) (string, clientv3.Op, error) {
 	if e.Worker == "" {
 		e.Worker = h.worker
 	}
 	e.Applies = nil
 	b, err := json.Marshal(e)
 	if err != nil {
-		return clientv3.Op{}, err
+		return "", clientv3.Op{}, err
 	}
 	key := fmt.Sprintf("%s%020d-%s", h.entriesPrefix(), e.Time.UnixNano(), e.Worker)
-	return clientv3.OpPut(key, string(b)), nil
+	return key, clientv3.OpPut(key, string(b)), nil
 }
 
 // entryOp is entryPut for the follower's row writes, which log nothing

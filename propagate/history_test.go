@@ -388,3 +388,71 @@ func TestShortLivedWorkersTrimTheLog(t *testing.T) {
 		return err == nil && resp.Count <= limit+limit/8
 	})
 }
+
+// TestFleetHistoryFoldsMismatches: a worker's consecutive precondition
+// failures of one actor (one `reload --expect --wait`) make one entry
+// with their count, though another worker publishes meanwhile; its next
+// attempt ends the run.
+func TestFleetHistoryFoldsMismatches(t *testing.T) {
+	srv := startServer(t)
+	prefix := newPrefix()
+	wo := workerOpts{history: []HistoryOption{}}
+	a := startWorker(t, srv.Endpoints(), prefix, "a", wo)
+	b := startWorker(t, srv.Endpoints(), prefix, "b", wo)
+	want := configYAML("gw", 7, "KEY1")
+	ctx, err := reconf.WithExpectedDigest(context.Background(), reconf.ContentDigest([]byte(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func() reconf.Result {
+		t.Helper()
+		res, err := a.rt.Reload(ctx, reconf.TriggerAPI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for range 2 {
+		if res := expect(); res.Outcome != reconf.PreconditionFailed {
+			t.Fatalf("a reload expecting other bytes: %s %s", res.Outcome, res.Reason)
+		}
+	}
+	if res := b.reload(t, configYAML("gw", 5, "KEY1")); res.Outcome != reconf.Published {
+		t.Fatalf("b's reload: %s %s", res.Outcome, res.Message)
+	}
+	waitFor(t, 5*time.Second, "both workers applied version 2", converged([]*worker{a, b}, 2))
+	waitFor(t, 5*time.Second, "b's publish is recorded", func() bool {
+		es := entries(t, a, 0)
+		return len(es) > 0 && es[0].Worker == "b" && es[0].Outcome == "published"
+	})
+	if res := expect(); res.Outcome != reconf.PreconditionFailed {
+		t.Fatalf("a reload expecting other bytes: %s %s", res.Outcome, res.Reason)
+	}
+	a.src.Set(want)
+	if res := expect(); res.Outcome != reconf.Published {
+		t.Fatalf("the expected bytes: %s %s", res.Outcome, res.Message)
+	}
+	a.src.Set(configYAML("gw", 9, "KEY1"))
+	if res := expect(); res.Outcome != reconf.PreconditionFailed {
+		t.Fatalf("a reload expecting other bytes: %s %s", res.Outcome, res.Reason)
+	}
+
+	// The publish's entry travels with a's row, the failures through the
+	// history's queue: they land in either order, so wait for all.
+	wantHist := []string{"a:precondition-failed:1", "a:published:0", "a:precondition-failed:3", "b:published:0"}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got = nil
+		for _, e := range entries(t, b, 0) {
+			if e.Trigger != reconf.TriggerStartup {
+				got = append(got, fmt.Sprintf("%s:%s:%d", e.Worker, e.Outcome, e.Mismatches))
+			}
+		}
+		if slices.Equal(got, wantHist) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !slices.Equal(got, wantHist) {
+		t.Errorf("history %v, want %v", got, wantHist)
+	}
+}

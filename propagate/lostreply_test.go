@@ -63,7 +63,7 @@ func TestPublishReplyLost(t *testing.T) {
 	}
 	ctx := context.Background()
 	rec := func(n string) reconf.Record {
-		return reconf.Record{Live: []byte(`{"limits":{"stub":` + n + `}}`), Format: reconf.LiveJSON}
+		return reconf.Record{Live: []byte(`{"limits":{"stub":` + n + `}}`), Format: "json/1"}
 	}
 	if v, _, err := ch.Join(ctx, rec("1")); err != nil || v != 1 {
 		t.Fatalf("Join: %d %v", v, err)

@@ -217,7 +217,7 @@ func TestJoinRowCarriesDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: reconf.LiveJSON}
+	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
 	if v, _, err := ch.Join(context.Background(), rec); err != nil || v != 1 {
 		t.Fatalf("Join: version %d, %v", v, err)
 	}

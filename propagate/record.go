@@ -110,7 +110,7 @@ func encodeRecordWith(version uint64, by Publisher, at time.Time, rec reconf.Rec
 	b, err := json.Marshal(wire{
 		Format: RecordFormat, Version: version, PublishedBy: by.ID, Publisher: &by,
 		Trigger: rec.Trigger, Actor: rec.Actor, PublishedAt: at.UTC(),
-		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: string(rec.Format), Files: rec.Files, Rollout: st,
+		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: rec.Format, Files: rec.Files, Rollout: st,
 	})
 	return string(b), err
 }
@@ -141,7 +141,7 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt, Provenance: p,
-		Record:  reconf.Record{Live: []byte(w.Live), Format: reconf.LiveFormat(w.LiveFormat), Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor},
+		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor},
 		Rollout: w.Rollout,
 	}, nil
 }

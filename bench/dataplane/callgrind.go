@@ -25,7 +25,10 @@ import (
 // not move with the machine's load, unlike req/s and CPU time. The
 // callgrind output of each is kept in keep (NAME.callgrind.out) when keep
 // is not empty, for callgrind_annotate.
-func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string) error {
+//
+// With observed, reconfd's gateway runs a second time as reconfd-observed,
+// with -observed's observability section in its configuration.
+func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string, observed bool) error {
 	// Debian's valgrind is a shell script that runs valgrind.bin as its
 	// child; callgrind_control must be given the tool's own pid.
 	vg, err := exec.LookPath("valgrind.bin")
@@ -35,8 +38,11 @@ func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string
 		}
 	}
 	conf := filepath.Join(dir, "callgrind.yaml")
-	type run struct{ name, role string }
-	runs := []run{{"reconfd", "gateway-profile"}, {"fasthttp", "proxy-fasthttp"}}
+	type run struct{ name, role, extra string }
+	runs := []run{{"reconfd", "gateway-profile", ""}, {"fasthttp", "proxy-fasthttp", ""}}
+	if observed {
+		runs = append(runs, run{"reconfd-observed", "gateway-profile", observedConf(dir, "callgrind")})
+	}
 	fmt.Fprintf(w, "\ncallgrind: %d requests from %d clients through each, one process of GOMAXPROCS=1\n", n, c)
 	fmt.Fprintf(w, "%-10s %14s %12s\n", "path", "instructions", "per request")
 	for _, r := range runs {
@@ -44,7 +50,7 @@ func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(conf, fmt.Appendf(nil, reconfdConf, addr, 1, upURL), 0o644); err != nil {
+		if err := os.WriteFile(conf, append(fmt.Appendf(nil, reconfdConf, addr, 1, upURL), r.extra...), 0o644); err != nil {
 			return err
 		}
 		out := filepath.Join(dir, r.name+".callgrind.out")
@@ -58,7 +64,7 @@ func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string
 			return err
 		}
 		t := &target{name: r.name, addr: addr, path: "/v1/chat/completions", model: "bench-1", pids: []int{cmd.Process.Pid}, stop: stopper(cmd)}
-		if r.name == "reconfd" {
+		if r.role == "gateway-profile" {
 			t.model, t.key = "fast", clientKey
 		}
 		ir, err := countRequests(t, cmd.Process.Pid, out, n, c)

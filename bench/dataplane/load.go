@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,6 +205,19 @@ func printTable(w io.Writer, targets []*target, res map[string][]result, f flags
 		fmt.Fprintf(w, "| %s | %.0f [%.0f-%.0f] | %s | %s | %d | %s | %s | %s |\n", t.name, a.rps, a.rpsLo, a.rpsHi,
 			fmtD(time.Duration(a.p50)), fmtD(time.Duration(a.p99)), a.failed,
 			ratio(a.rps, nginx.rps, hasNginx), ratio(a.p99, nginx.p99, hasNginx), ratio(a.rps, bare.rps, hasBare))
+	}
+	if slices.ContainsFunc(targets, func(t *target) bool { return strings.HasSuffix(t.name, "-observed") }) {
+		fmt.Fprintln(w, "\nobserved (tracing on at ratio 0, access log configured but off) over the same binary with neither")
+		fmt.Fprintln(w, "| reconfd | req/s | p99 |")
+		fmt.Fprintln(w, "| --- | ---: | ---: |")
+		for _, t := range targets {
+			plain, ok := aggs[strings.TrimSuffix(t.name, "-observed")]
+			if !strings.HasSuffix(t.name, "-observed") || !ok {
+				continue
+			}
+			o := aggs[t.name]
+			fmt.Fprintf(w, "| %s | %s | %s |\n", t.name, ratio(o.rps, plain.rps, true), ratio(o.p99, plain.p99, true))
+		}
 	}
 	fmt.Fprintf(w, "\nCPU per request, medians over %d rounds (the server's range in brackets; \"others\" is the CPUs the rest of the machine kept busy meanwhile)\n", f.rounds)
 	fmt.Fprintf(w, "| path | server CPU/req | vs nginx | vs bare %s | upstream CPU/req | load generator CPU/req | others |\n", f.stack)

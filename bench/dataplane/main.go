@@ -89,6 +89,7 @@ type flags struct {
 	perf        bool
 	callgrind   int
 	keep        string
+	observed    bool
 }
 
 func main() {
@@ -102,7 +103,7 @@ func main() {
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured load before each measurement")
 	flag.IntVar(&f.concurrency, "concurrency", 32, "keep-alive clients")
 	flag.IntVar(&f.workers, "workers", 2, "nginx worker_processes and reconfd --workers")
-	flag.Func("reconfd", "name=path[;KEY=VALUE...][;workers=N] of a reconfd binary to compare, with settings of its environment and its number of workers (repeatable; default: build one from the repository)", func(s string) error {
+	flag.Func("reconfd", "name=path[;KEY=VALUE...][;workers=N][;observed] of a reconfd binary to compare, with settings of its environment, its number of workers, and whether to run it a second time as -observed does (repeatable; default: build one from the repository)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return errors.New("want name=path")
 		}
@@ -123,6 +124,7 @@ func main() {
 	flag.DurationVar(&f.profile, "profile", 0, "also run the gateway in-process under a CPU profile for this long and print its top entries (0: skip)")
 	flag.IntVar(&f.callgrind, "callgrind", 0, "count the instructions per request of reconfd's gateway (one process) and the bare fasthttp proxy under valgrind's callgrind over this many requests (0: skip)")
 	flag.StringVar(&f.keep, "callgrind-keep", "", "keep the callgrind output files in this directory")
+	flag.BoolVar(&f.observed, "observed", false, "also run each reconfd binary a second time, as NAME-observed, with tracing on at sample ratio 0 and an access log configured but off, and compare the two")
 	flag.Parse()
 	if err := run(f, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "dataplane:", err)
@@ -211,8 +213,13 @@ func run(f flags, w io.Writer) error {
 		name, rest, _ := strings.Cut(nb, "=")
 		// path, then optional ;KEY=VALUE settings of the environment.
 		parts := strings.Split(rest, ";")
-		workers, env := f.workers, []string{}
+		workers, env, observed := f.workers, []string{}, f.observed
 		for _, kv := range parts[1:] {
+			// observed runs this one a second time as -observed does.
+			if kv == "observed" {
+				observed = true
+				continue
+			}
 			// workers=N runs this one with N workers instead of -workers.
 			if n, ok := strings.CutPrefix(kv, "workers="); ok {
 				if _, err := fmt.Sscan(n, &workers); err != nil {
@@ -222,11 +229,18 @@ func run(f flags, w io.Writer) error {
 			}
 			env = append(env, kv)
 		}
-		t, err := startReconfd(dir, name, parts[0], upURL, workers, env...)
+		t, err := startReconfd(dir, name, parts[0], upURL, workers, "", env...)
 		if err != nil {
 			return err
 		}
 		targets = append(targets, t)
+		if observed {
+			t, err := startReconfd(dir, name+"-observed", parts[0], upURL, workers, observedConf(dir, name), env...)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+		}
 	}
 	for _, role := range []string{"nethttp", "fasthttp", "hybrid"} {
 		if !want(role) {
@@ -315,7 +329,7 @@ func run(f flags, w io.Writer) error {
 		streams(w, targets, f)
 	}
 	if f.callgrind > 0 {
-		if err := callgrindCounts(w, self, dir, upURL, f.callgrind, min(f.concurrency, 8), f.keep); err != nil {
+		if err := callgrindCounts(w, self, dir, upURL, f.callgrind, min(f.concurrency, 8), f.keep, f.observed); err != nil {
 			return err
 		}
 	}
@@ -477,6 +491,16 @@ func startNginx(dir, upstream string, workers int) (*target, error) {
 // clientKey is the data-plane key the harness sends to reconfd.
 const clientKey = "bench-client-key-0123456789abcdef"
 
+// observedConf is -observed's observability section: tracing on at ratio
+// 0, so no span is made (the collector's address is never dialled), and
+// an access log configured but off.
+func observedConf(dir, name string) string {
+	return fmt.Sprintf(`observability:
+  tracing: {enabled: true, endpoint: "http://127.0.0.1:4317", sample_ratio: 0}
+  access_log: {enabled: false, destination: %q}
+`, filepath.Join(dir, name+"-access.log"))
+}
+
 const reconfdConf = `server:
   address: %s
   workers: %d
@@ -516,13 +540,15 @@ func buildReconfd(bin string) error {
 	return nil
 }
 
-func startReconfd(dir, name, bin, upstream string, workers int, env ...string) (*target, error) {
+// startReconfd starts a reconfd of bin with extra appended to its
+// configuration.
+func startReconfd(dir, name, bin, upstream string, workers int, extra string, env ...string) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	conf := filepath.Join(dir, name+".yaml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, reconfdConf, addr, workers, upstream), 0o644); err != nil {
+	if err := os.WriteFile(conf, append(fmt.Appendf(nil, reconfdConf, addr, workers, upstream), extra...), 0o644); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)

@@ -5,6 +5,9 @@ package main
 // configDocs describes the configuration's types and fields, from their
 // Go comments in internal/gateway.
 var configDocs = map[string]string{
+	"AccessLogConfig":                       "AccessLogConfig writes one JSON object a request, after its last byte.",
+	"AccessLogConfig.Destination":           "Destination is stderr or a file's path (appended to, created with mode 0600; a relative path is relative to the configuration file's directory). A reload that changes it, or turns the log back on, opens the file again, which is how a rotated file is let go.",
+	"AccessLogConfig.Enabled":               "Enabled turns the access log on.",
 	"AuthConfig":                            "AuthConfig sets how data-plane clients authenticate.",
 	"AuthConfig.APIKeys":                    "APIKeys are client keys accepted in api_keys mode with no name, model list or limit of their own.",
 	"AuthConfig.Keys":                       "Keys are the named client keys accepted in api_keys mode, each with the models it may use and its limits; a list keyed by name. Logs, status and metrics name a key by its name, never by its secret.",
@@ -22,6 +25,7 @@ var configDocs = map[string]string{
 	"ClientKey.Name":                        "Name names the key in logs, status and metrics.",
 	"ClientKey.Secret":                      "Secret is the key a client sends (Authorization: Bearer, or X-Api-Key).",
 	"Config":                                "Config is reconfd's configuration. Every leaf field has a class, from its own `reconf` tag or its nearest tagged ancestor: the server and logging sections (but logging.level) and auth.mode are read once at start (restart); logging.level and everything that decides how a request is routed and served is live.",
+	"Config.Observability":                  "Observability turns traces and the access log on and off; live.",
 	"Deployment":                            "Deployment is one backend serving a model, with its share of requests.",
 	"Deployment.Backend":                    "Backend names the backend.",
 	"Deployment.Weight":                     "Weight is the deployment's share of the model's requests, relative to the other deployments' weights.",
@@ -42,6 +46,7 @@ var configDocs = map[string]string{
 	"ModelRoute.Fallbacks":                  "Fallbacks name backends tried, in order, once every deployment has failed the request.",
 	"ModelRoute.Name":                       "Name is the model name clients ask for; it must differ from every model_aliases key.",
 	"ModelRoute.Timeout":                    "Timeout bounds a request for the model from admission to its last byte, every deployment and fallback tried included; each backend's own timeout bounds its part. 0 takes the largest timeout of the model's backends.",
+	"ObservabilityConfig":                   "ObservabilityConfig sets what the gateway emits beyond its Prometheus metrics: OpenTelemetry traces and a JSON access log. Both are off by default and live: a reload turns them on, off, or points them elsewhere with no restart.",
 	"RolloutConfig":                         "RolloutConfig declares the staged rollout strategies a reload may name (reconfd reload --rollout NAME, POST /admin/config/reload?rollout=NAME), the one every reload takes when it names none, and what makes a client one entity of a rollout's split. The whole section is process-wide: it decides the split itself, so a rollout cannot change it (see ProcessWidePaths).",
 	"RolloutConfig.Default":                 "Default is the strategy of a reload that names none: a declared strategy or a preset. Empty publishes every reload at once.",
 	"RolloutConfig.EntityHeader":            "EntityHeader names a request header whose value identifies a client for the split when the request carries no client key (auth mode none): every request with one value sees one generation for the whole rollout. Without it, or without the header, the client's address does.",
@@ -63,4 +68,8 @@ var configDocs = map[string]string{
 	"ServerConfig.Workers":                  "Workers is the number of worker processes. With more than one, serve is a supervisor that runs them on the same socket (inherited) and keeps their configuration in step through a cluster channel.",
 	"StubOptions":                           "StubOptions shape the stub backend's answers.",
 	"TLSConfig":                             "TLSConfig is the data plane's certificate. Both files are PEM; the certificate file may hold the chain after the leaf. A relative path is relative to the configuration file's directory. The files are host-local (`reconf:\",hostfile\"`): each host of a cluster holds its own certificate at the path the configuration names, and a worker reads and checks its own when it applies a version.",
+	"TracingConfig":                         "TracingConfig sends one span per request (and one per upstream attempt) to an OTLP collector over gRPC.",
+	"TracingConfig.Enabled":                 "Enabled turns tracing on.",
+	"TracingConfig.Endpoint":                "Endpoint is the collector's OTLP gRPC address as a URL: http://host:4317 (plain) or https://host:4317 (TLS, the system's roots). Required when Enabled.",
+	"TracingConfig.SampleRatio":             "SampleRatio is the share of requests traced, from 0 (none: tracing stays configured and costs nothing a request) to 1 (every one).",
 }

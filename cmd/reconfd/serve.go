@@ -24,6 +24,7 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/internal/restartopt"
 	"github.com/reconfhq/reconf/internal/sighold"
 	"github.com/reconfhq/reconf/metrics"
 )
@@ -345,7 +346,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		// fleet's live part with its new restart fields (auth.mode turned
 		// on or off): it then starts on its file, which its reload below
 		// publishes.
-		opts = append(opts, gateway.WithRuntimeOptions(reconf.WithStartupPublish()))
+		opts = append(opts, gateway.WithRuntimeOptions(restartopt.Option(restartopt.Restart{StartupPublish: true}).(reconf.Option)))
 	}
 	var pending []string // restart fields the file changed that the fleet has not restarted into
 	if v := wenv.RestartFields; v != "" {

@@ -130,8 +130,9 @@ func BenchmarkProxy(b *testing.B) {
 	runHandler(b, g.Handler(), body, hdr...)
 }
 
-// proxyGateway is BenchmarkProxy's gateway, request body and header.
-func proxyGateway(b testing.TB) (*Gateway, string, []string) {
+// proxyGateway is BenchmarkProxy's gateway, request body and header;
+// extra is added to its configuration.
+func proxyGateway(b testing.TB, extra ...string) (*Gateway, string, []string) {
 	cfg := `
 logging: {level: error}
 auth: {mode: api_keys, api_keys: ["${env:CLIENT_KEY}"]}
@@ -144,7 +145,7 @@ backends:
     max_concurrency: 256
     timeout: 30s
 model_aliases: {fast: up}
-`
+` + strings.Join(extra, "")
 	const key = "client-key-0123456789abcdef"
 	g := benchGateway(b, cfg, WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" }))
 	body := `{"model":"fast","messages":[{"role":"user","content":"Say something short about configuration reloads."}]}`
@@ -281,7 +282,11 @@ func TestRoutedProxyAllocatesNothing(t *testing.T) {
 	}
 	g, body, hdr := routedProxyGateway(t)
 	serveOne := handlerLoop(t, g.Handler(), body, hdr...)
-	serveOne()
+	// Enough to reach both deployments (weights 3 and 1): each makes its
+	// metric series on its first request.
+	for range 50 {
+		serveOne()
+	}
 	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
 		t.Fatalf("a routed request allocates %v times; want 0", n)
 	}

@@ -132,6 +132,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.attemptFailures.Describe(ch)
 	c.rollout.describe(ch)
 	c.routing.describe(ch)
+	c.g.genai.describe(ch)
 	ch <- c.limit
 	ch <- c.capacity
 	ch <- c.inFlight
@@ -154,6 +155,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.attemptFailures.Collect(ch)
 	c.rollout.collect(ch, c.g.rt)
 	c.routing.collect(ch)
+	c.g.genai.collect(ch)
 	c.collectConns(ch)
 	pin := c.g.rt.Acquire()
 	defer pin.Release()

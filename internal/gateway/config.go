@@ -27,6 +27,8 @@ type Config struct {
 	Backends     []Backend         `yaml:"backends" reconf:"live" validate:"min=1"`
 	ModelAliases map[string]string `yaml:"model_aliases" reconf:"live"`
 	Rollout      RolloutConfig     `yaml:"rollout" reconf:"live"`
+	// Observability turns traces and the access log on and off; live.
+	Observability ObservabilityConfig `yaml:"observability" reconf:"live"`
 }
 
 // ServerConfig is the data plane's listener.
@@ -305,6 +307,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Routing.validateModels(names, c.ModelAliases)...)
 	errs = append(errs, c.validateKeyModels()...)
 	errs = append(errs, c.Rollout.validate()...)
+	errs = append(errs, c.Observability.validate()...)
 	return errors.Join(errs...)
 }
 

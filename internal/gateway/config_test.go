@@ -36,7 +36,7 @@ func TestClassesFollowTheContract(t *testing.T) {
 			want = reconf.Restart
 		case fc.Path == "logging.level", strings.HasPrefix(fc.Path, "auth.api_keys"), strings.HasPrefix(fc.Path, "auth.keys"), strings.HasPrefix(fc.Path, "limits."),
 			strings.HasPrefix(fc.Path, "routing."), strings.HasPrefix(fc.Path, "backends"),
-			strings.HasPrefix(fc.Path, "model_aliases"), strings.HasPrefix(fc.Path, "rollout."):
+			strings.HasPrefix(fc.Path, "model_aliases"), strings.HasPrefix(fc.Path, "rollout."), strings.HasPrefix(fc.Path, "observability."):
 			want = reconf.Live
 		default:
 			t.Errorf("%s: a path outside the known sections; add it to this test", fc.Path)

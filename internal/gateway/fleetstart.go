@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 // RestartFields are the values of Config's restart-class fields that a
@@ -68,16 +69,16 @@ func ParseRestartFields(s string) (RestartFields, error) {
 // WithFleetRestartFields makes the gateway run on r's restart-class
 // values instead of the file's (see RestartFields), for its life: its
 // startup load and every cluster version it applies take them
-// (reconf.WithRestartValues), while a reload of the file is judged as
+// (restartopt.Restart.Values), while a reload of the file is judged as
 // written, so a file whose restart fields differ from r is
 // restart-required here as on every other worker. differs, when not nil,
 // is told once which fields of the file differed from r.
 func WithFleetRestartFields(r RestartFields, differs func(paths []string)) Option {
 	var reported atomic.Bool
-	return WithRuntimeOptions(reconf.WithRestartValues(func(c *Config) {
+	return WithRuntimeOptions(restartopt.Option(restartopt.Restart{Values: func(c *Config) {
 		if d := r.differ(c); len(d) > 0 && differs != nil && !reported.Swap(true) {
 			differs(d)
 		}
 		r.apply(c)
-	}))
+	}}).(reconf.Option))
 }

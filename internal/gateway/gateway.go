@@ -35,6 +35,11 @@ type Gateway struct {
 	timeouts ServerTimeouts
 	draining atomic.Bool
 	metrics  *collector
+	// genai, tracing and access are the GenAI metrics, the tracer and
+	// the access log (observability).
+	genai    *genaiMetrics
+	tracing  *tracing
+	access   *accessLogs
 	limiters limiterSource // one long-lived limiter per backend name
 	health   *healthSource // one long-lived failure run and cooldown per backend name
 	keys     *keyLimiters  // one long-lived limiter per client key name
@@ -197,6 +202,11 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		observe = history
 	}
 	rm := newRolloutMetrics()
+	out := o.logOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	tr, access := &tracing{}, &accessLogs{dir: cons.dir, stderr: out}
 	ropts := []reconf.Option{
 		reconf.WithLogger(log),
 		reconf.WithObserver(observe),
@@ -204,6 +214,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		reconf.WithConsumer(routesKey, cons, consumerPaths...),
 		reconf.WithConsumer(reconf.Key[any]("logging"), levelConsumer(level), "logging.level"),
 		reconf.WithConsumer(tlsKey, tlsConsumer(), "server.tls"),
+		reconf.WithConsumer(reconf.Key[any]("tracing"), tr.consumer(), "observability.tracing"),
+		reconf.WithConsumer(reconf.Key[any]("access_log"), access.consumer(), "observability.access_log"),
 		reconf.WithBaseDir(cons.dir),
 		reconf.WithProcessWide(ProcessWidePaths...),
 		// Each step is judged on the recorder's figures, which every
@@ -222,6 +234,8 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
 	if err != nil {
+		tr.close()
+		access.swap(nil)
 		if cl != nil {
 			cl.abandon(ctx)
 		}
@@ -230,11 +244,14 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		if err := cl.follow(ctx, rt, log); err != nil {
 			_ = rt.Close(context.WithoutCancel(ctx))
+			tr.close()
+			access.swap(nil)
 			cl.abandon(ctx)
 			return nil, err
 		}
 	}
-	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, health: health, keys: keys, history: history}
+	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, health: health, keys: keys, history: history,
+		genai: newGenAIMetrics(), tracing: tr, access: access}
 	gw.Store(g)
 	if cl != nil {
 		g.worker, g.workerHdr = cl.slot, []byte(cl.slot)
@@ -381,9 +398,14 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if err := g.rt.Close(closeCtx); err != nil {
 			errs = append(errs, err)
 		}
+		// After the drain, so the last requests' spans and lines are in.
+		g.tracing.close()
+		g.access.swap(nil)
 		if g.cluster != nil {
 			g.cluster.cool.Close()
-			g.cluster.keys.Close(closeCtx)
+			if g.cluster.keys != nil {
+				g.etcdStep(closeCtx, "remove the key use report (it expires with its lease)", g.cluster.keys.Close)
+			}
 			// The runtime's last attempts are written before the client goes.
 			if err := g.cluster.history.Close(closeCtx); err != nil {
 				errs = append(errs, err)

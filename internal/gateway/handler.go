@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
@@ -58,6 +59,8 @@ type exchange struct {
 
 	client *namedKey // the named key the request carries, or nil
 	tokens int64     // a streamed answer's usage, as it passed
+
+	obs observation // what its trace, GenAI metrics and access log need
 }
 
 // serve is the data plane's handler. fasthttp calls it once the request's
@@ -145,6 +148,7 @@ func (x *exchange) end() {
 	took := time.Since(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
 	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
+	x.observe(status, took)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
@@ -181,6 +185,8 @@ type call struct {
 	log         *slog.Logger
 	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
 	metrics     *collector
+	span        trace.Span // the request's span, when it is traced; its attempts' parent
+	spanName    string     // the name of its attempts' spans
 
 	policy *routePolicy // the generation's fallback and cooldown rules
 	more   bool         // another candidate follows the one being tried
@@ -238,6 +244,7 @@ func (g *Gateway) chat(x *exchange) bool {
 		return false
 	}
 	x.use(rt)
+	x.routed(opChat, req.model)
 	if !x.admit(rt, rt.timeout) {
 		return false
 	}
@@ -247,6 +254,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
 	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy}
+	x.traced(&c)
 	_ = ctx.SetWriteDeadline(c.deadline)
 	// The attempt loop: each candidate in turn until one answers or a
 	// failure is not one the policy falls back on. Nothing is written to
@@ -337,11 +345,13 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 		return nil, nil
 	}
 	x.use(rt)
+	x.routed(e.operation(), model)
 	if !x.admit(rt, rt.timeout) {
 		return nil, nil
 	}
 	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
 		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy}
+	x.traced(c)
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
 }

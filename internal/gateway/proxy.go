@@ -87,7 +87,9 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 		resp.Reset()
 		resp.StreamBody = stream
 		began := time.Now()
+		span := c.beginAttempt(t, r.attempts)
 		err := t.client.hc.DoDeadline(req, resp, until)
+		span.end(err, resp.StatusCode())
 		if err != nil {
 			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(until) {
 				c.attempted(t.name, t.health, outcomeTimeout, 0, began)

@@ -24,6 +24,8 @@ var ProcessWidePaths = []string{
 	"server.max_connections_per_address",
 	// One log level for the whole process.
 	"logging.level",
+	// One tracer and one access log for the whole process.
+	"observability",
 	// The client keys: the active generation's decide whether a body is
 	// read at all, before the request is pinned, and a key is what
 	// places its client in the split.

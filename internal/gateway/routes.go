@@ -76,7 +76,8 @@ type route struct {
 	up   *openaiBackend
 	anth *anthropicBackend
 
-	ok atomic.Pointer[okSeries] // the metric series of its 200s, once a request used them
+	ok    atomic.Pointer[okSeries]             // the metric series of its 200s, once a request used them
+	genai [opCount]atomic.Pointer[genaiSeries] // its GenAI series by operation, once used
 }
 
 // target is the upstream of a proxied route, or nil (r nil, or a stub).

@@ -36,7 +36,9 @@ func (st *scriptStream) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		st.pending = st.event()
+		st.x.obs.readUsage(st.pending)
 	}
+	st.x.obs.firstByte()
 	n := copy(p, st.pending)
 	st.pending = st.pending[n:]
 	return n, nil

@@ -113,8 +113,9 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Response.Header.SetCanonical(generationKey, g.genValue(cur.ID()))
 	// Every answer carries a request id, this one written before the
 	// handler ran too: the SDKs report it with the error.
-	x := exchange{ctx: ctx}
+	x := exchange{g: g, ctx: ctx}
 	id := x.requestID()
+	defer x.g.logUnread(&x, cur.ID())
 	ctx.Response.Header.SetCanonical(requestIDKey, id)
 	if string(ctx.Path()) == "/v1/messages" {
 		ctx.Response.Header.SetCanonical(requestIDAnthropic, id)

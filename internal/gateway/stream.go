@@ -58,6 +58,7 @@ var errStreamBroken = errors.New("the upstream stream broke off")
 func (s *upstreamStream) Read(p []byte) (int, error) {
 	for {
 		if s.out < s.ready {
+			s.x.obs.firstByte()
 			n := copy(p, s.buf[s.out:s.ready])
 			s.out += n
 			return n, nil
@@ -123,6 +124,9 @@ func (s *upstreamStream) frame() {
 			return
 		}
 		ev := s.buf[s.ready:end]
+		if !s.begun {
+			s.x.obs.readUsage(ev)
+		}
 		if s.x.client != nil && s.x.client.limits.Tokens > 0 && !s.begun && isUsageChunk(ev) {
 			s.x.tokens = usageTokens(ev)
 		}

@@ -70,6 +70,7 @@ func (s *stubBackend) serve(x *exchange, c *call) bool {
 	h.Set("X-Accel-Buffering", "no")
 	x.ctx.SetStatusCode(fasthttp.StatusOK)
 	x.status = fasthttp.StatusOK
+	x.obs.in, x.obs.out, x.obs.usage = int64(prompt), int64(s.tokens), true
 	x.ctx.Response.SetBodyStream(&stubStream{x: *x, s: s, c: *c, id: id, created: created, prompt: prompt, next: -1}, -1)
 	return true
 }
@@ -122,6 +123,7 @@ func (st *stubStream) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		st.pending = st.event()
+		st.x.obs.firstByte()
 	}
 	n := copy(p, st.pending)
 	st.pending = st.pending[n:]

@@ -319,7 +319,9 @@ func (s *messagesStream) Read(p []byte) (int, error) {
 			return 0, s.end
 		}
 		s.fill()
+		s.x.obs.readUsage(s.pending)
 	}
+	s.x.obs.firstByte()
 	n := copy(p, s.pending)
 	s.pending = s.pending[n:]
 	return n, nil

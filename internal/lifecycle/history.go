@@ -14,6 +14,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/millis"
+	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
 // Inheritance is what a single process that a restart started takes from
@@ -41,7 +42,7 @@ func Inherit(lookup func(string) (string, bool)) (Inheritance, error) {
 	if v, _ := lookup(envGeneration); v != "" {
 		// A successor continues its predecessor's numbering.
 		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			in.Options = append(in.Options, gateway.WithRuntimeOptions(reconf.WithFirstGeneration(n+1)))
+			in.Options = append(in.Options, gateway.WithRuntimeOptions(restartopt.Option(restartopt.Restart{FirstGeneration: n + 1}).(reconf.Option)))
 		}
 		in.Restarted = true
 	}

@@ -5,8 +5,12 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -20,7 +24,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/reconfhq/reconf/internal/testkit"
+	"github.com/reconfhq/reconf/propagate"
+	"github.com/reconfhq/reconf/propagate/embedded"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -495,12 +503,112 @@ var (
 )
 
 // TestSingleStartsAndAnswersProbes starts reconfd as the single
-// Deployment's pod would: its arguments and environment, each volume laid
-// out by a fixture kubelet under a temporary root (paths remapped into
-// it), the data plane and management on free loopback ports. Then every
-// probe is requested, and status is read with the token from its Secret.
+// Deployment's pod would and requests every probe (see startPod).
 func TestSingleStartsAndAnswersProbes(t *testing.T) {
-	m := variant(t, "single")
+	startPod(t, variant(t, "single"), pod{})
+}
+
+// TestFleetStartsOnTLSEtcdWithAUser starts a fleet replica as the fleet
+// Deployment's pod would, against an etcd member served over TLS with
+// client certificates and authentication on: a CA, the member's and the
+// client's certificates are made here, and the Deployment's etcd user is
+// given a role of read-write on its --cluster-prefix and nothing else, as
+// secrets/fleet.example.yaml tells the operator. The client certificate
+// names no etcd user, so only the user and password can authorize the
+// replica. It joins, answers every probe, and status names the cluster.
+func TestFleetStartsOnTLSEtcdWithAUser(t *testing.T) {
+	m := variant(t, "fleet")
+	c := m.container(t)
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	user, prefix := env["RECONF_CLUSTER_USER"], flag(c.Args, "cluster-prefix")
+	const password = "fleet-test-etcd-password"
+
+	pki := t.TempDir()
+	ca := testkit.NewCA(t, pki)
+	srvCert, srvKey := ca.Issue("etcd-member")
+	cliCert, cliKey := ca.Issue("fleet-client") // no etcd user of that name
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	member, err := embedded.StartCluster(ctx, 1, embedded.Config{Logger: slog.New(slog.DiscardHandler),
+		TLS: &embedded.TLSFiles{CertFile: srvCert, KeyFile: srvKey, TrustedCAFile: ca.File}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	ep := member.Endpoints()[0]
+	enableAuth(t, ctx, ca, ep, cliCert, cliKey, user, password, prefix)
+
+	read := func(f string) string {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// The client Secret as the operator creates it from their PKI.
+	secret := map[string]string{"ca.crt": read(ca.File), "tls.crt": read(cliCert), "tls.key": read(cliKey), "password": password}
+	status := startPod(t, m, pod{cluster: ep, payloads: map[string]map[string]string{"etcd": secret}})
+	var st struct {
+		ClusterVersion *uint64 `json:"cluster_version"`
+		Reachable      bool    `json:"cluster_reachable"`
+	}
+	if err := json.Unmarshal(status, &st); err != nil || !st.Reachable || st.ClusterVersion == nil || *st.ClusterVersion < 1 {
+		t.Errorf("status of the replica does not show it in the cluster:\n%s", status)
+	}
+}
+
+// enableAuth turns on etcd's authentication the way an operator does:
+// root, then a role with read-write on prefix and the user holding it.
+func enableAuth(t *testing.T, ctx context.Context, ca *testkit.CA, ep, certFile, keyFile, user, password, prefix string) {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := propagate.ConnectWith(propagate.ClientConfig{Endpoints: []string{ep},
+		TLS: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "root-"+password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, user); return err },
+		func() error {
+			p := strings.TrimSuffix(prefix, "/") + "/"
+			_, err := cli.RoleGrantPermission(ctx, user, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, user, password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, user, user); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcd auth step %d: %v", i, err)
+		}
+	}
+}
+
+// pod is what startPod changes from the manifests: the etcd endpoints
+// for --cluster, and payloads that replace a volume's example Secret
+// values (by volume name).
+type pod struct {
+	cluster  string
+	payloads map[string]map[string]string
+}
+
+// startPod starts reconfd as the Deployment's pod would: its arguments
+// and environment, each volume laid out by a fixture kubelet under a
+// temporary root (paths remapped into it), the data plane and management
+// on free loopback ports. Then every probe is requested, and status is
+// read with the token from its Secret and returned.
+func startPod(t *testing.T, m *manifests, p pod) []byte {
+	t.Helper()
 	c := m.container(t)
 	root := t.TempDir()
 	// One pass: root itself may lie under a mount path (/tmp).
@@ -521,6 +629,14 @@ func TestSingleStartsAndAnswersProbes(t *testing.T) {
 		if data == nil {
 			continue
 		}
+		if over, ok := p.payloads[v.Name]; ok {
+			for k := range over {
+				if _, ok := data[k]; !ok {
+					t.Fatalf("volume %s: the manifests hold no key %s", v.Name, k)
+				}
+			}
+			data = over
+		}
 		mapped := map[string]string{}
 		for k, s := range data {
 			mapped[k] = remap(s)
@@ -536,6 +652,12 @@ func TestSingleStartsAndAnswersProbes(t *testing.T) {
 		args[i] = remap(args[i])
 		if i > 0 && args[i-1] == "--management-address" {
 			args[i] = "127.0.0.1:0"
+		}
+		if i > 0 && args[i-1] == "--cluster" {
+			if p.cluster == "" {
+				t.Fatal("the manifests name a cluster; the test gives none")
+			}
+			args[i] = p.cluster
 		}
 	}
 	cmd := exec.Command(binary, args...)
@@ -615,4 +737,5 @@ func TestSingleStartsAndAnswersProbes(t *testing.T) {
 	if !bytes.Contains(body, []byte(revisions[cfgDir])) || bytes.Contains(body, []byte("source_subpath_mount")) {
 		t.Errorf("status does not name the configuration's revision %s (or warns of a subPath):\n%s", revisions[cfgDir], body)
 	}
+	return body
 }

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// genaiMetrics are OpenTelemetry's GenAI metrics, in Prometheus (see
+// semconv.go for the names), and reconfd's usage counters, for requests
+// that reached a backend. Their labels are the operation, the backend's
+// kind, name and model (the model the gateway asks the upstream for, a
+// bounded set that the configuration decides; the model a client names
+// is an alias or a name of the same), never request content or a key.
+//
+// A request that failed (failedStatus) is counted with error_type, its
+// status; others leave it empty.
+type genaiMetrics struct {
+	duration, ttft, tpot, tokens *prometheus.HistogramVec
+	requests, input, output      *prometheus.CounterVec
+}
+
+// genaiSeries are one route's series for one operation, for requests
+// that did not fail: looked up once per route and kept on it, since a
+// label lookup allocates and this runs per request.
+type genaiSeries struct {
+	duration, ttft, tpot, inTok, outTok prometheus.Observer
+	usageSeries
+	// byKey holds the usage series of each named key (*namedKey ->
+	// *usageSeries), made on its first request: a key and a route
+	// belong to one generation, and go with it.
+	byKey sync.Map
+}
+
+// usageSeries are the usage counters of one route, operation and client
+// key name.
+type usageSeries struct {
+	requests, input, output prometheus.Counter
+}
+
+func newGenAIMetrics() *genaiMetrics {
+	gen := []string{labelOperation, labelProvider, labelRequestModel, labelResponseModel}
+	usage := []string{labelModel, labelBackend, labelClientKey}
+	return &genaiMetrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: metricDuration, Help: "GenAI request duration: from admission to the last byte of the answer.",
+			Buckets: []float64{.01, .02, .04, .08, .16, .32, .64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92},
+		}, append(gen, labelErrorType)),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: metricTTFT, Help: "Time from admission to the first byte of a streamed answer.",
+			Buckets: []float64{.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10},
+		}, gen),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: metricTPOT, Help: "Time per output token of a streamed answer after its first byte.",
+			Buckets: []float64{.01, .025, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 2.5},
+		}, gen),
+		tokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: metricTokenUsage, Help: "Tokens of a request, by type (input, output), as its answer reported them.",
+			Buckets: []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864},
+		}, append(gen, labelTokenType)),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricUsageRequests, Help: "Requests that reached a backend, by model, backend and client key name (empty for a key without one).",
+		}, usage),
+		input: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricUsageInput, Help: "Input tokens the answers reported, by model, backend and client key name.",
+		}, usage),
+		output: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricUsageOutput, Help: "Output tokens the answers reported, by model, backend and client key name.",
+		}, usage),
+	}
+}
+
+// series returns rt's series for the operation of x, made on first use.
+func (m *genaiMetrics) series(rt *route, o *observation) *genaiSeries {
+	if s := rt.genai[o.opIdx].Load(); s != nil {
+		return s
+	}
+	prov := providerOf(rt.kind)
+	s := &genaiSeries{
+		duration:    m.duration.WithLabelValues(o.op, prov, rt.model, rt.model, ""),
+		ttft:        m.ttft.WithLabelValues(o.op, prov, rt.model, rt.model),
+		tpot:        m.tpot.WithLabelValues(o.op, prov, rt.model, rt.model),
+		inTok:       m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenInput),
+		outTok:      m.tokens.WithLabelValues(o.op, prov, rt.model, rt.model, tokenOutput),
+		usageSeries: m.usage(rt, ""),
+	}
+	rt.genai[o.opIdx].Store(s)
+	return s
+}
+
+// observe records one request that was routed; others are not GenAI
+// operations of any model.
+func (m *genaiMetrics) observe(x *exchange, status int, took time.Duration) {
+	rt, o := x.rt, &x.obs
+	if rt == nil || o.op == "" {
+		return
+	}
+	s := m.series(rt, o)
+	u := &s.usageSeries
+	if x.client != nil {
+		v, ok := s.byKey.Load(x.client)
+		if !ok {
+			v, _ = s.byKey.LoadOrStore(x.client, new(m.usage(rt, x.client.name)))
+		}
+		u = v.(*usageSeries)
+	}
+	u.requests.Inc()
+	if failedStatus(status) {
+		m.duration.WithLabelValues(o.op, providerOf(rt.kind), rt.model, rt.model, strconv.Itoa(status)).Observe(took.Seconds())
+	} else {
+		s.duration.Observe(took.Seconds())
+	}
+	if o.usage {
+		u.input.Add(float64(o.in))
+		u.output.Add(float64(o.out))
+		s.inTok.Observe(float64(o.in))
+		s.outTok.Observe(float64(o.out))
+	}
+	if !o.first.IsZero() {
+		s.ttft.Observe(o.first.Sub(x.start).Seconds())
+		if o.usage && o.out > 1 {
+			s.tpot.Observe((took - o.first.Sub(x.start)).Seconds() / float64(o.out-1))
+		}
+	}
+}
+
+// usage returns the usage counters of rt for the client key name key.
+func (m *genaiMetrics) usage(rt *route, key string) usageSeries {
+	return usageSeries{
+		requests: m.requests.WithLabelValues(rt.model, rt.name, key),
+		input:    m.input.WithLabelValues(rt.model, rt.name, key),
+		output:   m.output.WithLabelValues(rt.model, rt.name, key),
+	}
+}
+
+func (m *genaiMetrics) describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+func (m *genaiMetrics) collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (m *genaiMetrics) collectors() [7]prometheus.Collector {
+	return [7]prometheus.Collector{m.duration, m.ttft, m.tpot, m.tokens, m.requests, m.input, m.output}
+}

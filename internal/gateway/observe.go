@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"bytes"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// observation is what a request's trace, GenAI metrics and access log
+// line need beyond what the exchange holds: the operation and model once
+// routed, the tokens the answer reported, when a streamed answer's first
+// byte left, and the span when the request is traced. It is a value in
+// the exchange (no allocation a request), and follows it into a streamed
+// body.
+type observation struct {
+	op    string // gen_ai.operation.name; "" until routed
+	opIdx int    // op's index in a route's series (opIndex)
+	model []byte // the model the client asked for, valid until the exchange ends
+	span  trace.Span
+
+	in, out int64 // the answer's input and output tokens, when usage is set
+	usage   bool
+	first   time.Time // when a stream's first byte was handed to the server; zero for a whole answer
+}
+
+// The operations a route keeps GenAI series for, by index.
+const (
+	opIndexChat = iota
+	opIndexEmbeddings
+	opCount
+)
+
+// routed records that the request goes to rt for operation op (a
+// gen_ai.operation.name) with the model the client asked for, and starts
+// its span when it is sampled. It is the request path's one hook at
+// routing.
+func (x *exchange) routed(op string, model []byte) {
+	x.obs.op, x.obs.model = op, model
+	if op == opEmbeddings {
+		x.obs.opIdx = opIndexEmbeddings
+	}
+	x.beginSpan(x.rt, model)
+}
+
+// traced hands the request's span to its call, for the spans of its
+// upstream attempts.
+func (x *exchange) traced(c *call) {
+	if x.obs.span != nil {
+		c.span, c.spanName = x.obs.span, x.obs.op+" "+x.rt.model
+	}
+}
+
+// operation is the endpoint's gen_ai.operation.name.
+func (e endpoint) operation() string {
+	if e == epEmbeddings {
+		return opEmbeddings
+	}
+	return opChat
+}
+
+// firstByte records the moment a stream's first bytes are handed to the
+// server: the time to first token.
+func (o *observation) firstByte() {
+	if o.first.IsZero() {
+		o.first = time.Now()
+	}
+}
+
+// observe records the request's outcome everywhere the configuration has
+// it go: the GenAI metrics, its span, the access log. status is its
+// answer's, took its time from admission to the last byte. A whole
+// answer's usage is read from its body here, whatever the endpoint's
+// shape (see readUsage).
+func (x *exchange) observe(status int, took time.Duration) {
+	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
+		x.obs.readUsage(x.ctx.Response.Body())
+	}
+	now := x.start.Add(took)
+	x.g.genai.observe(x, status, took)
+	x.endSpan(status, now)
+	if l := x.g.access.cur.Load(); l != nil {
+		l.write(x, x.pin.ID(), status, took, now)
+	}
+}
+
+var usageKey = []byte(`"usage"`)
+
+// maxUsageObject bounds the usage object read: one longer is read no
+// further.
+const maxUsageObject = 1 << 10
+
+// readUsage reads the token counts of the "usage" object in b, an
+// answer or one event of a stream, in OpenAI's shape (prompt_tokens,
+// completion_tokens) or Anthropic's and the Responses API's
+// (input_tokens, output_tokens). A count it finds replaces the one held:
+// an Anthropic stream gives its input tokens first and its output tokens
+// last. A key inside a JSON string (escaped quotes) is not taken. It does
+// not allocate.
+func (o *observation) readUsage(b []byte) {
+	i := usageAt(b)
+	if i < 0 {
+		return
+	}
+	j := skipSpace(b, i+len(usageKey))
+	if j >= len(b) || b[j] != ':' {
+		return
+	}
+	j = skipSpace(b, j+1)
+	if j >= len(b) || b[j] != '{' {
+		return
+	}
+	o.readCounts(b[j:min(len(b), j+maxUsageObject)])
+}
+
+// usageAt is the index of the first "usage" key in b that is not inside
+// a string, or -1. It looks for each 'g', a byte JSON answers hold few of,
+// with the vectorised IndexByte: bytes.Index looks at every quote, and
+// bytes.LastIndex at every byte (2 µs an answer).
+func usageAt(b []byte) int {
+	const g = 4 // the index of 'g' in "usage"
+	for from := g; from < len(b); {
+		k := bytes.IndexByte(b[from:], 'g')
+		if k < 0 {
+			return -1
+		}
+		at := from + k - g
+		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
+			return at
+		}
+		from += k + 1
+	}
+	return -1
+}
+
+// readCounts reads the counts among the members of the object that starts
+// obj, in one walk: a member whose value is an object (details) is
+// skipped whole; usage objects hold no string with a brace in it.
+func (o *observation) readCounts(obj []byte) {
+	for i := 1; i < len(obj); {
+		switch obj[i] {
+		case '}':
+			return
+		case '"':
+			end := bytes.IndexByte(obj[i+1:], '"')
+			if end < 0 {
+				return
+			}
+			key := obj[i+1 : i+1+end]
+			i = skipSpace(obj, i+end+2)
+			if i >= len(obj) || obj[i] != ':' {
+				return
+			}
+			i = skipSpace(obj, i+1)
+			n, d := int64(0), 0
+			for ; i < len(obj) && obj[i] >= '0' && obj[i] <= '9' && d < 15; i, d = i+1, d+1 {
+				n = n*10 + int64(obj[i]-'0')
+			}
+			if d > 0 {
+				switch string(key) {
+				case "prompt_tokens", "input_tokens":
+					o.in, o.usage = n, true
+				case "completion_tokens", "output_tokens":
+					o.out, o.usage = n, true
+				}
+			}
+		case '{':
+			// A details object: skipped to its closing brace.
+			depth := 0
+			for ; i < len(obj); i++ {
+				if obj[i] == '{' {
+					depth++
+				} else if obj[i] == '}' {
+					if depth--; depth == 0 {
+						break
+					}
+				}
+			}
+			i++
+		default:
+			i++
+		}
+	}
+}
