@@ -66,6 +66,7 @@ type access uint8
 const (
 	tokenOnly    access = iota // the token (every path that acts)
 	tokenSession               // the token or a status page session (reading)
+	tokenPageAct               // the token, or a session posting from a page (the rollout controls)
 	noCredential               // nothing: the login form, which checks the token itself
 )
 
@@ -153,7 +154,7 @@ func (s *Server) refuse(r *http.Request) error {
 // with it (CertAndToken). With neither a token nor client certificates
 // (a loopback listener), nothing is needed.
 func (s *Server) credentialed(r *http.Request, acc access) bool {
-	token := s.hasToken && (s.authorized(r) || (acc == tokenSession && s.validSession(r, time.Now())))
+	token := s.hasToken && (s.authorized(r) || (sessionAllowed(r, acc) && s.validSession(r, time.Now())))
 	certs, mode := s.clientCerts()
 	switch {
 	case !certs:
@@ -162,6 +163,21 @@ func (s *Server) credentialed(r *http.Request, acc access) bool {
 		return verifiedCert(r) && token
 	}
 	return verifiedCert(r) || token
+}
+
+// sessionAllowed reports whether a status page session may authorize r.
+// A session acts (tokenPageAct) only from a page: the request must carry
+// an Origin, which check has already found to be this listener's own or
+// an allowed one. Browsers send it on every script's POST; a replayed
+// cookie and page key without it act on nothing.
+func sessionAllowed(r *http.Request, acc access) bool {
+	switch acc {
+	case tokenSession:
+		return true
+	case tokenPageAct:
+		return r.Header.Get("Origin") != ""
+	}
+	return false
 }
 
 // verifiedCert reports whether r's connection presented a client

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/reconfhq/reconf"
 )
@@ -80,6 +81,9 @@ func (s *Server) actor(r *http.Request) string {
 	}
 	if r.Header.Get("Authorization") != "" {
 		return "api token"
+	}
+	if r.Header.Get(SessionHeader) != "" && s.validSession(r, time.Now()) {
+		return "status page session"
 	}
 	return "api"
 }

@@ -48,6 +48,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"join":    func(s []string) string { return strings.Join(s, ", ") },
 	"applied": appliedSummary,
+	"share":   sharePercent,
 }).Parse(pageHTML))
 
 func (s *Server) pageRoutes(mux *http.ServeMux) {
@@ -146,6 +147,7 @@ type pageData struct {
 	HistoryError bool
 	History      []reconf.HistoryEntry
 	Pending      *reconf.HistoryEntry // restart-required fields not applied
+	Rollout      *pageRollout         // the rollout in progress, else the last one
 }
 
 // SessionHeader is SessionHeader, for the page's script.
@@ -153,6 +155,9 @@ func (pageData) SessionHeader() string { return SessionHeader }
 
 // PagePath is PagePath, for the page's script.
 func (pageData) PagePath() string { return PagePath }
+
+// RolloutPath is RolloutPath, for the page's script.
+func (pageData) RolloutPath() string { return RolloutPath }
 
 // pageWorker is a worker row as the status document holds it.
 type pageWorker struct {
@@ -201,7 +206,8 @@ type statusExtra struct {
 // page renders the status page.
 func (s *Server) page(w http.ResponseWriter, r *http.Request) error {
 	d := pageData{Now: time.Now(), LoggedIn: s.hasToken && !s.authorized(r), HasHistory: s.o.history != nil}
-	d.Status = NewStatusResponse(s.rt.Status())
+	st := s.rt.Status()
+	d.Status = NewStatusResponse(st)
 	if s.o.statusFields != nil {
 		d.Status.Extra = s.o.statusFields()
 	}
@@ -231,6 +237,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) error {
 		d.Backends = append(d.Backends, b)
 	}
 	d.GateDegraded = ext.GateDegraded
+	d.Rollout = s.rolloutPanel(st.Rollout, d.Now)
 	if d.HasHistory {
 		es, err := s.o.history(r.Context(), pageHistoryEntries)
 		if err != nil {

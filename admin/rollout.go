@@ -139,7 +139,9 @@ func (s *Server) rolloutRoutes(mux *http.ServeMux) {
 	}
 	mux.Handle(RolloutPath, s.handleRead(s.rolloutStatus))
 	for _, a := range rolloutActions {
-		mux.Handle(RolloutPath+"/"+a, s.handle(func(w http.ResponseWriter, r *http.Request) error { return s.rolloutControl(w, r, a) }, http.MethodPost))
+		// The status page's panel posts these with its session.
+		mux.Handle(RolloutPath+"/"+a, s.handleWith(func(w http.ResponseWriter, r *http.Request) error { return s.rolloutControl(w, r, a) },
+			tokenPageAct, []string{http.MethodPost}))
 	}
 	mux.Handle(RollbackPath, s.handle(s.rollback, http.MethodPost))
 }

@@ -31,8 +31,10 @@ const SessionHeader = "Reconf-Session-Key"
 //
 // The cookie is HttpOnly (no script reads it), SameSite=Strict (no other
 // site's page makes the browser send it), Secure on a TLS listener, and
-// valid for reading only: the page, the status and the history. A reload
-// still needs the token (or a client certificate).
+// valid for reading (the page, the status and the history) and for the
+// page's rollout controls, posted by its script with an Origin header
+// that must be this listener's own or an allowed one. A reload still
+// needs the token (or a client certificate).
 //
 // Cookies are not isolated by port: a browser sends this one to every
 // port of the host, where any local user's server can capture it. So a
