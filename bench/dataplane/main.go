@@ -30,6 +30,11 @@
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
 //	go run ./dataplane -rounds 0 -rate 5000             # added latency at 5,000 requests a second
 //
+// -observed, -rollout and -routing run each reconfd binary a second time,
+// in the same rounds, with one setting more (an observability section; a
+// rollout staged and held at 50% over 64 client keys; routing.models with
+// a fallback chain and auth.keys with a limit), and give the ratios.
+//
 // -profile D runs reconfd's gateway in one process (no workers) under a
 // CPU profile for D with the same clients, and prints the profile's top
 // entries (DATAPLANE_KEEP_PROFILE=FILE keeps the profile).
