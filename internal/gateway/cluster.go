@@ -162,7 +162,7 @@ func (c *clusterState) abandon(ctx context.Context) {
 		c.cool.Close()
 	}
 	if c.keys != nil {
-		c.keys.Close(ctx)
+		_ = c.keys.Close(ctx)
 	}
 	if c.history != nil {
 		_ = c.history.Close(ctx)

@@ -403,7 +403,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.access.swap(nil)
 		if g.cluster != nil {
 			g.cluster.cool.Close()
-			g.cluster.keys.Close(closeCtx)
+			if g.cluster.keys != nil {
+				g.etcdStep(closeCtx, "remove the key use report (it expires with its lease)", g.cluster.keys.Close)
+			}
 			// The runtime's last attempts are written before the client goes.
 			if err := g.cluster.history.Close(closeCtx); err != nil {
 				errs = append(errs, err)

@@ -318,11 +318,12 @@ func (f *keyFleet) report(ctx context.Context) {
 }
 
 // Close stops reporting and removes this worker's report, so that the
-// others count it as gone at once.
-func (f *keyFleet) Close(ctx context.Context) {
+// others count it as gone at once. ctx bounds the removal: a shutdown
+// with etcd gone must not wait a request timeout for it, since the
+// report expires with its lease anyway.
+func (f *keyFleet) Close(ctx context.Context) error {
 	f.cancel()
 	<-f.done
-	ctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
-	defer cancel()
-	_, _ = f.cli.Delete(ctx, f.prefix+f.id)
+	_, err := f.cli.Delete(ctx, f.prefix+f.id)
+	return err
 }
