@@ -80,8 +80,12 @@ func drive(t *target, n int, d time.Duration) result {
 	failed := 0
 	start := time.Now()
 	deadline := start.Add(d)
+	auths := make([][]byte, len(t.keys))
+	for i, k := range t.keys {
+		auths[i] = []byte("Bearer " + k)
+	}
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Go(func() {
 			req := newRequest(t, false)
 			defer fasthttp.ReleaseRequest(req)
@@ -89,10 +93,17 @@ func drive(t *target, n int, d time.Duration) result {
 			defer fasthttp.ReleaseResponse(resp)
 			lat := make([]time.Duration, 0, 1<<14)
 			bad := 0
+			k := i
 			for {
 				t0 := time.Now()
 				if t0.After(deadline) {
 					break
+				}
+				if len(auths) > 0 {
+					// The next key, so every client spreads over the
+					// rollout's split as a crowd of clients would.
+					req.Header.SetBytesV("Authorization", auths[k%len(auths)])
+					k++
 				}
 				err := hc.DoTimeout(req, resp, 10*time.Second)
 				lat = append(lat, time.Since(t0))
@@ -206,13 +217,20 @@ func printTable(w io.Writer, targets []*target, res map[string][]result, f flags
 			fmtD(time.Duration(a.p50)), fmtD(time.Duration(a.p99)), a.failed,
 			ratio(a.rps, nginx.rps, hasNginx), ratio(a.p99, nginx.p99, hasNginx), ratio(a.rps, bare.rps, hasBare))
 	}
-	if slices.ContainsFunc(targets, func(t *target) bool { return strings.HasSuffix(t.name, "-observed") }) {
-		fmt.Fprintln(w, "\nobserved (tracing on at ratio 0, access log configured but off) over the same binary with neither")
+	for _, v := range []struct{ suffix, what string }{
+		{"-observed", "observed (tracing on at ratio 0, access log configured but off) over the same binary with neither"},
+		{"-rollout", "a rollout held at 50% over the same binary and keys with none"},
+		{"-routing", "routing.models with a fallback chain and auth.keys with a limit over the same binary with an alias and auth.api_keys"},
+	} {
+		if !slices.ContainsFunc(targets, func(t *target) bool { return strings.HasSuffix(t.name, v.suffix) }) {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s\n", v.what)
 		fmt.Fprintln(w, "| reconfd | req/s | p99 |")
 		fmt.Fprintln(w, "| --- | ---: | ---: |")
 		for _, t := range targets {
-			plain, ok := aggs[strings.TrimSuffix(t.name, "-observed")]
-			if !strings.HasSuffix(t.name, "-observed") || !ok {
+			plain, ok := aggs[strings.TrimSuffix(t.name, v.suffix)]
+			if !strings.HasSuffix(t.name, v.suffix) || !ok {
 				continue
 			}
 			o := aggs[t.name]

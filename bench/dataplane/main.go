@@ -30,6 +30,11 @@
 //	go run ./dataplane -latency 10000 -stream 500       # added latency, TTFB
 //	go run ./dataplane -rounds 0 -rate 5000             # added latency at 5,000 requests a second
 //
+// -observed, -rollout and -routing run each reconfd binary a second time,
+// in the same rounds, with one setting more (an observability section; a
+// rollout staged and held at 50% over 64 client keys; routing.models with
+// a fallback chain and auth.keys with a limit), and give the ratios.
+//
 // -profile D runs reconfd's gateway in one process (no workers) under a
 // CPU profile for D with the same clients, and prints the profile's top
 // entries (DATAPLANE_KEEP_PROFILE=FILE keeps the profile).
@@ -90,6 +95,8 @@ type flags struct {
 	callgrind   int
 	keep        string
 	observed    bool
+	rollout     bool
+	routing     bool
 }
 
 func main() {
@@ -125,7 +132,13 @@ func main() {
 	flag.IntVar(&f.callgrind, "callgrind", 0, "count the instructions per request of reconfd's gateway (one process) and the bare fasthttp proxy under valgrind's callgrind over this many requests (0: skip)")
 	flag.StringVar(&f.keep, "callgrind-keep", "", "keep the callgrind output files in this directory")
 	flag.BoolVar(&f.observed, "observed", false, "also run each reconfd binary a second time, as NAME-observed, with tracing on at sample ratio 0 and an access log configured but off, and compare the two")
+	flag.BoolVar(&f.rollout, "rollout", false, "also run each reconfd binary a second time, as NAME-rollout, with a staged rollout held at 50%, and compare the two; both take "+fmt.Sprint(rolloutKeys)+" client keys, spread over every client")
+	flag.BoolVar(&f.routing, "routing", false, "also run each reconfd binary a second time, as NAME-routing, with routing.models (a fallback chain) and auth.keys (a limit far above the load) in place of the alias and the flat key list, and compare the two")
 	flag.Parse()
+	if f.rollout && f.routing {
+		fmt.Fprintln(os.Stderr, "dataplane: -rollout and -routing compare against different configurations; run them apart")
+		os.Exit(2)
+	}
 	if err := run(f, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "dataplane:", err)
 		os.Exit(1)
@@ -139,8 +152,13 @@ type target struct {
 	path  string // the chat completions path
 	model string
 	key   string // bearer token, or empty
-	pids  []int  // the processes at the root of the server's tree
-	stop  func()
+	// keys, when set, replace key: the clients take them in turn, a
+	// request each, so that a rollout's split sees many entities.
+	keys []string
+	pids []int  // the processes at the root of the server's tree
+	conf string // reconfd's configuration file
+	mgmt string // reconfd's management address
+	stop func()
 }
 
 func run(f flags, w io.Writer) error {
@@ -229,13 +247,34 @@ func run(f flags, w io.Writer) error {
 			}
 			env = append(env, kv)
 		}
-		t, err := startReconfd(dir, name, parts[0], upURL, workers, "", env...)
+		base := plainConf
+		if f.rollout {
+			base = keysConf
+		}
+		t, err := startReconfd(dir, name, parts[0], upURL, workers, base, "", env...)
 		if err != nil {
 			return err
 		}
 		targets = append(targets, t)
 		if observed {
-			t, err := startReconfd(dir, name+"-observed", parts[0], upURL, workers, observedConf(dir, name), env...)
+			t, err := startReconfd(dir, name+"-observed", parts[0], upURL, workers, base, observedConf(dir, name), env...)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+		}
+		if f.rollout {
+			t, err := startReconfd(dir, name+"-rollout", parts[0], upURL, workers, keysConf, "", env...)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+			if err := stageRollout(w, t); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+		if f.routing {
+			t, err := startReconfd(dir, name+"-routing", parts[0], upURL, workers, routingConf, "", env...)
 			if err != nil {
 				return err
 			}
@@ -304,6 +343,13 @@ func run(f flags, w io.Writer) error {
 	}
 	if f.rounds > 0 {
 		printTable(w, targets, res, f)
+	}
+	for _, t := range targets {
+		if strings.HasSuffix(t.name, "-rollout") {
+			if err := reportSplit(w, t, "after the rounds"); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
 	}
 
 	// Each added-latency table, then (-awake) the same with every CPU
@@ -540,25 +586,37 @@ func buildReconfd(bin string) error {
 	return nil
 }
 
-// startReconfd starts a reconfd of bin with extra appended to its
-// configuration.
-func startReconfd(dir, name, bin, upstream string, workers int, extra string, env ...string) (*target, error) {
+// startReconfd starts a reconfd of bin on the configuration conf makes,
+// with extra appended, and its management API on a loopback port.
+func startReconfd(dir, name, bin, upstream string, workers int, conf confMaker, extra string, env ...string) (*target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	conf := filepath.Join(dir, name+".yaml")
-	if err := os.WriteFile(conf, append(fmt.Appendf(nil, reconfdConf, addr, workers, upstream), extra...), 0o644); err != nil {
+	mgmt, err := freeAddr()
+	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--config", conf, "--data-dir", dir)
-	cmd.Env = append(append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey), env...)
+	file := filepath.Join(dir, name+".yaml")
+	text, keys := conf(addr, workers, upstream)
+	if err := os.WriteFile(file, append([]byte(text), extra...), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", file, "--data-dir", dir, "--management-address", mgmt)
+	cmd.Env = append(append(os.Environ(), "BENCH_CLIENT_KEY="+clientKey, "RECONF_MANAGEMENT_TOKEN="+mgmtToken), env...)
+	for i, k := range keys {
+		cmd.Env = append(cmd.Env, keyEnv(i)+"="+k)
+	}
 	cmd.Stderr = os.Stderr
 	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "fast", key: clientKey, pids: []int{cmd.Process.Pid}, stop: stopper(cmd)}
+	key := clientKey
+	if len(keys) > 0 {
+		key = keys[0]
+	}
+	t := &target{name: name, addr: addr, path: "/v1/chat/completions", model: "fast", key: key, keys: keys, conf: file, mgmt: mgmt, pids: []int{cmd.Process.Pid}, stop: stopper(cmd)}
 	if err := waitPort(addr, 30*time.Second); err != nil {
 		t.stop()
 		return nil, fmt.Errorf("%s: %w", name, err)
