@@ -300,9 +300,16 @@ func TestFleetRolloutJoinMidway(t *testing.T) {
 	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Minute))
 	late := startFleetWorker(t, s.Endpoints(), p, "late")
 	all := append(ws, late)
-	waitFor(t, 10*time.Second, "the late worker follows", func() bool {
-		ro := late.rollout()
-		return ro != nil && ro.ID == cand && ro.Share == 5000
+	// Every worker, the late one included, follows before the abort: a
+	// worker still applying the candidate when the rollback arrives takes
+	// the rollback's version as a plain one and shows no rollout.
+	waitFor(t, 10*time.Second, "every worker follows, the late one included", func() bool {
+		for _, w := range all {
+			if ro := w.rollout(); ro == nil || ro.ID != cand || ro.Share != 5000 {
+				return false
+			}
+		}
+		return true
 	})
 	if late.version() != cand-1 {
 		t.Fatalf("the late worker's active generation is %d, want %d", late.version(), cand-1)
