@@ -416,10 +416,17 @@ func (b *Backend) Validate() error {
 // CheckClusterEndpoint checks one etcd client URL (http or https, a host
 // and port, nothing else) and returns what is wrong with it, or "".
 func CheckClusterEndpoint(ep string) string {
+	return checkServiceURL(ep, "must be an etcd client URL such as http://127.0.0.1:2379")
+}
+
+// checkServiceURL checks a URL that names a service by scheme, host and
+// port only (an etcd member, an OTLP collector), saying notURL when it is
+// not an http or https URL; it returns what is wrong, or "".
+func checkServiceURL(ep, notURL string) string {
 	u, err := url.Parse(ep)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https"):
-		return "must be an etcd client URL such as http://127.0.0.1:2379"
+		return notURL
 	case u.Host == "" || u.Port() == "":
 		return "must name a host and port"
 	case u.User != nil:

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"net/url"
-
 	"github.com/reconfhq/reconf"
 )
 
@@ -60,16 +58,5 @@ func checkOTLPEndpoint(ep string) string {
 	if ep == "" {
 		return "is required when tracing is enabled, e.g. http://127.0.0.1:4317"
 	}
-	u, err := url.Parse(ep)
-	switch {
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https"):
-		return "must be an http or https URL of an OTLP gRPC collector, e.g. http://127.0.0.1:4317"
-	case u.Host == "" || u.Port() == "":
-		return "must name a host and port"
-	case u.User != nil:
-		return "must not hold credentials"
-	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-		return "must not have a path, query or fragment"
-	}
-	return ""
+	return checkServiceURL(ep, "must be an http or https URL of an OTLP gRPC collector, e.g. http://127.0.0.1:4317")
 }
