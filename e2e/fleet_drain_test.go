@@ -40,15 +40,7 @@ func TestFleetDrainAnswersManagement(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"canceled"`) {
 		t.Errorf("a reload during the fleet's drain: %d %s; want 503 canceled", resp.StatusCode, b)
 	}
-	var last string
-	for {
-		d, err := st.next()
-		if err != nil {
-			break
-		}
-		last = d
-	}
-	if last != "[DONE]" {
+	if last := st.last(); last != "[DONE]" {
 		t.Errorf("the in-flight stream was cut at shutdown; last event %q", last)
 	}
 	if code := s.wait(20 * time.Second); code != 0 {

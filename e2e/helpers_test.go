@@ -385,6 +385,19 @@ func (st *stream) next() (string, error) {
 	}
 }
 
+// last reads the stream to its end and returns its last data event ("" if
+// none): "[DONE]" when the stream finished rather than being cut.
+func (st *stream) last() string {
+	var last string
+	for {
+		d, err := st.next()
+		if err != nil {
+			return last
+		}
+		last = d
+	}
+}
+
 // chunkGen returns the reconf_generation of a chunk.
 func chunkGen(t testing.TB, data string) int {
 	t.Helper()

@@ -278,15 +278,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	s.signal(syscall.SIGTERM)
 	// The stream in flight finishes.
-	var last string
-	for {
-		d, err := st.next()
-		if err != nil {
-			break
-		}
-		last = d
-	}
-	if last != "[DONE]" {
+	if last := st.last(); last != "[DONE]" {
 		t.Errorf("the in-flight stream was cut at shutdown; last event %q", last)
 	}
 	if code := s.wait(10 * time.Second); code != 0 {
