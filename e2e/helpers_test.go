@@ -385,17 +385,27 @@ func (st *stream) next() (string, error) {
 	}
 }
 
-// last reads the stream to its end and returns its last data event ("" if
-// none): "[DONE]" when the stream finished rather than being cut.
-func (st *stream) last() string {
-	var last string
+// rest reads the stream to its end and returns the data events left in
+// it; the last is "[DONE]" when the stream finished rather than being cut.
+func (st *stream) rest() []string {
+	var events []string
 	for {
 		d, err := st.next()
 		if err != nil {
-			return last
+			return events
 		}
-		last = d
+		events = append(events, d)
 	}
+}
+
+// last reads the stream to its end and returns its last data event ("" if
+// none).
+func (st *stream) last() string {
+	events := st.rest()
+	if len(events) == 0 {
+		return ""
+	}
+	return events[len(events)-1]
 }
 
 // chunkGen returns the reconf_generation of a chunk.

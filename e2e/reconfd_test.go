@@ -28,14 +28,7 @@ func TestServeAndChat(t *testing.T) {
 		t.Errorf("models: got %d %s", r.status, r.body)
 	}
 	st := s.stream("stub-1")
-	var events []string
-	for {
-		d, err := st.next()
-		if err != nil {
-			break
-		}
-		events = append(events, d)
-	}
+	events := st.rest()
 	if len(events) != 7 || events[6] != "[DONE]" || chunkGen(t, events[1]) != 1 {
 		t.Errorf("stream: %q", events)
 	}

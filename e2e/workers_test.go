@@ -194,14 +194,7 @@ func TestWorkersReloadConverges(t *testing.T) {
 		t.Fatalf("stream: %v %s", err, first)
 	}
 	s.signal(syscall.SIGTERM)
-	var events []string
-	for {
-		d, err := st.next()
-		if err != nil {
-			break
-		}
-		events = append(events, d)
-	}
+	events := st.rest()
 	if len(events) == 0 || events[len(events)-1] != "[DONE]" {
 		t.Errorf("the stream was cut by the shutdown: %q", events)
 	}
