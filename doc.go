@@ -230,6 +230,8 @@
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
+//	internal/exitcode         the exit codes of reconfd's commands
+//	                          > -
 //	internal/millis           durations as fractional milliseconds
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
@@ -54,10 +55,10 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 				return printClasses(stdout, output)
 			}
 			if config == "" {
-				return usage("check-config needs --config PATH")
+				return exitcode.Usagef("check-config needs --config PATH")
 			}
 			if workers < 0 {
-				return usage("--workers must be at least 1")
+				return exitcode.Usagef("--workers must be at least 1")
 			}
 			if err := checkClusterURLs(cluster); err != nil {
 				return err
@@ -68,7 +69,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			}
 			rep, err := gateway.Check(cmd.Context(), config, against, opts...)
 			if err != nil {
-				return fail("%v", err)
+				return exitcode.Fail("%v", err)
 			}
 			eps := cluster
 			if len(eps) == 0 {
@@ -78,7 +79,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 				// What serve checks after loading the file, before it
 				// joins: TLS files, the password reference, plain http.
 				if _, err := access.withEnv(lookup).options(eps, lookup); err != nil {
-					return fail("--cluster: %v", err)
+					return exitcode.Fail("--cluster: %v", err)
 				}
 			}
 			if output == "json" {
@@ -88,7 +89,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 				printReport(stdout, rep)
 			}
 			if !rep.Valid || (rep.Against != nil && !rep.Against.Valid) {
-				return failed
+				return exitcode.Failed
 			}
 			return nil
 		},

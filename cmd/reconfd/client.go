@@ -24,6 +24,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/millis"
 	"github.com/reconfhq/reconf/internal/termtext"
@@ -76,7 +77,7 @@ func (f *clientFlags) resolve(lookup env) (string, error) {
 		}
 	}
 	if (f.certFile == "") != (f.keyFile == "") {
-		return "", usage("--cert and --key go together")
+		return "", exitcode.Usagef("--cert and --key go together")
 	}
 	addr, token, err := discover(lookup, f.address, f.token)
 	if err != nil {
@@ -181,13 +182,13 @@ func (f *clientFlags) tlsConfig(ctx context.Context) (*tls.Config, error) {
 func (f *clientFlags) get(ctx context.Context, url, what string, v any) ([]byte, error) {
 	status, body, err := f.call(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fail("%v", err)
+		return nil, exitcode.Fail("%v", err)
 	}
 	if status != http.StatusOK {
 		return nil, f.refused(status, body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return nil, fail("the management API's %s is not JSON: %v", what, err)
+		return nil, exitcode.Fail("the management API's %s is not JSON: %v", what, err)
 	}
 	return body, nil
 }
@@ -202,9 +203,9 @@ func (f *clientFlags) refused(status int, body []byte) error {
 	}
 	var e admin.ErrorBody
 	if json.Unmarshal(body, &e) == nil && e.Error.Reason != "" {
-		return fail("the management API answered %d %s: %s%s", status, e.Error.Reason, e.Error.Message, hint)
+		return exitcode.Fail("the management API answered %d %s: %s%s", status, e.Error.Reason, e.Error.Message, hint)
 	}
-	return fail("the management API answered %d %s%s", status, http.StatusText(status), hint)
+	return exitcode.Fail("the management API answered %d %s%s", status, http.StatusText(status), hint)
 }
 
 func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -245,7 +246,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 				return f.call(cmd.Context(), http.MethodPost, target, []byte("{}"))
 			})
 			if err != nil {
-				return fail("%v", err)
+				return exitcode.Fail("%v", err)
 			}
 			var res reconf.Result
 			if json.Unmarshal(body, &res) != nil || res.Outcome == 0 {
@@ -257,7 +258,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 				printReload(stdout, res)
 			}
 			if !res.Outcome.OK() {
-				return failed
+				return exitcode.Failed
 			}
 			return nil
 		},

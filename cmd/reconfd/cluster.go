@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/redact"
 	"github.com/reconfhq/reconf/propagate"
@@ -41,9 +42,9 @@ func checkLeaseTTL(name string, d time.Duration, given bool) error {
 	case d == 0 && !given:
 		return nil
 	case d < minLeaseTTL || d > maxLeaseTTL:
-		return usage("%s must be from %s to %s, got %s", name, minLeaseTTL, maxLeaseTTL, d)
+		return exitcode.Usagef("%s must be from %s to %s, got %s", name, minLeaseTTL, maxLeaseTTL, d)
 	case d%time.Second != 0:
-		return usage("%s must be whole seconds (etcd grants leases in seconds), got %s", name, d)
+		return exitcode.Usagef("%s must be whole seconds (etcd grants leases in seconds), got %s", name, d)
 	}
 	return nil
 }
@@ -57,7 +58,7 @@ func (f *serveFlags) leaseFromEnv(lookup env) error {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return usage("%s must be a duration such as 20s, got %q", envClusterLeaseTTL, v)
+		return exitcode.Usagef("%s must be a duration such as 20s, got %q", envClusterLeaseTTL, v)
 	}
 	if err := checkLeaseTTL(envClusterLeaseTTL, d, true); err != nil {
 		return err
@@ -156,7 +157,7 @@ func (a clusterAccess) options(endpoints []string, lookup env) (gateway.ClusterO
 func checkClusterURLs(endpoints []string) error {
 	for _, ep := range endpoints {
 		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
-			return usage("--cluster %q: %s", redact.URLs(ep), msg)
+			return exitcode.Usagef("--cluster %q: %s", redact.URLs(ep), msg)
 		}
 	}
 	return nil

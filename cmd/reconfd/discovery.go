@@ -17,6 +17,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -241,11 +242,11 @@ func discover(lookup env, address, token string) (string, string, error) {
 		return address, token, nil
 	}
 	if err != nil {
-		return "", "", usage("no management address: pass --address or set %s (%v)", admin.EnvAddress, err)
+		return "", "", exitcode.Usagef("no management address: pass --address or set %s (%v)", admin.EnvAddress, err)
 	}
 	switch len(ds) {
 	case 0:
-		return "", "", usage("no management address and no running reconfd found in %s: start one with reconfd serve, or pass --address or set %s", dir, admin.EnvAddress)
+		return "", "", exitcode.Usagef("no management address and no running reconfd found in %s: start one with reconfd serve, or pass --address or set %s", dir, admin.EnvAddress)
 	case 1:
 		if token == "" {
 			token = ds[0].Token
@@ -259,7 +260,7 @@ func discover(lookup env, address, token string) (string, string, error) {
 	for _, d := range ds {
 		list = append(list, fmt.Sprintf("pid %d at %s (%s)", d.PID, d.Address, d.Config))
 	}
-	return "", "", usage("%d reconfd servers are running (%s); pass --address to choose one", len(ds), strings.Join(list, "; "))
+	return "", "", exitcode.Usagef("%d reconfd servers are running (%s); pass --address to choose one", len(ds), strings.Join(list, "; "))
 }
 
 // announce writes the discovery file of a management listener bound at

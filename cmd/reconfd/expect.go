@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/safefile"
 	"net/http"
 	"time"
@@ -33,22 +34,22 @@ func (x *expectFlags) register(cmd *cobra.Command) {
 func (x *expectFlags) ifMatch() (string, error) {
 	switch {
 	case x.file != "" && x.digest != "":
-		return "", usage("--expect and --expect-digest exclude each other")
+		return "", exitcode.Usagef("--expect and --expect-digest exclude each other")
 	case x.file != "":
 		// The source is read under reconf's default bound, so a longer file
 		// could never match; a FIFO or device is refused at once.
 		data, err := safefile.ReadFile(context.Background(), x.file, reconf.DefaultMaxSourceBytes)
 		if err != nil {
-			return "", usage("--expect: %v", err)
+			return "", exitcode.Usagef("--expect: %v", err)
 		}
 		return `"` + reconf.ContentDigest(data) + `"`, nil
 	case x.digest != "":
 		if _, err := reconf.WithExpectedDigest(context.Background(), x.digest); err != nil {
-			return "", usage("--expect-digest: %v", err)
+			return "", exitcode.Usagef("--expect-digest: %v", err)
 		}
 		return `"` + x.digest + `"`, nil
 	case x.wait > 0:
-		return "", usage("--wait needs --expect or --expect-digest")
+		return "", exitcode.Usagef("--wait needs --expect or --expect-digest")
 	}
 	return "", nil
 }

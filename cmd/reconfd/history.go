@@ -13,6 +13,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/termtext"
 	"github.com/reconfhq/reconf/propagate"
 )
@@ -38,7 +39,7 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > admin.MaxHistoryEntries {
-				return usage("--limit must be between 1 and %d", admin.MaxHistoryEntries)
+				return exitcode.Usagef("--limit must be between 1 and %d", admin.MaxHistoryEntries)
 			}
 			base, err := f.resolve(lookup)
 			if err != nil {

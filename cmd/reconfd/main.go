@@ -24,16 +24,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/redact"
 	"github.com/reconfhq/reconf/internal/termtext"
-)
-
-// Exit codes.
-const (
-	exitOK      = 0
-	exitFailure = 1 // invalid configuration, failed outcome, unreachable API
-	exitUsage   = 2 // bad flags or arguments
 )
 
 func main() {
@@ -49,37 +43,21 @@ func (e env) get(name string) string {
 	return v
 }
 
-// exitError carries an exit code; its message, when not empty, has already
-// been printed or is printed by run.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
-
-func fail(format string, args ...any) error {
-	return &exitError{code: exitFailure, msg: fmt.Sprintf(format, args...)}
-}
-
-// failed is an exit code 1 whose explanation was already printed.
-var failed = &exitError{code: exitFailure}
-
 // run executes the command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup env) int {
 	root := newRoot(stdout, stderr, lookup)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		return exitOK
+		return exitcode.OK
 	}
 	// Every message printed here may quote a flag's value: a URL's
 	// password goes, however malformed the URL (see internal/redact).
 	red := redact.New(append(args, lookup.get(lifecycle.EnvFleetChannel))...)
-	var ee *exitError
+	var ee *exitcode.Error
 	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			msg := termtext.Clean(red.String(ee.msg))
+		if ee.Msg != "" {
+			msg := termtext.Clean(red.String(ee.Msg))
 			fmt.Fprintln(stderr, "reconfd:", msg)
 			// A process a restart started, failing before it was ready,
 			// tells its parent why: the restart's result then names
@@ -87,10 +65,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 			// this writes nothing.
 			_ = handoff.Failed(msg)
 		}
-		if ee.code == exitUsage {
+		if ee.Code == exitcode.Usage {
 			fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
 		}
-		return ee.code
+		return ee.Code
 	}
 	// Anything else comes from cobra itself: an unknown command or flag, a
 	// missing required flag, wrong arguments (an upgrade whose executable
@@ -99,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookup en
 	fmt.Fprintln(stderr, "reconfd:", msg)
 	_ = handoff.Failed(msg)
 	fmt.Fprintln(stderr, "Run 'reconfd --help' for usage.")
-	return exitUsage
+	return exitcode.Usage
 }
 
 func newRoot(stdout, stderr io.Writer, lookup env) *cobra.Command {
@@ -120,7 +98,7 @@ finishes on the generation it started with.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &exitError{code: exitUsage, msg: err.Error()}
+		return &exitcode.Error{Code: exitcode.Usage, Msg: err.Error()}
 	})
 	// What the commands print may come from a server (or a file name):
 	// it reaches the terminal through termtext, escapes shown, never
@@ -142,15 +120,10 @@ finishes on the generation it started with.`,
 	return root
 }
 
-// usage is an exit code 2 error.
-func usage(format string, args ...any) error {
-	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
-}
-
 // outputFlag checks an --output value.
 func outputFlag(v string) error {
 	if v != "text" && v != "json" {
-		return usage("--output must be text or json")
+		return exitcode.Usagef("--output must be text or json")
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 )
 
 // mgmtTLSFlags are serve's flags for the management listener's TLS; each
@@ -36,7 +37,7 @@ func (f mgmtTLSFlags) apply(cfg *admin.Config) error {
 	if f.clientAuth != "" {
 		m, err := admin.ParseClientAuth(f.clientAuth)
 		if err != nil {
-			return usage("--management-client-auth must be either or both")
+			return exitcode.Usagef("--management-client-auth must be either or both")
 		}
 		cfg.TLS.ClientAuth = m
 	}

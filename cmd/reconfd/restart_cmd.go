@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 )
 
 func newRestartCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -41,7 +42,7 @@ cannot be reached, 2 usage.`,
 				return err
 			}
 			if wait <= 0 {
-				return usage("--wait must be positive")
+				return exitcode.Usagef("--wait must be positive")
 			}
 			if f.timeout < wait+10*time.Second {
 				f.timeout = wait + 10*time.Second
@@ -55,7 +56,7 @@ cannot be reached, 2 usage.`,
 				status, body, err = f.call(cmd.Context(), http.MethodGet, base+admin.RestartPath+"/"+url.PathEscape(res.ID)+"?wait="+url.QueryEscape(wait.String()), nil)
 			}
 			if err != nil {
-				return fail("%v", err)
+				return exitcode.Fail("%v", err)
 			}
 			var res admin.RestartResult
 			if json.Unmarshal(body, &res) != nil || res.Outcome == "" {
@@ -67,7 +68,7 @@ cannot be reached, 2 usage.`,
 				printRestart(stdout, res)
 			}
 			if res.Outcome != admin.Restarted {
-				return failed
+				return exitcode.Failed
 			}
 			return nil
 		},

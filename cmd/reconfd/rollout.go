@@ -15,6 +15,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 )
 
 // rolloutActions are reconfd rollout's subcommands that act.
@@ -51,7 +52,7 @@ or the API cannot be reached, 2 usage.`,
 				action = args[0]
 			}
 			if _, ok := rolloutActions[action]; !ok && action != "status" {
-				return usage("unknown rollout action %q; want status, pause, resume, promote or abort", action)
+				return exitcode.Usagef("unknown rollout action %q; want status, pause, resume, promote or abort", action)
 			}
 			base, err := f.resolve(lookup)
 			if err != nil {
@@ -66,13 +67,13 @@ or the API cannot be reached, 2 usage.`,
 			} else {
 				status, b, err := f.call(cmd.Context(), http.MethodPost, base+admin.RolloutPath+"/"+action, []byte("{}"))
 				if err != nil {
-					return fail("%v", err)
+					return exitcode.Fail("%v", err)
 				}
 				if status != http.StatusOK {
 					return f.refused(status, b)
 				}
 				if err := json.Unmarshal(b, &doc); err != nil {
-					return fail("the management API's answer is not JSON: %v", err)
+					return exitcode.Fail("the management API's answer is not JSON: %v", err)
 				}
 				body = b
 			}
@@ -120,13 +121,13 @@ or when the API cannot be reached, 2 usage.`,
 			u := base + admin.RollbackPath
 			if cmd.Flags().Changed("to") {
 				if to == 0 {
-					return usage("--to must be a generation number")
+					return exitcode.Usagef("--to must be a generation number")
 				}
 				u += "?to=" + url.QueryEscape(strconv.FormatUint(to, 10))
 			}
 			status, body, err := f.call(cmd.Context(), http.MethodPost, u, []byte("{}"))
 			if err != nil {
-				return fail("%v", err)
+				return exitcode.Fail("%v", err)
 			}
 			var res reconf.Result
 			if json.Unmarshal(body, &res) == nil && res.Outcome != 0 {
@@ -136,7 +137,7 @@ or when the API cannot be reached, 2 usage.`,
 					printReload(stdout, res)
 				}
 				if !res.Outcome.OK() {
-					return failed
+					return exitcode.Failed
 				}
 				return nil
 			}

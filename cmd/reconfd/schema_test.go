@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
@@ -88,8 +89,8 @@ func TestSchemaCommand(t *testing.T) {
 			t.Errorf("the schema lacks %s", s)
 		}
 	}
-	if code, _, _ := runCmd(t, noEnv, "schema", "extra"); code != exitUsage {
-		t.Errorf("schema with an argument: got exit %d, want %d", code, exitUsage)
+	if code, _, _ := runCmd(t, noEnv, "schema", "extra"); code != exitcode.Usage {
+		t.Errorf("schema with an argument: got exit %d, want %d", code, exitcode.Usage)
 	}
 }
 

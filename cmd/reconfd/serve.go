@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/cmd/reconfd/internal/earlysignal"
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/restartopt"
@@ -85,7 +86,7 @@ in flight across all of them together.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.config == "" {
-				return usage("serve needs --config PATH")
+				return exitcode.Usagef("serve needs --config PATH")
 			}
 			f.leaseTTLGiven = cmd.Flags().Changed("cluster-lease-ttl")
 			if err := f.check(); err != nil {
@@ -116,13 +117,13 @@ in flight across all of them together.`,
 // check validates the workers and cluster flags.
 func (f *serveFlags) check() error {
 	if f.workers < 0 || f.workers > 256 {
-		return usage("--workers must be between 1 and 256")
+		return exitcode.Usagef("--workers must be between 1 and 256")
 	}
 	if err := checkClusterURLs(f.cluster); err != nil {
 		return err
 	}
 	if p := f.clusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
-		return usage("--cluster-prefix must start with / and name a key prefix")
+		return exitcode.Usagef("--cluster-prefix must start with / and name a key prefix")
 	}
 	return checkLeaseTTL("--cluster-lease-ttl", f.leaseTTL, f.leaseTTLGiven)
 }
@@ -156,7 +157,7 @@ func mutationMode(lookup env) (reconf.MutationMode, error) {
 		return mode, nil
 	}
 	if err := mode.UnmarshalText([]byte(v)); err != nil {
-		return mode, usage("%s: %v", envMutationCheck, err)
+		return mode, exitcode.Usagef("%s: %v", envMutationCheck, err)
 	}
 	return mode, nil
 }
@@ -175,10 +176,10 @@ func newGateway(ctx context.Context, f serveFlags, stderr io.Writer, lookup env,
 	g, err := gateway.New(ctx, f.config, opts...)
 	if err != nil && ctx.Err() != nil {
 		// Stopping on request is a clean exit, as the supervisor's is.
-		return nil, nil, &exitError{code: exitOK, msg: "stopped during start-up by a signal; nothing was started"}
+		return nil, nil, &exitcode.Error{Code: exitcode.OK, Msg: "stopped during start-up by a signal; nothing was started"}
 	}
 	if err != nil {
-		return nil, nil, fail("the configuration cannot be loaded: %s", loadError(err))
+		return nil, nil, exitcode.Fail("the configuration cannot be loaded: %s", loadError(err))
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, g.Collector(),
@@ -227,7 +228,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 		}
 		co, err := f.access.withEnv(lookup).options(m.Cluster, lookup)
 		if err != nil {
-			return fail("--cluster: %v", err)
+			return exitcode.Fail("--cluster: %v", err)
 		}
 		co.Prefix, co.GateTTL = m.Prefix, f.leaseTTL
 		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co))
@@ -242,20 +243,20 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	lns, err := handoff.Inherited()
 	if err != nil {
 		_ = g.Shutdown(context.Background())
-		return fail("%v", err)
+		return exitcode.Fail("%v", err)
 	}
 	raw := lns[lifecycle.ListenerData]
 	if raw == nil {
 		if raw, err = lifecycle.Listen("server.address", g.Config().Server.Address); err != nil {
 			_ = g.Shutdown(context.Background())
-			return fail("%v", err)
+			return exitcode.Fail("%v", err)
 		}
 	}
 	sockets := handoff.NewSet() // what a restart hands on
 	defer sockets.Close()
 	if err := sockets.Add(lifecycle.ListenerData, raw); err != nil {
 		_ = g.Shutdown(context.Background())
-		return fail("%v", err)
+		return exitcode.Fail("%v", err)
 	}
 	ln := handoff.NewDrainListener(raw)
 	served := make(chan error, 1)
@@ -280,7 +281,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) erro
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
-		return fail("%v", err)
+		return exitcode.Fail("%v", err)
 	}
 	if mgmt != nil {
 		rs.Handover().Watch(mgmt.handingOver)
@@ -311,7 +312,7 @@ func withRestart(m map[string]any, st lifecycle.RestartState) map[string]any {
 func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env) error {
 	parent, err := lifecycle.Attach()
 	if err != nil {
-		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
+		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	defer parent.Close()
 	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -326,16 +327,16 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		endpoints = strings.Split(wenv.Channel, ",")
 	}
 	if len(endpoints) == 0 {
-		return usage("--worker is for the processes a supervisor starts; run serve --workers N")
+		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
 	}
 	lns, err := handoff.Inherited()
 	if err != nil || lns[lifecycle.ListenerData] == nil {
-		return fail("a worker needs the data-plane socket from its supervisor: %v", err)
+		return exitcode.Fail("a worker needs the data-plane socket from its supervisor: %v", err)
 	}
 	co := gateway.ClusterOptions{Endpoints: endpoints}
 	if len(f.cluster) > 0 { // an external cluster; the embedded channel is a private socket
 		if co, err = f.access.withEnv(lookup).options(endpoints, lookup); err != nil {
-			return fail("--cluster: %v", err)
+			return exitcode.Fail("--cluster: %v", err)
 		}
 	}
 	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.clusterPrefix, f.worker, wenv.Fleet, f.leaseTTL
@@ -352,17 +353,17 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if v := wenv.RestartFields; v != "" {
 		rf, err := gateway.ParseRestartFields(v)
 		if err != nil {
-			return fail("%s is malformed", lifecycle.RestartFieldsName)
+			return exitcode.Fail("%s is malformed", lifecycle.RestartFieldsName)
 		}
 		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
 	}
 	g, reg, err := newGateway(stopCtx, f, stderr, lookup, opts...)
-	var ee *exitError
-	if errors.As(err, &ee) && ee.code != exitOK && len(pending) > 0 {
+	var ee *exitcode.Error
+	if errors.As(err, &ee) && ee.Code != exitcode.OK && len(pending) > 0 {
 		// The file was checked with the fleet's values of these fields,
 		// not its own: without this the reason reads as if the file did
 		// not set what it sets (keys set "but auth.mode is none").
-		ee.msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
+		ee.Msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
 			strings.Join(pending, ", "))
 	}
 	if err != nil {
@@ -380,9 +381,9 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 		if err != nil || !res.Outcome.OK() {
 			_ = g.Shutdown(context.Background())
 			if err != nil {
-				return fail("restart: publishing the file's live part: %v", err)
+				return exitcode.Fail("restart: publishing the file's live part: %v", err)
 			}
-			return fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
+			return exitcode.Fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
 		}
 	}
 	rs := lifecycle.NewFleetRestarter(g, wenv.Control, wenv.RestartMark)
@@ -403,7 +404,7 @@ func serveWorker(ctx context.Context, f serveFlags, stderr io.Writer, lookup env
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-served
-		return fail("%v", err)
+		return exitcode.Fail("%v", err)
 	}
 	stop := make(chan struct{})
 	go func() {
@@ -431,7 +432,7 @@ func serveSession(ctx context.Context, stop <-chan struct{}, stopSignals func(),
 		sess.Management = mgmt
 	}
 	if err := sess.Run(ctx, stop, stopSignals); err != nil {
-		return failed // logged
+		return exitcode.Failed // logged
 	}
 	return nil
 }

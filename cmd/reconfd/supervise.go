@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/propagate"
@@ -70,8 +71,8 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, lo
 	case err == nil:
 		return nil
 	case errors.Is(err, lifecycle.ErrShutdownNotClean):
-		return failed
+		return exitcode.Failed
 	default:
-		return fail("%v", err)
+		return exitcode.Fail("%v", err)
 	}
 }

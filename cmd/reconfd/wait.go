@@ -12,15 +12,8 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/propagate"
-)
-
-// The exit codes of reconfd wait beyond 0 (converged), 1 (the status
-// could not be read) and 2 (usage).
-const (
-	exitWaitTimeout    = 3 // the deadline passed; the lagging workers are named
-	exitWaitRolledBack = 4 // the generation was rolled back
-	exitWaitSuperseded = 5 // a newer generation replaced it before every worker served it
 )
 
 // waitPoll is how often wait reads the status.
@@ -58,7 +51,7 @@ newer generation before every worker served it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if gen == 0 {
-				return usage("--generation is required (a generation number, 1 or more)")
+				return exitcode.Usagef("--generation is required (a generation number, 1 or more)")
 			}
 			base, err := f.resolve(lookup)
 			if err != nil {
@@ -92,9 +85,9 @@ func waitFor(ctx context.Context, w io.Writer, f clientFlags, base string, gen u
 			case "converged":
 				return printWait(w, f.output, v, 0)
 			case "rolled_back":
-				return printWait(w, f.output, v, exitWaitRolledBack)
+				return printWait(w, f.output, v, exitcode.WaitRolledBack)
 			case "superseded":
-				return printWait(w, f.output, v, exitWaitSuperseded)
+				return printWait(w, f.output, v, exitcode.WaitSuperseded)
 			}
 		}
 		if time.Now().After(deadline) {
@@ -102,11 +95,11 @@ func waitFor(ctx context.Context, w io.Writer, f clientFlags, base string, gen u
 				return lastErr
 			}
 			last.Result = "timeout"
-			return printWait(w, f.output, *last, exitWaitTimeout)
+			return printWait(w, f.output, *last, exitcode.WaitTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return fail("%v", ctx.Err())
+			return exitcode.Fail("%v", ctx.Err())
 		case <-time.After(min(waitPoll, max(time.Until(deadline), 0))):
 		}
 	}
@@ -132,7 +125,7 @@ func printWait(w io.Writer, output string, v waitVerdict, code int) error {
 	if code == 0 {
 		return nil
 	}
-	return &exitError{code: code}
+	return &exitcode.Error{Code: code}
 }
 
 // rolloutOf returns the rollout of gen that the status shows, or nil.
