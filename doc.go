@@ -230,6 +230,8 @@
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
+//	internal/earlysignal      signals caught before serve's handlers
+//	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
 //	internal/millis           durations as fractional milliseconds
@@ -256,8 +258,6 @@
 //	                          > reconf admin gate handoff propagate/... source trigger internal/...
 //	cmd/reconfd               the reconfd command: commands, flags, printing
 //	                          > ...
-//	cmd/reconfd/internal/earlysignal  signals caught before serve's handlers
-//	                          > -
 //	e2e                       end-to-end tests of the reconfd binary
 //	                          > ...
 //	e2e/intruder              the e2e tests' hostile local user

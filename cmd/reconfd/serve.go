@@ -20,8 +20,8 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
-	"github.com/reconfhq/reconf/cmd/reconfd/internal/earlysignal"
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/earlysignal"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
