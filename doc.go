@@ -230,6 +230,8 @@
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
+//	internal/discovery        the file by which reconfd's CLI finds a running serve
+//	                          > admin internal/exitcode internal/safefile
 //	internal/earlysignal      signals caught before serve's handlers
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands

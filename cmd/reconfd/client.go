@@ -24,6 +24,7 @@ import (
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/discovery"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/millis"
@@ -79,7 +80,7 @@ func (f *clientFlags) resolve(lookup env) (string, error) {
 	if (f.certFile == "") != (f.keyFile == "") {
 		return "", exitcode.Usagef("--cert and --key go together")
 	}
-	addr, token, err := discover(lookup, f.address, f.token)
+	addr, token, err := discovery.Find(lookup, f.address, f.token)
 	if err != nil {
 		return "", err
 	}

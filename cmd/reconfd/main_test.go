@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/discovery"
 
 	"go.uber.org/goleak"
 )
@@ -89,7 +90,7 @@ func TestExitCodes(t *testing.T) {
 	// find no server, whatever other reconfd this user runs meanwhile.
 	runDir := t.TempDir()
 	isolated := func(k string) (string, bool) {
-		if k == envRuntimeDir {
+		if k == discovery.EnvRuntimeDir {
 			return runDir, true
 		}
 		return "", false

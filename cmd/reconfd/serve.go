@@ -21,6 +21,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/discovery"
 	"github.com/reconfhq/reconf/internal/earlysignal"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
@@ -551,7 +552,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f serveFlags, log *sl
 		attrs = append(attrs, "client_auth", cfg.TLS.ClientAuth.String())
 	}
 	if f.worker == "" { // a supervisor's workers: the supervisor writes it
-		m.discovery = announce(f, lookup, log, bound, cfg, generated)
+		m.discovery = discovery.Announce(lookup, log, f.config, bound, cfg, generated)
 		attrs = append(attrs, "discovery_file", m.discovery)
 	}
 	log.Info("management listening", attrs...)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/discovery"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
@@ -59,12 +60,12 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, lo
 				// Off for the fleet, off for each worker: without the flag
 				// a worker would take the default (a loopback port) and
 				// find no such socket from the supervisor.
-				mgmt = managementOff
+				mgmt = discovery.Off
 			}
 			return append(args, "--management-address", mgmt)
 		},
 		Announce: func(addr string, cfg admin.Config, generated bool) string {
-			return announce(f, lookup, log, addr, cfg, generated)
+			return discovery.Announce(lookup, log, f.config, addr, cfg, generated)
 		},
 	})
 	switch {

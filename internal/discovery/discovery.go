@@ -1,8 +1,10 @@
-package main
+// Package discovery is how the reconfd CLI finds the running reconfd of
+// its user: serve writes its management address (and a token it
+// generated) to a file only that user can read, in a directory only that
+// user can open, and the CLI reads it when no address is given.
+package discovery
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/safefile"
@@ -27,73 +28,25 @@ import (
 // generates, and writes both to a discovery file that only its user can
 // read; reload, status and history find it there with no flags.
 const (
-	// managementLocal, as the address, asks for the quickstart's
+	// Local, as the address, asks for the quickstart's
 	// management: loopback, an ephemeral port, a generated token.
-	managementLocal = "local"
-	// localManagementAddress is where management listens for "local".
-	localManagementAddress = "127.0.0.1:0"
-	// managementOff, as the address, turns management off, as no
+	Local = "local"
+	// LocalAddress is where management listens for "local".
+	LocalAddress = "127.0.0.1:0"
+	// Off, as the address, turns management off, as no
 	// address does.
-	managementOff = "off"
-	// envRuntimeDir names the per-user runtime directory (systemd's and
+	Off = "off"
+	// EnvRuntimeDir names the per-user runtime directory (systemd's and
 	// the XDG base directory convention's); the discovery files live in
 	// its reconfd subdirectory.
-	envRuntimeDir = "XDG_RUNTIME_DIR"
+	EnvRuntimeDir = "XDG_RUNTIME_DIR"
 	// maxDiscoveryBytes bounds a discovery file read.
 	maxDiscoveryBytes = 64 << 10
 )
 
-// managementSettings decides the management address and token from the
-// flag and the environment. No address, or "off", leaves management off.
-// An address set by flag or environment is used as is (SPEC section 7: a
-// loopback address may run without a token). "local" is the quickstart:
-// loopback, ephemeral port, and a token generated here unless one is set;
-// a token generated here reaches the CLI only through the discovery
-// directory, so one that cannot be used (another user made it, its mode
-// is open) refuses the start with the reason rather than serve with a
-// token no one can read. generated reports that the token was made here,
-// so that the discovery file must carry it.
-func managementSettings(f serveFlags, lookup env) (cfg admin.Config, generated bool, err error) {
-	cfg = admin.ConfigFromEnv(lookup)
-	if err := f.mgmtTLS.apply(&cfg); err != nil {
-		return cfg, false, err
-	}
-	if f.managementAddr != "" {
-		cfg.Address = f.managementAddr
-	}
-	switch {
-	case strings.EqualFold(cfg.Address, managementOff):
-		cfg.Address = ""
-	case strings.EqualFold(cfg.Address, managementLocal):
-		cfg.Address = localManagementAddress
-		if cfg.Token.IsZero() {
-			if _, err := runtimeDir(lookup); err != nil {
-				return cfg, false, fmt.Errorf("management address %s generates a token that only the discovery directory hands to the CLI, which cannot be used: %v; "+
-					"remove or fix that directory, set %s to a directory of your own, or set %s for serve and the CLI",
-					managementLocal, err, envRuntimeDir, admin.EnvToken)
-			}
-			tok, err := newToken()
-			if err != nil {
-				return cfg, false, err
-			}
-			cfg.Token, generated = reconf.NewSecret(tok), true
-		}
-	}
-	return cfg, generated, nil
-}
-
-// newToken returns 32 random bytes in hex.
-func newToken() (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("generate a management token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// discovery is what a running reconfd tells the CLI of its own user: its
+// File is what a running reconfd tells the CLI of its own user: its
 // management address and, when serve generated it, the token.
-type discovery struct {
+type File struct {
 	PID     int       `json:"pid"`
 	Address string    `json:"address"`
 	Scheme  string    `json:"scheme,omitempty"` // https on a TLS listener; empty: http
@@ -102,13 +55,13 @@ type discovery struct {
 	Started time.Time `json:"started"`
 }
 
-// runtimeDir returns the directory of discovery files, creating it: the
+// RuntimeDir returns the directory of discovery files, creating it: the
 // reconfd directory under $XDG_RUNTIME_DIR, else reconfd-UID under the
 // system's temporary directory. It must be a real directory (not a
 // symlink) owned by this user and closed to everyone else, since it holds
 // tokens; anything else is refused rather than used.
-func runtimeDir(lookup env) (string, error) {
-	base := lookup.get(envRuntimeDir)
+func RuntimeDir(lookup func(string) (string, bool)) (string, error) {
+	base, _ := lookup(EnvRuntimeDir)
 	dir := filepath.Join(base, "reconfd")
 	if base == "" || !filepath.IsAbs(base) {
 		dir = filepath.Join(os.TempDir(), "reconfd-"+strconv.Itoa(os.Getuid()))
@@ -131,10 +84,10 @@ func runtimeDir(lookup env) (string, error) {
 	return dir, nil
 }
 
-// writeDiscovery writes d to DIR/PID.json, mode 0600, atomically (a
+// Write writes d to DIR/PID.json, mode 0600, atomically (a
 // temporary file renamed over the path), and returns the path.
-func writeDiscovery(lookup env, d discovery) (string, error) {
-	dir, err := runtimeDir(lookup)
+func Write(lookup func(string) (string, bool), d File) (string, error) {
+	dir, err := RuntimeDir(lookup)
 	if err != nil {
 		return "", err
 	}
@@ -165,12 +118,12 @@ func writeDiscovery(lookup env, d discovery) (string, error) {
 	return path, nil
 }
 
-// readDiscoveries returns the discovery files of running reconfd
+// readAll returns the discovery files of running reconfd
 // processes of this user, oldest first, and removes those whose process
 // is gone. A file that is not a small regular file of this user is
 // skipped.
-func readDiscoveries(lookup env) ([]discovery, string, error) {
-	dir, err := runtimeDir(lookup)
+func readAll(lookup func(string) (string, bool)) ([]File, string, error) {
+	dir, err := RuntimeDir(lookup)
 	if err != nil {
 		return nil, "", err
 	}
@@ -178,9 +131,9 @@ func readDiscoveries(lookup env) ([]discovery, string, error) {
 	if err != nil {
 		return nil, dir, err
 	}
-	var out []discovery
+	var out []File
 	for _, name := range names {
-		d, err := readDiscovery(name)
+		d, err := read(name)
 		if err != nil {
 			continue
 		}
@@ -190,12 +143,12 @@ func readDiscoveries(lookup env) ([]discovery, string, error) {
 		}
 		out = append(out, d)
 	}
-	slices.SortFunc(out, func(a, b discovery) int { return a.Started.Compare(b.Started) })
+	slices.SortFunc(out, func(a, b File) int { return a.Started.Compare(b.Started) })
 	return out, dir, nil
 }
 
-func readDiscovery(name string) (discovery, error) {
-	var d discovery
+func read(name string) (File, error) {
+	var d File
 	f, err := os.OpenFile(name, os.O_RDONLY|openNoFollow, 0)
 	if err != nil {
 		return d, err
@@ -221,16 +174,16 @@ func readDiscovery(name string) (discovery, error) {
 	return d, nil
 }
 
-// discover fills a client's missing address (and token) from the
+// Find fills a client's missing address (and token) from the
 // discovery files. With an address given, only a missing token is looked
 // up, from the file of the server at that address. Without one, the one
 // running reconfd of this user is used; none or several is an error that
 // says what to do.
-func discover(lookup env, address, token string) (string, string, error) {
+func Find(lookup func(string) (string, bool), address, token string) (string, string, error) {
 	if address != "" && token != "" {
 		return address, token, nil
 	}
-	ds, dir, err := readDiscoveries(lookup)
+	ds, dir, err := readAll(lookup)
 	if address != "" {
 		if token == "" && err == nil {
 			for _, d := range ds {
@@ -263,13 +216,13 @@ func discover(lookup env, address, token string) (string, string, error) {
 	return "", "", exitcode.Usagef("%d reconfd servers are running (%s); pass --address to choose one", len(ds), strings.Join(list, "; "))
 }
 
-// announce writes the discovery file of a management listener bound at
-// address and returns its path; a failure is logged (the CLI then needs
+// Announce writes the discovery file of a management listener bound at
+// address, for the configuration file config, and returns its path; a failure is logged (the CLI then needs
 // --address, and the token if one was generated cannot be learnt) and
 // returns "".
-func announce(f serveFlags, lookup env, log *slog.Logger, address string, cfg admin.Config, generated bool) string {
-	d := discovery{PID: os.Getpid(), Address: address, Started: time.Now().UTC()}
-	if abs, err := filepath.Abs(f.config); err == nil {
+func Announce(lookup func(string) (string, bool), log *slog.Logger, config, address string, cfg admin.Config, generated bool) string {
+	d := File{PID: os.Getpid(), Address: address, Started: time.Now().UTC()}
+	if abs, err := filepath.Abs(config); err == nil {
 		d.Config = abs
 	}
 	if generated {
@@ -278,7 +231,7 @@ func announce(f serveFlags, lookup env, log *slog.Logger, address string, cfg ad
 	if cfg.TLS.Enabled() {
 		d.Scheme = "https"
 	}
-	path, err := writeDiscovery(lookup, d)
+	path, err := Write(lookup, d)
 	if err != nil {
 		log.Warn("the management address could not be written for the reconfd CLI; pass it with --address", "error", err)
 		return ""

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package discovery
 
 // openNoFollow adds nothing where the open has no such flags (Windows);
 // the file is checked to be regular after the open.
