@@ -226,6 +226,8 @@
 //	                          > -
 //	handoff                   listening sockets passed to a successor process
 //	                          > -
+//	internal/adminclient      the management API client of reconfd's commands
+//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
 //	internal/atomicdir        revisions of Kubernetes atomic-writer directories
 //	                          > -
 //	internal/certfile         certificate files into TLS settings

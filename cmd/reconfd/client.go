@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -23,8 +18,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/gate"
-	"github.com/reconfhq/reconf/internal/certfile"
-	"github.com/reconfhq/reconf/internal/discovery"
+	"github.com/reconfhq/reconf/internal/adminclient"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/millis"
@@ -34,179 +28,35 @@ import (
 
 // clientFlags are the management API client's flags.
 type clientFlags struct {
-	address, token, output string
-	timeout                time.Duration
-	// An https management listener: the CA that signed its certificate
-	// (default: the system's roots) and, where it asks for one, this
-	// client's certificate and key.
-	caFile, certFile, keyFile string
-	// ifMatch is the If-Match of a reload that expects exact content.
-	ifMatch string
+	adminclient.Client
+	output string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.address, "address", "", "management API address host:port or URL (default $"+admin.EnvAddress+", else the one reconfd serve of this user)")
-	cmd.Flags().StringVar(&f.token, "token", "", "management bearer token (default $"+admin.EnvToken+", else the one reconfd serve generated)")
+	cmd.Flags().StringVar(&f.Address, "address", "", "management API address host:port or URL (default $"+admin.EnvAddress+", else the one reconfd serve of this user)")
+	cmd.Flags().StringVar(&f.Token, "token", "", "management bearer token (default $"+admin.EnvToken+", else the one reconfd serve generated)")
 	cmd.Flags().StringVar(&f.output, "output", "text", "output format: text or json")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 90*time.Second, "how long to wait for the answer")
-	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "CA bundle (PEM) that signed an https management listener's certificate (default $"+envClientCA+", else the system's roots)")
-	cmd.Flags().StringVar(&f.certFile, "cert", "", "client certificate (PEM) for a management listener that asks for one (default $"+envClientCert+")")
-	cmd.Flags().StringVar(&f.keyFile, "key", "", "client certificate's key (PEM) (default $"+envClientKey+")")
+	cmd.Flags().DurationVar(&f.Timeout, "timeout", 90*time.Second, "how long to wait for the answer")
+	cmd.Flags().StringVar(&f.CAFile, "ca-file", "", "CA bundle (PEM) that signed an https management listener's certificate (default $"+adminclient.EnvCA+", else the system's roots)")
+	cmd.Flags().StringVar(&f.CertFile, "cert", "", "client certificate (PEM) for a management listener that asks for one (default $"+adminclient.EnvCert+")")
+	cmd.Flags().StringVar(&f.KeyFile, "key", "", "client certificate's key (PEM) (default $"+adminclient.EnvKey+")")
 }
 
-// The CLI's environment for an https management listener.
-const (
-	envClientCA   = "RECONF_MANAGEMENT_CA_FILE"
-	envClientCert = "RECONF_MANAGEMENT_CLIENT_CERT_FILE"
-	envClientKey  = "RECONF_MANAGEMENT_CLIENT_KEY_FILE"
-)
-
-// resolve fills address and token from the environment and checks them.
+// resolve checks --output, then resolves the client.
 func (f *clientFlags) resolve(lookup env) (string, error) {
 	if err := outputFlag(f.output); err != nil {
 		return "", err
 	}
-	if f.address == "" {
-		f.address = strings.TrimSpace(lookup.get(admin.EnvAddress))
-	}
-	if f.token == "" {
-		f.token = lookup.get(admin.EnvToken)
-	}
-	for p, name := range map[*string]string{&f.caFile: envClientCA, &f.certFile: envClientCert, &f.keyFile: envClientKey} {
-		if *p == "" {
-			*p = lookup.get(name)
-		}
-	}
-	if (f.certFile == "") != (f.keyFile == "") {
-		return "", exitcode.Usagef("--cert and --key go together")
-	}
-	addr, token, err := discovery.Find(lookup, f.address, f.token)
-	if err != nil {
-		return "", err
-	}
-	f.address, f.token = addr, token
-	base := f.address
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	return strings.TrimRight(base, "/"), nil
+	return f.Client.Resolve(lookup)
 }
 
-// call sends one management request and returns the status and body. It
-// sends it once more, on a new connection, when the process that took it
-// was handing over to a successor (409 handover_in_progress: the new
-// connection reaches the process that serves), and, except for a
-// restart, when the connection broke without an answer (the process that
-// had it handed over and closed it).
-func (f *clientFlags) call(ctx context.Context, method, url string, body []byte) (int, []byte, error) {
-	status, b, err := f.callOnce(ctx, method, url, body)
-	if retryable(method, url, status, b, err) && ctx.Err() == nil {
-		return f.callOnce(ctx, method, url, body)
-	}
-	return status, b, err
-}
+// expectFlags are reload's --expect, --expect-digest and --wait.
+type expectFlags struct{ adminclient.Expect }
 
-// retryable reports whether an answer (or its absence) came from a
-// process that no longer serves, so that the same request on a new
-// connection reaches one that does.
-func retryable(method, url string, status int, body []byte, err error) bool {
-	if err != nil {
-		restart := method == http.MethodPost && strings.Contains(url, admin.RestartPath)
-		return !restart && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
-	}
-	if status != http.StatusConflict {
-		return false
-	}
-	var e admin.ErrorBody
-	return json.Unmarshal(body, &e) == nil && e.Error.Reason == admin.ReasonHandoverInProgress
-}
-
-// callOnce sends one management request on a new connection.
-func (f *clientFlags) callOnce(ctx context.Context, method, url string, body []byte) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+f.token)
-	}
-	if f.ifMatch != "" {
-		req.Header.Set("If-Match", f.ifMatch)
-	}
-	tr := &http.Transport{DisableKeepAlives: true}
-	if strings.HasPrefix(url, "https://") {
-		if tr.TLSClientConfig, err = f.tlsConfig(ctx); err != nil {
-			return 0, nil, err
-		}
-	}
-	client := &http.Client{Transport: tr}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("the management API cannot be reached: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, fmt.Errorf("reading the management API's answer: %w", err)
-	}
-	return resp.StatusCode, b, nil
-}
-
-// tlsConfig is the client's TLS: the CA bundle and client pair from
-// their files, read with the bounded reader.
-func (f *clientFlags) tlsConfig(ctx context.Context) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.caFile != "" {
-		pool, err := certfile.ReadPool(ctx, f.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("the CA file %w", err)
-		}
-		c.RootCAs = pool
-	}
-	if f.certFile != "" {
-		pair, err := certfile.Read(ctx, f.certFile, f.keyFile, time.Now())
-		if err != nil {
-			return nil, fmt.Errorf("the client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{*pair}
-	}
-	return c, nil
-}
-
-// get reads one JSON document (what names it in errors) into v and
-// returns its bytes; anything but 200 and JSON is an exit-1 error.
-func (f *clientFlags) get(ctx context.Context, url, what string, v any) ([]byte, error) {
-	status, body, err := f.call(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, exitcode.Fail("%v", err)
-	}
-	if status != http.StatusOK {
-		return nil, f.refused(status, body)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return nil, exitcode.Fail("the management API's %s is not JSON: %v", what, err)
-	}
-	return body, nil
-}
-
-// refused explains an answer that is not a result: 401, 403, 400, 202...
-// A 401 to a request sent without a token says how to give one: a server
-// whose token was set (not generated) keeps it out of its discovery file.
-func (f *clientFlags) refused(status int, body []byte) error {
-	var hint string
-	if status == http.StatusUnauthorized && f.token == "" {
-		hint = "; no token was sent: pass --token or set " + admin.EnvToken
-	}
-	var e admin.ErrorBody
-	if json.Unmarshal(body, &e) == nil && e.Error.Reason != "" {
-		return exitcode.Fail("the management API answered %d %s: %s%s", status, e.Error.Reason, e.Error.Message, hint)
-	}
-	return exitcode.Fail("the management API answered %d %s%s", status, http.StatusText(status), hint)
+func (x *expectFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&x.File, "expect", "", "reload only if the source holds exactly this file's content (e.g. the rendered ConfigMap data)")
+	cmd.Flags().StringVar(&x.Digest, "expect-digest", "", "reload only if the source's content has this digest (sha256:HEX)")
+	cmd.Flags().DurationVar(&x.Wait, "wait", 0, "with --expect or --expect-digest: retry while the source does not hold the content yet, up to this long (e.g. 3m)")
 }
 
 func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -236,22 +86,22 @@ outcome or when the API cannot be reached, 2 usage.`,
 			if err != nil {
 				return err
 			}
-			if f.ifMatch, err = x.ifMatch(); err != nil {
+			if f.IfMatch, err = x.IfMatch(); err != nil {
 				return err
 			}
 			target := base + admin.ReloadPath
 			if cmd.Flags().Changed("rollout") {
 				target += "?rollout=" + url.QueryEscape(rollout)
 			}
-			status, body, err := x.retry(cmd.Context(), func() (int, []byte, error) {
-				return f.call(cmd.Context(), http.MethodPost, target, []byte("{}"))
+			status, body, err := x.Retry(cmd.Context(), func() (int, []byte, error) {
+				return f.Call(cmd.Context(), http.MethodPost, target, []byte("{}"))
 			})
 			if err != nil {
 				return exitcode.Fail("%v", err)
 			}
 			var res reconf.Result
 			if json.Unmarshal(body, &res) != nil || res.Outcome == 0 {
-				return f.refused(status, body)
+				return f.Refused(status, body)
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
@@ -309,7 +159,7 @@ Exit status: 0 when the status was read, 1 otherwise, 2 usage.`,
 				return err
 			}
 			var st admin.StatusResponse
-			body, err := f.get(cmd.Context(), base+admin.StatusPath, "status", &st)
+			body, err := f.Get(cmd.Context(), base+admin.StatusPath, "status", &st)
 			if err != nil {
 				return err
 			}

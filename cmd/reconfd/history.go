@@ -46,7 +46,7 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 				return err
 			}
 			var doc admin.HistoryResponse
-			body, err := f.get(cmd.Context(), base+admin.HistoryPath+"?limit="+strconv.Itoa(limit), "history", &doc)
+			body, err := f.Get(cmd.Context(), base+admin.HistoryPath+"?limit="+strconv.Itoa(limit), "history", &doc)
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,7 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 			// The convergence line is a courtesy: a status that cannot be
 			// read does not hide the history.
 			var st admin.StatusResponse
-			if _, err := f.get(cmd.Context(), base+admin.StatusPath, "status", &st); err == nil {
+			if _, err := f.Get(cmd.Context(), base+admin.StatusPath, "status", &st); err == nil {
 				fmt.Fprintln(stdout, convergence(st))
 			}
 			printHistory(stdout, doc.Entries)

@@ -44,23 +44,23 @@ cannot be reached, 2 usage.`,
 			if wait <= 0 {
 				return exitcode.Usagef("--wait must be positive")
 			}
-			if f.timeout < wait+10*time.Second {
-				f.timeout = wait + 10*time.Second
+			if f.Timeout < wait+10*time.Second {
+				f.Timeout = wait + 10*time.Second
 			}
-			status, body, err := f.call(cmd.Context(), http.MethodPost, base+admin.RestartPath+"?wait="+url.QueryEscape(wait.String()), []byte("{}"))
+			status, body, err := f.Call(cmd.Context(), http.MethodPost, base+admin.RestartPath+"?wait="+url.QueryEscape(wait.String()), []byte("{}"))
 			for err == nil && status == http.StatusAccepted {
 				var res admin.RestartResult
 				if json.Unmarshal(body, &res) != nil || res.ID == "" {
 					break
 				}
-				status, body, err = f.call(cmd.Context(), http.MethodGet, base+admin.RestartPath+"/"+url.PathEscape(res.ID)+"?wait="+url.QueryEscape(wait.String()), nil)
+				status, body, err = f.Call(cmd.Context(), http.MethodGet, base+admin.RestartPath+"/"+url.PathEscape(res.ID)+"?wait="+url.QueryEscape(wait.String()), nil)
 			}
 			if err != nil {
 				return exitcode.Fail("%v", err)
 			}
 			var res admin.RestartResult
 			if json.Unmarshal(body, &res) != nil || res.Outcome == "" {
-				return f.refused(status, body)
+				return f.Refused(status, body)
 			}
 			if f.output == "json" {
 				fmt.Fprintln(stdout, strings.TrimSpace(string(body)))

@@ -61,16 +61,16 @@ or the API cannot be reached, 2 usage.`,
 			var doc admin.RolloutResponse
 			var body []byte
 			if action == "status" {
-				if body, err = f.get(cmd.Context(), base+admin.RolloutPath, "rollout", &doc); err != nil {
+				if body, err = f.Get(cmd.Context(), base+admin.RolloutPath, "rollout", &doc); err != nil {
 					return err
 				}
 			} else {
-				status, b, err := f.call(cmd.Context(), http.MethodPost, base+admin.RolloutPath+"/"+action, []byte("{}"))
+				status, b, err := f.Call(cmd.Context(), http.MethodPost, base+admin.RolloutPath+"/"+action, []byte("{}"))
 				if err != nil {
 					return exitcode.Fail("%v", err)
 				}
 				if status != http.StatusOK {
-					return f.refused(status, b)
+					return f.Refused(status, b)
 				}
 				if err := json.Unmarshal(b, &doc); err != nil {
 					return exitcode.Fail("the management API's answer is not JSON: %v", err)
@@ -125,7 +125,7 @@ or when the API cannot be reached, 2 usage.`,
 				}
 				u += "?to=" + url.QueryEscape(strconv.FormatUint(to, 10))
 			}
-			status, body, err := f.call(cmd.Context(), http.MethodPost, u, []byte("{}"))
+			status, body, err := f.Call(cmd.Context(), http.MethodPost, u, []byte("{}"))
 			if err != nil {
 				return exitcode.Fail("%v", err)
 			}
@@ -150,7 +150,7 @@ or when the API cannot be reached, 2 usage.`,
 				}
 				return nil
 			}
-			return f.refused(status, body)
+			return f.Refused(status, body)
 		},
 	}
 	cmd.Flags().Uint64Var(&to, "to", 0, "the recorded generation whose content to publish again")

@@ -67,16 +67,16 @@ newer generation before every worker served it.`,
 
 // waitFor polls the status until judge decides, or the deadline passes.
 func waitFor(ctx context.Context, w io.Writer, f clientFlags, base string, gen uint64) error {
-	deadline := time.Now().Add(f.timeout)
+	deadline := time.Now().Add(f.Timeout)
 	var (
 		last    *waitVerdict
 		lastErr error
 	)
 	for {
 		rf := f
-		rf.timeout = max(min(time.Until(deadline), 10*time.Second), time.Millisecond)
+		rf.Timeout = max(min(time.Until(deadline), 10*time.Second), time.Millisecond)
 		var st admin.StatusResponse
-		if _, err := rf.get(ctx, base+admin.StatusPath, "status", &st); err != nil {
+		if _, err := rf.Get(ctx, base+admin.StatusPath, "status", &st); err != nil {
 			lastErr = err
 		} else {
 			v := judgeWait(st, gen)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package adminclient
 
 import (
 	"os"
@@ -27,7 +27,7 @@ func TestExpectFileIsBounded(t *testing.T) {
 	for _, path := range []string{fifo, big} {
 		done := make(chan error, 1)
 		go func() {
-			_, err := (&expectFlags{file: path}).ifMatch()
+			_, err := (&Expect{File: path}).IfMatch()
 			done <- err
 		}()
 		select {
@@ -43,7 +43,7 @@ func TestExpectFileIsBounded(t *testing.T) {
 	if err := os.WriteFile(ok, []byte("limits: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h, err := (&expectFlags{file: ok}).ifMatch(); err != nil || !strings.HasPrefix(h, `"sha256:`) {
+	if h, err := (&Expect{File: ok}).IfMatch(); err != nil || !strings.HasPrefix(h, `"sha256:`) {
 		t.Errorf("--expect of a regular file: %q, %v", h, err)
 	}
 }

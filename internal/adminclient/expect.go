@@ -1,4 +1,4 @@
-package main
+package adminclient
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"github.com/reconfhq/reconf/internal/safefile"
 	"net/http"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/reconfhq/reconf"
 )
@@ -17,51 +15,45 @@ import (
 // grained enough, and each try reads the file once.
 const expectRetry = time.Second
 
-// expectFlags make a reload exact: --expect FILE or --expect-digest, and
-// --wait to retry until the content arrives.
-type expectFlags struct {
-	file, digest string
-	wait         time.Duration
+// Expect makes a reload exact: File (--expect) or Digest
+// (--expect-digest) names the content, and Wait retries until it arrives.
+type Expect struct {
+	File, Digest string
+	Wait         time.Duration
 }
 
-func (x *expectFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&x.file, "expect", "", "reload only if the source holds exactly this file's content (e.g. the rendered ConfigMap data)")
-	cmd.Flags().StringVar(&x.digest, "expect-digest", "", "reload only if the source's content has this digest (sha256:HEX)")
-	cmd.Flags().DurationVar(&x.wait, "wait", 0, "with --expect or --expect-digest: retry while the source does not hold the content yet, up to this long (e.g. 3m)")
-}
-
-// ifMatch returns the If-Match header of the reload, or "" for a plain one.
-func (x *expectFlags) ifMatch() (string, error) {
+// IfMatch returns the If-Match header of the reload, or "" for a plain one.
+func (x *Expect) IfMatch() (string, error) {
 	switch {
-	case x.file != "" && x.digest != "":
+	case x.File != "" && x.Digest != "":
 		return "", exitcode.Usagef("--expect and --expect-digest exclude each other")
-	case x.file != "":
+	case x.File != "":
 		// The source is read under reconf's default bound, so a longer file
 		// could never match; a FIFO or device is refused at once.
-		data, err := safefile.ReadFile(context.Background(), x.file, reconf.DefaultMaxSourceBytes)
+		data, err := safefile.ReadFile(context.Background(), x.File, reconf.DefaultMaxSourceBytes)
 		if err != nil {
 			return "", exitcode.Usagef("--expect: %v", err)
 		}
 		return `"` + reconf.ContentDigest(data) + `"`, nil
-	case x.digest != "":
-		if _, err := reconf.WithExpectedDigest(context.Background(), x.digest); err != nil {
+	case x.Digest != "":
+		if _, err := reconf.WithExpectedDigest(context.Background(), x.Digest); err != nil {
 			return "", exitcode.Usagef("--expect-digest: %v", err)
 		}
-		return `"` + x.digest + `"`, nil
-	case x.wait > 0:
+		return `"` + x.Digest + `"`, nil
+	case x.Wait > 0:
 		return "", exitcode.Usagef("--wait needs --expect or --expect-digest")
 	}
 	return "", nil
 }
 
-// retry calls call until it answers anything but a precondition failure or
+// Retry calls call until it answers anything but a precondition failure or
 // a busy runtime, or the wait ends; the last answer is returned. Any other
 // refusal ends the wait at once.
-func (x *expectFlags) retry(ctx context.Context, call func() (int, []byte, error)) (int, []byte, error) {
-	deadline := time.Now().Add(x.wait)
+func (x *Expect) Retry(ctx context.Context, call func() (int, []byte, error)) (int, []byte, error) {
+	deadline := time.Now().Add(x.Wait)
 	for {
 		status, body, err := call()
-		if err != nil || (status != http.StatusPreconditionFailed && status != http.StatusConflict) || x.wait <= 0 {
+		if err != nil || (status != http.StatusPreconditionFailed && status != http.StatusConflict) || x.Wait <= 0 {
 			return status, body, err
 		}
 		if status == http.StatusConflict && !isBusy(body) {
