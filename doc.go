@@ -246,6 +246,8 @@
 //	                          > -
 //	internal/restartopt       a replacing process's runtime options, outside the API
 //	                          > -
+//	internal/serve            the body of reconfd serve: one process, a worker, a supervisor
+//	                          > reconf admin handoff metrics propagate internal/...
 //	internal/safefile         bounded reads of regular files only
 //	                          > -
 //	internal/sighold          SIGHUP held before the listener exists

@@ -12,6 +12,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/serve"
 )
 
 func newCheckCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -19,7 +20,7 @@ func newCheckCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var classes bool
 	var workers int
 	var cluster []string
-	var access clusterAccess
+	var access serve.ClusterAccess
 	cmd := &cobra.Command{
 		Use:   "check-config --config PATH [--against PATH] [--output json]",
 		Short: "Validate a configuration file without serving it",
@@ -60,7 +61,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			if workers < 0 {
 				return exitcode.Usagef("--workers must be at least 1")
 			}
-			if err := checkClusterURLs(cluster); err != nil {
+			if err := serve.CheckClusterURLs(cluster); err != nil {
 				return err
 			}
 			opts := []gateway.Option{gateway.WithEnv(lookup)}
@@ -78,7 +79,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 			if rep.Valid && len(eps) > 0 {
 				// What serve checks after loading the file, before it
 				// joins: TLS files, the password reference, plain http.
-				if _, err := access.withEnv(lookup).options(eps, lookup); err != nil {
+				if _, err := access.WithEnv(lookup).ClusterOptions(eps, lookup); err != nil {
 					return exitcode.Fail("--cluster: %v", err)
 				}
 			}
@@ -100,7 +101,7 @@ Exit status: 0 valid, 1 invalid, 2 usage.`,
 	cmd.Flags().BoolVar(&classes, "classes", false, "print every field's class and exit")
 	cmd.Flags().IntVar(&workers, "workers", 0, "check as serve --workers N would load the file (above 1: as a cluster worker)")
 	cmd.Flags().StringSliceVar(&cluster, "cluster", nil, "check as serve --cluster URLS would load the file (as a cluster worker)")
-	access.register(cmd.Flags())
+	registerClusterAccess(cmd.Flags(), &access)
 	return cmd
 }
 

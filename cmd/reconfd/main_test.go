@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/discovery"
@@ -256,49 +255,6 @@ func TestReloadClient(t *testing.T) {
 	}
 }
 
-// RECONF_CLUSTER_LEASE_TTL fills --cluster-lease-ttl when the flag is not
-// given, within the same bounds; a bad value is refused by name.
-func TestLeaseTTLFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		flag time.Duration
-		env  string
-		want time.Duration
-		ok   bool
-	}{
-		{0, "", 0, true},
-		{0, "20s", 20 * time.Second, true},
-		{4 * time.Second, "20s", 4 * time.Second, true},
-		{0, "1s", 0, false},
-		{0, "2.5s", 0, false},
-		{0, "1h", 0, false},
-		{0, "soon", 0, false},
-		{0, "0", 0, false},
-		{0, "0s", 0, false},
-	} {
-		f := serveFlags{leaseTTL: tc.flag}
-		err := f.leaseFromEnv(func(k string) (string, bool) { return tc.env, k == envClusterLeaseTTL && tc.env != "" })
-		if (err == nil) != tc.ok || (tc.ok && f.leaseTTL != tc.want) {
-			t.Errorf("flag %v, env %q: got %v, %v; want %v (ok %v)", tc.flag, tc.env, f.leaseTTL, err, tc.want, tc.ok)
-		}
-		if err != nil && !strings.Contains(err.Error(), envClusterLeaseTTL) {
-			t.Errorf("env %q: %v does not name the variable", tc.env, err)
-		}
-	}
-}
-
-// reconfd, not the library, reads RECONF_MUTATION_CHECK.
-func TestMutationModeFromEnv(t *testing.T) {
-	for v, want := range map[string]reconf.MutationMode{"": reconf.MutationLog, "log": reconf.MutationLog, "panic": reconf.MutationPanic, "off": reconf.MutationOff} {
-		got, err := mutationMode(func(k string) (string, bool) { return v, k == envMutationCheck })
-		if err != nil || got != want {
-			t.Errorf("%q: got %v, %v; want %v", v, got, err, want)
-		}
-	}
-	if _, err := mutationMode(func(string) (string, bool) { return "loud", true }); err == nil {
-		t.Error("an unknown mode was accepted")
-	}
-}
-
 // TestClusterURLNeverPrinted: a password in a cluster URL is refused and
 // never printed, by serve and check-config alike, whichever check refuses
 // it (the URL check, or pflag's own parse error quoting the value); and
@@ -442,19 +398,5 @@ func TestServerTextSanitized(t *testing.T) {
 				t.Errorf("the escape is not shown escaped:\n%q\n%q", out, errOut)
 			}
 		})
-	}
-}
-
-// A malformed --cluster URL is refused without its password, whatever
-// its form.
-func TestClusterURLRefusalHidesPassword(t *testing.T) {
-	for _, u := range []string{"user:s3cretpw@host:2379", "http:user:s3cretpw@host:2379"} {
-		err := checkClusterURLs([]string{u})
-		if err == nil {
-			continue
-		}
-		if strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("%q: the refusal prints the password: %v", u, err)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -20,13 +20,13 @@ import (
 // (lifecycle.Supervisor): it gives the supervisor the flags, and the
 // parts the command owns: reading the file, management's settings, the
 // workers' command line and the discovery file.
-func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, log *slog.Logger, stderr io.Writer, lookup env) error {
-	access := f.access.withEnv(lookup)
+func supervise(ctx, stopCtx context.Context, f Options, m lifecycle.Shape, log *slog.Logger, stderr io.Writer, lookup env) error {
+	access := f.Access.WithEnv(lookup)
 	err := lifecycle.Supervise(ctx, stopCtx, lifecycle.SupervisorConfig{
-		Config: f.config, Shape: m, ShutdownTimeout: f.shutdownTimeout, DataDir: f.dataDir,
+		Config: f.Config, Shape: m, ShutdownTimeout: f.ShutdownTimeout, DataDir: f.DataDir,
 		Logger: log, Stderr: stderr, Lookup: lookup,
 		Load: func(ctx context.Context) (lifecycle.Plan, error) {
-			chk, err := gateway.New(ctx, f.config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
+			chk, err := gateway.New(ctx, f.Config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
 			if err != nil {
 				return lifecycle.Plan{}, errors.New(loadError(err))
 			}
@@ -40,21 +40,21 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, lo
 			return err
 		},
 		CheckCluster: func(endpoints []string) error {
-			_, err := access.options(endpoints, lookup)
+			_, err := access.ClusterOptions(endpoints, lookup)
 			return err
 		},
 		ClusterAccess: func(endpoints []string) (propagate.ClientConfig, error) {
-			o, err := access.options(endpoints, lookup)
+			o, err := access.ClusterOptions(endpoints, lookup)
 			return propagate.ClientConfig{Endpoints: o.Endpoints, TLS: o.TLS, Username: o.Username, Password: o.Password}, err
 		},
 		WorkerArgs: func(slot int, config, mgmt string) []string {
 			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),
-				"--cluster-prefix", m.Prefix, "--shutdown-timeout", f.shutdownTimeout.String()}
+				"--cluster-prefix", m.Prefix, "--shutdown-timeout", f.ShutdownTimeout.String()}
 			if len(m.Cluster) > 0 {
 				args = append(append(args, "--cluster", strings.Join(m.Cluster, ",")), access.args()...)
 			}
-			if f.leaseTTL > 0 {
-				args = append(args, "--cluster-lease-ttl", f.leaseTTL.String())
+			if f.LeaseTTL > 0 {
+				args = append(args, "--cluster-lease-ttl", f.LeaseTTL.String())
 			}
 			if mgmt == "" {
 				// Off for the fleet, off for each worker: without the flag
@@ -65,7 +65,7 @@ func supervise(ctx, stopCtx context.Context, f serveFlags, m lifecycle.Shape, lo
 			return append(args, "--management-address", mgmt)
 		},
 		Announce: func(addr string, cfg admin.Config, generated bool) string {
-			return discovery.Announce(lookup, log, f.config, addr, cfg, generated)
+			return discovery.Announce(lookup, log, f.Config, addr, cfg, generated)
 		},
 	})
 	switch {

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"os"
@@ -21,19 +21,19 @@ func TestManagementSettings(t *testing.T) {
 		}
 		return "", false
 	}
-	cfg, gen, err := managementSettings(serveFlags{}, lookup)
+	cfg, gen, err := managementSettings(Options{}, lookup)
 	if err != nil || cfg.Address != "" || gen || !cfg.Token.IsZero() {
 		t.Errorf("no address: %v %v %v, want management off", cfg, gen, err)
 	}
-	cfg, gen, err = managementSettings(serveFlags{managementAddr: "local"}, lookup)
+	cfg, gen, err = managementSettings(Options{ManagementAddr: "local"}, lookup)
 	if err != nil || cfg.Address != discovery.LocalAddress || !gen || len(cfg.Token.Reveal()) != 64 {
 		t.Errorf("local: %v %v %v", cfg, gen, err)
 	}
-	cfg, gen, _ = managementSettings(serveFlags{managementAddr: "127.0.0.1:9090"}, lookup)
+	cfg, gen, _ = managementSettings(Options{ManagementAddr: "127.0.0.1:9090"}, lookup)
 	if cfg.Address != "127.0.0.1:9090" || gen || !cfg.Token.IsZero() {
 		t.Errorf("explicit loopback address: %v %v", cfg, gen)
 	}
-	cfg, _, _ = managementSettings(serveFlags{managementAddr: "off"}, lookup)
+	cfg, _, _ = managementSettings(Options{ManagementAddr: "off"}, lookup)
 	if cfg.Address != "" {
 		t.Errorf("off: %v", cfg)
 	}
@@ -55,7 +55,7 @@ func TestLocalManagementRefusesAnUnusableDirectory(t *testing.T) {
 		}
 		return "", false
 	}
-	_, gen, err := managementSettings(serveFlags{managementAddr: "local"}, lookup)
+	_, gen, err := managementSettings(Options{ManagementAddr: "local"}, lookup)
 	if err == nil || gen || !strings.Contains(err.Error(), filepath.Join(base, "reconfd")) || !strings.Contains(err.Error(), admin.EnvToken) {
 		t.Fatalf("local with an open discovery directory: %v (generated %v); want a refusal naming it and %s", err, gen, admin.EnvToken)
 	}
@@ -65,7 +65,7 @@ func TestLocalManagementRefusesAnUnusableDirectory(t *testing.T) {
 		}
 		return lookup(k)
 	}
-	cfg, gen, err := managementSettings(serveFlags{managementAddr: "local"}, withToken)
+	cfg, gen, err := managementSettings(Options{ManagementAddr: "local"}, withToken)
 	if err != nil || gen || cfg.Address != discovery.LocalAddress {
 		t.Fatalf("local with a token set: %v %v %v", cfg, gen, err)
 	}

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -7,51 +7,32 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/exitcode"
 )
 
-// mgmtTLSFlags are serve's flags for the management listener's TLS; each
+// ManagementTLS are serve's flags for the management listener's TLS; each
 // overrides its environment variable.
-type mgmtTLSFlags struct {
-	cert, key, clientCA, clientAuth string
-}
-
-func (f *mgmtTLSFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.cert, "management-tls-cert", "", "management listener's certificate (PEM), re-read on every reload (default $"+admin.EnvTLSCertFile+")")
-	fl.StringVar(&f.key, "management-tls-key", "", "management listener's key (PEM), re-read on every reload (default $"+admin.EnvTLSKeyFile+")")
-	fl.StringVar(&f.clientCA, "management-client-ca", "", "CAs whose client certificates authorize management requests (default $"+admin.EnvClientCAFile+")")
-	fl.StringVar(&f.clientAuth, "management-client-auth", "", "either: a client certificate or the token authorizes; both: a request needs both (default $"+admin.EnvClientAuth+", else either)")
+type ManagementTLS struct {
+	Cert, Key, ClientCA, ClientAuth string
 }
 
 // apply overrides cfg's TLS settings with the flags that are set.
-func (f mgmtTLSFlags) apply(cfg *admin.Config) error {
-	for p, v := range map[*string]string{&cfg.TLS.CertFile: f.cert, &cfg.TLS.KeyFile: f.key, &cfg.TLS.ClientCAFile: f.clientCA} {
+func (f ManagementTLS) apply(cfg *admin.Config) error {
+	for p, v := range map[*string]string{&cfg.TLS.CertFile: f.Cert, &cfg.TLS.KeyFile: f.Key, &cfg.TLS.ClientCAFile: f.ClientCA} {
 		if v != "" {
 			*p = v
 		}
 	}
-	if f.clientAuth != "" {
-		m, err := admin.ParseClientAuth(f.clientAuth)
+	if f.ClientAuth != "" {
+		m, err := admin.ParseClientAuth(f.ClientAuth)
 		if err != nil {
 			return exitcode.Usagef("--management-client-auth must be either or both")
 		}
 		cfg.TLS.ClientAuth = m
 	}
 	return nil
-}
-
-// env returns the settings as the environment of a supervisor's workers:
-// they serve the management socket, so they read the files themselves.
-func tlsEnv(t admin.TLSFiles) []string {
-	if !t.Enabled() {
-		return nil
-	}
-	return []string{admin.EnvTLSCertFile + "=" + t.CertFile, admin.EnvTLSKeyFile + "=" + t.KeyFile,
-		admin.EnvClientCAFile + "=" + t.ClientCAFile, admin.EnvClientAuth + "=" + t.ClientAuth.String()}
 }
 
 // loadManagementTLS reads the TLS files for the start of management.

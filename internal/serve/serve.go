@@ -1,0 +1,421 @@
+// Package serve is the body of reconfd serve: loading the file, deciding
+// the process's part (a single process, a cluster worker, a supervisor or
+// one of its workers), the data plane's and management's listeners, and
+// running until a signal or the supervisor ends it.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/earlysignal"
+	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/internal/restartopt"
+	"github.com/reconfhq/reconf/internal/sighold"
+	"github.com/reconfhq/reconf/metrics"
+)
+
+// env is how serve reads its environment (os.LookupEnv, or a map in
+// tests).
+type env func(string) (string, bool)
+
+func (e env) get(name string) string {
+	v, _ := e(name)
+	return v
+}
+
+// Options are serve's settings, from its flags.
+type Options struct {
+	Config          string
+	ManagementAddr  string
+	ShutdownTimeout time.Duration
+
+	// Workers and clusters; zero values defer to the file's server section.
+	Workers       int
+	Cluster       []string
+	ClusterPrefix string
+	LeaseTTL      time.Duration // each worker's lease; 0: gate.DefaultTTL
+	LeaseTTLGiven bool          // --cluster-lease-ttl was on the command line
+	DataDir       string
+	Access        ClusterAccess // TLS and credentials of an external cluster
+	ManagementTLS ManagementTLS // the management listener's TLS
+
+	// Set by a supervisor on the workers it starts (hidden flag).
+	Worker string // the worker's slot
+
+	// Version is this build's version, as status and the ready line show it.
+	Version string
+}
+
+// Check validates the workers and cluster flags.
+func (f *Options) Check() error {
+	if f.Workers < 0 || f.Workers > 256 {
+		return exitcode.Usagef("--workers must be between 1 and 256")
+	}
+	if err := CheckClusterURLs(f.Cluster); err != nil {
+		return err
+	}
+	if p := f.ClusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
+		return exitcode.Usagef("--cluster-prefix must start with / and name a key prefix")
+	}
+	return checkLeaseTTL("--cluster-lease-ttl", f.LeaseTTL, f.LeaseTTLGiven)
+}
+
+// mode is how serve runs, from the flags over the file's server section.
+func (f *Options) mode(s gateway.ServerConfig) lifecycle.Shape {
+	m := lifecycle.Shape{Workers: s.Workers, Cluster: s.Cluster, Prefix: s.ClusterPrefix}
+	if f.Workers > 0 {
+		m.Workers = f.Workers
+	}
+	if len(f.Cluster) > 0 {
+		m.Cluster = f.Cluster
+	}
+	if f.ClusterPrefix != "" {
+		m.Prefix = f.ClusterPrefix
+	}
+	return m
+}
+
+// envMutationCheck names the variable that sets what the runtime does when
+// a published configuration is modified in place: log (the default), panic
+// or off. The library reads no environment; reconfd maps this onto
+// reconf.WithMutationCheck, and a supervisor's workers inherit it.
+const envMutationCheck = "RECONF_MUTATION_CHECK"
+
+// mutationMode reads envMutationCheck; unset or empty is the default.
+func mutationMode(lookup env) (reconf.MutationMode, error) {
+	var mode reconf.MutationMode
+	v, ok := lookup(envMutationCheck)
+	if !ok || v == "" {
+		return mode, nil
+	}
+	if err := mode.UnmarshalText([]byte(v)); err != nil {
+		return mode, exitcode.Usagef("%s: %v", envMutationCheck, err)
+	}
+	return mode, nil
+}
+
+// newGateway loads the configuration into a gateway with its metrics. ctx
+// ends the load (a signal during start-up), not the gateway.
+func newGateway(ctx context.Context, f Options, stderr io.Writer, lookup env, opts ...gateway.Option) (*gateway.Gateway, *prometheus.Registry, error) {
+	mode, err := mutationMode(lookup)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := metrics.New("reconf")
+	opts = append([]gateway.Option{gateway.WithLogOutput(stderr), gateway.WithEnv(lookup),
+		gateway.WithRuntimeOptions(reconf.WithObserver(m), reconf.WithObserver(reconf.ObserverFunc(managementToken.observe)),
+			reconf.WithObserver(reconf.ObserverFunc(managementTLS.observe)), reconf.WithMutationCheck(mode))}, opts...)
+	g, err := gateway.New(ctx, f.Config, opts...)
+	if err != nil && ctx.Err() != nil {
+		// Stopping on request is a clean exit, as the supervisor's is.
+		return nil, nil, &exitcode.Error{Code: exitcode.OK, Msg: "stopped during start-up by a signal; nothing was started"}
+	}
+	if err != nil {
+		return nil, nil, exitcode.Fail("the configuration cannot be loaded: %s", loadError(err))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, g.Collector(),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return g, reg, nil
+}
+
+// Run is the serve command: a single process, one worker of a cluster, a
+// supervisor of workers, or (with Worker set) one of a supervisor's
+// workers, as the options and the file decide. It returns when the
+// process has shut down; the error is an *exitcode.Error.
+func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if f.Worker != "" {
+		return serveWorker(ctx, f, stderr, lookup)
+	}
+	// Signals are caught from the start, so a SIGTERM during start-up
+	// still shuts down cleanly: every start-up step runs under stopCtx.
+	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	// SIGHUP must never end the process: the hold takes it from the start
+	// (a HUP during start-up becomes one reload once the trigger listens)
+	// until the process exits (a HUP during shutdown is dropped).
+	hold := sighold.Start()
+	defer hold.Release()
+	// What came before main had these handlers reaches them now.
+	earlysignal.Handoff()
+
+	// The first load decides the mode. Its log lines are held until then:
+	// a single process keeps this load (and its lines); a supervisor or a
+	// cluster worker loads again and drops them.
+	out := &heldWriter{w: stderr, held: true}
+	// A successor (reconfd restart) continues its predecessor's numbering
+	// and history.
+	inherited, err := lifecycle.Inherit(lookup)
+	if err != nil {
+		fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
+	}
+	g, reg, err := newGateway(stopCtx, f, out, lookup, inherited.Options...)
+	if err != nil {
+		out.release()
+		return err
+	}
+	if m := f.mode(g.Config().Server); m.Clustered() {
+		out.discard()
+		log := g.Logger() // the supervisor's, at logging.level
+		_ = g.Shutdown(context.WithoutCancel(ctx))
+		if m.Workers > 1 {
+			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
+		}
+		co, err := f.Access.WithEnv(lookup).ClusterOptions(m.Cluster, lookup)
+		if err != nil {
+			return exitcode.Fail("--cluster: %v", err)
+		}
+		co.Prefix, co.GateTTL = m.Prefix, f.LeaseTTL
+		g, reg, err = newGateway(stopCtx, f, stderr, lookup, gateway.WithCluster(co))
+		if err != nil {
+			return err
+		}
+		log.Info("cluster channel", "endpoints", strings.Join(m.Cluster, ","), "prefix", m.Prefix, "worker_id", g.WorkerID())
+	}
+	out.release()
+	log := g.Logger()
+	// A successor (reconfd restart) inherits its predecessor's sockets.
+	lns, err := handoff.Inherited()
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		return exitcode.Fail("%v", err)
+	}
+	raw := lns[lifecycle.ListenerData]
+	if raw == nil {
+		if raw, err = lifecycle.Listen("server.address", g.Config().Server.Address); err != nil {
+			_ = g.Shutdown(context.Background())
+			return exitcode.Fail("%v", err)
+		}
+	}
+	sockets := handoff.NewSet() // what a restart hands on
+	defer sockets.Close()
+	if err := sockets.Add(lifecycle.ListenerData, raw); err != nil {
+		_ = g.Shutdown(context.Background())
+		return exitcode.Fail("%v", err)
+	}
+	ln := handoff.NewDrainListener(raw)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("restart is unavailable: cannot find reconfd's own executable", "error", err)
+	}
+	rs := lifecycle.NewSelfRestarter(g, log, exe, os.Args[1:], sockets, inherited)
+	reg.MustRegister(lifecycle.RestartCollector{State: func() (lifecycle.RestartState, bool) { return rs.State(), true }})
+	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running, Handover: rs.Handover()}
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		mln := lns[lifecycle.ListenerManagement]
+		if mln == nil {
+			if mln, err = lifecycle.Listen("the management address", addr); err != nil {
+				return nil, err
+			}
+		}
+		return mln, sockets.Add(lifecycle.ListenerManagement, mln)
+	}, func() map[string]any { return withRestart(g.StatusFields(), rs.State(), f.Version) }, admin.WithRestarter(rs))
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		<-served
+		return exitcode.Fail("%v", err)
+	}
+	if mgmt != nil {
+		rs.Handover().Watch(mgmt.handingOver)
+	}
+	return serveSession(ctx, stopCtx.Done(), stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: rs.HandedOver, Handover: rs.Handover(), TookBack: rs.TookBack,
+		Ready: func() {
+			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
+				log.Error("could not tell the previous process this one is ready", "error", err)
+			}
+			rs.MarkReady()
+			if err := handoff.NotifyReady(); err != nil {
+				log.Warn("could not notify systemd", "error", err)
+			}
+		}})
+}
+
+// withRestart adds the restart state and this process's version to
+// status fields.
+func withRestart(m map[string]any, st lifecycle.RestartState, version string) map[string]any {
+	m["restart"] = st
+	m["version"] = version
+	return m
+}
+
+// serveWorker is one worker process of a supervisor: the gateway joined to
+// the cluster, accepting on the sockets the supervisor handed it.
+func serveWorker(ctx context.Context, f Options, stderr io.Writer, lookup env) error {
+	parent, err := lifecycle.Attach()
+	if err != nil {
+		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
+	}
+	defer parent.Close()
+	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	hold := sighold.Start()
+	defer hold.Release()
+	earlysignal.Handoff()
+
+	wenv := lifecycle.ReadWorkerEnv(lookup)
+	endpoints := f.Cluster
+	if len(endpoints) == 0 && wenv.Channel != "" {
+		endpoints = strings.Split(wenv.Channel, ",")
+	}
+	if len(endpoints) == 0 {
+		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
+	}
+	lns, err := handoff.Inherited()
+	if err != nil || lns[lifecycle.ListenerData] == nil {
+		return exitcode.Fail("a worker needs the data-plane socket from its supervisor: %v", err)
+	}
+	co := gateway.ClusterOptions{Endpoints: endpoints}
+	if len(f.Cluster) > 0 { // an external cluster; the embedded channel is a private socket
+		if co, err = f.Access.WithEnv(lookup).ClusterOptions(endpoints, lookup); err != nil {
+			return exitcode.Fail("--cluster: %v", err)
+		}
+	}
+	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.ClusterPrefix, f.Worker, wenv.Fleet, f.LeaseTTL
+	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(wenv.Baseline),
+		gateway.WithAcceptShare(wenv.Accept)}
+	if wenv.Publish {
+		// The first new worker of a restart may not be able to run the
+		// fleet's live part with its new restart fields (auth.mode turned
+		// on or off): it then starts on its file, which its reload below
+		// publishes.
+		opts = append(opts, gateway.WithRuntimeOptions(restartopt.Option(restartopt.Restart{StartupPublish: true}).(reconf.Option)))
+	}
+	var pending []string // restart fields the file changed that the fleet has not restarted into
+	if v := wenv.RestartFields; v != "" {
+		rf, err := gateway.ParseRestartFields(v)
+		if err != nil {
+			return exitcode.Fail("%s is malformed", lifecycle.RestartFieldsName)
+		}
+		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
+	}
+	g, reg, err := newGateway(stopCtx, f, stderr, lookup, opts...)
+	var ee *exitcode.Error
+	if errors.As(err, &ee) && ee.Code != exitcode.OK && len(pending) > 0 {
+		// The file was checked with the fleet's values of these fields,
+		// not its own: without this the reason reads as if the file did
+		// not set what it sets (keys set "but auth.mode is none").
+		ee.Msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
+			strings.Join(pending, ", "))
+	}
+	if err != nil {
+		return err
+	}
+	log := g.Logger()
+	if len(pending) > 0 {
+		log.Warn("the file changes restart fields the fleet has not restarted into; this worker runs the fleet's values, like its peers, until reconfd restart",
+			"fields", strings.Join(pending, ","))
+	}
+	if wenv.Publish {
+		// The first new worker of a restart: the fleet takes the file's
+		// live part now, before the old workers drain.
+		res, err := g.Reload(ctx, lifecycle.TriggerRestart)
+		if err != nil || !res.Outcome.OK() {
+			_ = g.Shutdown(context.Background())
+			if err != nil {
+				return exitcode.Fail("restart: publishing the file's live part: %v", err)
+			}
+			return exitcode.Fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
+		}
+	}
+	rs := lifecycle.NewFleetRestarter(g, wenv.Control, wenv.RestartMark)
+	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running}
+	reg.MustRegister(lifecycle.RestartCollector{State: rs.State}, workerInfo(f.Worker, g.WorkerID()))
+	ln := handoff.NewDrainListener(lns[lifecycle.ListenerData])
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
+		if ln := lns[lifecycle.ListenerManagement]; ln != nil {
+			return ln, nil
+		}
+		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
+	}, func() map[string]any {
+		st, _ := rs.State()
+		return withRestart(g.StatusFields(), st, f.Version)
+	}, admin.WithRestarter(rs))
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		<-served
+		return exitcode.Fail("%v", err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-parent.Gone():
+			log.Warn("the supervisor is gone; shutting down")
+		}
+		close(stop)
+	}()
+	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
+		Shared: func() bool { return !wenv.FleetStopping() },
+		Ready: func() {
+			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
+				log.Error("could not tell the supervisor this worker is ready", "error", err)
+			}
+		}})
+}
+
+// serveSession runs sess with the flags and mgmt (nil: management is
+// off) until stop closes or the data plane fails.
+func serveSession(ctx context.Context, stop <-chan struct{}, stopSignals func(), f Options, mgmt *managementServer, sess *lifecycle.Session) error {
+	sess.ShutdownTimeout, sess.Version = f.ShutdownTimeout, f.Version
+	if mgmt != nil {
+		sess.Management = mgmt
+	}
+	if err := sess.Run(ctx, stop, stopSignals); err != nil {
+		return exitcode.Failed // logged
+	}
+	return nil
+}
+
+// loadError renders a start-up load failure for the operator.
+func loadError(err error) string {
+	var e *reconf.Error
+	if errors.As(err, &e) {
+		s := fmt.Sprintf("%s (%s): %s", e.Outcome(), e.Reason, e.Message)
+		for _, p := range e.Problems {
+			s += "\n  " + p.String()
+		}
+		if more := e.Count() - len(e.Problems); more > 0 {
+			s += fmt.Sprintf("\n  ... and %d more", more)
+		}
+		return s
+	}
+	return err.Error()
+}
+
+// workerInfo names the worker that answers a scrape of the fleet's shared
+// management address, which any worker may accept: its slot and its row ID
+// (HOST-wSLOT-PID, as status shows it), so a scraper can tell whose
+// go_goroutines and process_open_fds it read.
+func workerInfo(slot, id string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "reconfd_worker_info",
+		Help:        "1, labelled with the slot and row ID of the worker that answered this scrape.",
+		ConstLabels: prometheus.Labels{"worker": slot, "worker_id": id},
+	})
+	g.Set(1)
+	return g
+}
