@@ -238,6 +238,8 @@
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
+//	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
+//	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	internal/millis           durations as fractional milliseconds
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one

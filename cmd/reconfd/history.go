@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,8 +13,8 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/fleetstatus"
 	"github.com/reconfhq/reconf/internal/termtext"
-	"github.com/reconfhq/reconf/propagate"
 )
 
 func newHistoryCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -58,7 +57,7 @@ Exit status: 0 when the history was read, 1 otherwise, 2 usage.`,
 			// read does not hide the history.
 			var st admin.StatusResponse
 			if _, err := f.Get(cmd.Context(), base+admin.StatusPath, "status", &st); err == nil {
-				fmt.Fprintln(stdout, convergence(st))
+				fmt.Fprintln(stdout, fleetstatus.Convergence(st))
 			}
 			printHistory(stdout, doc.Entries)
 			return nil
@@ -151,80 +150,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// convergence is the first line of status and history: for a fleet,
-// whether every worker runs the cluster version; for one process, its
-// generation.
-func convergence(st admin.StatusResponse) string {
-	raw := func(k string) json.RawMessage {
-		b, _ := st.Extra[k].(json.RawMessage)
-		return b
-	}
-	if raw("cluster_version") == nil && raw("cluster_reachable") == nil {
-		return fmt.Sprintf("SINGLE PROCESS at generation %d", st.ActiveGeneration)
-	}
-	var (
-		version   *uint64
-		reachable = true
-		rows      []propagate.WorkerRow
-	)
-	_ = json.Unmarshal(raw("cluster_version"), &version)
-	if b := raw("cluster_reachable"); b != nil {
-		_ = json.Unmarshal(b, &reachable)
-	}
-	_ = json.Unmarshal(raw("workers"), &rows)
-	if !reachable || version == nil {
-		return "FLEET STATE UNKNOWN: etcd is unreachable from the answering worker"
-	}
-	at := 0
-	var behind []string
-	for _, r := range rows {
-		if r.AppliedVersion == *version {
-			at++
-			continue
-		}
-		b := fmt.Sprintf("%s at %d", r.ID, r.AppliedVersion)
-		if r.LastError != "" {
-			b += " (" + string(r.LastError) + ")"
-		}
-		behind = append(behind, b)
-	}
-	var gone []propagate.HostRow
-	_ = json.Unmarshal(raw("unreachable_hosts"), &gone)
-	hosts := ""
-	for i, h := range gone {
-		if i == 0 {
-			hosts = "; unreachable: "
-		} else {
-			hosts += ", "
-		}
-		hosts += fmt.Sprintf("host %s (last at version %d)", h.Host, h.LastVersion)
-	}
-	if len(rows) > 0 && at == len(rows) {
-		return fmt.Sprintf("CONVERGED: all %d workers at version %d", len(rows), *version) + hosts
-	}
-	s := fmt.Sprintf("NOT CONVERGED: %d of %d workers at version %d", at, len(rows), *version)
-	if len(behind) > 0 {
-		s += "; " + strings.Join(behind, ", ")
-	}
-	return s + hosts
-}
-
-// generationLine is "generation G: a of b applied, c rejected (reasons)"
-// for a cluster whose state the answering worker read, counted over the
-// live workers' rows; "" otherwise.
-func generationLine(st admin.StatusResponse) string {
-	var (
-		version *uint64
-		rows    []propagate.WorkerRow
-	)
-	b, _ := st.Extra["cluster_version"].(json.RawMessage)
-	if b == nil || json.Unmarshal(b, &version) != nil || version == nil {
-		return ""
-	}
-	if b, _ := st.Extra["workers"].(json.RawMessage); b != nil {
-		_ = json.Unmarshal(b, &rows)
-	}
-	return propagate.Summarize(*version, rows).String(*version)
 }

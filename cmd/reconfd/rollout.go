@@ -165,7 +165,7 @@ func printRollout(w io.Writer, ro *reconf.RolloutStatus, now time.Time) {
 	fmt.Fprintf(w, "rollout:              %d (%s), %s\n", ro.ID, ro.Strategy.Name, ro.Phase)
 	fmt.Fprintf(w, "  generations:        active %d, candidate %d\n", ro.Active, ro.Candidate)
 	fmt.Fprintf(w, "  step:               %d, candidate share %s\n", ro.Step, sharePercent(ro.Share))
-	fmt.Fprintf(w, "  last decision:      %s by %s (%s)\n", ro.Decision, orDash(ro.Decider), orDash(ro.Reason))
+	fmt.Fprintf(w, "  last decision:      %s by %s (%s)\n", ro.Decision, dash(ro.Decider), dash(ro.Reason))
 	if ro.Done() {
 		fmt.Fprintf(w, "  ended:              %s, generation %d active\n", ro.Ended.Format(time.RFC3339), ro.Result)
 	} else if !ro.NextStep.IsZero() {

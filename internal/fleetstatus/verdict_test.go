@@ -1,4 +1,4 @@
-package main
+package fleetstatus
 
 import (
 	"encoding/json"
@@ -49,7 +49,7 @@ func TestJudgeWait(t *testing.T) {
 		{"single process", admin.StatusResponse{Status: reconf.Status{ActiveGeneration: 7}}, "converged", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := judgeWait(tc.st, 7)
+			v := Judge(tc.st, 7)
 			if v.Result != tc.result || !strings.Contains(strings.Join(v.Lagging, "\n"), tc.lagging) {
 				t.Errorf("got %+v, want %s lagging %q", v, tc.result, tc.lagging)
 			}
