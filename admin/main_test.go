@@ -309,15 +309,3 @@ func (e *env) wantNoReload(before int32) {
 		e.t.Errorf("an attempt was recorded: last success %+v, last failure %+v", st.LastSuccess, st.LastFailure)
 	}
 }
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 func TestReloadBody(t *testing.T) {
@@ -143,7 +144,7 @@ func TestReloadOutcomes(t *testing.T) {
 					res, _ := e.rt.Reload(ctx, reconf.TriggerSDK)
 					queued <- res
 				}()
-				waitFor(e.t, 10*time.Second, "the expecting reload to queue", func() bool { return e.rt.Status().Queued == 1 })
+				testkit.WaitWithin(e.t, 10*time.Second, "the expecting reload to queue", func() bool { return e.rt.Status().Queued == 1 })
 				return func() {
 					release()
 					if res := <-done; res.Outcome != reconf.Published {
@@ -218,7 +219,7 @@ func TestReloadsFoldWhileBusy(t *testing.T) {
 	answers := make(chan answer, n)
 	for i := range n {
 		go func() { answers <- e.do(http.MethodPost, admin.ReloadPath, "") }()
-		waitFor(t, 10*time.Second, "the reloads to fold", func() bool { return e.rt.Status().Queued == i+1 })
+		testkit.WaitWithin(t, 10*time.Second, "the reloads to fold", func() bool { return e.rt.Status().Queued == i+1 })
 	}
 	if st := e.do(http.MethodGet, admin.StatusPath, ""); !bytes.Contains(st.body, []byte(`"queued":3`)) {
 		t.Errorf("status while 3 reloads wait: %s, want \"queued\":3", st.body)
@@ -268,7 +269,7 @@ func TestReloadDisconnectAfterAccept(t *testing.T) {
 	}
 	release()
 
-	waitFor(t, 10*time.Second, "the handler's answer", func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "the handler's answer", func() bool {
 		return strings.Contains(e.logs.String(), "admin: reload answered")
 	})
 	st := e.rt.Status()
@@ -307,7 +308,7 @@ func TestReloadPending(t *testing.T) {
 		t.Fatalf("got %d (%s), want 202 %s", a.status, a.body, admin.ReasonAttemptPending)
 	}
 	release()
-	waitFor(t, 10*time.Second, "the pending attempt to publish", func() bool { return e.rt.Status().ActiveGeneration == 2 })
+	testkit.WaitWithin(t, 10*time.Second, "the pending attempt to publish", func() bool { return e.rt.Status().ActiveGeneration == 2 })
 	// The next request sees the result in status.
 	var st admin.StatusResponse
 	decodeInto(t, e.do(http.MethodGet, admin.StatusPath, ""), &st)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 func TestCheckAddress(t *testing.T) {
@@ -157,7 +158,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	waitFor(t, 5*time.Second, "Serve to begin", func() bool { return srv.Addr() != nil })
+	testkit.WaitWithin(t, 5*time.Second, "Serve to begin", func() bool { return srv.Addr() != nil })
 	if err := srv.Start("127.0.0.1:0"); !errors.Is(err, admin.ErrStarted) {
 		t.Errorf("Start while serving = %v, want ErrStarted", err)
 	}

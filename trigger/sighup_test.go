@@ -139,17 +139,6 @@ func hangup(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestSIGHUPStartsAnAttempt(t *testing.T) {
 	f := newFixture(t)
 	l := trigger.SIGHUP(f.rt, f.logger())
@@ -168,7 +157,7 @@ func TestSIGHUPStartsAnAttempt(t *testing.T) {
 		f.setLimit(tt.limit)
 		before := f.count(tt.want)
 		hangup(t)
-		waitFor(t, fmt.Sprintf("signal %d's attempt", i+1), func() bool { return f.count(tt.want) == before+1 })
+		testkit.WaitFor(t, fmt.Sprintf("signal %d's attempt", i+1), func() bool { return f.count(tt.want) == before+1 })
 		st := f.rt.Status()
 		if st.ActiveGeneration != tt.wantGen || st.LastSuccess.Trigger != reconf.TriggerSIGHUP || st.LastSuccess.Outcome != tt.want {
 			t.Errorf("signal %d: generation %d, last success %+v; want %d, %v by sighup", i+1, st.ActiveGeneration, st.LastSuccess, tt.wantGen, tt.want)
@@ -200,7 +189,7 @@ func TestSIGHUPBurstWhileBusy(t *testing.T) {
 	const paced = 5
 	for i := range paced {
 		hangup(t)
-		waitFor(t, fmt.Sprintf("signal %d to fold", i+1), func() bool { return f.rt.Status().Queued == i+1 })
+		testkit.WaitFor(t, fmt.Sprintf("signal %d to fold", i+1), func() bool { return f.rt.Status().Queued == i+1 })
 	}
 	// A burst as fast as kill can go: some may be coalesced by the
 	// operating system, the rest fold.
@@ -218,7 +207,7 @@ func TestSIGHUPBurstWhileBusy(t *testing.T) {
 
 	f.setLimit(3) // the newest content, written after the last signal
 	release()
-	waitFor(t, "the queued attempt to publish", func() bool { return f.count(reconf.Published) == 2 })
+	testkit.WaitFor(t, "the queued attempt to publish", func() bool { return f.count(reconf.Published) == 2 })
 	time.Sleep(200 * time.Millisecond) // nothing runs after it
 	if got, gen := f.prepared(), f.rt.Status().ActiveGeneration; got != 2 || gen != 3 {
 		t.Errorf("after the burst: %d prepares, generation %d; want 2 and 3", got, gen)
@@ -236,7 +225,7 @@ func TestSIGHUPAfterRuntimeClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	hangup(t)
-	waitFor(t, "the closed runtime's answer", func() bool { return strings.Contains(f.logs.String(), "the runtime is closed") })
+	testkit.WaitFor(t, "the closed runtime's answer", func() bool { return strings.Contains(f.logs.String(), "the runtime is closed") })
 }
 
 // TestCloseDoesNotWaitForAttempt closes the listener while its attempt is
@@ -263,7 +252,7 @@ func TestCloseDoesNotWaitForAttempt(t *testing.T) {
 		t.Fatal("Close waited for the attempt")
 	}
 	release()
-	waitFor(t, "the attempt to publish after Close", func() bool { return f.rt.Status().ActiveGeneration == 2 })
+	testkit.WaitFor(t, "the attempt to publish after Close", func() bool { return f.rt.Status().ActiveGeneration == 2 })
 }
 
 // fakeBusyReloader is fault injection: a Reloader that answers every
@@ -284,7 +273,7 @@ func TestSIGHUPBusyLogsItsReason(t *testing.T) {
 	l := trigger.SIGHUP(fakeBusyReloader{reason: reconf.ReasonSuperseded}, slog.New(slog.NewTextHandler(logs, nil)))
 	defer l.Close()
 	hangup(t)
-	waitFor(t, "the busy answer's log line", func() bool { return strings.Contains(logs.String(), "SIGHUP answered busy") })
+	testkit.WaitFor(t, "the busy answer's log line", func() bool { return strings.Contains(logs.String(), "SIGHUP answered busy") })
 	line := logs.String()
 	if !strings.Contains(line, "another worker published a newer version than 1 first") || strings.Contains(line, "an attempt is in flight") ||
 		!strings.Contains(line, "reason="+string(reconf.ReasonSuperseded)) {

@@ -166,17 +166,6 @@ func startWith(t *testing.T, n int, mode *atomic.Pointer[string], set *handoff.S
 	return s, dir, logs, err
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestStartSignalRestartShutdown(t *testing.T) {
 	s, dir, logs, err := start(t, 3, "ok")
 	if err != nil {
@@ -202,7 +191,7 @@ func TestStartSignalRestartShutdown(t *testing.T) {
 		if len(got) != 3 || got[0] {
 			t.Fatalf("round %d reached slots %v, want 1, 2 and 3", round, got)
 		}
-		waitFor(t, fmt.Sprintf("%d SIGHUPs per worker", round), func() bool {
+		testkit.WaitWithin(t, 20*time.Second, fmt.Sprintf("%d SIGHUPs per worker", round), func() bool {
 			for slot := 1; slot <= 3; slot++ {
 				b, _ := os.ReadFile(filepath.Join(dir, strconv.Itoa(slot)))
 				if strings.Count(string(b), "hup") != round {
@@ -218,7 +207,7 @@ func TestStartSignalRestartShutdown(t *testing.T) {
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "worker 2 restarted and ready", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "worker 2 restarted and ready", func() bool {
 		w := s.Workers()[1]
 		return w.PID != 0 && w.PID != old && w.Ready && w.Restarts == 1
 	})
@@ -409,7 +398,7 @@ func TestRollKeepsTheSocketsAndReplacesEveryWorker(t *testing.T) {
 				t.Errorf("old worker %d still runs after the roll", pid)
 			}
 		}
-		waitFor(t, "a new worker answering", func() bool {
+		testkit.WaitWithin(t, 20*time.Second, "a new worker answering", func() bool {
 			pid, err := get(t, addr)
 			return err == nil && slices.Contains(after, pid)
 		})
@@ -501,7 +490,7 @@ func TestExitedIsToldOfAWorkerThatDied(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Exited was not called for the killed worker")
 	}
-	waitFor(t, "worker 2 restarted", func() bool { w := s.Workers()[1]; return w.PID != 0 && w.PID != victim && w.Ready })
+	testkit.WaitWithin(t, 20*time.Second, "worker 2 restarted", func() bool { w := s.Workers()[1]; return w.PID != 0 && w.PID != victim && w.Ready })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // Every test here sends SIGHUP to the test process itself: without a hold
@@ -65,17 +66,6 @@ func newRuntime(t *testing.T, limit *atomic.Int64) (*reconf.Runtime[testConfig],
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A SIGHUP that arrives before the listener exists neither ends the
 // process nor is lost: the hold catches it and Listen replays it as one
 // attempt, which reads the file as it is now.
@@ -89,10 +79,10 @@ func TestHoldCatchesEarlySIGHUPAndReplaysIt(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the hold to catch the SIGHUP", func() bool { return hold.pending() == 1 })
+	testkit.WaitFor(t, "the hold to catch the SIGHUP", func() bool { return hold.pending() == 1 })
 	l := hold.Listen(rt, nil)
 	defer l.Close()
-	waitFor(t, "the replayed SIGHUP's attempt", func() bool { return count(reconf.Published) == 1 })
+	testkit.WaitFor(t, "the replayed SIGHUP's attempt", func() bool { return count(reconf.Published) == 1 })
 	if got := rt.Current().Config().Limit; got != 2 {
 		t.Fatalf("limit = %d after the replayed SIGHUP, want 2", got)
 	}
@@ -117,7 +107,7 @@ func TestHoldListenWithoutEarlySIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the listener's attempt", func() bool { return count(reconf.NoOp) == 1 })
+	testkit.WaitFor(t, "the listener's attempt", func() bool { return count(reconf.NoOp) == 1 })
 	if n := count(reconf.Published); n != 0 {
 		t.Fatalf("%d SIGHUP attempts published, want 0", n)
 	}
