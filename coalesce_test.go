@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // blockReads makes src's reads wait until the returned func is called.
@@ -49,7 +51,7 @@ func TestBurstFoldsIntoOneQueuedAttempt(t *testing.T) {
 		res, _ := rt.Reload(context.Background(), TriggerSDK)
 		first <- res
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	if q, _ := queuedFolds(rt); q {
 		t.Fatal("a lone reload was queued, not started")
 	}
@@ -64,7 +66,7 @@ func TestBurstFoldsIntoOneQueuedAttempt(t *testing.T) {
 			defer wg.Done()
 			results[i], errs[i] = rt.Reload(context.Background(), TriggerAPI)
 		}()
-		waitFor(t, func() bool { q, f := queuedFolds(rt); return q && f == i })
+		testkit.WaitFor(t, "a queued attempt with i folds", func() bool { q, f := queuedFolds(rt); return q && f == i })
 	}
 	if res, _ := rt.Check(context.Background()); res.Outcome != Busy || res.Reason != ReasonInFlight {
 		t.Fatalf("a check while busy = %s/%s, want busy: checks do not fold", res.Outcome, res.Reason)
@@ -105,7 +107,7 @@ func TestFoldKeepsExpectations(t *testing.T) {
 	release := blockReads(src)
 	src.set(baseYAML(2))
 	go rt.Reload(context.Background(), TriggerSDK) //nolint:errcheck // its result is not the test's
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 
 	want, err := WithExpectedDigest(context.Background(), ContentDigest([]byte(baseYAML(3))))
 	if err != nil {
@@ -123,7 +125,7 @@ func TestFoldKeepsExpectations(t *testing.T) {
 			done <- res
 		}()
 	}
-	waitFor(t, func() bool { q, f := queuedFolds(rt); return q && f == 1 })
+	testkit.WaitFor(t, "a queued attempt with one fold", func() bool { q, f := queuedFolds(rt); return q && f == 1 })
 	if res, _ := rt.Reload(other, TriggerAPI); res.Outcome != Busy || res.Reason != ReasonInFlight {
 		t.Fatalf("a reload expecting other content = %s/%s, want busy", res.Outcome, res.Reason)
 	}
@@ -148,7 +150,7 @@ func TestQueuedAttemptAtClose(t *testing.T) {
 	defer release()
 	src.set(baseYAML(2))
 	go rt.Reload(context.Background(), TriggerSDK) //nolint:errcheck // canceled by Close
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	done := make(chan error, 1)
 	go func() {
 		res, err := rt.Reload(context.Background(), TriggerAPI)
@@ -157,7 +159,7 @@ func TestQueuedAttemptAtClose(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(t, func() bool { q, _ := queuedFolds(rt); return q })
+	testkit.WaitFor(t, "a queued attempt", func() bool { q, _ := queuedFolds(rt); return q })
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestFoldedCallerStopsWaiting(t *testing.T) {
 		res, _ := rt.Reload(context.Background(), TriggerSDK)
 		first <- res
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	src.set(baseYAML(3))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -186,12 +188,12 @@ func TestFoldedCallerStopsWaiting(t *testing.T) {
 		_, err := rt.Reload(ctx, TriggerAPI)
 		done <- err
 	}()
-	waitFor(t, func() bool { q, _ := queuedFolds(rt); return q })
+	testkit.WaitFor(t, "a queued attempt", func() bool { q, _ := queuedFolds(rt); return q })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("folded caller after its context ended: %v, want context.Canceled", err)
 	}
 	release()
 	<-first
-	waitFor(t, func() bool { return rt.Current().ID() == 3 })
+	testkit.WaitFor(t, "generation 3", func() bool { return rt.Current().ID() == 3 })
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // TestRefuseBeforeDrain: Refuse cancels the attempt in flight and answers
@@ -25,7 +27,7 @@ func TestRefuseBeforeDrain(t *testing.T) {
 		res, _ := rt.Reload(context.Background(), TriggerSDK)
 		inFlight <- res
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 
 	if err := rt.Refuse(t.Context()); err != nil {
 		t.Fatalf("Refuse: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/internal/restartopt"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 func TestLifecycle(t *testing.T) {
@@ -357,7 +358,7 @@ func TestBusy(t *testing.T) {
 		res, _ := rt.Reload(context.Background(), TriggerSDK)
 		done <- res
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	for range 5 { // a reload folds instead (TestBurstFoldsIntoOneQueuedAttempt)
 		res, err := rt.Check(context.Background())
 		if err != nil || res.Outcome != Busy || res.Reason != ReasonInFlight {
@@ -384,7 +385,7 @@ func TestAttemptOutlivesCallerContext(t *testing.T) {
 		_, err := rt.Reload(ctx, TriggerAPI)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reload err = %v, want context.Canceled", err)
@@ -392,7 +393,7 @@ func TestAttemptOutlivesCallerContext(t *testing.T) {
 	close(block)
 	// The generation is visible at the swap; the attempt is recorded just
 	// after, before the runtime stops being busy.
-	waitFor(t, func() bool { st := rt.Status(); return st.ActiveGeneration == 2 && !st.Busy })
+	testkit.WaitFor(t, "generation 2, idle", func() bool { st := rt.Status(); return st.ActiveGeneration == 2 && !st.Busy })
 	if st := rt.Status(); st.LastSuccess.Trigger != TriggerAPI {
 		t.Fatalf("status = %+v", st)
 	}
@@ -455,7 +456,7 @@ func TestCloseCancelsAndRefuses(t *testing.T) {
 		res, _ := rt.Reload(context.Background(), TriggerSDK)
 		done <- res
 	}()
-	waitFor(t, func() bool { return rt.Status().Busy })
+	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 	pin := rt.Acquire()
 
 	// A Close with a short deadline fails while the pin is held...
@@ -545,17 +546,6 @@ func TestPanickingConsumerIsInternalFailure(t *testing.T) {
 	res := mustReload(t, rt, InternalFailed)
 	if res.Reason != ReasonInternal || rt.Current().ID() != 1 || calls != 2 {
 		t.Fatalf("result = %+v", res)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
