@@ -199,10 +199,11 @@
 // package, "-" is none. Imports from outside the module are not limited
 // here. The root imports no leaf; a public leaf imports the root's public
 // API and internal helpers; internal helpers import nothing of the module
-// but other helpers; only the service (internal/gateway, internal/lifecycle,
-// cmd/reconfd) and the tests reach everything. TestLayering fails when a
-// package is missing from this map, named here but gone, or imports
-// outside its line.
+// but other helpers; the service reaches the public leaves: cmd/reconfd
+// (commands, flags, printing) and the internal packages it is made of
+// (gateway, lifecycle, serve, adminclient, discovery, fleetstatus). The
+// tests reach everything. TestLayering fails when a package is missing
+// from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
 //	                          > internal/atomicdir internal/millis internal/restartopt internal/safefile
@@ -226,20 +227,14 @@
 //	                          > -
 //	handoff                   listening sockets passed to a successor process
 //	                          > -
-//	internal/adminclient      the management API client of reconfd's commands
-//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
 //	internal/atomicdir        revisions of Kubernetes atomic-writer directories
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
-//	internal/discovery        the file by which reconfd's CLI finds a running serve
-//	                          > admin internal/exitcode internal/safefile
 //	internal/earlysignal      signals caught before serve's handlers
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
-//	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
-//	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	internal/millis           durations as fractional milliseconds
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one
@@ -248,8 +243,6 @@
 //	                          > -
 //	internal/restartopt       a replacing process's runtime options, outside the API
 //	                          > -
-//	internal/serve            the body of reconfd serve: one process, a worker, a supervisor
-//	                          > reconf admin handoff metrics propagate internal/...
 //	internal/safefile         bounded reads of regular files only
 //	                          > -
 //	internal/sighold          SIGHUP held before the listener exists
@@ -264,6 +257,14 @@
 //	                          > reconf admin gate propagate/... source internal/...
 //	internal/lifecycle        reconfd's processes: supervise, roll, restart, hand over
 //	                          > reconf admin gate handoff propagate/... source trigger internal/...
+//	internal/serve            the body of reconfd serve: one process, a worker, a supervisor
+//	                          > reconf admin handoff metrics propagate internal/...
+//	internal/adminclient      the management API client of reconfd's commands
+//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
+//	internal/discovery        the file by which reconfd's CLI finds a running serve
+//	                          > admin internal/exitcode internal/safefile
+//	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
+//	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	cmd/reconfd               the reconfd command: commands, flags, printing
 //	                          > ...
 //	e2e                       end-to-end tests of the reconfd binary
