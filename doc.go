@@ -251,6 +251,8 @@
 //	                          > -
 //	internal/testkit          helpers the tests share
 //	                          > -
+//	internal/testetcd         the etcd member tests run against, in the test's process
+//	                          > propagate/embedded
 //	internal/etcdproc         an embedded etcd member in a child process, for tests
 //	                          > propagate/embedded
 //	internal/gateway          the reconfd gateway: data plane, routing, limits

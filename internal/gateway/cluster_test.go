@@ -19,19 +19,13 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/testetcd"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
-func startEtcd(t testing.TB) *embedded.Server {
-	t.Helper()
-	s, err := embedded.Start(context.Background(), embedded.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+// startEtcd runs the tests' etcd member (internal/testetcd).
+func startEtcd(t testing.TB) *embedded.Server { return testetcd.Start(t, embedded.Config{}) }
 
 // TestClusterWorkers runs two gateways as two workers of one cluster, each
 // with its own copy of the file: a reload on one is applied by the other
@@ -275,11 +269,7 @@ func TestClusterConcurrencyIsGlobal(t *testing.T) {
 // its gate is degraded and it keeps serving on its local share; etcd back,
 // it rejoins.
 func TestClusterGateDegraded(t *testing.T) {
-	c, err := embedded.StartCluster(context.Background(), 1, embedded.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testetcd.StartCluster(t, 1, embedded.Config{})
 	cfg := `
 routing: {default_route: stub}
 backends:
