@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -191,65 +190,13 @@ func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (
 		log.Info("cluster channel", "endpoints", strings.Join(m.Cluster, ","), "prefix", m.Prefix, "worker_id", g.WorkerID())
 	}
 	out.release()
-	log := g.Logger()
 	// A successor (reconfd restart) inherits its predecessor's sockets.
-	lns, err := handoff.Inherited()
-	if err != nil {
-		_ = g.Shutdown(context.Background())
+	p := &single{f: f, lookup: lookup, g: g, reg: reg, log: g.Logger(), sockets: handoff.NewSet()}
+	defer p.sockets.Close()
+	if err := p.start(inherited); err != nil {
 		return exitcode.Fail("%v", err)
 	}
-	raw := lns[lifecycle.ListenerData]
-	if raw == nil {
-		if raw, err = lifecycle.Listen("server.address", g.Config().Server.Address); err != nil {
-			_ = g.Shutdown(context.Background())
-			return exitcode.Fail("%v", err)
-		}
-	}
-	sockets := handoff.NewSet() // what a restart hands on
-	defer sockets.Close()
-	if err := sockets.Add(lifecycle.ListenerData, raw); err != nil {
-		_ = g.Shutdown(context.Background())
-		return exitcode.Fail("%v", err)
-	}
-	ln := handoff.NewDrainListener(raw)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ln) }()
-
-	exe, err := os.Executable()
-	if err != nil {
-		log.Warn("restart is unavailable: cannot find reconfd's own executable", "error", err)
-	}
-	rs := lifecycle.NewSelfRestarter(g, log, exe, os.Args[1:], sockets, inherited)
-	reg.MustRegister(lifecycle.RestartCollector{State: func() (lifecycle.RestartState, bool) { return rs.State(), true }})
-	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running, Handover: rs.Handover()}
-	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		mln := lns[lifecycle.ListenerManagement]
-		if mln == nil {
-			if mln, err = lifecycle.Listen("the management address", addr); err != nil {
-				return nil, err
-			}
-		}
-		return mln, sockets.Add(lifecycle.ListenerManagement, mln)
-	}, func() map[string]any { return withRestart(g.StatusFields(), rs.State(), f.Version) }, admin.WithRestarter(rs))
-	if err != nil {
-		_ = g.Shutdown(context.Background())
-		<-served
-		return exitcode.Fail("%v", err)
-	}
-	if mgmt != nil {
-		rs.Handover().Watch(mgmt.handingOver)
-	}
-	return serveSession(ctx, stopCtx.Done(), stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: rs.HandedOver, Handover: rs.Handover(), TookBack: rs.TookBack,
-		Ready: func() {
-			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
-				log.Error("could not tell the previous process this one is ready", "error", err)
-			}
-			rs.MarkReady()
-			if err := handoff.NotifyReady(); err != nil {
-				log.Warn("could not notify systemd", "error", err)
-			}
-		}})
+	return p.run(ctx, stopCtx.Done(), stopSignals, hold)
 }
 
 // withRestart adds the restart state and this process's version to
