@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -19,13 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/earlysignal"
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
-	"github.com/reconfhq/reconf/internal/restartopt"
 	"github.com/reconfhq/reconf/internal/sighold"
 	"github.com/reconfhq/reconf/metrics"
 )
@@ -205,123 +202,6 @@ func withRestart(m map[string]any, st lifecycle.RestartState, version string) ma
 	m["restart"] = st
 	m["version"] = version
 	return m
-}
-
-// serveWorker is one worker process of a supervisor: the gateway joined to
-// the cluster, accepting on the sockets the supervisor handed it.
-func serveWorker(ctx context.Context, f Options, stderr io.Writer, lookup env) error {
-	parent, err := lifecycle.Attach()
-	if err != nil {
-		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
-	}
-	defer parent.Close()
-	stopCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stopSignals()
-	hold := sighold.Start()
-	defer hold.Release()
-	earlysignal.Handoff()
-
-	wenv := lifecycle.ReadWorkerEnv(lookup)
-	endpoints := f.Cluster
-	if len(endpoints) == 0 && wenv.Channel != "" {
-		endpoints = strings.Split(wenv.Channel, ",")
-	}
-	if len(endpoints) == 0 {
-		return exitcode.Usagef("--worker is for the processes a supervisor starts; run serve --workers N")
-	}
-	lns, err := handoff.Inherited()
-	if err != nil || lns[lifecycle.ListenerData] == nil {
-		return exitcode.Fail("a worker needs the data-plane socket from its supervisor: %v", err)
-	}
-	co := gateway.ClusterOptions{Endpoints: endpoints}
-	if len(f.Cluster) > 0 { // an external cluster; the embedded channel is a private socket
-		if co, err = f.Access.WithEnv(lookup).ClusterOptions(endpoints, lookup); err != nil {
-			return exitcode.Fail("--cluster: %v", err)
-		}
-	}
-	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.ClusterPrefix, f.Worker, wenv.Fleet, f.LeaseTTL
-	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(wenv.Baseline),
-		gateway.WithAcceptShare(wenv.Accept)}
-	if wenv.Publish {
-		// The first new worker of a restart may not be able to run the
-		// fleet's live part with its new restart fields (auth.mode turned
-		// on or off): it then starts on its file, which its reload below
-		// publishes.
-		opts = append(opts, gateway.WithRuntimeOptions(restartopt.Option(restartopt.Restart{StartupPublish: true}).(reconf.Option)))
-	}
-	var pending []string // restart fields the file changed that the fleet has not restarted into
-	if v := wenv.RestartFields; v != "" {
-		rf, err := gateway.ParseRestartFields(v)
-		if err != nil {
-			return exitcode.Fail("%s is malformed", lifecycle.RestartFieldsName)
-		}
-		opts = append(opts, gateway.WithFleetRestartFields(rf, func(p []string) { pending = p }))
-	}
-	g, reg, err := newGateway(stopCtx, f, stderr, lookup, opts...)
-	var ee *exitcode.Error
-	if errors.As(err, &ee) && ee.Code != exitcode.OK && len(pending) > 0 {
-		// The file was checked with the fleet's values of these fields,
-		// not its own: without this the reason reads as if the file did
-		// not set what it sets (keys set "but auth.mode is none").
-		ee.Msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
-			strings.Join(pending, ", "))
-	}
-	if err != nil {
-		return err
-	}
-	log := g.Logger()
-	if len(pending) > 0 {
-		log.Warn("the file changes restart fields the fleet has not restarted into; this worker runs the fleet's values, like its peers, until reconfd restart",
-			"fields", strings.Join(pending, ","))
-	}
-	if wenv.Publish {
-		// The first new worker of a restart: the fleet takes the file's
-		// live part now, before the old workers drain.
-		res, err := g.Reload(ctx, lifecycle.TriggerRestart)
-		if err != nil || !res.Outcome.OK() {
-			_ = g.Shutdown(context.Background())
-			if err != nil {
-				return exitcode.Fail("restart: publishing the file's live part: %v", err)
-			}
-			return exitcode.Fail("restart: publishing the file's live part: %s (%s): %s", res.Outcome, res.Reason, res.Message)
-		}
-	}
-	rs := lifecycle.NewFleetRestarter(g, wenv.Control, wenv.RestartMark)
-	guard := lifecycle.Guard{Runtime: g.Reloads(), Running: rs.Running}
-	reg.MustRegister(lifecycle.RestartCollector{State: rs.State}, workerInfo(f.Worker, g.WorkerID()))
-	ln := handoff.NewDrainListener(lns[lifecycle.ListenerData])
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ln) }()
-	mgmt, err := startManagement(g, guard, f, log, lookup, reg, func(addr string) (net.Listener, error) {
-		if ln := lns[lifecycle.ListenerManagement]; ln != nil {
-			return ln, nil
-		}
-		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
-	}, func() map[string]any {
-		st, _ := rs.State()
-		return withRestart(g.StatusFields(), st, f.Version)
-	}, admin.WithRestarter(rs))
-	if err != nil {
-		_ = g.Shutdown(context.Background())
-		<-served
-		return exitcode.Fail("%v", err)
-	}
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-parent.Gone():
-			log.Warn("the supervisor is gone; shutting down")
-		}
-		close(stop)
-	}()
-	return serveSession(ctx, stop, stopSignals, f, mgmt, &lifecycle.Session{Gateway: g, Data: ln, Served: served, Reloader: guard, Hold: hold,
-		Shared: func() bool { return !wenv.FleetStopping() },
-		Ready: func() {
-			if err := parent.Ready(lifecycle.ReadyStatus(g)); err != nil {
-				log.Error("could not tell the supervisor this worker is ready", "error", err)
-			}
-		}})
 }
 
 // serveSession runs sess with the flags and mgmt (nil: management is
