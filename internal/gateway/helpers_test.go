@@ -284,16 +284,10 @@ func parseChunk(t testing.TB, data string) chunk {
 	return c
 }
 
-// waitFor polls cond for up to 5 seconds.
+// waitFor polls cond for up to 5 seconds (testkit.WaitWithin).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitWithin(t, 5*time.Second, what, cond)
 }
 
 // writeAtomic replaces a file with a rename, as an operator should.
