@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 type benchRoute struct {
@@ -203,15 +205,15 @@ func BenchmarkReloadLargeVsParse(b *testing.B) {
 	var reload, parse, reloadCPU, parseCPU time.Duration
 	for b.Loop() {
 		i++
-		start, startCPU := time.Now(), processCPU()
+		start, startCPU := time.Now(), testkit.CPUTime()
 		if res, err := rt.Reload(context.Background(), TriggerSDK); err != nil || res.Outcome != Published {
 			b.Fatalf("reload: %s %v", res.Outcome, err)
 		}
-		mid, midCPU := time.Now(), processCPU()
+		mid, midCPU := time.Now(), testkit.CPUTime()
 		if _, err := parseOne(context.Background(), docs[i%2]); err != nil {
 			b.Fatal(err)
 		}
-		end, endCPU := time.Now(), processCPU()
+		end, endCPU := time.Now(), testkit.CPUTime()
 		reload, parse = reload+mid.Sub(start), parse+end.Sub(mid)
 		reloadCPU, parseCPU = reloadCPU+midCPU-startCPU, parseCPU+endCPU-midCPU
 	}
