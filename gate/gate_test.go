@@ -323,6 +323,27 @@ func TestUnlimitedBackendSleeps(t *testing.T) {
 	}
 }
 
+// TestWatchdogSleepsInContact: a worker whose renewals succeed does not
+// wake its watchdog: each renewal moves the next phase boundary on. (The
+// cut-off tests check that a worker out of contact still moves on time.)
+func TestWatchdogSleepsInContact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	w := startWorker(t, c.Endpoints())
+	g := w.g
+	time.Sleep(g.period)
+	before := g.wdWakes.Load()
+	time.Sleep(8 * g.period)
+	if n := g.wdWakes.Load() - before; n > 1 {
+		t.Errorf("the watchdog woke %d times in 8 periods in contact, want at most once", n)
+	}
+	if g.Degraded() {
+		t.Error("degraded while in contact")
+	}
+}
+
 // TestGateClose: Close releases the worker's claims at once (the others
 // need not wait for the lease) and fails its limiter's callers.
 func TestGateClose(t *testing.T) {
