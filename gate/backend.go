@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -46,6 +47,9 @@ type backend struct {
 	key   string // pfx + id
 	lim   *Limiter
 	kickc chan struct{}
+	// passes counts the loop's passes, for the tests of what it costs at
+	// rest.
+	passes atomic.Int64
 
 	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
@@ -169,6 +173,7 @@ func (b *backend) run() {
 	ctx := b.g.ctx
 	t := time.NewTicker(b.g.period)
 	defer t.Stop()
+	ticking := true
 	var wch clientv3.WatchChan
 	wcancel := context.CancelFunc(func() {})
 	defer func() { wcancel() }()
@@ -176,12 +181,25 @@ func (b *backend) run() {
 		if wch == nil && b.lim.limit.Load() > 0 && b.g.phase(b.g.now()) < cutEarly {
 			wch, wcancel = b.sync(ctx)
 		}
+		b.passes.Add(1)
 		for range 4 {
 			if !b.reconcile(ctx) {
 				break
 			}
 		}
 		b.ticked = false
+		// An unlimited backend whose record says so has nothing to
+		// balance, and a thousand workers ticking for nothing were a
+		// visible part of an idle fleet's CPU: its loop sleeps until a
+		// limit or a waiter kicks it, or the gate does (a new lease, a
+		// change of phase).
+		if rest := b.atRest(); rest && ticking {
+			t.Stop()
+			ticking = false
+		} else if !rest && !ticking {
+			t.Reset(b.g.period)
+			ticking = true
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -197,6 +215,13 @@ func (b *backend) run() {
 			b.applyEvents(wr.Events)
 		}
 	}
+}
+
+// atRest reports whether the backend is unlimited and its record in
+// etcd, on the current lease, says so: nothing for a tick to do. Only the
+// backend's loop calls it.
+func (b *backend) atRest() bool {
+	return b.lim.limit.Load() == 0 && b.pubLease == b.g.lease.Load() && b.pub == record{}
 }
 
 // sync reads every record of the backend and watches from the next

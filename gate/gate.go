@@ -56,6 +56,11 @@ type Gate struct {
 	kaLost chan struct{} // etcd answered a renewal "not found": take a new lease
 	lost   atomic.Int64  // the lease answered "not found" last (regrant only while it is current)
 	wdKick chan struct{} // ask the watchdog to re-apply capacities now
+	// wdTimer wakes the watchdog at the next phase boundary. Each renewal
+	// moves it on from the receiver's own wake-up, so that a worker in
+	// contact never wakes its watchdog.
+	wdTimer *time.Timer
+	wdWakes atomic.Int64 // the watchdog's wake-ups, for the tests of its cost at rest
 
 	mu       sync.Mutex // guards backends and closed
 	backends map[string]*backend
@@ -91,6 +96,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 		kaKick:   make(chan struct{}, 1),
 		kaLost:   make(chan struct{}, 1),
 		wdKick:   make(chan struct{}, 1),
+		wdTimer:  time.NewTimer(time.Hour),
 		backends: make(map[string]*backend),
 	}
 	g.timings()
@@ -267,11 +273,13 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 			break
 		}
 	}
-	// A renewal in contact changes no phase: the watchdog finds the later
-	// contact at its next wake. A rejoin must cut to the share now.
+	// A renewal in contact changes no phase: it moves the watchdog's
+	// wake to the new boundary. A rejoin must cut to the share now.
 	if rejoin {
 		kick(g.wdKick)
+		return
 	}
+	g.wdTimer.Reset(max(0, time.Duration(g.lastContact.Load())+g.grace-g.now()))
 }
 
 func (g *Gate) regrant() {
@@ -343,7 +351,8 @@ func (c *cutLog) log(g *Gate, now time.Duration) {
 // whatever the backend loops are blocked on: the drop to min(claim, share)
 // at grace, the local share at grace+late, the cut to the share on rejoin.
 func (g *Gate) watchdog() {
-	t := time.NewTimer(g.period)
+	t := g.wdTimer
+	t.Reset(g.period)
 	defer t.Stop()
 	last := connected
 	var cuts cutLog
@@ -354,6 +363,7 @@ func (g *Gate) watchdog() {
 		case <-t.C:
 		case <-g.wdKick:
 		}
+		g.wdWakes.Add(1)
 		now := g.now()
 		ph := g.phase(now)
 		changed := ph != last
@@ -366,10 +376,10 @@ func (g *Gate) watchdog() {
 			}
 		}
 		// Wake at the next phase boundary (past the last one, after a
-		// period). While renewals succeed they move the boundary on, so a
-		// worker in contact wakes about once a period, not on every
-		// renewal: with a thousand workers in one process the wakes were
-		// a visible part of its idle CPU.
+		// period). While renewals succeed each moves the boundary on
+		// (contact), so a worker in contact does not wake at all: with a
+		// thousand workers in one process the wakes were a visible part of
+		// its idle CPU.
 		next := now + g.period
 		lc := time.Duration(g.lastContact.Load())
 		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late} {

@@ -286,6 +286,64 @@ func TestClusterUnlimitedSwitch(t *testing.T) {
 	}
 }
 
+// TestUnlimitedBackendSleeps: a backend without a limit whose record
+// says so does not tick (a thousand workers ticking for nothing were part
+// of an idle fleet's CPU), and wakes for a limit and balances it.
+func TestUnlimitedBackendSleeps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	ws := startWorkers(t, c.Endpoints(), 2)
+	ls := limiters(ws, "b")
+	cli := newClient(t, c.Endpoints())
+	defer cli.Close()
+	if !eventually(5*time.Second, func() bool {
+		resp, err := cli.Get(context.Background(), DefaultPrefix+"b/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	}) {
+		t.Fatal("records of the unlimited workers never appeared")
+	}
+	b := ws[0].g.backendList()[0]
+	time.Sleep(ws[0].g.period)
+	before := b.passes.Load()
+	time.Sleep(8 * ws[0].g.period)
+	if n := b.passes.Load() - before; n > 1 {
+		t.Errorf("an unlimited backend's loop ran %d times in 8 periods at rest, want at most once", n)
+	}
+	publish(ls, 2)
+	held := []Slot{mustGet(t, acquireAsync(t.Context(), ls[0])), mustGet(t, acquireAsync(t.Context(), ls[1]))}
+	before = b.passes.Load()
+	time.Sleep(4 * ws[0].g.period)
+	if n := b.passes.Load() - before; n < 2 {
+		t.Errorf("a limited backend's loop ran %d times in 4 periods, want it to tick", n)
+	}
+	for _, s := range held {
+		s.Release()
+	}
+}
+
+// TestWatchdogSleepsInContact: a worker whose renewals succeed does not
+// wake its watchdog: each renewal moves the next phase boundary on. (The
+// cut-off tests check that a worker out of contact still moves on time.)
+func TestWatchdogSleepsInContact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	w := startWorker(t, c.Endpoints())
+	g := w.g
+	time.Sleep(g.period)
+	before := g.wdWakes.Load()
+	time.Sleep(8 * g.period)
+	if n := g.wdWakes.Load() - before; n > 1 {
+		t.Errorf("the watchdog woke %d times in 8 periods in contact, want at most once", n)
+	}
+	if g.Degraded() {
+		t.Error("degraded while in contact")
+	}
+}
+
 // TestGateClose: Close releases the worker's claims at once (the others
 // need not wait for the lease) and fails its limiter's callers.
 func TestGateClose(t *testing.T) {

@@ -35,12 +35,14 @@
 //
 // A Follower reads the key, then watches it from the read's revision, and
 // applies every version newer than the one its runtime holds through
-// reconf.Runtime.Apply. Every resync interval (1s) it makes sure the watch
-// missed nothing, as a safety net: by an etcd progress request on the
-// watch's stream while the watch runs, by a read after an unanswered one,
-// every tenth interval, and while the watch is broken. A failed apply keeps the runtime's
-// generation whole; the follower records the reason in its row and retries
-// with backoff (50ms doubling to 2s) and at once on every newer version.
+// reconf.Runtime.Apply. Every resync interval (2s) it makes sure the watch
+// missed nothing, as a safety net: by etcd's progress notifications on the
+// watch while they come (the embedded member sends one a second), by a
+// progress request when they stop and a read when that goes unanswered,
+// by a read every fifth interval, and by one every interval while the
+// watch is broken. A failed apply keeps the runtime's generation whole;
+// the follower records the reason in its row and retries with backoff
+// (50ms doubling to 1s) and at once on every newer version.
 // It never applies a version not greater than the one held, and neither
 // does the runtime.
 //

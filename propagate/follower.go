@@ -23,9 +23,9 @@ import (
 
 // Defaults of a Follower's options.
 const (
-	DefaultResyncInterval = time.Second
+	DefaultResyncInterval = 2 * time.Second
 	DefaultMinBackoff     = 50 * time.Millisecond
-	DefaultMaxBackoff     = 2 * time.Second
+	DefaultMaxBackoff     = time.Second
 	DefaultLeaseTTL       = 3 * time.Second
 	// DefaultHostTTL is how long a host's record (HostRow) outlives the
 	// last renewal of its workers: a host whose workers all died without
@@ -68,9 +68,9 @@ type options struct {
 }
 
 // WithResyncInterval sets how often the follower makes sure its watch
-// missed nothing, the safety net behind it (default 1s): by a progress
-// request while the watch runs, by a read of the key otherwise (see
-// resyncPlan).
+// missed nothing, the safety net behind it (default 2s): by etcd's
+// progress notifications while the watch runs (a request, then a read,
+// when they stop), by a read of the key otherwise (see resyncPlan).
 func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -80,7 +80,7 @@ func WithResyncInterval(d time.Duration) Option {
 }
 
 // WithBackoff sets the retry delay after a failed apply: min, doubling on
-// each failure of the same version, capped at max (defaults 50ms and 2s).
+// each failure of the same version, capped at max (defaults 50ms and 1s).
 func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) {
 		if min > 0 && max >= min {
@@ -174,6 +174,7 @@ type Follower struct {
 	rowGone    atomic.Bool   // a resync found no row: write it again
 	hostGone   atomic.Bool   // a resync found no host record: write it again
 	reads      atomic.Int64  // resync reads, for tests of the resync's cost
+	asks       atomic.Int64  // progress requests, for the same tests
 
 	// Owned by the presence goroutine (and Follow before it starts).
 	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
@@ -352,11 +353,16 @@ func (f *Follower) run() {
 	retry.Stop()
 	defer func() { wcancel() }()
 	keyOnly := false // etcd refused the watch of the record's range: the record's key alone
-	tick := time.NewTicker(f.o.resync / resyncTicks)
-	defer tick.Stop()
-	var plan resyncPlan
+	plan := resyncPlan{interval: f.o.resync}
+	due := time.NewTimer(f.o.resync)
+	defer due.Stop()
+	// rearm sets the resync timer to the plan's next step. It runs in the
+	// wake-ups the loop has anyway (a watch response, a step), so a
+	// healthy watch costs no wake-up of its own.
+	rearm := func() { due.Reset(max(0, time.Until(plan.due(wch != nil)))) }
 
 	resync := func() {
+		plan.read(time.Now())
 		f.mu.Lock()
 		have := f.latest.Version
 		f.mu.Unlock()
@@ -392,7 +398,7 @@ func (f *Follower) run() {
 			// write nothing for hours. The one event replayed is not newer
 			// than the read; the watch joins etcd's synced set within its
 			// 100 ms sync pass.
-			opts := []clientv3.OpOption{clientv3.WithRev(rev)}
+			opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithProgressNotify()}
 			if !keyOnly {
 				opts = append(opts, f.ch.recordRange())
 			}
@@ -427,8 +433,8 @@ func (f *Follower) run() {
 		}
 		denied = false
 		at := time.Now()
+		plan.proved(at)
 		if wr.IsProgressNotify() {
-			plan.proved(at)
 			f.readOK()
 			return
 		}
@@ -448,6 +454,7 @@ func (f *Follower) run() {
 	}
 
 	resync()
+	rearm()
 	for {
 		if f.ctx.Err() != nil {
 			return
@@ -483,13 +490,15 @@ func (f *Follower) run() {
 					drained = true
 				}
 			}
-		case now := <-tick.C:
+			rearm()
+		case now := <-due.C:
 			switch plan.next(now, wch != nil) {
 			case stepRead:
 				resync()
 			case stepProgress:
 				f.requestProgress()
 			}
+			rearm()
 		case <-retry.C:
 			waiting = false
 		}
@@ -500,6 +509,7 @@ func (f *Follower) run() {
 // stream (see resyncPlan). The context carries the watch's metadata, which
 // names the stream; a failed request leaves the next tick to read.
 func (f *Follower) requestProgress() {
+	f.asks.Add(1)
 	ctx, cancel := f.ch.reqCtx(clientv3.WithRequireLeader(f.ctx))
 	defer cancel()
 	if err := f.ch.cli.RequestProgress(ctx); err != nil && f.ctx.Err() == nil {

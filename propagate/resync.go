@@ -3,37 +3,40 @@ package propagate
 import "time"
 
 // readEvery is how many resync intervals pass between two resync reads
-// while the watch proves itself live by progress notifications: the read
-// also finds this worker's row gone (deleted under a live lease), which
-// the watch of the record does not see.
-const readEvery = 10
+// while the watch proves itself live: the read also finds this worker's
+// row or its host's record gone (deleted under a live lease, or lapsed
+// with another worker's lease), which the watch of the record does not
+// see. With the default interval it is one read every 10 seconds.
+const readEvery = 5
 
-// resyncPlan decides, every third of the resync interval (a tick), how
-// the follower makes sure its watch missed nothing. A read of the
-// record's version from every follower every interval was most of a
-// fleet's cost at rest (1,000 linearizable reads a second for 1,000
-// workers). Instead, while the watch runs, the follower asks etcd for a
-// progress notification (one message on the watch's stream, no read):
-// etcd answers once every event up to its current revision was delivered
-// on the stream, which proves what a read finding nothing newer proves.
-// A tick after a notification (anyone's: a shared client's stream
-// broadcasts it to each watch) needs nothing; a tick after none asks; a
-// tick after an unanswered request reads, as does every readEvery-th
-// interval and every interval while the watch is broken. A version the
-// watch lost is so found within one interval: a proof before it, a tick
-// with nothing to do, a request, then a read, each a third apart.
+// resyncPlan decides when the follower makes sure its watch missed
+// nothing. A read of the record's version from every follower every
+// interval was most of a fleet's cost at rest (1,000 linearizable reads a
+// second for 1,000 workers), and so, after it, was a progress request
+// from every follower every two thirds of a second. Instead the watch
+// asks etcd for progress notifications (WithProgressNotify): a member
+// sends one on each such watch every --watch-progress-notify-interval
+// (the embedded member: every second), and only once every event up to
+// its current revision was delivered on the stream, which proves what a
+// read finding nothing newer proves. Any response of the watch, an event
+// or a notification, is such a proof of the moment it arrives.
+//
+// While proofs keep coming the follower sets no timer but the one for
+// the periodic read. A watch silent for two thirds of an interval (an
+// external cluster that sends no notifications, a stalled stream) gets a
+// progress request (one message on the watch's stream, no read); one
+// still silent a third of an interval later is read. A version the watch
+// lost after its last proof is so found within one interval of that
+// proof. Without a watch the follower reads once an interval.
 // Only the follower's run loop touches it.
 type resyncPlan struct {
-	ticks     int       // ticks since the follower started
-	asked     bool      // a progress request is outstanding
-	lastTick  time.Time // the previous tick
-	lastProof time.Time // the last progress notification
+	interval  time.Duration
+	lastProof time.Time // the last response of the watch
+	lastRead  time.Time // the last resync read
+	asked     time.Time // an unanswered progress request; zero if none
 }
 
-// resyncTicks is how many ticks make one resync interval.
-const resyncTicks = 3
-
-// resyncStep is what the follower does at a tick.
+// resyncStep is what the follower does when its resync timer fires.
 type resyncStep int
 
 const (
@@ -42,32 +45,64 @@ const (
 	stepProgress            // a progress request on the watch's stream
 )
 
-// next is the step at a tick. watching: the watch is established.
+// askAfter is how long a silent watch waits before a progress request,
+// and answerWithin how long the request may go unanswered before a read:
+// together one interval.
+func (p *resyncPlan) askAfter() time.Duration     { return p.interval * 2 / 3 }
+func (p *resyncPlan) answerWithin() time.Duration { return p.interval - p.askAfter() }
+
+// next is the step due at now. watching: the watch is established. A
+// stepRead is the caller's to note (read).
 func (p *resyncPlan) next(now time.Time, watching bool) resyncStep {
-	p.ticks++
-	proved := p.lastProof.After(p.lastTick)
-	p.lastTick = now
+	if !p.asked.IsZero() && p.lastProof.After(p.asked) {
+		p.asked = time.Time{} // answered
+	}
 	switch {
 	case !watching:
-		p.asked = false
-		if p.ticks%resyncTicks == 0 {
+		p.asked = time.Time{}
+		if !now.Before(p.lastRead.Add(p.interval)) {
 			return stepRead
 		}
-		return stepNothing
-	case p.ticks%(resyncTicks*readEvery) == 0:
-		p.asked = false
+	case !now.Before(p.lastRead.Add(readEvery * p.interval)):
 		return stepRead
-	case proved:
-		p.asked = false
-		return stepNothing
-	case p.asked:
-		p.asked = false
+	case !p.asked.IsZero() && !now.Before(p.asked.Add(p.answerWithin())):
 		return stepRead
-	default:
-		p.asked = true
+	case p.asked.IsZero() && !now.Before(p.lastProof.Add(p.askAfter())):
+		p.asked = now
 		return stepProgress
+	}
+	return stepNothing
+}
+
+// read notes a resync read at now: it proves what a progress
+// notification proves.
+func (p *resyncPlan) read(now time.Time) {
+	p.lastRead, p.asked = now, time.Time{}
+	p.proved(now)
+}
+
+// proved notes a response of the watch at now.
+func (p *resyncPlan) proved(now time.Time) {
+	if now.After(p.lastProof) {
+		p.lastProof = now
 	}
 }
 
-// proved records a progress notification.
-func (p *resyncPlan) proved(now time.Time) { p.lastProof = now }
+// due is when the next step may be due.
+func (p *resyncPlan) due(watching bool) time.Time {
+	switch {
+	case !watching:
+		return p.lastRead.Add(p.interval)
+	case p.asked.IsZero():
+		return earlier(p.lastRead.Add(readEvery*p.interval), p.lastProof.Add(p.askAfter()))
+	default:
+		return earlier(p.lastRead.Add(readEvery*p.interval), p.asked.Add(p.answerWithin()))
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -5,66 +5,142 @@ import (
 	"time"
 )
 
-// TestResyncPlanReadsOnlyToCheckTheRow: while every progress request is
-// answered before the next tick, the follower reads only every readEvery
-// intervals, and asks at most every other tick.
-func TestResyncPlanReadsOnlyToCheckTheRow(t *testing.T) {
-	var p resyncPlan
-	now := time.Unix(0, 0)
-	tick := time.Second / resyncTicks
-	reads, asks := 0, 0
-	const intervals = 100
-	for range intervals * resyncTicks {
-		now = now.Add(tick)
-		switch p.next(now, true) {
+// simulate runs a plan for the given span, stepping from one due time
+// to the next as the follower's timer would, with the watch established.
+// notify is the period of the member's progress notifications (0: none);
+// answer, when not nil, says whether a progress request made at a time is
+// answered (after a tenth of the interval). It returns the steps taken
+// with their times.
+func simulate(interval, span, notify time.Duration, answer func(at time.Duration) bool) (steps []resyncStep, at []time.Duration) {
+	t0 := time.Unix(0, 0)
+	p := resyncPlan{interval: interval}
+	p.read(t0)
+	now := time.Duration(0)
+	nextNotify := notify
+	var answerAt time.Duration = -1
+	for now < span {
+		due := p.due(true).Sub(t0)
+		// Responses of the watch before the due time move it on, as the
+		// follower's rearm does.
+		if notify > 0 && nextNotify <= due {
+			now = nextNotify
+			p.proved(t0.Add(now))
+			nextNotify += notify
+			continue
+		}
+		if answerAt >= 0 && answerAt <= due {
+			now = answerAt
+			p.proved(t0.Add(now))
+			answerAt = -1
+			continue
+		}
+		now = due
+		switch st := p.next(t0.Add(now), true); st {
 		case stepRead:
-			reads++
+			p.read(t0.Add(now))
+			steps, at = append(steps, st), append(at, now)
 		case stepProgress:
-			asks++
-			p.proved(now.Add(tick / 2)) // the answer, before the next tick
+			steps, at = append(steps, st), append(at, now)
+			if answer != nil && answer(now) {
+				answerAt = now + interval/10
+			}
 		}
 	}
-	if reads != intervals/readEvery {
-		t.Errorf("%d reads in %d intervals, want %d", reads, intervals, intervals/readEvery)
+	return steps, at
+}
+
+func count(steps []resyncStep, want resyncStep) int {
+	n := 0
+	for _, s := range steps {
+		if s == want {
+			n++
+		}
 	}
-	if max := intervals * resyncTicks / 2; asks > max+1 {
-		t.Errorf("%d progress requests in %d ticks, want at most %d", asks, intervals*resyncTicks, max)
+	return n
+}
+
+// TestResyncPlanAtRestOnlyReads: with the member's notifications
+// arriving every second, a follower at rest sends no progress request
+// and reads only every readEvery intervals: its only own wake-ups.
+func TestResyncPlanAtRestOnlyReads(t *testing.T) {
+	const interval, intervals = 2 * time.Second, 100
+	steps, _ := simulate(interval, intervals*interval, 1100*time.Millisecond, nil)
+	if n := count(steps, stepProgress); n != 0 {
+		t.Errorf("%d progress requests with notifications every 1.1s, want none", n)
+	}
+	if n, want := count(steps, stepRead), intervals/readEvery; n != want {
+		t.Errorf("%d reads in %d intervals, want %d", n, intervals, want)
+	}
+	if len(steps) != intervals/readEvery {
+		t.Errorf("%d steps, want only the reads", len(steps))
+	}
+}
+
+// TestResyncPlanAsksWithoutNotifications: on a cluster that sends no
+// notifications (an external one with etcd's default of 10 minutes), the
+// follower asks for progress every two thirds of an interval, and reads
+// only every readEvery intervals while its requests are answered.
+func TestResyncPlanAsksWithoutNotifications(t *testing.T) {
+	const interval, intervals = 2 * time.Second, 60
+	steps, _ := simulate(interval, intervals*interval, 0, func(time.Duration) bool { return true })
+	if n, max := count(steps, stepProgress), intervals*3/2+1; n > max || n < max/2 {
+		t.Errorf("%d progress requests in %d intervals, want about %d", n, intervals, max)
+	}
+	if n, want := count(steps, stepRead), intervals/readEvery; n > want+1 {
+		t.Errorf("%d reads in %d intervals, want %d", n, intervals, want)
 	}
 }
 
 // TestResyncPlanFindsALostVersionWithinAnInterval: a watch that goes
-// silent (its requests unanswered from some point) is read within one
-// resync interval of any version it lost, whenever the last proof came:
-// the staleness bound (resync interval + maximum backoff) holds.
+// silent at any moment (no notification, no answer to a request) is read
+// within one resync interval of its last proof, so a version lost after
+// it is found within the interval and the staleness bound (resync
+// interval + maximum backoff) holds; with notifications or without.
 func TestResyncPlanFindsALostVersionWithinAnInterval(t *testing.T) {
-	tick := time.Second / resyncTicks
-	for silentAfter := 0; silentAfter < 2*resyncTicks*readEvery; silentAfter++ {
-		for _, proofAt := range []time.Duration{tick / 10, tick / 2, tick - 1} {
-			var p resyncPlan
-			now := time.Unix(0, 0)
-			var lost time.Time // the first instant the watch can lose a version
-			for i := 0; ; i++ {
-				now = now.Add(tick)
-				step := p.next(now, true)
-				if !lost.IsZero() && step == stepRead {
-					if d := now.Sub(lost); d > time.Second {
-						t.Fatalf("silent after tick %d (proof %v into a tick): read %v after the loss, want within 1s", silentAfter, proofAt, d)
-					}
-					break
-				}
-				if step == stepProgress && i < silentAfter {
-					p.proved(now.Add(proofAt))
+	const interval = 2 * time.Second
+	for _, notify := range []time.Duration{0, time.Second, 1100 * time.Millisecond} {
+		for silent := time.Duration(0); silent < 3*readEvery*interval; silent += 70 * time.Millisecond {
+			t0 := time.Unix(0, 0)
+			p := resyncPlan{interval: interval}
+			p.read(t0)
+			var lastProof time.Duration
+			nextNotify, answerAt := notify, time.Duration(-1)
+			now := time.Duration(0)
+			for {
+				due := p.due(true).Sub(t0)
+				if notify > 0 && nextNotify <= due && nextNotify < silent {
+					now, lastProof = nextNotify, nextNotify
+					p.proved(t0.Add(now))
+					nextNotify += notify
 					continue
 				}
-				if lost.IsZero() && i >= silentAfter {
-					lost = now // conservatively: lost just after the last proof before this tick
-					if !p.lastProof.IsZero() && p.lastProof.Before(now) {
-						lost = p.lastProof
+				if answerAt >= 0 && answerAt <= due {
+					now = answerAt
+					if now < silent {
+						lastProof = now
+						p.proved(t0.Add(now))
 					}
+					answerAt = -1
+					continue
 				}
-				if i > silentAfter+10*resyncTicks {
-					t.Fatalf("silent after tick %d: no read", silentAfter)
+				now = due
+				st := p.next(t0.Add(now), true)
+				if st == stepProgress {
+					answerAt = now + interval/10
+					continue
 				}
+				if st != stepRead {
+					continue
+				}
+				p.read(t0.Add(now))
+				if now < silent {
+					lastProof = now
+					continue
+				}
+				if now-lastProof > interval {
+					t.Fatalf("notify %v, silent from %v: read %v after the last proof, want within %v", notify, silent, now-lastProof, interval)
+				}
+				break
 			}
 		}
 	}
@@ -72,12 +148,15 @@ func TestResyncPlanFindsALostVersionWithinAnInterval(t *testing.T) {
 
 // TestResyncPlanWithoutWatch reads once an interval.
 func TestResyncPlanWithoutWatch(t *testing.T) {
-	var p resyncPlan
-	now := time.Unix(0, 0)
+	const interval = 2 * time.Second
+	t0 := time.Unix(0, 0)
+	p := resyncPlan{interval: interval}
+	p.read(t0)
 	reads := 0
-	for range 10 * resyncTicks {
-		now = now.Add(time.Second / resyncTicks)
-		if p.next(now, false) == stepRead {
+	for now := time.Duration(0); now < 10*interval; {
+		now = p.due(false).Sub(t0)
+		if p.next(t0.Add(now), false) == stepRead {
+			p.read(t0.Add(now))
 			reads++
 		}
 	}
@@ -105,6 +184,30 @@ func TestLiveWatchNeedsNoResyncReads(t *testing.T) {
 	}
 	if r := b.f.Row(); r.State != StateOK {
 		t.Errorf("the follower's row says %s, want ok", r.State)
+	}
+	a.reload(t, configYAML("gw", 2, "KEY1"))
+	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
+}
+
+// TestNotifiedWatchAsksNothing: on the embedded member, whose progress
+// notifications arrive every second, a follower at the default resync
+// interval sends no progress request and makes no read at rest, and still
+// applies a version at once.
+func TestNotifiedWatchAsksNothing(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
+	time.Sleep(DefaultResyncInterval) // the first notifications
+	reads, asks := b.f.reads.Load(), b.f.asks.Load()
+	time.Sleep(2 * DefaultResyncInterval)
+	if n := b.f.reads.Load() - reads; n != 0 {
+		t.Errorf("%d resync reads in two intervals at rest, want none", n)
+	}
+	// A loaded machine may hold a notification past two thirds of an
+	// interval once; more is the follower asking on its own.
+	if n := b.f.asks.Load() - asks; n > 1 {
+		t.Errorf("%d progress requests in two intervals at rest, want none", n)
 	}
 	a.reload(t, configYAML("gw", 2, "KEY1"))
 	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))

@@ -115,6 +115,13 @@ type TLSFiles struct {
 	TrustedCAFile string
 }
 
+// ProgressNotifyInterval is how often a member sends a progress
+// notification on each watch that asks for them (etcd's
+// --watch-progress-notify-interval). A propagate follower on an external
+// cluster with a longer setting asks for progress itself when a
+// notification is late.
+const ProgressNotifyInterval = time.Second
+
 // ErrStopped is returned when a member is used after it stopped.
 var ErrStopped = errors.New("embedded: member stopped")
 
@@ -281,6 +288,11 @@ func (s *Server) configLocked() *embed.Config {
 	// (propagate.Connect's client sends up to 8 MiB).
 	c.MaxRequestBytes = 8 << 20
 	c.Metrics = "basic"
+	// Followers prove their watches live by the member's progress
+	// notifications instead of asking (propagate's resync): one message a
+	// second on each watch, well inside the followers' two-second resync
+	// interval. The setting is process-wide in etcd's server package.
+	c.WatchProgressNotifyInterval = ProgressNotifyInterval
 	// Presence heartbeats write a little every second; keep history short.
 	c.AutoCompactionMode = embed.CompactorModePeriodic
 	c.AutoCompactionRetention = "5m"
