@@ -313,7 +313,7 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 			s.NextStep = start.Add(s.Strategy.FinalBake)
 		}
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
 	if !w.EarlierBaseline && w.Active.Requests > 0 {
@@ -415,7 +415,7 @@ func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window
 		s.Decision, s.Decider, s.Reason = d, DeciderRollout, reason
 		s.NextStep = now.Add(step)
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
 	r.decide(ro, change, w, v)
@@ -430,7 +430,7 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 		s.Decision, s.Decider, s.Reason = Promote, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
 	r.promoteLocal(ro)
@@ -471,11 +471,12 @@ func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint6
 	}
 	if _, fleet := r.rolloutChannel(); fleet && !r.adopting {
 		rec, err := r.generationRecord(ro.active)
+		rec.RolledBack = ro.content
 		if err != nil {
 			r.o.logger.Error("rollout: the active generation's record could not be made; the rollback waits", "error", err)
 			return
 		}
-		if !r.fleetWrite(ro, change, &rec, ro.content) {
+		if !r.fleetWrite(ro, change, &rec) {
 			return
 		}
 	}
@@ -602,7 +603,7 @@ func (r *Runtime[T]) PauseRollout(ctx context.Context) (RolloutStatus, error) {
 		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason, s.NextStep = Paused, Pause, actor, "operator", time.Time{}
 		}
-		if r.fleetWrite(ro, change, nil, "") {
+		if r.fleetWrite(ro, change, nil) {
 			r.decide(ro, change, nil, nil)
 		}
 	})
@@ -621,7 +622,7 @@ func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
 			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
 			s.NextStep = now.Add(step)
 		}
-		if r.fleetWrite(ro, change, nil, "") {
+		if r.fleetWrite(ro, change, nil) {
 			r.decide(ro, change, nil, nil)
 		}
 	})

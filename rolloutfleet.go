@@ -31,9 +31,8 @@ type RolloutChannel interface {
 	// prev as this worker saw it (else an *Error with ReasonSuperseded);
 	// with rec, rec is written as version next.Result in the same
 	// transaction (a rollback: the active content again, as a new
-	// version). rolledBack, when not empty, is the content digest the
-	// decision took out of service.
-	Decide(ctx context.Context, prev, next RolloutState, rec *Record, rolledBack string) error
+	// version, whose RolledBack names the candidate's content).
+	Decide(ctx context.Context, prev, next RolloutState, rec *Record) error
 	// Driving reports whether this worker judges rollout id's steps.
 	Driving(id uint64) bool
 	// FleetCounts returns the counts of the active generation and the
@@ -206,7 +205,7 @@ func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 // failed write (etcd unreachable, or the state moved on) leaves the
 // rollout as it is here: nothing is decided that the fleet does not hold.
 // It holds the slot.
-func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record, rolledBack string) bool {
+func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record) bool {
 	rc, ok := r.rolloutChannel()
 	if !ok || r.adopting {
 		return true
@@ -215,7 +214,7 @@ func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec 
 	change(&next)
 	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
 	defer cancel()
-	err := rc.Decide(ctx, ro.state, next, rec, rolledBack)
+	err := rc.Decide(ctx, ro.state, next, rec)
 	if err == nil {
 		return true
 	}
@@ -257,27 +256,4 @@ func sameState(a, b RolloutState) bool {
 // and a driver that decides nothing for two step lengths is lost.
 func fleetPoll(step time.Duration) time.Duration {
 	return min(max(step/4, 10*time.Millisecond), 250*time.Millisecond)
-}
-
-// rolledBackReader is a channel that tells the content digest its fleet's
-// last rollback took out of service and the version that rollback
-// published (package propagate's Channel is one).
-type rolledBackReader interface {
-	RolledBack() (digest string, version uint64)
-}
-
-// rolledBackMark is the content a reload over prev must refuse: this
-// runtime's own mark, else, while prev is the version a fleet's rollback
-// published, the digest that rollback took out of service, which a
-// worker that joined after it learns from the channel.
-func (r *Runtime[T]) rolledBackMark(prev *Generation[T]) string {
-	if r.rolledBack != "" {
-		return r.rolledBack
-	}
-	if rb, ok := r.o.channel.(rolledBackReader); ok {
-		if d, v := rb.RolledBack(); v == prev.id {
-			return d
-		}
-	}
-	return ""
 }

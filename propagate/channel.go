@@ -229,18 +229,6 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 	if u.Rollout != nil && u.Rollout.Phase != reconf.RolledBack {
 		return c.joinRollout(ctx, u)
 	}
-	if u.Rollout != nil {
-		// A rollback's record: the worker keeps the digest the rollback
-		// took out of service (RolledBack), so that it too refuses the
-		// rolled-back content a file may still hold.
-		rr, err := c.readRollout(ctx)
-		if err != nil {
-			return 0, reconf.Record{}, err
-		}
-		if rr.stRev != 0 {
-			c.note(rr.st, rr.stRev, rr.rolledBack)
-		}
-	}
 	return u.Version, u.Record, nil
 }
 

@@ -397,13 +397,31 @@ type atomicGen struct {
 func (a *atomicGen) get() uint64  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
 func (a *atomicGen) set(v uint64) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
 
+// revert reverts w's fleet to generation to, again while the worker
+// answers busy: it may still be settling the version it just applied.
+func (w *worker) revert(t *testing.T, to uint64) reconf.Result {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := w.rt.Revert(context.Background(), reconf.TriggerAPI, to)
+		if err != nil {
+			t.Fatalf("worker %s: Revert: %v", w.id, err)
+		}
+		if res.Outcome != reconf.Busy || time.Now().After(deadline) {
+			return res
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestFleetRevert: a worker that did not publish them reverts the fleet
 // to a recorded version: the content is published as a new version every
-// worker applies, and that worker refuses a reload of the content it
-// reverted away.
+// worker applies, and every worker, and one that joins later, refuses a
+// reload of the content it reverted away.
 func TestFleetRevert(t *testing.T) {
 	s := startServer(t)
-	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 3)
 	all := []*worker{ws[0].worker, ws[1].worker, ws[2].worker}
 	for i, limit := range []int{4, 5} {
 		if res := ws[0].reload(t, configYAML("gw", limit, "KEY1")); res.Outcome != reconf.Published {
@@ -411,9 +429,8 @@ func TestFleetRevert(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, "every worker applies", converged(all, uint64(i+2)))
 	}
-	res, err := ws[2].rt.Revert(context.Background(), reconf.TriggerAPI, 2)
-	if err != nil || res.Outcome != reconf.Published || res.Generation != 4 {
-		t.Fatalf("Revert: %+v, %v", res, err)
+	if res := ws[2].revert(t, 2); res.Outcome != reconf.Published || res.Generation != 4 {
+		t.Fatalf("Revert: %+v", res)
 	}
 	waitFor(t, 5*time.Second, "every worker applies the reverted content", converged(all, 4))
 	for _, w := range ws {
@@ -421,8 +438,12 @@ func TestFleetRevert(t *testing.T) {
 			t.Fatalf("worker %s runs limit %d after the revert", w.id, w.limit())
 		}
 	}
-	if res := ws[2].reload(t, configYAML("gw", 5, "KEY1")); res.Reason != reconf.ReasonRolledBack {
-		t.Fatalf("a reload of the reverted content: %+v", res)
+	away := configYAML("gw", 5, "KEY1")
+	late := startWorker(t, s.Endpoints(), prefix, "late", workerOpts{data: away})
+	for _, w := range append(all, late) {
+		if res := w.reload(t, away); res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonRolledBack {
+			t.Fatalf("worker %s: a reload of the content reverted away: %s %s (%s)", w.id, res.Outcome, res.Reason, res.Message)
+		}
 	}
 }
 
