@@ -25,7 +25,6 @@ type rollout[T any] struct {
 	activeData   []byte // the runtime's activeData before the candidate
 	content      string // contentDigest of the candidate as the source holds it
 	base         [2]Counts
-	baseline     Figures // the active generation's last window that had requests
 	lastWindow   *Window
 	lastVerdict  *Verdict
 	wake         chan struct{} // the state changed outside the driver
@@ -122,7 +121,9 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
 	start := now.Add(r.settle(s))
+	ac, _ := r.rec.Counts(active)
 	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
+		Baseline: ac.Figures(active),
 		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
 		Started: now, StepStarted: start}
 	st.NextStep = start.Add(st.Strategy.StepInterval)
@@ -145,7 +146,7 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 	}
 	r.rec.Track(prev.id, next.id)
 	ac, _ := r.rec.Counts(prev.id)
-	ro.base[0], ro.baseline = ac, ac.Figures(prev.id) // before the rollout
+	ro.base[0] = ac
 	ro.base[1], _ = r.rec.Counts(next.id)
 	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID})
 	r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
@@ -271,7 +272,7 @@ func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
 	w := Window{Rollout: st.ID, Step: st.Step, Share: st.Share, Start: st.StepStarted, End: r.o.now(),
 		Active: ac.Figures(ro.active.id), Candidate: cc.Figures(ro.cand.id), Strategy: st.Strategy}
 	if st.Share == FullShare {
-		w.Active, w.EarlierBaseline = ro.baseline, true
+		w.Active, w.EarlierBaseline = st.Baseline, true
 	}
 	fn := r.o.health
 	if fn == nil {
@@ -303,6 +304,9 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	}
 	start := r.o.now().Add(r.settle(ro.state.Strategy))
 	change := func(s *RolloutState) {
+		if !w.EarlierBaseline && w.Active.Requests > 0 {
+			s.Baseline = w.Active
+		}
 		s.Step++
 		s.Share = next
 		s.Extensions = 0
@@ -315,9 +319,6 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	}
 	if !r.fleetWrite(ro, change, nil) {
 		return
-	}
-	if !w.EarlierBaseline && w.Active.Requests > 0 {
-		ro.baseline = w.Active
 	}
 	r.widenLocal(ro, next, start)
 	r.decide(ro, change, w, v)

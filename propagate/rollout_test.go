@@ -537,3 +537,47 @@ func TestFleetJoinerRefusesRolledBackContent(t *testing.T) {
 		t.Fatalf("another change: %+v", res)
 	}
 }
+
+// TestFleetRolloutTakeoverInFinalBake: the driver dies during the final
+// bake, and the worker that takes over judges it against the fleet's
+// baseline, carried in the state, not its own (here empty: no worker
+// served a request before the rollout), so the good candidate promotes.
+func TestFleetRolloutTakeoverInFinalBake(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3, WithLeaseTTL(time.Second))
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
+	waitFor(t, 10*time.Second, "every worker follows", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand {
+				return false
+			}
+		}
+		return true
+	})
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	rest := ws[1:]
+	waitFor(t, 20*time.Second, "the rest follow the final bake", func() bool {
+		for _, w := range rest {
+			if ro := w.rollout(); ro == nil || ro.ID != cand || ro.Share != reconf.FullShare {
+				return false
+			}
+		}
+		return true
+	})
+	_ = ws[0].cli.Close() // the driver dies
+	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
+		for _, w := range rest {
+			if ro := w.rollout(); ro == nil || !ro.Done() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, w := range rest {
+		if ro := w.rollout(); ro.Phase != reconf.Promoted || w.version() != cand {
+			t.Fatalf("worker %s: %s (%s) at %d, want the takeover to promote", w.id, ro.Phase, ro.Reason, w.version())
+		}
+	}
+}
