@@ -148,6 +148,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 	c.ownRev.Store(resp.Header.Revision)
 	c.note(st, resp.Header.Revision)
 	c.driving.Store(st.ID)
+	c.wakeRollout()
 	return held + 1, nil
 }
 
@@ -389,12 +390,28 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 // whether its counts are due, whether it is cut off, whether it drives.
 const rolloutTick = 50 * time.Millisecond
 
+// rolloutLinger is how long a follower's rollout loop keeps ticking after
+// a wake without finding a rollout before it sleeps again: a staged
+// rollout begins in the runtime a moment after the channel wrote it.
+const rolloutLinger = time.Second
+
+// wakeRollout wakes the rollout loop: a rollout may have begun here (a
+// candidate staged on this worker, or applied beside the active
+// generation).
+func (c *Channel) wakeRollout() {
+	select {
+	case c.rolloutWake <- struct{}{}:
+	default:
+	}
+}
+
 // rolloutLoop follows the fleet's rollout state while this worker
-// follows a rollout (it is idle otherwise): it watches the state key and
-// adopts each newer state, takes the driving when nobody holds
-// it, writes this worker's counts once per step, and takes the candidate
-// out of service here while the channel is out of reach for longer than
-// a step.
+// follows a rollout: it watches the state key and adopts each newer
+// state, takes the driving when nobody holds it, writes this worker's
+// counts once per step, and takes the candidate out of service here while
+// the channel is out of reach for longer than a step. While this worker
+// follows no rollout it sleeps, with no timer, until a rollout begins
+// here (wakeRollout): an idle fleet pays nothing for rollouts.
 func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 	defer f.wg.Done()
 	var (
@@ -415,6 +432,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 	defer func() { wcancel() }()
 	tick := time.NewTicker(rolloutTick)
 	defer tick.Stop()
+	woken := time.Now() // a worker may join mid-rollout
 
 	read := func() {
 		reading, lastSync = true, time.Now()
@@ -457,6 +475,9 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		select {
 		case <-f.ctx.Done():
 			return
+		case <-f.ch.rolloutWake:
+			woken = time.Now()
+			tick.Reset(rolloutTick)
 		case d := <-reads:
 			synced(d)
 		case d := <-writes:
@@ -484,10 +505,14 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			st, active, cand, ok := rr.RolloutWindow()
 			if !ok || st.Done() {
 				// No rollout here: no watch and no read. A new rollout
-				// arrives with its candidate's record.
+				// arrives with its candidate's record, or is staged
+				// here; either wakes the loop.
 				if wch != nil {
 					wcancel()
 					wch, wcancel = nil, func() {}
+				}
+				if !reading && !writing && time.Since(woken) >= rolloutLinger {
+					tick.Stop()
 				}
 				continue
 			}
@@ -613,6 +638,7 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 		return f.applyPlain(a, seen)
 	}
 	res, err := rr.ApplyCandidate(f.ctx, u.Version, u.Record, st)
+	f.ch.wakeRollout()
 	switch {
 	case f.ctx.Err() != nil:
 		return settled

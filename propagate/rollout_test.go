@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -580,4 +581,74 @@ func TestFleetRolloutTakeoverInFinalBake(t *testing.T) {
 			t.Fatalf("worker %s: %s (%s) at %d, want the takeover to promote", w.id, ro.Phase, ro.Reason, w.version())
 		}
 	}
+}
+
+// lookCounter is a worker's runtime that counts how often its follower's
+// rollout loop looks at it.
+type lookCounter struct {
+	*reconf.Runtime[testConfig]
+	looks atomic.Int64
+}
+
+func (c *lookCounter) RolloutWindow() (reconf.RolloutState, reconf.Counts, reconf.Counts, bool) {
+	c.looks.Add(1)
+	return c.Runtime.RolloutWindow()
+}
+
+// TestFleetRolloutLoopSleepsWhenIdle: a follower that follows no rollout
+// does not tick; a rollout staged elsewhere wakes it, and it sleeps
+// again once the rollout has ended.
+func TestFleetRolloutLoopSleepsWhenIdle(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	stager := startFleetWorker(t, s.Endpoints(), prefix, "stager")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ch, err := NewChannel(cli, prefix, WithWorkerID("counted"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &memSource{}
+	src.Set(configYAML("gw", 1, "KEY1"))
+	rt, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	lc := &lookCounter{Runtime: rt}
+	f, err := Follow(ctx, ch, lc, WithLogger(testLogger()), WithResyncInterval(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(rolloutLinger + 3*rolloutTick)
+		before := lc.looks.Load()
+		time.Sleep(10 * rolloutTick)
+		if n := lc.looks.Load() - before; n > 1 {
+			t.Fatalf("%s: the rollout loop looked %d times in %v", what, n, 10*rolloutTick)
+		}
+	}
+	quiet("before any rollout")
+	cand := stager.stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Minute))
+	waitFor(t, 10*time.Second, "the worker follows the rollout", func() bool {
+		ro := rt.Status().Rollout
+		return ro != nil && ro.ID == cand && !ro.Done()
+	})
+	before := lc.looks.Load()
+	time.Sleep(5 * rolloutTick)
+	if lc.looks.Load() == before {
+		t.Fatal("the rollout loop does not tick during a rollout")
+	}
+	if _, err := stager.rt.AbortRollout(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the worker rolls back", func() bool { return rt.Current().ID() == cand+1 })
+	quiet("after the rollout")
 }
