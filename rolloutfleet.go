@@ -36,8 +36,9 @@ type RolloutChannel interface {
 	// Driving reports whether this worker judges rollout id's steps.
 	Driving(id uint64) bool
 	// FleetCounts returns the counts of the active generation and the
-	// candidate over st's current step on every other worker, summed
-	// (Counts.Add), for the driver to add its own to.
+	// candidate over st's current step on every other worker, as each
+	// last wrote them, summed (Counts.Add), for the driver (or an
+	// operator's view) to add its own to.
 	FleetCounts(ctx context.Context, st RolloutState) (active, candidate Counts, err error)
 }
 
@@ -187,6 +188,27 @@ func (r *Runtime[T]) RolloutWindow() (st RolloutState, active, candidate Counts,
 	}
 	active, candidate = r.localWindow(ro)
 	return st, active, candidate, true
+}
+
+// FleetRolloutWindow returns the rollout this worker follows and both
+// generations' counts since its current step began across the fleet:
+// this worker's as they are now, and every other worker's as it last
+// wrote them to the channel (each writes its counts every quarter step),
+// summed. It is what an operator's view shows; the driver judges on the
+// same sum. On a runtime without a RolloutChannel it is RolloutWindow.
+// ok is false without a rollout; err, when the fleet's counts could not
+// be read, comes with this worker's counts alone.
+func (r *Runtime[T]) FleetRolloutWindow(ctx context.Context) (st RolloutState, active, candidate Counts, ok bool, err error) {
+	st, active, candidate, ok = r.RolloutWindow()
+	rc, fleet := r.rolloutChannel()
+	if !ok || !fleet {
+		return st, active, candidate, ok, nil
+	}
+	fa, fc, err := rc.FleetCounts(ctx, st)
+	if err != nil {
+		return st, active, candidate, true, err
+	}
+	return st, active.Add(fa), candidate.Add(fc), true, nil
 }
 
 // localWindow is this worker's counts since the step's window began.

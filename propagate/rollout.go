@@ -28,8 +28,9 @@ import (
 //     that worker's row lease: it goes when the worker does, and another
 //     worker takes it.
 //   - P/rollout/counts/<worker>: each worker's counts of both generations
-//     over the current step, on its row lease, written once per step just
-//     before the step is judged; the driver sums them.
+//     over the current step, on its row lease, written every quarter step
+//     and once more just before the step is judged; the driver sums them,
+//     and so does an operator's view (reconf.Runtime.FleetRolloutWindow).
 //   - P/records/<version, 20 digits>: a copy of each of the last
 //     RecordedVersions records (references, never resolved secrets),
 //     written in the transaction that writes the record, for a worker
@@ -534,9 +535,17 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					cut = false
 				}
 			}
-			key := fmt.Sprintf("%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano())
+			// The counts go out every quarter step, for an operator's
+			// view of the fleet (reconf.Runtime.FleetRolloutWindow), and
+			// once more just before the step is judged, for the driver.
 			margin := min(step/5, 500*time.Millisecond)
-			if st.Phase == reconf.Running && !writing && countsDone != key && !time.Now().Before(st.NextStep.Add(-margin)) {
+			final := !time.Now().Before(st.NextStep.Add(-margin))
+			quarter := int64(-1)
+			if !final {
+				quarter = int64(time.Since(st.StepStarted) / max(step/4, rolloutTick))
+			}
+			key := fmt.Sprintf("%d/%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano(), quarter)
+			if st.Phase == reconf.Running && !writing && countsDone != key && (final || quarter >= 1) {
 				writing = true
 				f.wg.Add(1)
 				go func() {

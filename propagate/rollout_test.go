@@ -652,3 +652,34 @@ func TestFleetRolloutLoopSleepsWhenIdle(t *testing.T) {
 	waitFor(t, 10*time.Second, "the worker rolls back", func() bool { return rt.Current().ID() == cand+1 })
 	quiet("after the rollout")
 }
+
+// TestFleetRolloutWindowMidStep: a worker that serves no request sees
+// the fleet's figures of both generations during a step, not only when
+// the step is judged: every worker writes its counts every quarter step.
+func TestFleetRolloutWindowMidStep(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	for _, w := range ws[1:] {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	step := 4 * time.Second
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+	st := ws[0].rollout()
+	judged := st.NextStep.Add(-min(step/5, 500*time.Millisecond))
+	for {
+		got, active, candidate, ok, err := ws[0].rt.FleetRolloutWindow(context.Background())
+		if err != nil || !ok || got.ID != cand || got.Step != 0 {
+			t.Fatalf("FleetRolloutWindow: %+v %v %v", got, ok, err)
+		}
+		if active.Requests > 0 && candidate.Requests > 0 {
+			break
+		}
+		if time.Now().After(judged) {
+			t.Fatalf("no fleet figures before the step is judged: active %d, candidate %d requests", active.Requests, candidate.Requests)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, a, c, _ := ws[0].rt.RolloutWindow(); a.Requests != 0 || c.Requests != 0 {
+		t.Fatalf("the idle worker counted requests itself: %d, %d", a.Requests, c.Requests)
+	}
+}
