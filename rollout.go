@@ -65,8 +65,7 @@ func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.Fin
 // The answer is published with reason rollout_started, Generation the
 // candidate's number; an invalid strategy is invalid /
 // rollout_strategy_invalid; a change to a field declared WithProcessWide
-// is refused (rollout_field_not_splittable) or kept at its active value
-// until promotion, as declared; a rollout needs room for two more
+// is refused (rollout_field_not_splittable); a rollout needs room for two more
 // generations within the retention budget. While a rollout runs, Reload,
 // Stage and Reapply are busy (rollout_in_progress); Check runs. A
 // strategy that is all_at_once with no bake publishes like Reload. On a
