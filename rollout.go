@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // Errors of the rollout controls.
@@ -148,6 +150,7 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 	ro.base[0] = ac
 	ro.base[1], _ = r.rec.Counts(next.id)
 	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID})
+	r.noteLate(ro, ro.state.Share, ro.state.StepStarted)
 	r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 	r.mu.Lock()
 	r.ro = ro
@@ -331,6 +334,7 @@ func (r *Runtime[T]) widenLocal(ro *rollout[T], share uint32, start time.Time) {
 	r.mu.Lock()
 	ro.base = [2]Counts{ac, cc}
 	r.mu.Unlock()
+	r.noteLate(ro, share, start)
 	r.storeSplitAt(ro, share, start)
 }
 
@@ -379,6 +383,18 @@ func (r *Runtime[T]) storeSplitAt(ro *rollout[T], share uint32, at time.Time) {
 		}
 	})
 	ro.shareTimer = t
+}
+
+// noteLate logs a step of a fleet's rollout that this worker learned of
+// after the step's share took effect on the prompt workers: an entity
+// the step moves may have met the other generation here meanwhile.
+func (r *Runtime[T]) noteLate(ro *rollout[T], share uint32, at time.Time) {
+	if _, fleet := r.rolloutChannel(); !fleet {
+		return
+	}
+	if late := r.o.now().Sub(at); late > 0 {
+		r.o.logger.Warn("rollout: this worker learned of the step after it began", "rollout", ro.state.ID, "share", shareText(share), "late_ms", millis.Of(late))
+	}
 }
 
 // storeSplitLocked stores ro's split at share (none while cut off).

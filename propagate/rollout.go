@@ -420,6 +420,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		wcancel    = func() {}
 		lastSync   time.Time
 		contact    = time.Now()
+		following  bool // the last tick found a rollout here
 		cut        bool
 		countsDone string // the step whose counts were written
 		// The channel's reads and writes run beside the loop, one at a
@@ -504,6 +505,18 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			f.pushRollout(rr)
 		case <-tick.C:
 			st, active, cand, ok := rr.RolloutWindow()
+			if now := ok && !st.Done(); now != following {
+				following = now
+				if now {
+					// A rollout began here, from a record this worker
+					// just read or wrote: that is contact. Between
+					// rollouts the loop reads nothing, and an old contact
+					// would cut the worker off at the rollout's start,
+					// taking the candidate from entities that other
+					// workers give it.
+					contact = time.Now()
+				}
+			}
 			if !ok || st.Done() {
 				// No rollout here: no watch and no read. A new rollout
 				// arrives with its candidate's record, or is staged

@@ -692,3 +692,32 @@ func TestFleetRolloutWindowMidStep(t *testing.T) {
 		t.Fatalf("the idle worker counted requests itself: %d, %d", a.Requests, c.Requests)
 	}
 }
+
+// TestFleetRolloutNotCutOffAtStart: a fleet that has been idle for
+// longer than a step stages a rollout; no worker counts itself cut off
+// at its start (it read nothing while idle, but the rollout's record is
+// contact), so none takes the candidate from entities the others give
+// it.
+func TestFleetRolloutNotCutOffAtStart(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 3)
+	step := 600 * time.Millisecond
+	time.Sleep(2 * step)
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+	followed := map[string]bool{}
+	for deadline := time.Now().Add(step); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		for _, w := range ws {
+			ro := w.rollout()
+			if ro == nil || ro.ID != cand {
+				continue
+			}
+			followed[w.id] = true
+			if ro.CutOff {
+				t.Fatalf("worker %s counts itself cut off at the rollout's start", w.id)
+			}
+		}
+	}
+	if len(followed) != len(ws) {
+		t.Fatalf("only %v followed the rollout within a step", followed)
+	}
+}
