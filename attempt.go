@@ -16,6 +16,7 @@ type plan struct {
 	strategy *Strategy     // Stage: offer the candidate as a rollout
 	reapply  bool          // Reapply: the content a rollout rolled back is accepted
 	fleet    *RolloutState // ApplyCandidate: the fleet's rollout this candidate serves
+	away     string        // Revert: the content digest the published record takes out of service
 }
 
 // attempt runs steps 2 to 9 of an attempt. It holds the slot.
@@ -96,6 +97,11 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 		if refusal(out.Outcome) {
 			r.refused = max(r.refused, version)
 		}
+		if out.Outcome == Published {
+			// The mark follows the fleet's record: a rollback's or a
+			// revert's names the content it took out of service.
+			r.rolledBack = rec.RolledBack
+		}
 		return out
 	})
 }
@@ -164,7 +170,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	if len(restart) > 0 {
 		return restartRequired(res, changes, restart)
 	}
-	if mark := r.rolledBackMark(prev); live > 0 && version == 0 && mark != "" && !p.reapply && contentDigest(cand) == mark {
+	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
 		res.Outcome, res.Reason = Invalid, ReasonRolledBack
 		res.Message = fmt.Sprintf("the source holds the content that a rollout rolled back; generation %d runs the previous content. Change the file, or re-apply it deliberately (Reapply)", prev.id)
 		return *res
@@ -241,7 +247,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 				fleet = &rs
 				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, rs)
 			} else {
-				id, err = r.publish(ctx, ch, held, cand, res.Trigger)
+				id, err = r.publish(ctx, ch, held, cand, res.Trigger, p.away)
 			}
 			if err != nil {
 				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {

@@ -67,6 +67,13 @@ type Record struct {
 	Trigger Trigger `json:"trigger,omitempty"`
 	// Actor names who asked for the publishing attempt (see WithActor).
 	Actor string `json:"actor,omitempty"`
+	// RolledBack is, on the record of a rollback or a revert, the
+	// content digest (Digest) that record took out of service. It rides
+	// in the record so that every worker that applies the record, or
+	// joins at it, refuses a reload of that content (invalid /
+	// rolled_back_content), as the worker that decided does; a record
+	// without it lifts the mark. It is not part of Digest.
+	RolledBack string `json:"rolled_back_digest,omitempty"`
 }
 
 // Digest returns a short hex digest of what a worker applies from the

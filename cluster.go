@@ -63,9 +63,13 @@ func (c *candidate[T]) sharedFiles() map[string]string {
 }
 
 // publish writes cand to the channel as version held+1, naming the
-// attempt's trigger and actor.
-func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T], trigger Trigger) (uint64, error) {
-	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) { return ch.Publish(ctx, held, rec) },
+// attempt's trigger and actor, and away, the content digest it takes out
+// of service (a revert's; see Record.RolledBack).
+func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T], trigger Trigger, away string) (uint64, error) {
+	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) {
+		rec.RolledBack = away
+		return ch.Publish(ctx, held, rec)
+	},
 		"the cluster channel could not be written, or did not confirm the write; the previous generation stays active here (if the write landed after all, this worker applies it like every other: status shows the cluster version, and a retry answers no-op)")
 }
 
@@ -107,6 +111,9 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("reconf: joining the cluster: %w", err)
 	}
+	// A worker that joins at a rollback's or a revert's record refuses
+	// the content it took out of service, as the fleet does.
+	r.rolledBack = got.RolledBack
 	if bytes.Equal(got.Live, rec.Live) {
 		return v, local, false, nil
 	}

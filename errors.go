@@ -114,8 +114,8 @@ const (
 	// ReasonStrategyInvalid: a rollout strategy failed Strategy.Validate.
 	ReasonStrategyInvalid Reason = "rollout_strategy_invalid"
 	// ReasonNotSplittable: the candidate changes a field declared with
-	// WithProcessWide(RefuseRollout, ...), which one process cannot hold two
-	// values of; publish it without a rollout.
+	// WithProcessWide, which one process cannot hold two values of;
+	// publish it without a rollout.
 	ReasonNotSplittable Reason = "rollout_field_not_splittable"
 	// ReasonRolloutInProgress: a rollout runs; promote or abort it first.
 	ReasonRolloutInProgress Reason = "rollout_in_progress"

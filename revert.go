@@ -101,7 +101,7 @@ func (r *Runtime[T]) revert(ctx context.Context, trigger Trigger, to uint64) Res
 			return r.failed(ctx, *res, err)
 		}
 		away := prev.appliedDigest()
-		out := r.stage(ctx, res, prev, cand, 0, plan{reapply: true})
+		out := r.stage(ctx, res, prev, cand, 0, plan{reapply: true, away: away})
 		if out.Outcome == Published {
 			r.activeData, r.rolledBack = rc.data, away
 			out.Message = fmt.Sprintf("generation %d is active with the content of generation %d", out.Generation, to)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 )
 
 // Errors of the rollout controls.
@@ -25,7 +27,6 @@ type rollout[T any] struct {
 	activeData   []byte // the runtime's activeData before the candidate
 	content      string // contentDigest of the candidate as the source holds it
 	base         [2]Counts
-	baseline     Figures // the active generation's last window that had requests
 	lastWindow   *Window
 	lastVerdict  *Verdict
 	wake         chan struct{} // the state changed outside the driver
@@ -66,8 +67,7 @@ func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.Fin
 // The answer is published with reason rollout_started, Generation the
 // candidate's number; an invalid strategy is invalid /
 // rollout_strategy_invalid; a change to a field declared WithProcessWide
-// is refused (rollout_field_not_splittable) or kept at its active value
-// until promotion, as declared; a rollout needs room for two more
+// is refused (rollout_field_not_splittable); a rollout needs room for two more
 // generations within the retention budget. While a rollout runs, Reload,
 // Stage and Reapply are busy (rollout_in_progress); Check runs. A
 // strategy that is all_at_once with no bake publishes like Reload. On a
@@ -122,7 +122,9 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
 	start := now.Add(r.settle(s))
+	ac, _ := r.rec.Counts(active)
 	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
+		Baseline: ac.Figures(active),
 		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
 		Started: now, StepStarted: start}
 	st.NextStep = start.Add(st.Strategy.StepInterval)
@@ -145,9 +147,10 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 	}
 	r.rec.Track(prev.id, next.id)
 	ac, _ := r.rec.Counts(prev.id)
-	ro.base[0], ro.baseline = ac, ac.Figures(prev.id) // before the rollout
+	ro.base[0] = ac
 	ro.base[1], _ = r.rec.Counts(next.id)
 	r.split.Store(&split[T]{active: prev, cand: next, seed: ro.state.ID})
+	r.noteLate(ro, ro.state.Share, ro.state.StepStarted)
 	r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 	r.mu.Lock()
 	r.ro = ro
@@ -271,7 +274,7 @@ func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
 	w := Window{Rollout: st.ID, Step: st.Step, Share: st.Share, Start: st.StepStarted, End: r.o.now(),
 		Active: ac.Figures(ro.active.id), Candidate: cc.Figures(ro.cand.id), Strategy: st.Strategy}
 	if st.Share == FullShare {
-		w.Active, w.EarlierBaseline = ro.baseline, true
+		w.Active, w.EarlierBaseline = st.Baseline, true
 	}
 	fn := r.o.health
 	if fn == nil {
@@ -303,6 +306,9 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	}
 	start := r.o.now().Add(r.settle(ro.state.Strategy))
 	change := func(s *RolloutState) {
+		if !w.EarlierBaseline && w.Active.Requests > 0 {
+			s.Baseline = w.Active
+		}
 		s.Step++
 		s.Share = next
 		s.Extensions = 0
@@ -313,11 +319,8 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 			s.NextStep = start.Add(s.Strategy.FinalBake)
 		}
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
-	}
-	if !w.EarlierBaseline && w.Active.Requests > 0 {
-		ro.baseline = w.Active
 	}
 	r.widenLocal(ro, next, start)
 	r.decide(ro, change, w, v)
@@ -331,6 +334,7 @@ func (r *Runtime[T]) widenLocal(ro *rollout[T], share uint32, start time.Time) {
 	r.mu.Lock()
 	ro.base = [2]Counts{ac, cc}
 	r.mu.Unlock()
+	r.noteLate(ro, share, start)
 	r.storeSplitAt(ro, share, start)
 }
 
@@ -381,6 +385,18 @@ func (r *Runtime[T]) storeSplitAt(ro *rollout[T], share uint32, at time.Time) {
 	ro.shareTimer = t
 }
 
+// noteLate logs a step of a fleet's rollout that this worker learned of
+// after the step's share took effect on the prompt workers: an entity
+// the step moves may have met the other generation here meanwhile.
+func (r *Runtime[T]) noteLate(ro *rollout[T], share uint32, at time.Time) {
+	if _, fleet := r.rolloutChannel(); !fleet {
+		return
+	}
+	if late := r.o.now().Sub(at); late > 0 {
+		r.o.logger.Warn("rollout: this worker learned of the step after it began", "rollout", ro.state.ID, "share", shareText(share), "late_ms", millis.Of(late))
+	}
+}
+
 // storeSplitLocked stores ro's split at share (none while cut off).
 // r.mu must be held: a split is stored only while the rollout serves.
 func (r *Runtime[T]) storeSplitLocked(ro *rollout[T], share uint32) {
@@ -415,7 +431,7 @@ func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window
 		s.Decision, s.Decider, s.Reason = d, DeciderRollout, reason
 		s.NextStep = now.Add(step)
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
 	r.decide(ro, change, w, v)
@@ -430,7 +446,7 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 		s.Decision, s.Decider, s.Reason = Promote, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
 	}
-	if !r.fleetWrite(ro, change, nil, "") {
+	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
 	r.promoteLocal(ro)
@@ -471,11 +487,12 @@ func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint6
 	}
 	if _, fleet := r.rolloutChannel(); fleet && !r.adopting {
 		rec, err := r.generationRecord(ro.active)
+		rec.RolledBack = ro.content
 		if err != nil {
 			r.o.logger.Error("rollout: the active generation's record could not be made; the rollback waits", "error", err)
 			return
 		}
-		if !r.fleetWrite(ro, change, &rec, ro.content) {
+		if !r.fleetWrite(ro, change, &rec) {
 			return
 		}
 	}
@@ -602,7 +619,7 @@ func (r *Runtime[T]) PauseRollout(ctx context.Context) (RolloutStatus, error) {
 		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason, s.NextStep = Paused, Pause, actor, "operator", time.Time{}
 		}
-		if r.fleetWrite(ro, change, nil, "") {
+		if r.fleetWrite(ro, change, nil) {
 			r.decide(ro, change, nil, nil)
 		}
 	})
@@ -621,7 +638,7 @@ func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
 			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
 			s.NextStep = now.Add(step)
 		}
-		if r.fleetWrite(ro, change, nil, "") {
+		if r.fleetWrite(ro, change, nil) {
 			r.decide(ro, change, nil, nil)
 		}
 	})

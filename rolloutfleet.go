@@ -31,14 +31,14 @@ type RolloutChannel interface {
 	// prev as this worker saw it (else an *Error with ReasonSuperseded);
 	// with rec, rec is written as version next.Result in the same
 	// transaction (a rollback: the active content again, as a new
-	// version). rolledBack, when not empty, is the content digest the
-	// decision took out of service.
-	Decide(ctx context.Context, prev, next RolloutState, rec *Record, rolledBack string) error
+	// version, whose RolledBack names the candidate's content).
+	Decide(ctx context.Context, prev, next RolloutState, rec *Record) error
 	// Driving reports whether this worker judges rollout id's steps.
 	Driving(id uint64) bool
 	// FleetCounts returns the counts of the active generation and the
-	// candidate over st's current step on every other worker, summed
-	// (Counts.Add), for the driver to add its own to.
+	// candidate over st's current step on every other worker, as each
+	// last wrote them, summed (Counts.Add), for the driver (or an
+	// operator's view) to add its own to.
 	FleetCounts(ctx context.Context, st RolloutState) (active, candidate Counts, err error)
 }
 
@@ -190,6 +190,27 @@ func (r *Runtime[T]) RolloutWindow() (st RolloutState, active, candidate Counts,
 	return st, active, candidate, true
 }
 
+// FleetRolloutWindow returns the rollout this worker follows and both
+// generations' counts since its current step began across the fleet:
+// this worker's as they are now, and every other worker's as it last
+// wrote them to the channel (each writes its counts every quarter step),
+// summed. It is what an operator's view shows; the driver judges on the
+// same sum. On a runtime without a RolloutChannel it is RolloutWindow.
+// ok is false without a rollout; err, when the fleet's counts could not
+// be read, comes with this worker's counts alone.
+func (r *Runtime[T]) FleetRolloutWindow(ctx context.Context) (st RolloutState, active, candidate Counts, ok bool, err error) {
+	st, active, candidate, ok = r.RolloutWindow()
+	rc, fleet := r.rolloutChannel()
+	if !ok || !fleet {
+		return st, active, candidate, ok, nil
+	}
+	fa, fc, err := rc.FleetCounts(ctx, st)
+	if err != nil {
+		return st, active, candidate, true, err
+	}
+	return st, active.Add(fa), candidate.Add(fc), true, nil
+}
+
 // localWindow is this worker's counts since the step's window began.
 func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 	ac, _ := r.rec.Counts(ro.active.id)
@@ -206,7 +227,7 @@ func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 // failed write (etcd unreachable, or the state moved on) leaves the
 // rollout as it is here: nothing is decided that the fleet does not hold.
 // It holds the slot.
-func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record, rolledBack string) bool {
+func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record) bool {
 	rc, ok := r.rolloutChannel()
 	if !ok || r.adopting {
 		return true
@@ -215,7 +236,7 @@ func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec 
 	change(&next)
 	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
 	defer cancel()
-	err := rc.Decide(ctx, ro.state, next, rec, rolledBack)
+	err := rc.Decide(ctx, ro.state, next, rec)
 	if err == nil {
 		return true
 	}
@@ -257,27 +278,4 @@ func sameState(a, b RolloutState) bool {
 // and a driver that decides nothing for two step lengths is lost.
 func fleetPoll(step time.Duration) time.Duration {
 	return min(max(step/4, 10*time.Millisecond), 250*time.Millisecond)
-}
-
-// rolledBackReader is a channel that tells the content digest its fleet's
-// last rollback took out of service and the version that rollback
-// published (package propagate's Channel is one).
-type rolledBackReader interface {
-	RolledBack() (digest string, version uint64)
-}
-
-// rolledBackMark is the content a reload over prev must refuse: this
-// runtime's own mark, else, while prev is the version a fleet's rollback
-// published, the digest that rollback took out of service, which a
-// worker that joined after it learns from the channel.
-func (r *Runtime[T]) rolledBackMark(prev *Generation[T]) string {
-	if r.rolledBack != "" {
-		return r.rolledBack
-	}
-	if rb, ok := r.o.channel.(rolledBackReader); ok {
-		if d, v := rb.RolledBack(); v == prev.id {
-			return d
-		}
-	}
-	return ""
 }

@@ -130,6 +130,11 @@ type RolloutState struct {
 	Decision Decision `json:"decision"`
 	Decider  string   `json:"decider"`
 	Reason   string   `json:"reason,omitempty"`
+	// Baseline is the active generation's figures over the last window
+	// it served requests in, fleet-wide: the step before the share
+	// reached 100%, or this runtime's before the rollout. The final bake
+	// is judged against it, by whichever worker drives then.
+	Baseline Figures `json:"baseline,omitzero"`
 	// Extensions counts the extensions of the current step.
 	Extensions int `json:"extensions"`
 	// Trigger and Actor started the rollout.

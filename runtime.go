@@ -54,8 +54,10 @@ type Runtime[T any] struct {
 	// It is read and written under the attempt slot.
 	unpublished bool
 	// rolledBack is the content digest (Record.Digest) of the candidate
-	// the last rollout rolled back, until a reload finds the source
-	// holding something else: a reload of it is refused, not re-applied.
+	// the last rollout rolled back, or a revert reverted away (here, or
+	// as the fleet's record names it: Record.RolledBack), until a reload
+	// finds the source holding something else or a record without a
+	// mark is applied: a reload of it is refused, not re-applied.
 	// It is read and written under the attempt slot.
 	rolledBack string
 	// adopting: the decision under way is the fleet's, read from the

@@ -237,7 +237,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) error {
 		d.Backends = append(d.Backends, b)
 	}
 	d.GateDegraded = ext.GateDegraded
-	d.Rollout = s.rolloutPanel(st.Rollout, d.Now)
+	d.Rollout = s.rolloutPanel(r.Context(), st.Rollout, d.Now)
 	if d.HasHistory {
 		es, err := s.o.history(r.Context(), pageHistoryEntries)
 		if err != nil {

@@ -1,17 +1,20 @@
 package admin
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/reconfhq/reconf"
 )
 
 // rolloutWindower is what a runtime has when it measures the current
-// step of a rollout (*reconf.Runtime does): the status page shows both
-// generations' figures since the step began.
+// step of a rollout across its fleet (*reconf.Runtime does): the status
+// page shows both generations' figures since the step began, the fleet's
+// as the driver will judge them, not the answering worker's alone.
 type rolloutWindower interface {
-	RolloutWindow() (st reconf.RolloutState, active, candidate reconf.Counts, ok bool)
+	FleetRolloutWindow(ctx context.Context) (st reconf.RolloutState, active, candidate reconf.Counts, ok bool, err error)
 }
 
 // pageRollout is the status page's rollout panel: the rollout in
@@ -21,8 +24,8 @@ type pageRollout struct {
 	reconf.RolloutStatus
 	InProgress bool
 	Controls   bool // the page offers pause, resume, promote and abort
-	// Current holds both generations' figures on the answering process
-	// since the current step began (nil when it does not measure them).
+	// Current holds both generations' figures across the fleet since the
+	// current step began (nil when the runtime does not measure them).
 	Current *pageWindow
 	Last    *pageWindow // the last judged window
 	NextIn  string      // how long until the next step is judged
@@ -33,6 +36,9 @@ type pageWindow struct {
 	Start, End        time.Time
 	Active, Candidate pageFigures
 	EarlierBaseline   bool
+	// Local: the fleet's counts could not be read; the figures are the
+	// answering worker's alone.
+	Local bool
 }
 
 // pageFigures is one generation's figures as the page prints them.
@@ -53,7 +59,7 @@ func figuresOf(f reconf.Figures) pageFigures {
 }
 
 // rolloutPanel builds the panel from st (nil: no rollout ever ran here).
-func (s *Server) rolloutPanel(st *reconf.RolloutStatus, now time.Time) *pageRollout {
+func (s *Server) rolloutPanel(ctx context.Context, st *reconf.RolloutStatus, now time.Time) *pageRollout {
 	if st == nil {
 		return nil
 	}
@@ -63,8 +69,12 @@ func (s *Server) rolloutPanel(st *reconf.RolloutStatus, now time.Time) *pageRoll
 		p.Last = &pageWindow{Start: w.Start, End: w.End, Active: figuresOf(w.Active), Candidate: figuresOf(w.Candidate), EarlierBaseline: w.EarlierBaseline}
 	}
 	if wr, ok := s.o.rollouts.(rolloutWindower); ok && p.InProgress {
-		if cur, active, cand, ok := wr.RolloutWindow(); ok && cur.ID == st.ID {
-			p.Current = &pageWindow{Start: cur.StepStarted, End: now,
+		cur, active, cand, ok, err := wr.FleetRolloutWindow(ctx)
+		if err != nil {
+			s.o.logger.LogAttrs(ctx, slog.LevelWarn, "admin: the fleet's rollout counts could not be read; the page shows this worker's", slog.Any("error", err))
+		}
+		if ok && cur.ID == st.ID {
+			p.Current = &pageWindow{Start: cur.StepStarted, End: now, Local: err != nil,
 				Active: figuresOf(active.Figures(cur.Active)), Candidate: figuresOf(cand.Figures(cur.Candidate))}
 		}
 	}

@@ -56,6 +56,9 @@ type Channel struct {
 	rowLease atomic.Int64                // the lease of this worker's row as last written; the driver key and counts live on it
 	seen     atomic.Pointer[seenRollout] // the newest rollout state read or written, which a decision is compared with
 	driving  atomic.Uint64               // the rollout this worker drives (holds the driver key of), or 0
+	// rolloutWake wakes a Follower's rollout loop, which sleeps while
+	// this worker follows no rollout (see Channel.wakeRollout).
+	rolloutWake chan struct{}
 }
 
 var _ reconf.Channel = (*Channel)(nil)
@@ -99,7 +102,7 @@ func NewChannel(cli *clientv3.Client, prefix string, opts ...ChannelOption) (*Ch
 	if cli == nil || prefix == "" {
 		return nil, errors.New("propagate: a client and a non-empty key prefix are required")
 	}
-	c := &Channel{cli: cli, prefix: prefix, timeout: DefaultRequestTimeout, now: time.Now, pid: os.Getpid()}
+	c := &Channel{cli: cli, prefix: prefix, timeout: DefaultRequestTimeout, now: time.Now, pid: os.Getpid(), rolloutWake: make(chan struct{}, 1)}
 	c.host, _ = os.Hostname()
 	for _, o := range opts {
 		o(c)
@@ -228,18 +231,6 @@ func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, 
 	}
 	if u.Rollout != nil && u.Rollout.Phase != reconf.RolledBack {
 		return c.joinRollout(ctx, u)
-	}
-	if u.Rollout != nil {
-		// A rollback's record: the worker keeps the digest the rollback
-		// took out of service (RolledBack), so that it too refuses the
-		// rolled-back content a file may still hold.
-		rr, err := c.readRollout(ctx)
-		if err != nil {
-			return 0, reconf.Record{}, err
-		}
-		if rr.stRev != 0 {
-			c.note(rr.st, rr.stRev, rr.rolledBack)
-		}
 	}
 	return u.Version, u.Record, nil
 }

@@ -92,6 +92,8 @@ type wire struct {
 	Live        string            `json:"live"`
 	LiveFormat  string            `json:"live_format,omitempty"`
 	Files       map[string]string `json:"files,omitempty"`
+	// RolledBack is reconf.Record.RolledBack.
+	RolledBack string `json:"rolled_back_digest,omitempty"`
 	// Rollout is the rollout state written with a candidate's record or
 	// a rollback's: a follower applies the first beside its active
 	// generation instead of in its place.
@@ -110,7 +112,7 @@ func encodeRecordWith(version uint64, by Publisher, at time.Time, rec reconf.Rec
 	b, err := json.Marshal(wire{
 		Format: RecordFormat, Version: version, PublishedBy: by.ID, Publisher: &by,
 		Trigger: rec.Trigger, Actor: rec.Actor, PublishedAt: at.UTC(),
-		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: rec.Format, Files: rec.Files, Rollout: st,
+		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: rec.Format, Files: rec.Files, RolledBack: rec.RolledBack, Rollout: st,
 	})
 	return string(b), err
 }
@@ -141,7 +143,7 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt, Provenance: p,
-		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor},
+		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor, RolledBack: w.RolledBack},
 		Rollout: w.Rollout,
 	}, nil
 }

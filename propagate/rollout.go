@@ -18,8 +18,8 @@ import (
 // A staged rollout travels in the channel beside the record (see
 // docs/design/rollout.md, "The state, and the fleet"):
 //
-//   - P/rollout/state: the rollout's state (reconf.RolloutState) and the
-//     content digest the last rollback took out of service. It is written
+//   - P/rollout/state: the rollout's state (reconf.RolloutState). It is
+//     written
 //     in the same transaction as the candidate's record (which carries the
 //     state it starts in) and as a rollback's record, and alone for every
 //     other decision, always with compare-and-set on the revision of the
@@ -28,8 +28,9 @@ import (
 //     that worker's row lease: it goes when the worker does, and another
 //     worker takes it.
 //   - P/rollout/counts/<worker>: each worker's counts of both generations
-//     over the current step, on its row lease, written once per step just
-//     before the step is judged; the driver sums them.
+//     over the current step, on its row lease, written every quarter step
+//     and once more just before the step is judged; the driver sums them,
+//     and so does an operator's view (reconf.Runtime.FleetRolloutWindow).
 //   - P/records/<version, 20 digits>: a copy of each of the last
 //     RecordedVersions records (references, never resolved secrets),
 //     written in the transaction that writes the record, for a worker
@@ -80,34 +81,32 @@ func (c *Channel) copyOps(v uint64, val string) []clientv3.Op {
 
 // rolloutWire is the value of the state key.
 type rolloutWire struct {
-	Format     int                 `json:"format"`
-	State      reconf.RolloutState `json:"state"`
-	RolledBack string              `json:"rolled_back_digest,omitempty"`
-	By         string              `json:"written_by"`
+	Format int                 `json:"format"`
+	State  reconf.RolloutState `json:"state"`
+	By     string              `json:"written_by"`
 }
 
 // seenRollout is a state as the channel holds it, at its revision.
 type seenRollout struct {
-	st         reconf.RolloutState
-	rev        int64
-	rolledBack string
+	st  reconf.RolloutState
+	rev int64
 }
 
 // note keeps st as the newest state seen if rev is newer.
-func (c *Channel) note(st reconf.RolloutState, rev int64, rolledBack string) {
+func (c *Channel) note(st reconf.RolloutState, rev int64) {
 	for {
 		old := c.seen.Load()
 		if old != nil && old.rev >= rev {
 			return
 		}
-		if c.seen.CompareAndSwap(old, &seenRollout{st: st, rev: rev, rolledBack: rolledBack}) {
+		if c.seen.CompareAndSwap(old, &seenRollout{st: st, rev: rev}) {
 			return
 		}
 	}
 }
 
-func (c *Channel) encodeState(st reconf.RolloutState, rolledBack string) (string, error) {
-	b, err := json.Marshal(rolloutWire{Format: 1, State: st, RolledBack: rolledBack, By: c.id})
+func (c *Channel) encodeState(st reconf.RolloutState) (string, error) {
+	b, err := json.Marshal(rolloutWire{Format: 1, State: st, By: c.id})
 	return string(b), err
 }
 
@@ -131,7 +130,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 	if err != nil {
 		return 0, err
 	}
-	sv, err := c.encodeState(st, "")
+	sv, err := c.encodeState(st)
 	if err != nil {
 		return 0, err
 	}
@@ -148,8 +147,9 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 		return 0, reconf.Errorf(reconf.ReasonSuperseded, "another worker published a newer version than %d first; nothing was staged", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
-	c.note(st, resp.Header.Revision, "")
+	c.note(st, resp.Header.Revision)
 	c.driving.Store(st.ID)
+	c.wakeRollout()
 	return held + 1, nil
 }
 
@@ -158,15 +158,12 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 // rec, rec is written as version next.Result (carrying next) in the same
 // transaction, with compare-and-set on the version before it. A decision
 // that ends the rollout removes the driver key.
-func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *reconf.Record, rolledBack string) error {
+func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *reconf.Record) error {
 	s := c.seen.Load()
 	if s == nil || !sameRollout(s.st, prev) {
 		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on; this worker follows it")
 	}
-	if rolledBack == "" {
-		rolledBack = s.rolledBack
-	}
-	sv, err := c.encodeState(next, rolledBack)
+	sv, err := c.encodeState(next)
 	if err != nil {
 		return err
 	}
@@ -202,22 +199,8 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 	if rec != nil {
 		c.ownRev.Store(resp.Header.Revision)
 	}
-	c.note(next, resp.Header.Revision, rolledBack)
+	c.note(next, resp.Header.Revision)
 	return nil
-}
-
-// RolledBack returns the content digest the fleet's last rollback took
-// out of service and the version that rollback published, as this
-// worker last read the rollout's state; "" when the last rollout was not
-// rolled back. A runtime that holds that version refuses the digest's
-// content (invalid / rolled_back_content), as the workers that followed
-// the rollout do: a worker that joins after the rollback does too.
-func (c *Channel) RolledBack() (digest string, version uint64) {
-	s := c.seen.Load()
-	if s == nil || s.st.Phase != reconf.RolledBack {
-		return "", 0
-	}
-	return s.rolledBack, s.st.Result
 }
 
 // Driving implements reconf.RolloutChannel: this worker holds rollout
@@ -301,11 +284,10 @@ func (c *Channel) writeCounts(ctx context.Context, st reconf.RolloutState, activ
 
 // rolloutRead is the state key and the driver key at one revision.
 type rolloutRead struct {
-	st         reconf.RolloutState
-	rolledBack string
-	stRev      int64 // the state's mod revision; 0 when there is none
-	driver     string
-	rev        int64 // the store revision the read saw
+	st     reconf.RolloutState
+	stRev  int64 // the state's mod revision; 0 when there is none
+	driver string
+	rev    int64 // the store revision the read saw
 }
 
 func (c *Channel) readRollout(ctx context.Context) (rolloutRead, error) {
@@ -321,7 +303,7 @@ func (c *Channel) readRollout(ctx context.Context) (rolloutRead, error) {
 		if err != nil {
 			return rolloutRead{}, err
 		}
-		out.st, out.rolledBack, out.stRev = w.State, w.RolledBack, kvs[0].ModRevision
+		out.st, out.stRev = w.State, kvs[0].ModRevision
 	}
 	if kvs := tx.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		out.driver = string(kvs[0].Value)
@@ -397,7 +379,7 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 	if rr.stRev == 0 || st.ID != u.Rollout.ID || st.Done() {
 		return u.Version, u.Record, nil
 	}
-	c.note(st, rr.stRev, rr.rolledBack)
+	c.note(st, rr.stRev)
 	a, err := c.recordCopy(ctx, st.Active)
 	if err != nil {
 		return 0, reconf.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
@@ -409,12 +391,28 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 // whether its counts are due, whether it is cut off, whether it drives.
 const rolloutTick = 50 * time.Millisecond
 
+// rolloutLinger is how long a follower's rollout loop keeps ticking after
+// a wake without finding a rollout before it sleeps again: a staged
+// rollout begins in the runtime a moment after the channel wrote it.
+const rolloutLinger = time.Second
+
+// wakeRollout wakes the rollout loop: a rollout may have begun here (a
+// candidate staged on this worker, or applied beside the active
+// generation).
+func (c *Channel) wakeRollout() {
+	select {
+	case c.rolloutWake <- struct{}{}:
+	default:
+	}
+}
+
 // rolloutLoop follows the fleet's rollout state while this worker
-// follows a rollout (it is idle otherwise): it watches the state key and
-// adopts each newer state, takes the driving when nobody holds
-// it, writes this worker's counts once per step, and takes the candidate
-// out of service here while the channel is out of reach for longer than
-// a step.
+// follows a rollout: it watches the state key and adopts each newer
+// state, takes the driving when nobody holds it, writes this worker's
+// counts once per step, and takes the candidate out of service here while
+// the channel is out of reach for longer than a step. While this worker
+// follows no rollout it sleeps, with no timer, until a rollout begins
+// here (wakeRollout): an idle fleet pays nothing for rollouts.
 func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 	defer f.wg.Done()
 	var (
@@ -422,6 +420,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		wcancel    = func() {}
 		lastSync   time.Time
 		contact    = time.Now()
+		following  bool // the last tick found a rollout here
 		cut        bool
 		countsDone string // the step whose counts were written
 		// The channel's reads and writes run beside the loop, one at a
@@ -435,6 +434,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 	defer func() { wcancel() }()
 	tick := time.NewTicker(rolloutTick)
 	defer tick.Stop()
+	woken := time.Now() // a worker may join mid-rollout
 
 	read := func() {
 		reading, lastSync = true, time.Now()
@@ -455,7 +455,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			contact = d.at
 		}
 		if r.stRev != 0 {
-			f.noteRollout(r.st, r.stRev, r.rolledBack)
+			f.noteRollout(r.st, r.stRev)
 		}
 		if r.driver != f.ch.id && f.ch.driving.Load() != 0 {
 			f.ch.driving.Store(0)
@@ -477,6 +477,9 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		select {
 		case <-f.ctx.Done():
 			return
+		case <-f.ch.rolloutWake:
+			woken = time.Now()
+			tick.Reset(rolloutTick)
 		case d := <-reads:
 			synced(d)
 		case d := <-writes:
@@ -496,18 +499,34 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					continue
 				}
 				if w, err := decodeState(ev.Kv); err == nil {
-					f.noteRollout(w.State, ev.Kv.ModRevision, w.RolledBack)
+					f.noteRollout(w.State, ev.Kv.ModRevision)
 				}
 			}
 			f.pushRollout(rr)
 		case <-tick.C:
 			st, active, cand, ok := rr.RolloutWindow()
+			if now := ok && !st.Done(); now != following {
+				following = now
+				if now {
+					// A rollout began here, from a record this worker
+					// just read or wrote: that is contact. Between
+					// rollouts the loop reads nothing, and an old contact
+					// would cut the worker off at the rollout's start,
+					// taking the candidate from entities that other
+					// workers give it.
+					contact = time.Now()
+				}
+			}
 			if !ok || st.Done() {
 				// No rollout here: no watch and no read. A new rollout
-				// arrives with its candidate's record.
+				// arrives with its candidate's record, or is staged
+				// here; either wakes the loop.
 				if wch != nil {
 					wcancel()
 					wch, wcancel = nil, func() {}
+				}
+				if !reading && !writing && time.Since(woken) >= rolloutLinger {
+					tick.Stop()
 				}
 				continue
 			}
@@ -529,9 +548,17 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					cut = false
 				}
 			}
-			key := fmt.Sprintf("%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano())
+			// The counts go out every quarter step, for an operator's
+			// view of the fleet (reconf.Runtime.FleetRolloutWindow), and
+			// once more just before the step is judged, for the driver.
 			margin := min(step/5, 500*time.Millisecond)
-			if st.Phase == reconf.Running && !writing && countsDone != key && !time.Now().Before(st.NextStep.Add(-margin)) {
+			final := !time.Now().Before(st.NextStep.Add(-margin))
+			quarter := int64(-1)
+			if !final {
+				quarter = int64(time.Since(st.StepStarted) / max(step/4, rolloutTick))
+			}
+			key := fmt.Sprintf("%d/%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano(), quarter)
+			if st.Phase == reconf.Running && !writing && countsDone != key && (final || quarter >= 1) {
 				writing = true
 				f.wg.Add(1)
 				go func() {
@@ -566,8 +593,8 @@ func stepOf(st reconf.RolloutState) time.Duration {
 
 // noteRollout keeps a state read from the channel, for the runtime to
 // adopt (pushRollout) and for this worker's decisions to be compared with.
-func (f *Follower) noteRollout(st reconf.RolloutState, rev int64, rolledBack string) {
-	f.ch.note(st, rev, rolledBack)
+func (f *Follower) noteRollout(st reconf.RolloutState, rev int64) {
+	f.ch.note(st, rev)
 }
 
 // pushRollout hands the runtime the newest state of the rollout it
@@ -601,7 +628,7 @@ func (f *Follower) pushRollout(rr RolloutRuntime) {
 // runs), or a rollback's record (adopted as the rollout's end by a worker
 // in it, applied as any version by the others).
 func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held uint64) stepResult {
-	f.ch.note(*u.Rollout, u.Revision, "")
+	f.ch.note(*u.Rollout, u.Revision)
 	s := f.ch.seen.Load()
 	st := *u.Rollout
 	if s != nil && s.st.ID == st.ID {
@@ -633,6 +660,7 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 		return f.applyPlain(a, seen)
 	}
 	res, err := rr.ApplyCandidate(f.ctx, u.Version, u.Record, st)
+	f.ch.wakeRollout()
 	switch {
 	case f.ctx.Err() != nil:
 		return settled

@@ -22,14 +22,18 @@ var ProcessWidePaths = []string{
 	// The connection caps count connections, not requests.
 	"server.max_connections",
 	"server.max_connections_per_address",
-	// One log level for the whole process.
-	"logging.level",
+	// One log for the whole process: its level, and any log setting to
+	// come.
+	"logging",
 	// One tracer and one access log for the whole process.
 	"observability",
 	// The client keys: the active generation's decide whether a body is
 	// read at all, before the request is pinned, and a key is what
 	// places its client in the split.
 	"auth.api_keys",
+	// The named keys likewise, and their limits hold across the fleet:
+	// one window per key, whichever generation serves the request.
+	"auth.keys",
 	// The body limit applies while the body is read, before the pin.
 	"limits.max_request_body_bytes",
 	// One concurrency gate per backend name, shared by every generation.

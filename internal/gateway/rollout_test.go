@@ -112,18 +112,65 @@ func TestDefaultStrategyAppliesAndAllAtOnceBypasses(t *testing.T) {
 	}
 }
 
+// pwKeysConfig is baseConfig in api_keys mode, with one unnamed and one
+// named key.
+const pwKeysConfig = `
+auth:
+  mode: api_keys
+  api_keys: ["${env:KEY_A}"]
+  keys:
+    - { name: team, secret: "${env:KEY_B}", limits: { requests: 100, per: 1m } }
+`
+
+// TestProcessWideFieldIsNotSplittable: a staged change to each of
+// ProcessWidePaths is refused as rollout_field_not_splittable, naming
+// the field; every entry has its case, so a new one cannot go untested.
 func TestProcessWideFieldIsNotSplittable(t *testing.T) {
-	tg := startGateway(t, baseConfig+rolloutSection)
-	for _, change := range []string{
-		strings.Replace(baseConfig, "level: debug", "level: info", 1) + rolloutSection,
-		strings.Replace(baseConfig, "max_concurrency: 8", "max_concurrency: 9", 1) + rolloutSection,
-		baseConfig + strings.Replace(rolloutSection, "X-Tenant", "X-User", 1),
-	} {
-		writeAtomic(t, tg.path, change)
-		res, _ := tg.ReloadStaged(stageCtx("held"), reconf.TriggerAPI)
-		if res.Reason != reconf.ReasonNotSplittable {
-			t.Fatalf("got %s (%s), want rollout_field_not_splittable", res.Outcome, res.Reason)
+	certs := newTLSFixture(t)
+	otherCert, otherKey := certs.ca.Issue("second")
+	env := WithEnv(func(n string) (string, bool) {
+		switch n {
+		case "KEY_A":
+			return "sk-process-wide-a", true
+		case "KEY_B":
+			return "sk-process-wide-b", true
+		case "KEY_C":
+			return "sk-process-wide-c", true
 		}
+		return "", false
+	})
+	cases := map[string]struct{ from, to string }{
+		"server.tls": {certs.config(certs.cert, certs.key), certs.config(otherCert, otherKey)},
+		"server.max_connections": {baseConfig,
+			strings.Replace(baseConfig, "  address: 127.0.0.1:0\n", "  address: 127.0.0.1:0\n  max_connections: 100\n", 1)},
+		"server.max_connections_per_address": {baseConfig,
+			strings.Replace(baseConfig, "  address: 127.0.0.1:0\n", "  address: 127.0.0.1:0\n  max_connections_per_address: 10\n", 1)},
+		"logging":                       {baseConfig, strings.Replace(baseConfig, "level: debug", "level: info", 1)},
+		"observability":                 {baseConfig, baseConfig + "observability: {tracing: {sample_ratio: 0.5}}\n"},
+		"auth.api_keys":                 {baseConfig + pwKeysConfig, baseConfig + strings.Replace(pwKeysConfig, `["${env:KEY_A}"]`, `["${env:KEY_A}", "${env:KEY_C}"]`, 1)},
+		"auth.keys":                     {baseConfig + pwKeysConfig, baseConfig + strings.Replace(pwKeysConfig, "requests: 100", "requests: 200", 1)},
+		"limits.max_request_body_bytes": {baseConfig, baseConfig + "limits: {max_request_body_bytes: 4096}\n"},
+		"backends[*].max_concurrency":   {baseConfig, strings.Replace(baseConfig, "max_concurrency: 8", "max_concurrency: 9", 1)},
+		"rollout":                       {baseConfig, baseConfig},
+	}
+	for _, p := range ProcessWidePaths {
+		if _, ok := cases[p]; !ok {
+			t.Errorf("ProcessWidePaths has %s, which this test does not change", p)
+		}
+	}
+	for field, tc := range cases {
+		t.Run(field, func(t *testing.T) {
+			from, to := tc.from+rolloutSection, tc.to+rolloutSection
+			if field == "rollout" {
+				to = tc.to + strings.Replace(rolloutSection, "X-Tenant", "X-User", 1)
+			}
+			tg := startGateway(t, from, env)
+			writeAtomic(t, tg.path, to)
+			res, _ := tg.ReloadStaged(stageCtx("held"), reconf.TriggerAPI)
+			if res.Reason != reconf.ReasonNotSplittable || !strings.Contains(problemPaths(res), strings.TrimSuffix(strings.Split(field, "[")[0], ".")) {
+				t.Fatalf("got %s (%s) %s, want rollout_field_not_splittable naming %s", res.Outcome, res.Reason, problemPaths(res), field)
+			}
+		})
 	}
 }
 
