@@ -160,5 +160,5 @@ func (c *call) logAttempts(x *exchange) {
 		}
 	}
 	c.log.Info("request served after falling back", "backend", x.backend, "attempts", b.String(), "attempt_count", c.tries.n,
-		"request_id", string(x.reqID[:x.reqIDLen]))
+		"request_id", string(x.id()))
 }

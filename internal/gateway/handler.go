@@ -49,8 +49,10 @@ type exchange struct {
 	admitted bool
 	status   int // set when the answer is streamed; otherwise read at end
 
-	reqID    [maxRequestID]byte // the request's id: reqID[:reqIDLen]
-	reqIDLen uint8
+	// The request's id (see id): the client's, in its request, or one
+	// made.
+	clientID []byte
+	madeID   [madeIDLen]byte
 
 	// digest is the SHA-256 digest of the request's client key, once
 	// digested is set (see entity and clientAuthorized).
@@ -71,7 +73,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	x.pin = x.acquire()
 	h := &ctx.Response.Header
 	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
-	h.SetCanonical(requestIDKey, x.requestID())
+	h.SetCanonical(requestIDKey, x.requestID(true))
 	if g.workerHdr != nil {
 		h.SetCanonical(workerKey, g.workerHdr)
 	}
@@ -153,7 +155,7 @@ func (x *exchange) end() {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
 			slog.Int("status", status), slog.Uint64("generation", x.pin.ID()),
-			slog.String("backend", x.backend), slog.String("request_id", string(x.reqID[:x.reqIDLen])),
+			slog.String("backend", x.backend), slog.String("request_id", string(x.id())),
 			slog.Duration("duration", time.Since(x.start)))
 	}
 	x.pin.Release()

@@ -156,7 +156,7 @@ func (x *exchange) beginSpan(rt *route, model []byte) {
 			attribute.String(attrRequestModel, m),
 			attribute.String(attrBackend, rt.name),
 			attribute.Int64(attrGeneration, int64(x.pin.ID())),
-			attribute.String(attrRequestID, string(x.reqID[:x.reqIDLen])),
+			attribute.String(attrRequestID, string(x.id())),
 			attribute.String(attrMethod, string(x.ctx.Method())),
 			attribute.String(attrRoute, string(x.ctx.Path())),
 		))
