@@ -83,10 +83,10 @@ func (k *namedKey) limitText() string {
 	return string(b) + " per " + k.limits.Per.String()
 }
 
-// chargeTokens charges the tokens of the exchange's answer to its key,
-// when the key has a token limit: a stream's, counted from its usage
+// chargeTokens charges the tokens of the exchange's answer to its key at
+// now, when the key has a token limit: a stream's, counted from its usage
 // chunk as it passed (x.tokens), or a whole answer's, read from its body.
-func (x *exchange) chargeTokens(status int) {
+func (x *exchange) chargeTokens(status int, now time.Time) {
 	k := x.client
 	if k == nil || k.limits.Tokens == 0 || status != fasthttp.StatusOK {
 		return
@@ -95,7 +95,7 @@ func (x *exchange) chargeTokens(status int) {
 	if n == 0 && x.status == 0 {
 		n = usageTokens(x.ctx.Response.Body())
 	}
-	k.lim.charge(time.Now(), n)
+	k.lim.charge(now, n)
 }
 
 var (

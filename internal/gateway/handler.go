@@ -47,7 +47,13 @@ type exchange struct {
 	rt       *route // the route chosen, or nil
 	slot     gate.Slot
 	admitted bool
-	status   int // set when the answer is streamed; otherwise read at end
+	// since is when the request was admitted: start, unless it waited
+	// for a slot (admit). done, when set, is when its whole answer came
+	// in: end takes it as its end rather than read the clock again. The
+	// clock is read twice for a proxied request (start, the attempt's
+	// end), since a read was the cost of a header's parse (callgrind).
+	since, done time.Time
+	status      int // set when the answer is streamed; otherwise read at end
 
 	// The request's id (see id): the client's, in its request, or one
 	// made.
@@ -145,18 +151,22 @@ func (x *exchange) end() {
 	if status == 0 {
 		status = x.ctx.Response.StatusCode()
 	}
-	x.chargeTokens(status)
 	g := x.g
-	took := time.Since(x.start)
+	now := x.done
+	if now.IsZero() {
+		now = time.Now()
+	}
+	took := now.Sub(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
 	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
+	x.chargeTokens(status, now)
 	x.observe(status, took)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
 			slog.Int("status", status), slog.Uint64("generation", x.pin.ID()),
 			slog.String("backend", x.backend), slog.String("request_id", string(x.id())),
-			slog.Duration("duration", time.Since(x.start)))
+			slog.Duration("duration", took))
 	}
 	x.pin.Release()
 }
@@ -189,6 +199,10 @@ type call struct {
 	metrics     *collector
 	span        trace.Span // the request's span, when it is traced; its attempts' parent
 	spanName    string     // the name of its attempts' spans
+
+	// at is the latest clock read of the call: its admission, then the
+	// end of its latest attempt.
+	at time.Time
 
 	policy *routePolicy // the generation's fallback and cooldown rules
 	more   bool         // another candidate follows the one being tried
@@ -255,7 +269,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// second on a client that stops reading: past it the write fails and
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
-	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy}
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: x.since.Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy, at: x.since}
 	x.traced(&c)
 	_ = ctx.SetWriteDeadline(c.deadline)
 	// The attempt loop: each candidate in turn until one answers or a
@@ -274,6 +288,9 @@ func (g *Gateway) chat(x *exchange) bool {
 		}
 		handed, fellBack := rt.up.serve(x, &c, rt.timeout)
 		if !fellBack {
+			if !handed {
+				x.done = c.at
+			}
 			c.logAttempts(x)
 			return handed
 		}
@@ -351,8 +368,8 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 	if !x.admit(rt, rt.timeout) {
 		return nil, nil
 	}
-	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
-		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy}
+	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: x.since.Add(rt.timeout), log: x.g.log,
+		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy, at: x.since}
 	x.traced(c)
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
@@ -364,6 +381,7 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 // returns false when it cannot.
 func (x *exchange) admit(rt *route, wait time.Duration) bool {
 	slot, ok := rt.lim.TryAcquire()
+	x.since = x.start
 	if !ok {
 		wait, cancel := context.WithTimeout(context.Background(), wait)
 		var err error
@@ -383,6 +401,9 @@ func (x *exchange) admit(rt *route, wait time.Duration) bool {
 				fmt.Sprintf("backend %s is at its concurrency limit and no slot freed within its timeout; retry later", rt.name))
 			return false
 		}
+	}
+	if !ok {
+		x.since = time.Now()
 	}
 	x.slot, x.admitted = slot, true
 	return true

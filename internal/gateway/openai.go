@@ -222,7 +222,7 @@ func (b *openaiBackend) serve(x *exchange, c *call, timeout time.Duration) (hand
 	u.req.SetBodyRaw(u.body)
 	until := c.deadline
 	if c.more {
-		if t := time.Now().Add(timeout); t.Before(until) {
+		if t := c.at.Add(timeout); t.Before(until) {
 			until = t
 		}
 	}

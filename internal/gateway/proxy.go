@@ -86,7 +86,13 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 		}
 		resp.Reset()
 		resp.StreamBody = stream
-		began := time.Now()
+		// The first attempt begins at the call's admission (what came
+		// between is the gateway's own microseconds); a retry after its
+		// pause reads the clock.
+		began := c.at
+		if r.attempts > 1 {
+			began = time.Now()
+		}
 		span := c.beginAttempt(t, r.attempts)
 		err := t.client.hc.DoDeadline(req, resp, until)
 		span.end(err, resp.StatusCode())
