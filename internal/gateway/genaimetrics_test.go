@@ -125,13 +125,19 @@ func TestReadUsage(t *testing.T) {
 		{"null", `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, 0, 0, false},
 		{"in a string", `{"choices":[{"delta":{"content":"\"usage\":{\"prompt_tokens\":99}"}}]}`, 0, 0, false},
 		{"none", `{"choices":[]}`, 0, 0, false},
+		{"no counts", `{"choices":[],"usage":{}}`, 0, 0, false},
+		{"a key in a string after it", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"note":"\"usage\":{\"prompt_tokens\":99}"}`, 1, 2, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var o observation
-			o.readUsage([]byte(tc.body))
-			if o.usage != tc.ok || o.in != tc.in || o.out != tc.out {
-				t.Errorf("got usage=%v in=%d out=%d, want %v %d %d", o.usage, o.in, o.out, tc.ok, tc.in, tc.out)
+			// A whole answer is read from its end, an event from its
+			// start: both find the same.
+			for _, read := range []func(*observation, []byte){(*observation).readUsage, (*observation).readLastUsage} {
+				var o observation
+				read(&o, []byte(tc.body))
+				if o.usage != tc.ok || o.in != tc.in || o.out != tc.out {
+					t.Errorf("got usage=%v in=%d out=%d, want %v %d %d", o.usage, o.in, o.out, tc.ok, tc.in, tc.out)
+				}
 			}
 		})
 	}

@@ -66,7 +66,6 @@ type exchange struct {
 	digested bool
 
 	client *namedKey // the named key the request carries, or nil
-	tokens int64     // a streamed answer's usage, as it passed
 
 	obs observation // what its trace, GenAI metrics and access log need
 }
@@ -159,6 +158,7 @@ func (x *exchange) end() {
 	took := now.Sub(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
 	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
+	x.answered(status)
 	x.chargeTokens(status, now)
 	x.observe(status, took)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {

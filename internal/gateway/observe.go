@@ -67,15 +67,20 @@ func (o *observation) firstByte() {
 	}
 }
 
+// answered reads the usage of a whole answer with status from its body,
+// once, for the GenAI metrics, the access log and the key's token charge,
+// whatever the endpoint's shape (see readUsage). A stream's usage was
+// read from its events as they passed.
+func (x *exchange) answered(status int) {
+	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
+		x.obs.readLastUsage(x.ctx.Response.Body())
+	}
+}
+
 // observe records the request's outcome everywhere the configuration has
 // it go: the GenAI metrics, its span, the access log. status is its
-// answer's, took its time from admission to the last byte. A whole
-// answer's usage is read from its body here, whatever the endpoint's
-// shape (see readUsage).
+// answer's, took its time from admission to the last byte.
 func (x *exchange) observe(status int, took time.Duration) {
-	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
-		x.obs.readUsage(x.ctx.Response.Body())
-	}
 	now := x.start.Add(took)
 	x.g.genai.observe(x, status, took)
 	x.endSpan(status, now)
@@ -98,7 +103,20 @@ const maxUsageObject = 1 << 10
 // last. A key inside a JSON string (escaped quotes) is not taken. It does
 // not allocate.
 func (o *observation) readUsage(b []byte) {
-	i := usageAt(b)
+	o.readUsageAt(b, usageAt(b))
+}
+
+// readLastUsage is readUsage of a whole answer, whose usage comes last
+// (OpenAI's, Anthropic's and the Responses API's answers all put it after
+// the content): it looks for the key from the end, so a long answer's
+// text is not walked.
+func (o *observation) readLastUsage(b []byte) {
+	o.readUsageAt(b, lastUsageAt(b))
+}
+
+// readUsageAt reads the usage object whose key is at i in b (none when i
+// is negative).
+func (o *observation) readUsageAt(b []byte, i int) {
 	if i < 0 {
 		return
 	}
@@ -129,6 +147,24 @@ func usageAt(b []byte) int {
 			return at
 		}
 		from += k + 1
+	}
+	return -1
+}
+
+// lastUsageAt is the index of the last "usage" key in b that is not
+// inside a string, or -1.
+func lastUsageAt(b []byte) int {
+	const g = 4 // the index of 'g' in "usage"
+	for end := len(b) - (len(usageKey) - g - 1); end > g; {
+		k := bytes.LastIndexByte(b[:end], 'g')
+		if k < g {
+			return -1
+		}
+		at := k - g
+		if bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
+			return at
+		}
+		end = k
 	}
 	return -1
 }

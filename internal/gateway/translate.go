@@ -378,7 +378,6 @@ func (s *messagesStream) event(ev []byte) {
 	}
 	if a.Usage != nil {
 		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
-		s.x.tokens = int64(s.input + s.output) // charged to the client's key when the stream ends
 	}
 	for _, ch := range a.Choices {
 		if ch.Delta != nil {
