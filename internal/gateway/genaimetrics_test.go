@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -182,5 +183,26 @@ func TestUsageByKeyName(t *testing.T) {
 	}
 	if strings.Contains(string(data), "CANARY") {
 		t.Errorf("the access log holds the secret")
+	}
+}
+
+// lastByte finds what bytes.LastIndexByte finds, at every length and
+// place, with bytes either side that look like the one sought to a word
+// test (0x67 is 'g', 0x66 and 0xe7 differ from it by one bit).
+func TestLastByte(t *testing.T) {
+	fill := []byte{'a', 0x66, 0xe7, 0x00, 0x68}
+	for n := 0; n < 40; n++ {
+		for at := -1; at < n; at++ {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = fill[(i*7+n)%len(fill)]
+			}
+			if at >= 0 {
+				b[at] = 'g'
+			}
+			if got, want := lastByte(b, 'g'), bytes.LastIndexByte(b, 'g'); got != want {
+				t.Fatalf("%q: got %d, want %d", b, got, want)
+			}
+		}
 	}
 }

@@ -66,6 +66,7 @@ type exchange struct {
 	digested bool
 
 	client *namedKey // the named key the request carries, or nil
+	keyIdx int       // the index of the client's key in its generation's keys
 
 	obs observation // what its trace, GenAI metrics and access log need
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/binary"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -156,12 +157,12 @@ func usageAt(b []byte) int {
 func lastUsageAt(b []byte) int {
 	const g = 4 // the index of 'g' in "usage"
 	for end := len(b) - (len(usageKey) - g - 1); end > g; {
-		k := bytes.LastIndexByte(b[:end], 'g')
+		k := lastByte(b[:end], 'g')
 		if k < g {
 			return -1
 		}
 		at := k - g
-		if bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
+		if string(b[at:at+len(usageKey)]) == string(usageKey) && (at == 0 || b[at-1] != '\\') {
 			return at
 		}
 		end = k
@@ -169,52 +170,84 @@ func lastUsageAt(b []byte) int {
 	return -1
 }
 
+// lastByte is bytes.LastIndexByte eight bytes at a time (that one goes a
+// byte at a time: 530 instructions to find an answer's usage; callgrind).
+func lastByte(b []byte, c byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	pat := ones * uint64(c)
+	i := len(b)
+	for ; i >= 8; i -= 8 {
+		w := binary.LittleEndian.Uint64(b[i-8:]) ^ pat
+		// A byte of w is zero where b holds c; the test has no false
+		// negative, and a false positive is looked at below.
+		if (w-ones)&^w&highs == 0 {
+			continue
+		}
+		for j := i - 1; j >= i-8; j-- {
+			if b[j] == c {
+				return j
+			}
+		}
+	}
+	for i--; i >= 0; i-- {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
 // readCounts reads the counts among the members of the object that starts
 // obj, in one walk: a member whose value is an object (details) is
-// skipped whole; usage objects hold no string with a brace in it.
+// skipped whole; usage objects hold no string with a brace or an escaped
+// quote in it.
 func (o *observation) readCounts(obj []byte) {
-	for i := 1; i < len(obj); {
+	depth := 0 // of the details object being skipped
+	for i := 1; i < len(obj); i++ {
 		switch obj[i] {
-		case '}':
-			return
-		case '"':
-			end := bytes.IndexByte(obj[i+1:], '"')
-			if end < 0 {
-				return
-			}
-			key := obj[i+1 : i+1+end]
-			i = skipSpace(obj, i+end+2)
-			if i >= len(obj) || obj[i] != ':' {
-				return
-			}
-			i = skipSpace(obj, i+1)
-			n, d := int64(0), 0
-			for ; i < len(obj) && obj[i] >= '0' && obj[i] <= '9' && d < 15; i, d = i+1, d+1 {
-				n = n*10 + int64(obj[i]-'0')
-			}
-			if d > 0 {
-				switch string(key) {
-				case "prompt_tokens", "input_tokens":
-					o.in, o.usage = n, true
-				case "completion_tokens", "output_tokens":
-					o.out, o.usage = n, true
-				}
-			}
 		case '{':
-			// A details object: skipped to its closing brace.
-			depth := 0
-			for ; i < len(obj); i++ {
-				if obj[i] == '{' {
-					depth++
-				} else if obj[i] == '}' {
-					if depth--; depth == 0 {
-						break
-					}
-				}
+			depth++
+			continue
+		case '}':
+			if depth == 0 {
+				return
 			}
-			i++
+			depth--
+			continue
+		case '"':
 		default:
-			i++
+			continue
+		}
+		j := i + 1
+		for j < len(obj) && obj[j] != '"' {
+			j++
+		}
+		if j >= len(obj) {
+			return
+		}
+		key := obj[i+1 : j]
+		i = j
+		if depth > 0 {
+			continue
+		}
+		k := skipSpace(obj, j+1)
+		if k >= len(obj) || obj[k] != ':' {
+			continue // a string value, not a key
+		}
+		k = skipSpace(obj, k+1)
+		n, d := int64(0), 0
+		for ; k < len(obj) && obj[k] >= '0' && obj[k] <= '9' && d < 15; k, d = k+1, d+1 {
+			n = n*10 + int64(obj[k]-'0')
+		}
+		if d == 0 {
+			continue
+		}
+		i = k - 1
+		switch string(key) {
+		case "prompt_tokens", "input_tokens":
+			o.in, o.usage = n, true
+		case "completion_tokens", "output_tokens":
+			o.out, o.usage = n, true
 		}
 	}
 }
