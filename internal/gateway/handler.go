@@ -161,7 +161,7 @@ func (x *exchange) end() {
 	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
 	x.answered(status)
 	x.chargeTokens(status, now)
-	x.observe(status, took)
+	x.observe(status, took, now)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),

@@ -80,9 +80,8 @@ func (x *exchange) answered(status int) {
 
 // observe records the request's outcome everywhere the configuration has
 // it go: the GenAI metrics, its span, the access log. status is its
-// answer's, took its time from admission to the last byte.
-func (x *exchange) observe(status int, took time.Duration) {
-	now := x.start.Add(took)
+// answer's, took its time from its start to its last byte, at now.
+func (x *exchange) observe(status int, took time.Duration, now time.Time) {
 	x.g.genai.observe(x, status, took)
 	x.endSpan(status, now)
 	if l := x.g.access.cur.Load(); l != nil {
@@ -91,6 +90,15 @@ func (x *exchange) observe(status int, took time.Duration) {
 }
 
 var usageKey = []byte(`"usage"`)
+
+// The keys of the counts a usage object gives, each with its closing
+// quote.
+var (
+	promptKey     = []byte(`prompt_tokens"`)
+	completionKey = []byte(`completion_tokens"`)
+	inputKey      = []byte(`input_tokens"`)
+	outputKey     = []byte(`output_tokens"`)
+)
 
 // maxUsageObject bounds the usage object read: one longer is read no
 // further.
@@ -218,14 +226,26 @@ func (o *observation) readCounts(obj []byte) {
 		default:
 			continue
 		}
-		j := i + 1
-		for j < len(obj) && obj[j] != '"' {
-			j++
+		// A count's key is compared in place, its closing quote
+		// included; another key is walked to its end.
+		rest, which, j := obj[i+1:], 0, i+1
+		switch {
+		case bytes.HasPrefix(rest, promptKey):
+			which, j = 1, i+len(promptKey)
+		case bytes.HasPrefix(rest, completionKey):
+			which, j = 2, i+len(completionKey)
+		case bytes.HasPrefix(rest, inputKey):
+			which, j = 1, i+len(inputKey)
+		case bytes.HasPrefix(rest, outputKey):
+			which, j = 2, i+len(outputKey)
+		default:
+			for j < len(obj) && obj[j] != '"' {
+				j++
+			}
+			if j >= len(obj) {
+				return
+			}
 		}
-		if j >= len(obj) {
-			return
-		}
-		key := obj[i+1 : j]
 		i = j
 		if depth > 0 {
 			continue
@@ -243,10 +263,10 @@ func (o *observation) readCounts(obj []byte) {
 			continue
 		}
 		i = k - 1
-		switch string(key) {
-		case "prompt_tokens", "input_tokens":
+		switch which {
+		case 1:
 			o.in, o.usage = n, true
-		case "completion_tokens", "output_tokens":
+		case 2:
 			o.out, o.usage = n, true
 		}
 	}
