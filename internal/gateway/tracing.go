@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -30,9 +32,22 @@ import (
 // tracing adds no module; the HTTP exporter would add one for no gain.
 type tracing struct {
 	cur atomic.Pointer[tracer]
+	log *slog.Logger // the service log, where export errors go
 	// retiring counts the providers being shut down after a swap; close
 	// waits for them.
 	retiring sync.WaitGroup
+	// cut ends every retiring provider's shutdown at once (its last
+	// spans are dropped): close calls it when its own time is up.
+	cutOnce sync.Once
+	cutCtx  context.Context
+	cut     context.CancelFunc
+}
+
+// cutContext is the context every retiring provider's shutdown derives
+// from.
+func (tg *tracing) cutContext() context.Context {
+	tg.cutOnce.Do(func() { tg.cutCtx, tg.cut = context.WithCancel(context.Background()) })
+	return tg.cutCtx
 }
 
 // tracer is one configuration's tracing: a provider, its endpoint, and
@@ -60,11 +75,12 @@ func (t *tracer) sampled() bool {
 // newTracer makes a provider that batches spans to the endpoint. The
 // gRPC connection is made lazily: a collector that is down costs dropped
 // spans, never a failed reload or a slow request.
-func newTracer(ctx context.Context, endpoint string, ratio float64) (*tracer, error) {
+func newTracer(ctx context.Context, endpoint string, ratio float64, log *slog.Logger) (*tracer, error) {
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
 	if err != nil {
 		return nil, err
 	}
+	exportErrors.use(log)
 	res := resource.NewSchemaless(attribute.String("service.name", serviceName))
 	// Every span handed to the SDK is recorded: the sampling decision was
 	// made before (tracer.sampled), so that an unsampled request never
@@ -97,7 +113,7 @@ func (tg *tracing) consumer() reconf.Consumer[Config] {
 			n := old.withRatio(c.SampleRatio)
 			return &reconf.Staged{OnCommit: func() { tg.cur.Store(n) }}, nil
 		}
-		t, err := newTracer(ctx, c.Endpoint, c.SampleRatio)
+		t, err := newTracer(ctx, c.Endpoint, c.SampleRatio, tg.log)
 		if err != nil {
 			return nil, err
 		}
@@ -117,8 +133,9 @@ func (tg *tracing) swap(t *tracer) {
 	if old == nil || (t != nil && old.tp == t.tp) {
 		return
 	}
+	cut := tg.cutContext()
 	tg.retiring.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tracingShutdown)
+		ctx, cancel := context.WithTimeout(cut, tracingShutdown)
 		defer cancel()
 		_ = old.tp.Shutdown(ctx)
 	})
@@ -129,10 +146,16 @@ func (tg *tracing) swap(t *tracer) {
 const tracingShutdown = 5 * time.Second
 
 // close shuts the current provider down, sending its last spans, and
-// waits for the retired ones.
-func (tg *tracing) close() {
+// waits for the retired ones, for as long as ctx lets it: a collector
+// that has not taken the last spans by then (one that hangs, or a slow
+// network) is cut off, and they are dropped, so that a shutdown keeps to
+// its timeout.
+func (tg *tracing) close(ctx context.Context) {
 	tg.swap(nil)
+	tg.cutContext()
+	stop := context.AfterFunc(ctx, tg.cut)
 	tg.retiring.Wait()
+	stop()
 }
 
 // begin starts the span of a request routed to rt when the request is
@@ -248,4 +271,35 @@ func providerOf(kind string) string {
 		return providerAnthropic
 	}
 	return providerStub
+}
+
+// exportErrors takes the OpenTelemetry SDK's errors (a batch the
+// collector refused or never took, among them) to the service log as
+// warnings; by default the SDK writes them to the standard logger, where
+// a service's operator does not look. The SDK has one handler per
+// process: the latest tracer's log takes them.
+var exportErrors otelErrors
+
+// otelErrors is the process's OpenTelemetry error handler.
+type otelErrors struct {
+	once sync.Once
+	log  atomic.Pointer[slog.Logger]
+}
+
+// use sends the SDK's errors to log from now on. An endpoint carries no
+// credentials (the configuration refuses a URL with a user), so an
+// error's text is logged as it is.
+func (e *otelErrors) use(log *slog.Logger) {
+	if log == nil {
+		return
+	}
+	e.log.Store(log)
+	e.once.Do(func() { otel.SetErrorHandler(e) })
+}
+
+// Handle implements otel.ErrorHandler.
+func (e *otelErrors) Handle(err error) {
+	if l := e.log.Load(); l != nil && err != nil {
+		l.Warn("tracing: spans not exported", "error", err.Error())
+	}
 }
