@@ -199,7 +199,7 @@ type call struct {
 	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
 	metrics     *collector
 	span        trace.Span // the request's span, when it is traced; its attempts' parent
-	spanName    string     // the name of its attempts' spans
+	op          string     // the request's gen_ai.operation.name, for its attempts' spans
 
 	// at is the latest clock read of the call: its admission, then the
 	// end of its latest attempt.

@@ -48,7 +48,7 @@ func (x *exchange) routed(op string, model []byte) {
 // upstream attempts.
 func (x *exchange) traced(c *call) {
 	if x.obs.span != nil {
-		c.span, c.spanName = x.obs.span, x.obs.op+" "+x.rt.model
+		c.span, c.op = x.obs.span, x.obs.op
 	}
 }
 

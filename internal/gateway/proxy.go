@@ -15,6 +15,7 @@ import (
 // retries and judges the status of what came back.
 type upstreamTarget struct {
 	name    string
+	model   string // the model the backend is asked for
 	base    string // the host's path without a trailing slash; an endpoint's path follows it
 	hostHdr []byte // the Host header
 	tls     bool   // the host is https
@@ -94,6 +95,7 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 			began = time.Now()
 		}
 		span := c.beginAttempt(t, r.attempts)
+		span.inject(u)
 		err := t.client.hc.DoDeadline(req, resp, until)
 		span.end(err, resp.StatusCode())
 		if err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -10,10 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -82,11 +85,12 @@ func newTracer(ctx context.Context, endpoint string, ratio float64, log *slog.Lo
 	}
 	exportErrors.use(log)
 	res := resource.NewSchemaless(attribute.String("service.name", serviceName))
-	// Every span handed to the SDK is recorded: the sampling decision was
-	// made before (tracer.sampled), so that an unsampled request never
-	// reaches the SDK.
+	// A request that joins a caller's trace follows the caller's
+	// decision (ParentBased); any other span handed to the SDK is
+	// recorded: the ratio's decision was made before (tracer.sampled),
+	// so that an unsampled request never reaches the SDK.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	return &tracer{endpoint: endpoint, tp: tp, tr: tp.Tracer(tracerName)}, nil
 }
 
@@ -162,16 +166,30 @@ func (tg *tracing) close(ctx context.Context) {
 // sampled: a server span named "{operation} {model}" (the model the client
 // asked for, or the backend's when it named none) that began when the
 // request did.
+//
+// A request that carries a W3C traceparent (and tracestate) joins that
+// trace, as its caller's child, and the caller's decision stands: a
+// sampled parent's request is traced whatever the ratio, an unsampled
+// one's is not recorded but still passes the trace on to its upstream.
+// Other requests are sampled at the configured ratio.
 func (x *exchange) beginSpan(rt *route, model []byte) {
 	t := x.g.tracing.cur.Load()
-	if t == nil || !t.sampled() {
+	if t == nil {
+		return
+	}
+	ctx := context.Background()
+	h := &x.ctx.Request.Header
+	if len(h.PeekCanonical(traceparentKey)) > 0 {
+		ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{h})
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && !t.sampled() {
 		return
 	}
 	m := string(model)
 	if m == "" {
 		m = rt.model
 	}
-	_, span := t.tr.Start(context.Background(), x.obs.op+" "+m,
+	_, span := t.tr.Start(ctx, x.obs.op+" "+m,
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
 		trace.WithAttributes(
 			attribute.String(attrOperation, x.obs.op),
@@ -221,7 +239,9 @@ func (c *call) beginAttempt(t *upstreamTarget, n int) attemptSpan {
 		return attemptSpan{}
 	}
 	ctx := trace.ContextWithSpan(context.Background(), c.span)
-	_, span := c.span.TracerProvider().Tracer(tracerName).Start(ctx, c.spanName,
+	// Named for what this attempt asks its backend for: a fallback's
+	// attempt names the fallback's model.
+	_, span := c.span.TracerProvider().Tracer(tracerName).Start(ctx, c.op+" "+t.model,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String(attrBackend, t.name),
@@ -230,6 +250,52 @@ func (c *call) beginAttempt(t *upstreamTarget, n int) attemptSpan {
 		))
 	return attemptSpan{span}
 }
+
+// inject puts the attempt's trace context into u's header, as W3C
+// traceparent (and tracestate, when the trace has one), so that the
+// upstream's own spans join the trace under this attempt. An untraced
+// request's header is left alone (release takes the fields out of a
+// pooled request that had them).
+func (a attemptSpan) inject(u *upstreamRequest) {
+	if a.span == nil {
+		return
+	}
+	sc := a.span.SpanContext()
+	if !sc.IsValid() {
+		return
+	}
+	h := &u.req.Header
+	var b [55]byte // "00-" 32 "-" 16 "-" 2
+	tid, sid := sc.TraceID(), sc.SpanID()
+	v := append(b[:0], "00-"...)
+	v = hex.AppendEncode(v, tid[:])
+	v = append(v, '-')
+	v = hex.AppendEncode(v, sid[:])
+	v = append(v, '-')
+	v = hex.AppendEncode(v, []byte{byte(sc.TraceFlags())})
+	h.SetCanonical(traceparentKey, v)
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		h.SetCanonical(tracestateKey, []byte(ts.String()))
+	} else {
+		h.DelBytes(tracestateKey)
+	}
+	u.traced = true
+}
+
+// headerCarrier reads a request's header for the W3C trace context
+// propagator.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Set(string, string)    {}
+func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// traceparentKey and tracestateKey are the W3C trace context headers, in
+// fasthttp's canonical form.
+var (
+	traceparentKey = []byte("Traceparent")
+	tracestateKey  = []byte("Tracestate")
+)
 
 // end ends the attempt's span with its outcome: a transport error or the
 // upstream's status, and an error when the attempt failed
