@@ -158,7 +158,7 @@ func (x *exchange) end() {
 	}
 	took := now.Sub(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
-	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
+	g.metrics.observe(x.rt, x.backend, status, took.Seconds(), shardOf(x.ctx))
 	x.answered(status)
 	x.chargeTokens(status, now)
 	x.observe(status, took, now)
