@@ -199,6 +199,13 @@ func (r *Runtime[T]) Acquire() Pin[T] {
 	}
 }
 
+// Splitting reports whether a staged rollout divides requests between two
+// generations now, so that AcquireFor's entity matters: one atomic load.
+// A caller that finds none and calls Acquire pins what AcquireFor would
+// have pinned a moment earlier, so it may skip the work of making the
+// entity (a digest of a client's key, say).
+func (r *Runtime[T]) Splitting() bool { return r.split.Load() != nil }
+
 // Reload runs one attempt: read, compile, diff, prepare, publish, commit.
 // If an attempt is in flight it folds into the one attempt queued behind
 // it, which starts when the slot frees, reads the source then, and answers

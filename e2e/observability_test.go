@@ -134,3 +134,59 @@ func TestObservabilityBySIGHUP(t *testing.T) {
 		t.Errorf("tracing is off again and %d more spans arrived", n-spans)
 	}
 }
+
+// hungCollector accepts connections and never answers on them: a
+// collector that stalls.
+func hungCollector(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// With spans still to send and a collector that stalls, reconfd stops
+// within its shutdown timeout: the last spans are dropped, not waited
+// for.
+func TestShutdownCutsAStalledCollector(t *testing.T) {
+	requireBinary(t)
+	const timeout = 2 * time.Second
+	cfg := config(3, "0s") + "observability:\n  tracing: {enabled: true, endpoint: 'http://" + hungCollector(t) + "', sample_ratio: 1}\n"
+	// A batch delay longer than the test: the span is sent at shutdown.
+	s := startServer(t, cfg, []string{"--shutdown-timeout", timeout.String()}, "OTEL_BSP_SCHEDULE_DELAY=600000")
+	s.chat("gpt-4o-mini")
+	began := time.Now()
+	s.signal(syscall.SIGTERM)
+	s.wait(timeout + 10*time.Second)
+	// The drain has no request to wait for; the spans' flush takes the
+	// rest of the timeout, then is cut. A -race binary sleeps a second
+	// as it exits (GORACE atexit_sleep_ms).
+	if took := time.Since(began); took > timeout+2*time.Second {
+		t.Errorf("reconfd stopped %v after SIGTERM with a stalled collector, past its shutdown timeout of %v\n%s", took.Round(time.Millisecond), timeout, s.logs.String())
+	}
+}

@@ -27,8 +27,9 @@ import (
 // is not empty, for callgrind_annotate.
 //
 // With observed, reconfd's gateway runs a second time as reconfd-observed,
-// with -observed's observability section in its configuration.
-func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string, observed bool) error {
+// with -observed's observability section in its configuration; with
+// routing, once more as reconfd-routing, on -routing's configuration.
+func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string, observed, routing bool) error {
 	// Debian's valgrind is a shell script that runs valgrind.bin as its
 	// child; callgrind_control must be given the tool's own pid.
 	vg, err := exec.LookPath("valgrind.bin")
@@ -38,19 +39,26 @@ func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string
 		}
 	}
 	conf := filepath.Join(dir, "callgrind.yaml")
-	type run struct{ name, role, extra string }
-	runs := []run{{"reconfd", "gateway-profile", ""}, {"fasthttp", "proxy-fasthttp", ""}}
+	type run struct {
+		name, role string
+		conf       func(addr string) string
+	}
+	plain := func(addr string) string { return fmt.Sprintf(reconfdConf, addr, 1, upURL) }
+	runs := []run{{"reconfd", "gateway-profile", plain}, {"fasthttp", "proxy-fasthttp", plain}}
 	if observed {
-		runs = append(runs, run{"reconfd-observed", "gateway-profile", observedConf(dir, "callgrind")})
+		runs = append(runs, run{"reconfd-observed", "gateway-profile", func(addr string) string { return plain(addr) + observedConf(dir, "callgrind") }})
+	}
+	if routing {
+		runs = append(runs, run{"reconfd-routing", "gateway-profile", func(addr string) string { s, _ := routingConf(addr, 1, upURL); return s }})
 	}
 	fmt.Fprintf(w, "\ncallgrind: %d requests from %d clients through each, one process of GOMAXPROCS=1\n", n, c)
-	fmt.Fprintf(w, "%-10s %14s %12s\n", "path", "instructions", "per request")
+	fmt.Fprintf(w, "%-16s %14s %12s\n", "path", "instructions", "per request")
 	for _, r := range runs {
 		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(conf, append(fmt.Appendf(nil, reconfdConf, addr, 1, upURL), r.extra...), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(r.conf(addr)), 0o644); err != nil {
 			return err
 		}
 		out := filepath.Join(dir, r.name+".callgrind.out")
@@ -72,7 +80,7 @@ func callgrindCounts(w io.Writer, self, dir, upURL string, n, c int, keep string
 		if err != nil {
 			return fmt.Errorf("callgrind %s: %w", r.name, err)
 		}
-		fmt.Fprintf(w, "%-10s %14d %12.0f\n", r.name, ir, float64(ir)/float64(n))
+		fmt.Fprintf(w, "%-16s %14d %12.0f\n", r.name, ir, float64(ir)/float64(n))
 		if keep != "" {
 			_ = os.MkdirAll(keep, 0o755)
 			if data, err := os.ReadFile(out + ".1"); err == nil {

@@ -375,7 +375,7 @@ func run(f flags, w io.Writer) error {
 		streams(w, targets, f)
 	}
 	if f.callgrind > 0 {
-		if err := callgrindCounts(w, self, dir, upURL, f.callgrind, min(f.concurrency, 8), f.keep, f.observed); err != nil {
+		if err := callgrindCounts(w, self, dir, upURL, f.callgrind, min(f.concurrency, 8), f.keep, f.observed, f.routing); err != nil {
 			return err
 		}
 	}

@@ -93,7 +93,7 @@ func (l *accessLog) write(x *exchange, gen uint64, status int, took time.Duratio
 	b := append(l.buf[:0], `{"`+logTime+`":"`...)
 	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","`+logRequestID+`":`...)
-	b = appendJSONString(b, x.reqID[:x.reqIDLen])
+	b = appendJSONString(b, x.id())
 	b = append(b, `,"`+logMethod+`":`...)
 	b = appendJSONString(b, x.ctx.Method())
 	b = append(b, `,"`+logPath+`":`...)

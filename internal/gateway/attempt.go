@@ -111,6 +111,7 @@ func (a *attempts) list() []attemptInfo { return a.kept[:min(a.n, maxTracked)] }
 // and is logged when it failed.
 func (c *call) attempted(name string, h *deploymentHealth, o attemptOutcome, status int, began time.Time) {
 	now := time.Now()
+	c.at = now
 	took := now.Sub(began)
 	if c.tries.n < maxTracked {
 		c.tries.kept[c.tries.n] = attemptInfo{backend: name, outcome: o, status: status, took: took}
@@ -160,5 +161,5 @@ func (c *call) logAttempts(x *exchange) {
 		}
 	}
 	c.log.Info("request served after falling back", "backend", x.backend, "attempts", b.String(), "attempt_count", c.tries.n,
-		"request_id", string(x.reqID[:x.reqIDLen]))
+		"request_id", string(x.id()))
 }

@@ -76,7 +76,7 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 	gen := x.pin.ID()
 	if memo != nil {
 		if i, ok := memo.has(gen, hdr); ok {
-			x.client = st.clients[i]
+			x.client, x.keyIdx = st.clients[i], i
 			return true
 		}
 	}
@@ -91,7 +91,7 @@ func (x *exchange) clientAuthorized(st *routes) bool {
 	if i < 0 {
 		return false
 	}
-	x.client = st.clients[i]
+	x.client, x.keyIdx = st.clients[i], i
 	if memo != nil {
 		memo.set(gen, hdr, i)
 	}

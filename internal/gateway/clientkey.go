@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"time"
@@ -83,54 +82,15 @@ func (k *namedKey) limitText() string {
 	return string(b) + " per " + k.limits.Per.String()
 }
 
-// chargeTokens charges the tokens of the exchange's answer to its key,
-// when the key has a token limit: a stream's, counted from its usage
-// chunk as it passed (x.tokens), or a whole answer's, read from its body.
-func (x *exchange) chargeTokens(status int) {
+// chargeTokens charges the tokens of the exchange's answer to its key at
+// now, when the key has a token limit: its input plus output tokens, as
+// its usage reported them (a whole answer's, or a stream's, read from its
+// events as they passed, whatever the endpoint's shape). An answer whose
+// usage gave no count is not charged.
+func (x *exchange) chargeTokens(status int, now time.Time) {
 	k := x.client
-	if k == nil || k.limits.Tokens == 0 || status != fasthttp.StatusOK {
+	if k == nil || k.limits.Tokens == 0 || status != fasthttp.StatusOK || !x.obs.usage {
 		return
 	}
-	n := x.tokens
-	if n == 0 && x.status == 0 {
-		n = usageTokens(x.ctx.Response.Body())
-	}
-	k.lim.charge(time.Now(), n)
-}
-
-var (
-	totalTokensKey  = []byte(`"total_tokens":`)
-	inputTokensKey  = []byte(`"input_tokens":`)
-	outputTokensKey = []byte(`"output_tokens":`)
-)
-
-// usageTokens reads the tokens an answer's usage counts: its
-// "total_tokens", or "input_tokens" plus "output_tokens" (Anthropic's
-// and the Responses API's). A quoted key cannot occur inside a JSON
-// string (its quotes would be escaped), so the last one found is a key.
-func usageTokens(body []byte) int64 {
-	if i := bytes.LastIndex(body, totalTokensKey); i >= 0 {
-		return numberAt(body, i+len(totalTokensKey))
-	}
-	var n int64
-	if i := bytes.LastIndex(body, inputTokensKey); i >= 0 {
-		n += numberAt(body, i+len(inputTokensKey))
-	}
-	if i := bytes.LastIndex(body, outputTokensKey); i >= 0 {
-		n += numberAt(body, i+len(outputTokensKey))
-	}
-	return n
-}
-
-// numberAt reads the non-negative integer at body[i:], after spaces.
-func numberAt(body []byte, i int) int64 {
-	i = skipSpace(body, i)
-	var n int64
-	for ; i < len(body) && body[i] >= '0' && body[i] <= '9'; i++ {
-		n = n*10 + int64(body[i]-'0')
-		if n > 1<<40 {
-			return 0
-		}
-	}
-	return n
+	k.lim.charge(now, x.obs.in+x.obs.out)
 }

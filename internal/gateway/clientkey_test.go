@@ -149,18 +149,6 @@ func TestKeyWindowSlides(t *testing.T) {
 	}
 }
 
-func TestUsageTokens(t *testing.T) {
-	for body, want := range map[string]int64{
-		`{"choices":[{"message":{"content":"\"total_tokens\": 99"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`: 7,
-		`{"usage":{"input_tokens": 5,"output_tokens":6}}`: 11,
-		`{"choices":[]}`: 0,
-	} {
-		if got := usageTokens([]byte(body)); got != want {
-			t.Errorf("%s: %d, want %d", body, got, want)
-		}
-	}
-}
-
 // Status and metrics show each key by name with its use against its
 // limits, and each backend's cooldown; never a secret.
 func TestKeysAndDeploymentsInStatus(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 // names and status codes, never request content.
 type collector struct {
 	g        *Gateway
-	ok       sync.Map // backend name -> *okSeries
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	ok       sync.Map               // backend name -> *okSeries
+	requests *prometheus.CounterVec // by backend and code, but for 200s (okCount)
+	okCount  *shardedFamily         // requests_total's 200s
+	latency  *shardedFamily         // every answer's, by backend
 	limit    *prometheus.Desc
 	capacity *prometheus.Desc
 	inFlight *prometheus.Desc
@@ -46,14 +47,11 @@ func newCollector(g *Gateway, rollout *rolloutMetrics) *collector {
 			Help: "Upstream attempts that failed (no answer, or a 5xx) and were retried, by backend.",
 		}, []string{"backend"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "reconfd", Name: "requests_total",
-			Help: "Data-plane requests by backend (\"none\" when none was chosen) and HTTP status.",
+			Namespace: "reconfd", Name: "requests_total", Help: requestsHelp,
 		}, []string{"backend", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "reconfd", Name: "request_duration_seconds",
-			Help:    "Time from admission to the last byte of the response, by backend.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"backend"}),
+		okCount: newCounterFamily("reconfd_requests_total", requestsHelp, []string{"backend", "code"}),
+		latency: newHistogramFamily("reconfd_request_duration_seconds", "Time from admission to the last byte of the response, by backend.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, []string{"backend"}),
 		limit: prometheus.NewDesc("reconfd_backend_max_concurrency",
 			"The backend's concurrency limit (0 is unlimited); for a worker of a cluster, the fleet's limit.", []string{"backend"}, nil),
 		capacity: prometheus.NewDesc("reconfd_backend_capacity",
@@ -72,42 +70,45 @@ func newCollector(g *Gateway, rollout *rolloutMetrics) *collector {
 	}
 }
 
-// observe records one request; r is the route that served it, or nil. The
-// series of a backend's 200s are looked up once per collector and kept,
-// and the route keeps them too: label lookups allocate, and this runs per
-// request (the collector's map lookup was 190 instructions of a proxied
-// request, callgrind).
-func (c *collector) observe(r *route, backend string, status int, seconds float64) {
+const requestsHelp = "Data-plane requests by backend (\"none\" when none was chosen) and HTTP status."
+
+// observe records one request on shard (shardOf); r is the route that
+// served it, or nil. The series of a backend's 200s are looked up once per
+// collector and kept, and the route keeps them too: label lookups
+// allocate, and this runs per request (the collector's map lookup was 190
+// instructions of a proxied request, callgrind).
+func (c *collector) observe(r *route, backend string, status int, seconds float64, shard int) {
 	if backend == "" {
 		backend = "none"
 	}
-	if status == 200 {
-		var o *okSeries
+	var o *okSeries
+	if r != nil {
+		o = r.ok.Load()
+	}
+	if o == nil {
+		o = c.series(backend)
 		if r != nil {
-			o = r.ok.Load()
+			r.ok.Store(o)
 		}
-		if o == nil {
-			s, ok := c.ok.Load(backend)
-			if !ok {
-				s, _ = c.ok.LoadOrStore(backend, &okSeries{
-					count:   c.requests.WithLabelValues(backend, "200"),
-					latency: c.latency.WithLabelValues(backend),
-				})
-			}
-			o = s.(*okSeries)
-			if r != nil {
-				r.ok.Store(o)
-			}
-		}
-		o.count.Inc()
-		o.latency.Observe(seconds)
+	}
+	o.latency.observe(shard, seconds)
+	if status == 200 {
+		o.count.add(shard, 1)
 		return
 	}
 	c.requests.WithLabelValues(backend, strconv.Itoa(status)).Inc()
-	c.latency.WithLabelValues(backend).Observe(seconds)
 	if failedStatus(status) {
 		c.failures.WithLabelValues(backend).Inc()
 	}
+}
+
+// series returns the backend's series, made once.
+func (c *collector) series(backend string) *okSeries {
+	s, ok := c.ok.Load(backend)
+	if !ok {
+		s, _ = c.ok.LoadOrStore(backend, &okSeries{count: c.okCount.counter(backend, "200"), latency: c.latency.histogram(backend)})
+	}
+	return s.(*okSeries)
 }
 
 // attemptFailed counts a failed upstream attempt that is retried.
@@ -115,10 +116,10 @@ func (c *collector) attemptFailed(backend string) {
 	c.attemptFailures.WithLabelValues(backend).Inc()
 }
 
-// okSeries are a backend's series for a 200.
+// okSeries are a backend's count of 200s and its latency.
 type okSeries struct {
-	count   prometheus.Counter
-	latency prometheus.Observer
+	count   *shardedCounter
+	latency *shardedHistogram
 }
 
 // Describe implements prometheus.Collector.
@@ -127,7 +128,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.g.cluster.timing.Describe(ch)
 	}
 	c.requests.Describe(ch)
-	c.latency.Describe(ch)
+	c.okCount.describe(ch)
+	c.latency.describe(ch)
 	c.failures.Describe(ch)
 	c.attemptFailures.Describe(ch)
 	c.rollout.describe(ch)
@@ -150,7 +152,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.g.cluster.timing.Collect(ch)
 	}
 	c.requests.Collect(ch)
-	c.latency.Collect(ch)
+	c.okCount.collect(ch)
+	c.latency.collect(ch)
 	c.failures.Collect(ch)
 	c.attemptFailures.Collect(ch)
 	c.rollout.collect(ch, c.g.rt)

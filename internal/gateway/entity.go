@@ -24,12 +24,18 @@ const entityKeyBytes = 8
 //   - the value of rollout.entity_header, when configured and sent;
 //   - the client's IP address.
 //
-// The choice reads the active generation's settings (the auth mode, the
+// Without a rollout's split, the active generation is pinned and no
+// entity is made. The choice reads the active generation's settings (the auth mode, the
 // entity header): both are the same in the two generations of a rollout
 // (the mode is restart-class, the header process-wide). It allocates
 // nothing.
 func (x *exchange) acquire() reconf.Pin[Config] {
 	rt := x.g.rt
+	if !rt.Splitting() {
+		// No entity is needed: a kept-alive connection's key is then
+		// let in by its memo with no digest at all.
+		return rt.Acquire()
+	}
 	cur := rt.Current()
 	h := &x.ctx.Request.Header
 	if cur.Config().Auth.Mode == "api_keys" {

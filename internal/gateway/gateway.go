@@ -206,7 +206,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if out == nil {
 		out = os.Stderr
 	}
-	tr, access := &tracing{}, &accessLogs{dir: cons.dir, stderr: out}
+	tr, access := &tracing{log: log}, &accessLogs{dir: cons.dir, stderr: out}
 	ropts := []reconf.Option{
 		reconf.WithLogger(log),
 		reconf.WithObserver(observe),
@@ -234,7 +234,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
 	if err != nil {
-		tr.close()
+		tr.close(ctx)
 		access.swap(nil)
 		if cl != nil {
 			cl.abandon(ctx)
@@ -244,7 +244,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	if cl != nil {
 		if err := cl.follow(ctx, rt, log); err != nil {
 			_ = rt.Close(context.WithoutCancel(ctx))
-			tr.close()
+			tr.close(ctx)
 			access.swap(nil)
 			cl.abandon(ctx)
 			return nil, err
@@ -399,7 +399,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		// After the drain, so the last requests' spans and lines are in.
-		g.tracing.close()
+		g.tracing.close(ctx)
 		g.access.swap(nil)
 		if g.cluster != nil {
 			g.cluster.cool.Close()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -125,13 +126,19 @@ func TestReadUsage(t *testing.T) {
 		{"null", `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, 0, 0, false},
 		{"in a string", `{"choices":[{"delta":{"content":"\"usage\":{\"prompt_tokens\":99}"}}]}`, 0, 0, false},
 		{"none", `{"choices":[]}`, 0, 0, false},
+		{"no counts", `{"choices":[],"usage":{}}`, 0, 0, false},
+		{"a key in a string after it", `{"usage":{"prompt_tokens":1,"completion_tokens":2},"note":"\"usage\":{\"prompt_tokens\":99}"}`, 1, 2, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var o observation
-			o.readUsage([]byte(tc.body))
-			if o.usage != tc.ok || o.in != tc.in || o.out != tc.out {
-				t.Errorf("got usage=%v in=%d out=%d, want %v %d %d", o.usage, o.in, o.out, tc.ok, tc.in, tc.out)
+			// A whole answer is read from its end, an event from its
+			// start: both find the same.
+			for _, read := range []func(*observation, []byte){(*observation).readUsage, (*observation).readLastUsage} {
+				var o observation
+				read(&o, []byte(tc.body))
+				if o.usage != tc.ok || o.in != tc.in || o.out != tc.out {
+					t.Errorf("got usage=%v in=%d out=%d, want %v %d %d", o.usage, o.in, o.out, tc.ok, tc.in, tc.out)
+				}
 			}
 		})
 	}
@@ -176,5 +183,26 @@ func TestUsageByKeyName(t *testing.T) {
 	}
 	if strings.Contains(string(data), "CANARY") {
 		t.Errorf("the access log holds the secret")
+	}
+}
+
+// lastByte finds what bytes.LastIndexByte finds, at every length and
+// place, with bytes either side that look like the one sought to a word
+// test (0x67 is 'g', 0x66 and 0xe7 differ from it by one bit).
+func TestLastByte(t *testing.T) {
+	fill := []byte{'a', 0x66, 0xe7, 0x00, 0x68}
+	for n := 0; n < 40; n++ {
+		for at := -1; at < n; at++ {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = fill[(i*7+n)%len(fill)]
+			}
+			if at >= 0 {
+				b[at] = 'g'
+			}
+			if got, want := lastByte(b, 'g'), bytes.LastIndexByte(b, 'g'); got != want {
+				t.Fatalf("%q: got %d, want %d", b, got, want)
+			}
+		}
 	}
 }

@@ -47,10 +47,18 @@ type exchange struct {
 	rt       *route // the route chosen, or nil
 	slot     gate.Slot
 	admitted bool
-	status   int // set when the answer is streamed; otherwise read at end
+	// since is when the request was admitted: start, unless it waited
+	// for a slot (admit). done, when set, is when its whole answer came
+	// in: end takes it as its end rather than read the clock again. The
+	// clock is read twice for a proxied request (start, the attempt's
+	// end), since a read was the cost of a header's parse (callgrind).
+	since, done time.Time
+	status      int // set when the answer is streamed; otherwise read at end
 
-	reqID    [maxRequestID]byte // the request's id: reqID[:reqIDLen]
-	reqIDLen uint8
+	// The request's id (see id): the client's, in its request, or one
+	// made.
+	clientID []byte
+	madeID   [madeIDLen]byte
 
 	// digest is the SHA-256 digest of the request's client key, once
 	// digested is set (see entity and clientAuthorized).
@@ -58,7 +66,7 @@ type exchange struct {
 	digested bool
 
 	client *namedKey // the named key the request carries, or nil
-	tokens int64     // a streamed answer's usage, as it passed
+	keyIdx int       // the index of the client's key in its generation's keys
 
 	obs observation // what its trace, GenAI metrics and access log need
 }
@@ -71,7 +79,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	x.pin = x.acquire()
 	h := &ctx.Response.Header
 	h.SetCanonical(generationKey, g.genValue(x.pin.ID()))
-	h.SetCanonical(requestIDKey, x.requestID())
+	h.SetCanonical(requestIDKey, x.requestID(true))
 	if g.workerHdr != nil {
 		h.SetCanonical(workerKey, g.workerHdr)
 	}
@@ -143,18 +151,23 @@ func (x *exchange) end() {
 	if status == 0 {
 		status = x.ctx.Response.StatusCode()
 	}
-	x.chargeTokens(status)
 	g := x.g
-	took := time.Since(x.start)
+	now := x.done
+	if now.IsZero() {
+		now = time.Now()
+	}
+	took := now.Sub(x.start)
 	g.rt.Recorder().Observe(x.pin.ID(), failedStatus(status), took)
-	g.metrics.observe(x.rt, x.backend, status, took.Seconds())
-	x.observe(status, took)
+	g.metrics.observe(x.rt, x.backend, status, took.Seconds(), shardOf(x.ctx))
+	x.answered(status)
+	x.chargeTokens(status, now)
+	x.observe(status, took, now)
 	if g.log.Enabled(context.Background(), slog.LevelDebug) {
 		g.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 			slog.String("method", string(x.ctx.Method())), slog.String("path", string(x.ctx.Path())),
 			slog.Int("status", status), slog.Uint64("generation", x.pin.ID()),
-			slog.String("backend", x.backend), slog.String("request_id", string(x.reqID[:x.reqIDLen])),
-			slog.Duration("duration", time.Since(x.start)))
+			slog.String("backend", x.backend), slog.String("request_id", string(x.id())),
+			slog.Duration("duration", took))
 	}
 	x.pin.Release()
 }
@@ -186,7 +199,11 @@ type call struct {
 	rec         *reconf.Recorder // the runtime's, for failed attempts (observeAttempt)
 	metrics     *collector
 	span        trace.Span // the request's span, when it is traced; its attempts' parent
-	spanName    string     // the name of its attempts' spans
+	op          string     // the request's gen_ai.operation.name, for its attempts' spans
+
+	// at is the latest clock read of the call: its admission, then the
+	// end of its latest attempt.
+	at time.Time
 
 	policy *routePolicy // the generation's fallback and cooldown rules
 	more   bool         // another candidate follows the one being tried
@@ -253,7 +270,7 @@ func (g *Gateway) chat(x *exchange) bool {
 	// second on a client that stops reading: past it the write fails and
 	// the answer (a stream included) ends, which releases the slot and the
 	// pin. fasthttp clears it after the response.
-	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy}
+	c := call{req: req, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: x.since.Add(grp.timeout), log: g.log, rec: g.rt.Recorder(), metrics: g.metrics, policy: &st.policy, at: x.since}
 	x.traced(&c)
 	_ = ctx.SetWriteDeadline(c.deadline)
 	// The attempt loop: each candidate in turn until one answers or a
@@ -272,6 +289,9 @@ func (g *Gateway) chat(x *exchange) bool {
 		}
 		handed, fellBack := rt.up.serve(x, &c, rt.timeout)
 		if !fellBack {
+			if !handed {
+				x.done = c.at
+			}
 			c.logAttempts(x)
 			return handed
 		}
@@ -349,8 +369,8 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 	if !x.admit(rt, rt.timeout) {
 		return nil, nil
 	}
-	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: time.Now().Add(rt.timeout), log: x.g.log,
-		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy}
+	c := &call{req: chatRequest{stream: stream}, gen: x.pin.ID(), maxAttempts: st.maxAttempts, deadline: x.since.Add(rt.timeout), log: x.g.log,
+		rec: x.g.rt.Recorder(), metrics: x.g.metrics, policy: &st.policy, at: x.since}
 	x.traced(c)
 	_ = x.ctx.SetWriteDeadline(c.deadline)
 	return rt, c
@@ -362,6 +382,7 @@ func (x *exchange) routeTo(st *routes, rt *route, e endpoint, model []byte, stre
 // returns false when it cannot.
 func (x *exchange) admit(rt *route, wait time.Duration) bool {
 	slot, ok := rt.lim.TryAcquire()
+	x.since = x.start
 	if !ok {
 		wait, cancel := context.WithTimeout(context.Background(), wait)
 		var err error
@@ -381,6 +402,9 @@ func (x *exchange) admit(rt *route, wait time.Duration) bool {
 				fmt.Sprintf("backend %s is at its concurrency limit and no slot freed within its timeout; retry later", rt.name))
 			return false
 		}
+	}
+	if !ok {
+		x.since = time.Now()
 	}
 	x.slot, x.admitted = slot, true
 	return true

@@ -119,7 +119,7 @@ var requestIDAnthropic = []byte("Request-Id")
 // messages serves /v1/messages. It reports whether it handed the exchange
 // to a streamed body.
 func (g *Gateway) messages(x *exchange) bool {
-	x.ctx.Response.Header.SetCanonical(requestIDAnthropic, x.reqID[:x.reqIDLen])
+	x.ctx.Response.Header.SetCanonical(requestIDAnthropic, x.id())
 	st, body, ok := x.open()
 	if !ok {
 		return false

@@ -148,6 +148,7 @@ type upstreamRequest struct {
 	stream bool // a request for a stream, from b.reqs[1]
 
 	streamBuf []byte // upstreamStream's buffer, kept for the next stream
+	traced    bool   // the header carries a traceparent, which release removes
 
 	pool *sync.Pool // where release puts it back, or nil: it is not reused
 }
@@ -188,6 +189,11 @@ func (b *openaiBackend) request(stream bool) *upstreamRequest {
 // release gives u back once its answer is passed on: a streamed body not
 // read to its end closes its upstream connection here.
 func (u *upstreamRequest) release() {
+	if u.traced {
+		u.req.Header.DelBytes(traceparentKey)
+		u.req.Header.DelBytes(tracestateKey)
+		u.traced = false
+	}
 	u.resp.Reset()
 	u.body = u.body[:0]
 	if u.pool != nil {
@@ -222,7 +228,7 @@ func (b *openaiBackend) serve(x *exchange, c *call, timeout time.Duration) (hand
 	u.req.SetBodyRaw(u.body)
 	until := c.deadline
 	if c.more {
-		if t := time.Now().Add(timeout); t.Before(until) {
+		if t := c.at.Add(timeout); t.Before(until) {
 			until = t
 		}
 	}

@@ -15,6 +15,7 @@ import (
 // retries and judges the status of what came back.
 type upstreamTarget struct {
 	name    string
+	model   string // the model the backend is asked for
 	base    string // the host's path without a trailing slash; an endpoint's path follows it
 	hostHdr []byte // the Host header
 	tls     bool   // the host is https
@@ -86,8 +87,15 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 		}
 		resp.Reset()
 		resp.StreamBody = stream
-		began := time.Now()
+		// The first attempt begins at the call's admission (what came
+		// between is the gateway's own microseconds); a retry after its
+		// pause reads the clock.
+		began := c.at
+		if r.attempts > 1 {
+			began = time.Now()
+		}
 		span := c.beginAttempt(t, r.attempts)
+		span.inject(u)
 		err := t.client.hc.DoDeadline(req, resp, until)
 		span.end(err, resp.StatusCode())
 		if err != nil {

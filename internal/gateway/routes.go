@@ -462,6 +462,7 @@ func (c *backendsConsumer) target(b *Backend, old *route) (upstreamTarget, error
 	}
 	t := upstreamTarget{
 		name:    b.Name,
+		model:   b.Model,
 		base:    strings.TrimRight(u.EscapedPath(), "/"),
 		hostHdr: []byte(u.Host),
 		tls:     u.Scheme == "https",

@@ -114,7 +114,7 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	// Every answer carries a request id, this one written before the
 	// handler ran too: the SDKs report it with the error.
 	x := exchange{g: g, ctx: ctx}
-	id := x.requestID()
+	id := x.requestID(false)
 	defer x.g.logUnread(&x, cur.ID())
 	ctx.Response.Header.SetCanonical(requestIDKey, id)
 	if string(ctx.Path()) == "/v1/messages" {

@@ -127,9 +127,6 @@ func (s *upstreamStream) frame() {
 		if !s.begun {
 			s.x.obs.readUsage(ev)
 		}
-		if s.x.client != nil && s.x.client.limits.Tokens > 0 && !s.begun && isUsageChunk(ev) {
-			s.x.tokens = usageTokens(ev)
-		}
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]

@@ -168,7 +168,7 @@ func (st *stubStream) Close() error {
 	if !st.closed {
 		st.closed = true
 		if st.finished {
-			st.x.tokens = int64(st.prompt + st.s.tokens)
+			st.x.obs.in, st.x.obs.out, st.x.obs.usage = int64(st.prompt), int64(st.s.tokens), true
 		}
 		st.x.end()
 	}

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -9,9 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -30,9 +35,22 @@ import (
 // tracing adds no module; the HTTP exporter would add one for no gain.
 type tracing struct {
 	cur atomic.Pointer[tracer]
+	log *slog.Logger // the service log, where export errors go
 	// retiring counts the providers being shut down after a swap; close
 	// waits for them.
 	retiring sync.WaitGroup
+	// cut ends every retiring provider's shutdown at once (its last
+	// spans are dropped): close calls it when its own time is up.
+	cutOnce sync.Once
+	cutCtx  context.Context
+	cut     context.CancelFunc
+}
+
+// cutContext is the context every retiring provider's shutdown derives
+// from.
+func (tg *tracing) cutContext() context.Context {
+	tg.cutOnce.Do(func() { tg.cutCtx, tg.cut = context.WithCancel(context.Background()) })
+	return tg.cutCtx
 }
 
 // tracer is one configuration's tracing: a provider, its endpoint, and
@@ -60,17 +78,19 @@ func (t *tracer) sampled() bool {
 // newTracer makes a provider that batches spans to the endpoint. The
 // gRPC connection is made lazily: a collector that is down costs dropped
 // spans, never a failed reload or a slow request.
-func newTracer(ctx context.Context, endpoint string, ratio float64) (*tracer, error) {
+func newTracer(ctx context.Context, endpoint string, ratio float64, log *slog.Logger) (*tracer, error) {
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(endpoint))
 	if err != nil {
 		return nil, err
 	}
+	exportErrors.use(log)
 	res := resource.NewSchemaless(attribute.String("service.name", serviceName))
-	// Every span handed to the SDK is recorded: the sampling decision was
-	// made before (tracer.sampled), so that an unsampled request never
-	// reaches the SDK.
+	// A request that joins a caller's trace follows the caller's
+	// decision (ParentBased); any other span handed to the SDK is
+	// recorded: the ratio's decision was made before (tracer.sampled),
+	// so that an unsampled request never reaches the SDK.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	return &tracer{endpoint: endpoint, tp: tp, tr: tp.Tracer(tracerName)}, nil
 }
 
@@ -97,7 +117,7 @@ func (tg *tracing) consumer() reconf.Consumer[Config] {
 			n := old.withRatio(c.SampleRatio)
 			return &reconf.Staged{OnCommit: func() { tg.cur.Store(n) }}, nil
 		}
-		t, err := newTracer(ctx, c.Endpoint, c.SampleRatio)
+		t, err := newTracer(ctx, c.Endpoint, c.SampleRatio, tg.log)
 		if err != nil {
 			return nil, err
 		}
@@ -117,8 +137,9 @@ func (tg *tracing) swap(t *tracer) {
 	if old == nil || (t != nil && old.tp == t.tp) {
 		return
 	}
+	cut := tg.cutContext()
 	tg.retiring.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tracingShutdown)
+		ctx, cancel := context.WithTimeout(cut, tracingShutdown)
 		defer cancel()
 		_ = old.tp.Shutdown(ctx)
 	})
@@ -129,26 +150,46 @@ func (tg *tracing) swap(t *tracer) {
 const tracingShutdown = 5 * time.Second
 
 // close shuts the current provider down, sending its last spans, and
-// waits for the retired ones.
-func (tg *tracing) close() {
+// waits for the retired ones, for as long as ctx lets it: a collector
+// that has not taken the last spans by then (one that hangs, or a slow
+// network) is cut off, and they are dropped, so that a shutdown keeps to
+// its timeout.
+func (tg *tracing) close(ctx context.Context) {
 	tg.swap(nil)
+	tg.cutContext()
+	stop := context.AfterFunc(ctx, tg.cut)
 	tg.retiring.Wait()
+	stop()
 }
 
 // begin starts the span of a request routed to rt when the request is
 // sampled: a server span named "{operation} {model}" (the model the client
 // asked for, or the backend's when it named none) that began when the
 // request did.
+//
+// A request that carries a W3C traceparent (and tracestate) joins that
+// trace, as its caller's child, and the caller's decision stands: a
+// sampled parent's request is traced whatever the ratio, an unsampled
+// one's is not recorded but still passes the trace on to its upstream.
+// Other requests are sampled at the configured ratio.
 func (x *exchange) beginSpan(rt *route, model []byte) {
 	t := x.g.tracing.cur.Load()
-	if t == nil || !t.sampled() {
+	if t == nil {
+		return
+	}
+	ctx := context.Background()
+	h := &x.ctx.Request.Header
+	if len(h.PeekCanonical(traceparentKey)) > 0 {
+		ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{h})
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && !t.sampled() {
 		return
 	}
 	m := string(model)
 	if m == "" {
 		m = rt.model
 	}
-	_, span := t.tr.Start(context.Background(), x.obs.op+" "+m,
+	_, span := t.tr.Start(ctx, x.obs.op+" "+m,
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
 		trace.WithAttributes(
 			attribute.String(attrOperation, x.obs.op),
@@ -156,7 +197,7 @@ func (x *exchange) beginSpan(rt *route, model []byte) {
 			attribute.String(attrRequestModel, m),
 			attribute.String(attrBackend, rt.name),
 			attribute.Int64(attrGeneration, int64(x.pin.ID())),
-			attribute.String(attrRequestID, string(x.reqID[:x.reqIDLen])),
+			attribute.String(attrRequestID, string(x.id())),
 			attribute.String(attrMethod, string(x.ctx.Method())),
 			attribute.String(attrRoute, string(x.ctx.Path())),
 		))
@@ -198,7 +239,9 @@ func (c *call) beginAttempt(t *upstreamTarget, n int) attemptSpan {
 		return attemptSpan{}
 	}
 	ctx := trace.ContextWithSpan(context.Background(), c.span)
-	_, span := c.span.TracerProvider().Tracer(tracerName).Start(ctx, c.spanName,
+	// Named for what this attempt asks its backend for: a fallback's
+	// attempt names the fallback's model.
+	_, span := c.span.TracerProvider().Tracer(tracerName).Start(ctx, c.op+" "+t.model,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String(attrBackend, t.name),
@@ -207,6 +250,52 @@ func (c *call) beginAttempt(t *upstreamTarget, n int) attemptSpan {
 		))
 	return attemptSpan{span}
 }
+
+// inject puts the attempt's trace context into u's header, as W3C
+// traceparent (and tracestate, when the trace has one), so that the
+// upstream's own spans join the trace under this attempt. An untraced
+// request's header is left alone (release takes the fields out of a
+// pooled request that had them).
+func (a attemptSpan) inject(u *upstreamRequest) {
+	if a.span == nil {
+		return
+	}
+	sc := a.span.SpanContext()
+	if !sc.IsValid() {
+		return
+	}
+	h := &u.req.Header
+	var b [55]byte // "00-" 32 "-" 16 "-" 2
+	tid, sid := sc.TraceID(), sc.SpanID()
+	v := append(b[:0], "00-"...)
+	v = hex.AppendEncode(v, tid[:])
+	v = append(v, '-')
+	v = hex.AppendEncode(v, sid[:])
+	v = append(v, '-')
+	v = hex.AppendEncode(v, []byte{byte(sc.TraceFlags())})
+	h.SetCanonical(traceparentKey, v)
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		h.SetCanonical(tracestateKey, []byte(ts.String()))
+	} else {
+		h.DelBytes(tracestateKey)
+	}
+	u.traced = true
+}
+
+// headerCarrier reads a request's header for the W3C trace context
+// propagator.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Set(string, string)    {}
+func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// traceparentKey and tracestateKey are the W3C trace context headers, in
+// fasthttp's canonical form.
+var (
+	traceparentKey = []byte("Traceparent")
+	tracestateKey  = []byte("Tracestate")
+)
 
 // end ends the attempt's span with its outcome: a transport error or the
 // upstream's status, and an error when the attempt failed
@@ -248,4 +337,35 @@ func providerOf(kind string) string {
 		return providerAnthropic
 	}
 	return providerStub
+}
+
+// exportErrors takes the OpenTelemetry SDK's errors (a batch the
+// collector refused or never took, among them) to the service log as
+// warnings; by default the SDK writes them to the standard logger, where
+// a service's operator does not look. The SDK has one handler per
+// process: the latest tracer's log takes them.
+var exportErrors otelErrors
+
+// otelErrors is the process's OpenTelemetry error handler.
+type otelErrors struct {
+	once sync.Once
+	log  atomic.Pointer[slog.Logger]
+}
+
+// use sends the SDK's errors to log from now on. An endpoint carries no
+// credentials (the configuration refuses a URL with a user), so an
+// error's text is logged as it is.
+func (e *otelErrors) use(log *slog.Logger) {
+	if log == nil {
+		return
+	}
+	e.log.Store(log)
+	e.once.Do(func() { otel.SetErrorHandler(e) })
+}
+
+// Handle implements otel.ErrorHandler.
+func (e *otelErrors) Handle(err error) {
+	if l := e.log.Load(); l != nil && err != nil {
+		l.Warn("tracing: spans not exported", "error", err.Error())
+	}
 }

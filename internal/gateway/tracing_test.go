@@ -15,6 +15,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf"
 )
@@ -262,4 +264,42 @@ func TestTracingEndpointInvalid(t *testing.T) {
 			t.Errorf("the problem quotes the endpoint: %s", rep.Problems[0].Detail)
 		}
 	}
+}
+
+// refusingCollector is an OTLP collector that refuses every batch, as one
+// that does not accept the gateway's spans would.
+type refusingCollector struct {
+	collectortrace.UnimplementedTraceServiceServer
+}
+
+func (refusingCollector) Export(context.Context, *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	return nil, status.Error(codes.PermissionDenied, "spans refused by the collector")
+}
+
+// A batch the collector refuses is a warning in the service log, not a
+// line on the standard logger.
+func TestTracingExportErrorIsAWarning(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, refusingCollector{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+
+	tg := startGateway(t, baseConfig+tracingSection("http://"+ln.Addr().String(), "1"))
+	if r := tg.chat("stub-1"); r.status != 200 {
+		t.Fatalf("got %d", r.status)
+	}
+	waitFor(t, "the export error in the service log", func() bool {
+		for _, l := range strings.Split(tg.logs.String(), "\n") {
+			if strings.Contains(l, "level=WARN") && strings.Contains(l, "tracing: spans not exported") && strings.Contains(l, "spans refused by the collector") {
+				return true
+			}
+		}
+		return false
+	})
 }

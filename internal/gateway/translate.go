@@ -243,7 +243,7 @@ func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, cha
 	}
 	// A copy: the exchange's id array must not escape (x lives on the
 	// stack of the chat path, which allocates nothing).
-	id := "msg_" + string(x.reqID[:x.reqIDLen])
+	id := "msg_" + string(x.id())
 	if req.stream && resp.BodyStream() != nil {
 		passHeaders(x.ctx, resp)
 		startStream(x, &messagesStream{x: *x, u: u, body: resp.BodyStream(), c: *c, t: &b.upstreamTarget,
@@ -378,7 +378,6 @@ func (s *messagesStream) event(ev []byte) {
 	}
 	if a.Usage != nil {
 		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
-		s.x.tokens = int64(s.input + s.output) // charged to the client's key when the stream ends
 	}
 	for _, ch := range a.Choices {
 		if ch.Delta != nil {

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Streams of every endpoint charge their usage to the client's key: an
+// Anthropic Messages stream (input tokens in message_start, output tokens
+// in message_delta) and a Responses stream (usage in response.completed)
+// as well as a chat completion's usage chunk. A usage that gives no count
+// charges nothing.
+func TestStreamsChargeTheirUsage(t *testing.T) {
+	up := newPathUpstream(t)
+	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", up.srv.URL+"/anthropic/", ""), "routing:", `auth:
+  mode: api_keys
+  keys:
+    - {name: a, secret: "${env:A}", limits: {tokens: 100000, per: 1m}}
+routing:`, 1)
+	tg := startGateway(t, cfg, WithEnv(func(n string) (string, bool) {
+		v := map[string]string{"UPSTREAM_KEY": goodKey, "A": "key-a-secret"}[n]
+		return v, v != ""
+	}))
+	key := bearerHdr("key-a-secret")
+	charged := func() int64 { return tg.keys.limiter("a").use(time.Now()).Tokens }
+
+	for _, tc := range []struct {
+		name, path, upPath, body string
+		events                   []string
+		want                     int64
+	}{
+		{"messages", "/v1/messages", "/anthropic/messages", msgBody("claude-x", 50, true), []string{
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}",
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}",
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}",
+		}, 25},
+		{"responses", "/v1/responses", "/v1/responses", `{"model":"gpt-x","input":"hello","stream":true}`, []string{
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":5,\"total_tokens\":12}}}",
+		}, 12},
+		{"chat", "/v1/chat/completions", "/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, []string{
+			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}",
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}",
+			"data: [DONE]",
+		}, 7},
+		{"no counts", "/v1/chat/completions", "/v1/chat/completions", `{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, []string{
+			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}",
+			"data: {\"choices\":[],\"usage\":{}}",
+			"data: [DONE]",
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.events(tc.upPath, tc.events...)
+			before := charged()
+			if r := tg.do("POST", tc.path, tc.body, key...); r.status != 200 {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+			waitFor(t, "the stream's end", func() bool { return charged()-before == tc.want })
+			// Nothing more arrives later.
+			time.Sleep(50 * time.Millisecond)
+			if got := charged() - before; got != tc.want {
+				t.Errorf("charged %d tokens, want %d", got, tc.want)
+			}
+		})
+	}
+}
