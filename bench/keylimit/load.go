@@ -76,7 +76,15 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 			res.Other++
 		}
 	}
-	res.MaybeMin, res.SurelyMax = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
+	res.MaybeMin, res.SurelyMax, res.MaybeMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
+	step := max(time.Second, per/6)
+	res.StepS = step.Seconds()
+	res.AdmittedPerStep = make([]int, int(dur/step)+2)
+	for _, t := range tries {
+		if i := int(t.answered.Sub(start) / step); t.status == 200 && i < len(res.AdmittedPerStep) {
+			res.AdmittedPerStep[i]++
+		}
+	}
 	res.ErrorPct = max(float64(res.SurelyMax-limit), float64(limit-res.MaybeMin)) / float64(limit) * 100
 	return res, nil
 }
@@ -135,8 +143,9 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 
 // windows bounds the admissions in every window of length per within
 // [from, to), stepping by per/200: maybe is the fewest admitted tries
-// that meet a window, surely the most wholly inside one.
-func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely int) {
+// that meet a window, surely the most wholly inside one; maybeAt and
+// surelyAt are where those windows start, in seconds from from.
+func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely int, maybeAt, surelyAt float64) {
 	maybe = len(tries)
 	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
 		end := w.Add(per)
@@ -152,7 +161,12 @@ func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely 
 				meets++
 			}
 		}
-		maybe, surely = min(maybe, meets), max(surely, in)
+		if meets < maybe {
+			maybe, maybeAt = meets, w.Sub(from).Seconds()
+		}
+		if in > surely {
+			surely, surelyAt = in, w.Sub(from).Seconds()
+		}
 	}
-	return maybe, surely
+	return maybe, surely, maybeAt, surelyAt
 }

@@ -41,6 +41,14 @@ type result struct {
 	MaybeMin  int     `json:"window_maybe_min"`
 	SurelyMax int     `json:"window_surely_max"`
 	ErrorPct  float64 `json:"error_pct"` // the larger of the two bounds' distance from the limit
+	// Where the fewest and the most were, in seconds after the first
+	// judged window's start.
+	MaybeMinAtS  float64 `json:"window_maybe_min_at_s"`
+	SurelyMaxAtS float64 `json:"window_surely_max_at_s"`
+	// AdmittedPerStep is the admissions answered in each step of StepS
+	// seconds from the start.
+	StepS           float64 `json:"step_s"`
+	AdmittedPerStep []int   `json:"admitted_per_step"`
 }
 
 func main() {

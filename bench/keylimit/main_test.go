@@ -24,7 +24,7 @@ func TestWindows(t *testing.T) {
 		{at(1800), at(1810), 200},
 		{at(2500), at(2510), 200},
 	}
-	maybe, surely := windows(tries, time.Second, t0, at(3000))
+	maybe, surely, _, _ := windows(tries, time.Second, t0, at(3000))
 	if surely != 2 || maybe != 1 {
 		t.Fatalf("got maybe %d, surely %d; want 1, 2", maybe, surely)
 	}
