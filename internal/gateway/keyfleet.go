@@ -24,11 +24,25 @@ import (
 // worker's part is its quota until the next tick. A request below the
 // quota is admitted with no etcd round trip.
 //
+// A share shrinks at once but grows only when the worker's own last
+// report is visible to it at a revision (so the counts it divides are
+// at least as new as its own) and growFence after it last grew: two
+// workers cannot both grow on each other's stale counts. A worker starts
+// on its fair share, the limit divided by the workers the fleet has, and
+// admits at most paceFactor times its share's even rate in any bucket.
+//
 // A worker that disappears (its lease expires, or it leaves) leaves its
 // last count behind, fading linearly over one window, since its
 // admissions still count in the window until they leave it. A worker
 // that cannot reach etcd for two ticks admits on its fair share, the
 // limit divided by the workers it last knew of, over its own window.
+//
+// When no key is near its limit (every window, this worker's and the
+// others' reports, below half its fair share) the loop sleeps instead of
+// ticking: it reports that it holds its fair share of every key (so the
+// others count the whole of it as used) and admits on that share. An
+// admission that brings a window to half the fair share, a peer joining
+// or leaving, or another worker's report near a limit wakes it.
 type keyFleet struct {
 	cli    *clientv3.Client
 	prefix string // KeyUsePrefix
@@ -38,6 +52,9 @@ type keyFleet struct {
 	limits func() map[string]KeyLimits // the active generation's limited keys
 	tick   time.Duration
 	log    *slog.Logger
+	// workersPrefix holds the fleet's presence rows, counted at load so
+	// that a worker starting amid a fleet takes its fair share of it.
+	workersPrefix string
 
 	mu     sync.Mutex
 	others map[string]keyReport // by worker id
@@ -48,6 +65,18 @@ type keyFleet struct {
 	lastOK  time.Time           // the last successful write or read
 	last    []byte              // the last report written
 	wrote   time.Time           // when it was written
+	// rows is the presence rows counted at the last load, a floor for the
+	// peers until rowsUntil (when every worker has reported).
+	rows      int64
+	rowsUntil time.Time
+	// wroteRev is the revision of this worker's last report, seenRev the
+	// latest revision of it seen in the watch: a share grows only when
+	// seenRev >= wroteRev.
+	wroteRev, seenRev int64
+
+	// asleep is set while the loop sleeps; wakeC wakes it.
+	asleep atomic.Bool
+	wakeC  chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -79,6 +108,23 @@ const defaultKeyTick = 50 * time.Millisecond
 // its worker is taken as gone.
 const staleAfter = 10 * defaultKeyTick
 
+// growFence is the least time between two growths of a share: long
+// enough for every worker to report and read the others' reports.
+const growFence = 6 * defaultKeyTick
+
+// asleepAsked marks a sleeping worker's report: in place of the
+// requests asked, it says that the counts are the fair share the worker
+// holds, and that the report stands unwritten while it sleeps.
+const asleepAsked = -1
+
+// asleepReport reports whether r is a sleeping worker's report.
+func asleepReport(r keyReport) bool {
+	for _, v := range r {
+		return v[2] == asleepAsked
+	}
+	return false
+}
+
 // emptyReport reports whether a report counts nothing in any window.
 func emptyReport(r keyReport) bool {
 	for _, v := range r {
@@ -93,11 +139,19 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 	limits func() map[string]KeyLimits, log *slog.Logger) *keyFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &keyFleet{cli: cli, prefix: KeyUsePrefix(prefix), id: id, lease: lease, keys: keys, limits: limits,
-		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{})}
+		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{}),
+		workersPrefix: strings.TrimRight(prefix, "/") + "/workers/", wakeC: make(chan struct{}, 1)}
 	rev := f.load(ctx)
 	// A key first used before the first rebalance admits on its fair
 	// share of the fleet as last read.
-	keys.share = func(string) *keyShare { return &keyShare{fair: true, peers: f.peers()} }
+	keys.share = func(string) *keyShare {
+		if f.asleep.Load() {
+			// A key first used while the loop sleeps (added by a
+			// reload): its share is the loop's to set.
+			f.wake()
+		}
+		return &keyShare{peers: f.peers(), grown: time.Now().UnixNano(), wake: f.wake}
+	}
 	go f.run(ctx, rev)
 	return f
 }
@@ -106,7 +160,25 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 func (f *keyFleet) peers() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return int64(len(f.peerIDs)) + 1
+	return f.peersLocked(time.Now())
+}
+
+// peersLocked is peers; f.mu must be held.
+func (f *keyFleet) peersLocked(now time.Time) int64 {
+	n := int64(len(f.peerIDs)) + 1
+	if now.Before(f.rowsUntil) {
+		n = max(n, f.rows)
+	}
+	return n
+}
+
+// wake wakes the sleeping loop; it is called with a limiter's lock held,
+// so it never blocks.
+func (f *keyFleet) wake() {
+	select {
+	case f.wakeC <- struct{}{}:
+	default:
+	}
 }
 
 func (f *keyFleet) run(ctx context.Context, rev int64) {
@@ -127,10 +199,19 @@ func (f *keyFleet) run(ctx context.Context, rev int64) {
 				w = f.watch(ctx, rev)
 				continue
 			}
-			f.apply(resp.Events)
+			if f.apply(resp.Events) && f.asleep.Load() {
+				f.wakeUp(ctx, t)
+			}
+		case <-f.wakeC:
+			if f.asleep.Load() {
+				f.wakeUp(ctx, t)
+			}
 		case now := <-t.C:
 			f.rebalance(now)
 			f.report(ctx)
+			if f.quiet(now) && f.sleep(ctx, now) {
+				t.Stop()
+			}
 		}
 	}
 }
@@ -147,53 +228,95 @@ func (f *keyFleet) load(ctx context.Context) int64 {
 	if err != nil {
 		return 0
 	}
+	rows, err := f.cli.Get(rctx, f.workersPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastOK = time.Now()
+	now := time.Now()
+	f.lastOK = now
+	if err == nil {
+		f.rows, f.rowsUntil = rows.Count, now.Add(staleAfter)
+	}
 	for _, kv := range resp.Kvs {
-		f.putLocked(string(kv.Key), kv.Value)
+		f.putLocked(string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	return resp.Header.Revision
 }
 
-func (f *keyFleet) apply(evs []*clientv3.Event) {
+// apply applies watched events and reports whether a sleeping loop
+// should wake for them: a peer joined or left, or another worker's
+// report is near a limit.
+func (f *keyFleet) apply(evs []*clientv3.Event) (wake bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastOK = time.Now()
+	now := time.Now()
+	f.lastOK = now
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		if ev.Type == clientv3.EventTypePut {
-			f.putLocked(key, ev.Kv.Value)
+			if f.putLocked(key, ev.Kv.Value, ev.Kv.ModRevision) {
+				wake = true
+			}
 			continue
 		}
 		id := strings.TrimPrefix(key, f.prefix)
+		if f.peerIDs[id] {
+			wake = true
+		}
 		delete(f.peerIDs, id)
 		if r, ok := f.others[id]; ok {
-			f.ghosts[id] = keyGhost{r, time.Now()}
+			f.ghosts[id] = keyGhost{r, now}
 			delete(f.others, id)
 			delete(f.seen, id)
 		}
 	}
+	return wake
 }
 
-func (f *keyFleet) putLocked(key string, v []byte) {
+// putLocked takes a report written at rev; it reports whether a sleeping
+// loop should wake for it (a new peer, or a report near a limit).
+func (f *keyFleet) putLocked(key string, v []byte, rev int64) (wake bool) {
 	id := strings.TrimPrefix(key, f.prefix)
 	if id == f.id {
-		return
+		f.seenRev = max(f.seenRev, rev)
+		return false
 	}
 	var r keyReport
-	if json.Unmarshal(v, &r) == nil {
-		f.peerIDs[id] = true
-		delete(f.ghosts, id)
-		// An idle worker's report ("{}") counts as a peer, and costs the
-		// rebalance nothing.
-		if emptyReport(r) {
-			delete(f.others, id)
-			delete(f.seen, id)
-			return
-		}
-		f.others[id], f.seen[id] = r, time.Now()
+	if json.Unmarshal(v, &r) != nil {
+		return false
 	}
+	wake = !f.peerIDs[id]
+	f.peerIDs[id] = true
+	delete(f.ghosts, id)
+	// An idle worker's report ("{}") counts as a peer, and costs the
+	// rebalance nothing.
+	if emptyReport(r) {
+		delete(f.others, id)
+		delete(f.seen, id)
+		return wake
+	}
+	f.others[id], f.seen[id] = r, time.Now()
+	return wake || (!asleepReport(r) && f.nearLocked(r, f.limits(), f.peersLocked(time.Now())))
+}
+
+// nearLocked reports whether report r holds, for some key, half its
+// fair share or more.
+func (f *keyFleet) nearLocked(r keyReport, limits map[string]KeyLimits, peers int64) bool {
+	for name, v := range r {
+		lim, ok := limits[name]
+		if !ok {
+			continue
+		}
+		if near(v[0], lim.Requests, peers) || near(v[1], lim.Tokens, peers) {
+			return true
+		}
+	}
+	return false
+}
+
+// near reports whether a window holding used is at half of the fair
+// share of limit (0: none) or more.
+func near(used, limit, peers int64) bool {
+	return limit != 0 && used+1 >= limit/max(peers, 1)/2
 }
 
 // rebalance sets every limited key's quota for the next tick.
@@ -209,14 +332,17 @@ func (f *keyFleet) rebalance(now time.Time) {
 	// is taken as gone (killed: its lease has not expired yet), from when
 	// it last wrote.
 	for id, r := range f.others {
-		if at := f.seen[id]; now.Sub(at) > staleAfter && !emptyReport(r) {
+		if at := f.seen[id]; now.Sub(at) > staleAfter && !emptyReport(r) && !asleepReport(r) {
 			f.ghosts[id] = keyGhost{r, at}
 			delete(f.others, id)
 			delete(f.seen, id)
 			delete(f.peerIDs, id)
 		}
 	}
-	peers := int64(len(f.peerIDs)) + 1
+	peers := f.peersLocked(now)
+	// Every report before this worker's own is applied: the counts it
+	// divides are no older than its own.
+	visible := f.wroteRev != 0 && f.seenRev >= f.wroteRev
 	// Ghosts fade over the longest window; a ghost past it is dropped.
 	for id, g := range f.ghosts {
 		if now.Sub(g.gone) > time.Hour {
@@ -234,7 +360,7 @@ func (f *keyFleet) rebalance(now time.Time) {
 			if v, ok := r[name]; ok {
 				s.used[0] += v[0]
 				s.used[1] += v[1]
-				s.asked += v[2]
+				s.asked += max(v[2], 0)
 			}
 		}
 		for _, g := range f.ghosts {
@@ -264,12 +390,26 @@ func (f *keyFleet) rebalance(now time.Time) {
 		if total := s.asked + sh.asked.sum; total > 0 {
 			frac = float64(sh.asked.sum) / float64(total)
 		}
+		canGrow := visible && now.UnixNano()-sh.grown >= int64(growFence)
+		grew := false
 		for i := range 2 {
 			// This worker's window may hold its part of the limit, by
 			// the requests each worker was asked in the window (so every
 			// client's request has the same chance, whichever worker it
 			// reaches), and never more than the others' counts leave.
-			sh.allow[i] = min(int64(float64(limit[i])*frac+0.5), limit[i]-s.used[i])
+			want := min(int64(float64(limit[i])*frac+0.5), limit[i]-s.used[i])
+			switch {
+			case !sh.set:
+				want = min(want, limit[i]/peers)
+			case want > sh.allow[i] && !canGrow:
+				want = sh.allow[i]
+			case want > sh.allow[i]:
+				grew = true
+			}
+			sh.allow[i] = want
+		}
+		if !sh.set || grew {
+			sh.set, sh.grown = true, now.UnixNano()
 		}
 		l.mu.Unlock()
 	}
@@ -299,22 +439,122 @@ func (f *keyFleet) report(ctx context.Context) {
 	if string(b) == string(f.last) && (len(r) == 0 || time.Since(f.wrote) < staleAfter/3) {
 		return
 	}
-	lease := f.lease()
-	if lease == clientv3.NoLease {
-		return
-	}
 	wctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
 	defer cancel()
-	if _, err := f.cli.Put(wctx, f.prefix+f.id, string(b), clientv3.WithLease(lease)); err != nil {
+	f.put(wctx, b)
+}
+
+// put writes report b and reports whether it did.
+func (f *keyFleet) put(ctx context.Context, b []byte) bool {
+	lease := f.lease()
+	if lease == clientv3.NoLease {
+		return false
+	}
+	resp, err := f.cli.Put(ctx, f.prefix+f.id, string(b), clientv3.WithLease(lease))
+	if err != nil {
 		if ctx.Err() == nil {
 			f.log.Debug("could not report the keys' use", "error", err)
 		}
-		return
+		return false
 	}
 	f.mu.Lock()
 	f.lastOK = time.Now()
+	f.wroteRev = resp.Header.Revision
 	f.mu.Unlock()
 	f.last, f.wrote = b, time.Now()
+	return true
+}
+
+// quiet reports whether no key is near its limit at now: every window,
+// this worker's and the others' (sleeping ones aside), holds less than
+// half its fair share, no gone worker's count is still fading, and etcd
+// is reachable.
+func (f *keyFleet) quiet(now time.Time) bool {
+	limits := f.limits()
+	f.mu.Lock()
+	peers := f.peersLocked(now)
+	if now.Sub(f.lastOK) > 2*f.tick || (f.wroteRev == 0 && len(limits) != 0) {
+		f.mu.Unlock()
+		return false
+	}
+	for _, g := range f.ghosts {
+		for name := range g.r {
+			if lim, ok := limits[name]; ok && now.Sub(g.gone) < lim.Per {
+				f.mu.Unlock()
+				return false
+			}
+		}
+	}
+	for _, r := range f.others {
+		if !asleepReport(r) && f.nearLocked(r, limits, peers) {
+			f.mu.Unlock()
+			return false
+		}
+	}
+	f.mu.Unlock()
+	for name, lim := range limits {
+		u := f.keys.limiter(name).use(now)
+		if near(u.Requests, lim.Requests, peers) || near(u.Tokens, lim.Tokens, peers) {
+			return false
+		}
+	}
+	return true
+}
+
+// sleep reports that this worker holds its fair share of every key,
+// then makes every share that fair share and asleep; it reports whether
+// it did (a failed write leaves the loop ticking).
+func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
+	limits := f.limits()
+	peers := f.peers()
+	if len(limits) == 0 && f.last == nil {
+		// Nothing limited and nothing ever reported: nothing to hold.
+		f.asleep.Store(true)
+		return true
+	}
+	r := make(keyReport, len(limits))
+	for name, lim := range limits {
+		fr, ft := lim.Requests/peers, lim.Tokens/peers
+		r[name] = [5]int64{fr, ft, asleepAsked, fr, ft}
+	}
+	b, _ := json.Marshal(r)
+	wctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
+	defer cancel()
+	if !f.put(wctx, b) {
+		return false
+	}
+	f.asleep.Store(true)
+	for name, lim := range limits {
+		l := f.keys.limiter(name)
+		l.mu.Lock()
+		sh := l.share
+		sh.peers, sh.asleep, sh.grown = peers, true, now.UnixNano()
+		sh.allow = [2]int64{lim.Requests / peers, lim.Tokens / peers}
+		l.mu.Unlock()
+	}
+	return true
+}
+
+// wakeUp restarts the loop's ticks: it rebalances and reports at once,
+// so the others learn this worker's counts before any share grows on
+// them (growFence).
+func (f *keyFleet) wakeUp(ctx context.Context, t *time.Ticker) {
+	f.asleep.Store(false)
+	now := time.Now()
+	f.keys.each(func(l *keyLimiter) {
+		l.mu.Lock()
+		if l.share != nil {
+			l.share.asleep = false
+		}
+		l.mu.Unlock()
+	})
+	f.mu.Lock()
+	f.lastOK = now // the watch stayed open while the loop slept
+	f.mu.Unlock()
+	f.last = nil
+	t.Reset(f.tick)
+	f.rebalance(now)
+	f.report(ctx)
 }
 
 // Close stops reporting and removes this worker's report, so that the

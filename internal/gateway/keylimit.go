@@ -110,7 +110,8 @@ func (l *keyLimiter) admit(now time.Time, lim *KeyLimits) (ok bool, wait time.Du
 		// A fleet's limit: this worker's share decides; the window is
 		// counted for the reports, and for Retry-After.
 		l.share.asked.add(b, 1)
-		if !l.share.take([2]int64{l.reqs.sum, l.toks.sum}, [2]int64{reqLimit, tokLimit}) {
+		inBucket := l.reqs.buckets[b%windowBuckets]
+		if !l.share.take([2]int64{l.reqs.sum, l.toks.sum}, inBucket, [2]int64{reqLimit, tokLimit}) {
 			l.denied++
 			return false, l.bucket * 2
 		}
@@ -196,4 +197,17 @@ func (s *keyLimiters) limiter(name string) *keyLimiter {
 	}
 	s.m[name] = l
 	return l
+}
+
+// each calls fn with every limiter handed out so far.
+func (s *keyLimiters) each(fn func(*keyLimiter)) {
+	s.mu.Lock()
+	ls := make([]*keyLimiter, 0, len(s.m))
+	for _, l := range s.m {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	for _, l := range ls {
+		fn(l)
+	}
 }

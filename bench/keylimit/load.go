@@ -1,0 +1,172 @@
+//go:build linux
+
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// try is one request: when it was sent and answered, and its status (0:
+// no answer).
+type try struct {
+	sent, answered time.Time
+	status         int
+}
+
+const chatBody = `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
+
+// run starts the fleet, drives the load and judges it.
+func run(limit int, per, dur time.Duration, workers int, kill bool) (result, error) {
+	dir, err := os.MkdirTemp("", "keylimit-bench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	exe, err := build(dir)
+	if err != nil {
+		return result{}, err
+	}
+	f, err := startFleet(exe, dir, workers, limit, per)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.stop()
+	pids, err := f.workerPIDs(workers)
+	if err != nil {
+		return result{}, err
+	}
+	rate := 3 * float64(limit) / per.Seconds()
+	// 15 drivers: 12 (80%) on worker 1, the rest on the others in turn.
+	targets := make([]string, 0, 15)
+	for range 12 {
+		targets = append(targets, "1")
+	}
+	for i := range 3 {
+		targets = append(targets, []string{"2", "3", "4"}[i%max(1, min(3, workers-1))])
+	}
+	var killAt time.Duration
+	var killFn func() string
+	if kill && workers >= 2 {
+		killAt = dur / 2
+		killFn = func() string {
+			_ = syscall.Kill(pids["2"], syscall.SIGKILL)
+			return "2"
+		}
+	}
+	tries := drive(f.url, targets, rate, dur, killAt, killFn)
+	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
+	start := tries[0].sent
+	for _, t := range tries {
+		if t.sent.Before(start) {
+			start = t.sent
+		}
+		switch t.status {
+		case 200:
+			res.Admitted++
+		case 429:
+			res.Refused++
+		default:
+			res.Other++
+		}
+	}
+	res.MaybeMin, res.SurelyMax, res.MaybeMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
+	step := max(time.Second, per/6)
+	res.StepS = step.Seconds()
+	res.AdmittedPerStep = make([]int, int(dur/step)+2)
+	for _, t := range tries {
+		if i := int(t.answered.Sub(start) / step); t.status == 200 && i < len(res.AdmittedPerStep) {
+			res.AdmittedPerStep[i]++
+		}
+	}
+	res.ErrorPct = max(float64(res.SurelyMax-limit), float64(limit-res.MaybeMin)) / float64(limit) * 100
+	return res, nil
+}
+
+// drive sends requests at rate a second for dur, spread evenly over one
+// driver per target worker slot; each keeps its connection on its
+// worker, until that worker is killed (at killAt, by kill).
+func drive(url string, targets []string, rate float64, dur, killAt time.Duration, kill func() string) []try {
+	var mu sync.Mutex
+	var tries []try
+	var killed atomic.Value
+	killed.Store("")
+	start := time.Now()
+	var wg sync.WaitGroup
+	n := len(targets)
+	per := time.Duration(float64(time.Second) * float64(n) / rate)
+	for i, target := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			next := start.Add(per * time.Duration(i) / time.Duration(n))
+			for time.Since(start) < dur {
+				time.Sleep(time.Until(next))
+				next = next.Add(per)
+				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(chatBody))
+				req.Header.Set("Authorization", "Bearer "+benchKey)
+				t := try{sent: time.Now()}
+				resp, err := cl.Do(req)
+				t.answered = time.Now()
+				if err != nil {
+					tr.CloseIdleConnections()
+				} else {
+					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+					resp.Body.Close()
+					t.status = resp.StatusCode
+					if w := resp.Header.Get("Reconf-Worker"); w != target && killed.Load() != target {
+						tr.CloseIdleConnections()
+					}
+				}
+				mu.Lock()
+				tries = append(tries, t)
+				mu.Unlock()
+			}
+		}()
+	}
+	if kill != nil {
+		time.Sleep(time.Until(start.Add(killAt)))
+		killed.Store(kill())
+	}
+	wg.Wait()
+	return tries
+}
+
+// windows bounds the admissions in every window of length per within
+// [from, to), stepping by per/200: maybe is the fewest admitted tries
+// that meet a window, surely the most wholly inside one; maybeAt and
+// surelyAt are where those windows start, in seconds from from.
+func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely int, maybeAt, surelyAt float64) {
+	maybe = len(tries)
+	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
+		end := w.Add(per)
+		in, meets := 0, 0
+		for _, t := range tries {
+			if t.status != 200 {
+				continue
+			}
+			if !t.sent.Before(w) && t.answered.Before(end) {
+				in++
+			}
+			if !t.answered.Before(w) && t.sent.Before(end) {
+				meets++
+			}
+		}
+		if meets < maybe {
+			maybe, maybeAt = meets, w.Sub(from).Seconds()
+		}
+		if in > surely {
+			surely, surelyAt = in, w.Sub(from).Seconds()
+		}
+	}
+	return maybe, surely, maybeAt, surelyAt
+}

@@ -1,0 +1,281 @@
+//go:build unix
+
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// keyTarget is where one load driver sends: a process's data plane, and
+// the worker slot its connection is kept on.
+type keyTarget struct {
+	s      *server
+	worker string
+}
+
+// keyTry is one request of a key under load: when it was sent and
+// answered, and the answer.
+type keyTry struct {
+	sent, answered time.Time
+	status         int
+	retryAfter     bool
+}
+
+// keyDrive sends requests with key a at rate a second for dur, spread
+// evenly over one driver per target; each driver keeps its connection on
+// its target's worker (once that worker is killed, any will do). At
+// killAt, kill runs. It returns every try.
+func keyDrive(t *testing.T, targets []keyTarget, rate int, dur, killAt time.Duration, kill func() string) []keyTry {
+	t.Helper()
+	body := chatBody("stub-1", false)
+	var mu sync.Mutex
+	var tries []keyTry
+	var killed atomic.Value // the slot killed, once it is
+	killed.Store("")
+	start := time.Now()
+	var wg sync.WaitGroup
+	drivers := len(targets)
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			per := time.Second * time.Duration(drivers) / time.Duration(rate)
+			next := start.Add(per * time.Duration(i) / time.Duration(drivers))
+			for time.Since(start) < dur {
+				time.Sleep(time.Until(next))
+				next = next.Add(per)
+				req, _ := http.NewRequest("POST", tg.s.url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer secret-of-key-a")
+				try := keyTry{sent: time.Now()}
+				resp, err := cl.Do(req)
+				try.answered = time.Now()
+				if err != nil {
+					tr.CloseIdleConnections()
+				} else {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					try.status, try.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After") != ""
+					if w := resp.Header.Get("Reconf-Worker"); w != tg.worker && killed.Load() != tg.worker {
+						tr.CloseIdleConnections()
+					}
+				}
+				mu.Lock()
+				tries = append(tries, try)
+				mu.Unlock()
+			}
+		}()
+	}
+	if kill != nil {
+		time.Sleep(time.Until(start.Add(killAt)))
+		killed.Store(kill())
+	}
+	wg.Wait()
+	return tries
+}
+
+// keyWindows bounds the admissions in every window of length per that
+// lies within [from, to), stepping by per/200. The client cannot see
+// when the gateway admitted a request, only that it was between sending
+// and the answer, so surely is the most admissions whose whole try lies
+// inside one window (the limit, if exceeded, is exceeded by at least
+// this) and maybe the fewest whose try meets a window (the fleet admitted
+// at least this).
+func keyWindows(tries []keyTry, per time.Duration, from, to time.Time) (maybe, surely int) {
+	maybe = len(tries)
+	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
+		end := w.Add(per)
+		in, meets := 0, 0
+		for _, tr := range tries {
+			if tr.status != 200 {
+				continue
+			}
+			if !tr.sent.Before(w) && tr.answered.Before(end) {
+				in++
+			}
+			if !tr.answered.Before(w) && tr.sent.Before(end) {
+				meets++
+			}
+		}
+		maybe, surely = min(maybe, meets), max(surely, in)
+	}
+	return maybe, surely
+}
+
+// keyVerdict logs a run's figures and checks them: every window from
+// judgeFrom after the start to one second before the end within lo..hi
+// admissions, and every refusal a 429 with Retry-After.
+func keyVerdict(t *testing.T, tries []keyTry, rate int, dur, per, judgeFrom time.Duration, lo, hi int) {
+	t.Helper()
+	if len(tries) == 0 {
+		t.Fatal("no requests were sent")
+	}
+	start := tries[0].sent
+	for _, tr := range tries {
+		start = minTime(start, tr.sent)
+	}
+	var admitted, refused, noRetryAfter, other int
+	perSecond := make([]int, int(dur/time.Second)+2)
+	for _, tr := range tries {
+		switch tr.status {
+		case 200:
+			admitted++
+			if i := int(tr.answered.Sub(start) / time.Second); i < len(perSecond) {
+				perSecond[i]++
+			}
+		case 429:
+			refused++
+			if !tr.retryAfter {
+				noRetryAfter++
+			}
+		default:
+			other++
+		}
+	}
+	if n := len(tries); n < rate*int(dur/time.Second)*8/10 {
+		t.Skipf("this machine sent %d requests in %v, too few to judge the limit", n, dur)
+	}
+	maybe, surely := keyWindows(tries, per, start.Add(judgeFrom), start.Add(dur-time.Second))
+	t.Logf("sent %d, admitted %d, refused %d (without Retry-After %d), other %d; admitted per second %v", len(tries), admitted, refused, noRetryAfter, other, perSecond)
+	t.Logf("every window of %v from %v: at least %d admitted, at most %d (want %d to %d)", per, judgeFrom, maybe, surely, lo, hi)
+	if surely > hi {
+		t.Errorf("a window of %v admitted at least %d; want at most %d", per, surely, hi)
+	}
+	if maybe < lo {
+		t.Errorf("a window of %v admitted at most %d; want at least %d", per, maybe, lo)
+	}
+	if noRetryAfter != 0 {
+		t.Errorf("%d refusals without Retry-After", noRetryAfter)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// hotTargets is 15 drivers, 12 of them (80%) on hot's worker, the rest
+// on the others in turn.
+func hotTargets(hot keyTarget, rest []keyTarget) []keyTarget {
+	ts := make([]keyTarget, 0, 15)
+	for range 12 {
+		ts = append(ts, hot)
+	}
+	for i := range 3 {
+		ts = append(ts, rest[i%len(rest)])
+	}
+	return ts
+}
+
+// TestKeyLimitHoldsAcrossWorkers is the per-second form of the fleet key
+// limit: a key limited to 100 requests a second, driven at 300 a second
+// for 15 s on serve --workers 4 with 80% of the load on worker 1's
+// connections, and worker 2 killed (SIGKILL) mid-run. Every sliding
+// second from the third on admits 90 to 110 (the client sees a request's
+// admission only between sending and the answer; see keyWindows), and
+// the rest get 429 with Retry-After.
+func TestKeyLimitHoldsAcrossWorkers(t *testing.T) {
+	requireBinary(t)
+	if testing.Short() {
+		t.Skip("drives 15 s of load")
+	}
+	s := startServer(t, keysFleetConfig(true, false, ", limits: {requests: 100, per: 1s}"), []string{"--workers", "4", "--management-address", "127.0.0.1:0"}, keyEnv...)
+	f := s.waitConverged(1, 4, 20*time.Second)
+	pids := map[string]int{}
+	for _, r := range f.Workers {
+		pids[r.slot()] = r.PID
+	}
+	const rate, dur = 300, 15 * time.Second
+	tries := keyDrive(t, hotTargets(keyTarget{s, "1"}, []keyTarget{{s, "2"}, {s, "3"}, {s, "4"}}), rate, dur, dur/2, func() string {
+		if err := syscall.Kill(pids["2"], syscall.SIGKILL); err != nil {
+			t.Error(err)
+		}
+		return "2"
+	})
+	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, 90, 110)
+}
+
+// TestKeyLimitHoldsAcrossHosts runs the fleet key limit on two hosts of
+// two workers each (two serve --workers 2 processes on one etcd): a key
+// limited to 100 requests a second, 80% of the load on the first host's
+// first worker. In CI it runs for 6 s; RECONF_E2E_KEYLIMIT_FULL=1 runs
+// it for 15 s with the second host's second worker killed mid-run.
+func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
+	requireBinary(t)
+	if testing.Short() {
+		t.Skip("drives load on two hosts")
+	}
+	full := os.Getenv("RECONF_E2E_KEYLIMIT_FULL") == "1"
+	etcd := startEtcdProcess(t)
+	ep := tcpForward(t, etcd.Endpoint())
+	const token = "keylimit-e2e-management-token-0123"
+	var hosts []*server
+	for range 2 {
+		hosts = append(hosts, startServer(t, keysFleetConfig(true, false, ", limits: {requests: 100, per: 1s}"),
+			[]string{"--workers", "2", "--management-address", "127.0.0.1:0", "--cluster", ep, "--cluster-prefix", "/test/keylimit-hosts"},
+			append([]string{"RECONF_MANAGEMENT_TOKEN=" + token}, keyEnv...)...))
+	}
+	a, b := hosts[0], hosts[1]
+	waitFleet(t, a, token, 1, 4)
+	targets := hotTargets(keyTarget{a, "1"}, []keyTarget{{a, "2"}, {b, "1"}, {b, "2"}})
+	const rate = 300
+	dur := 6 * time.Second
+	var kill func() string
+	if full {
+		dur = 15 * time.Second
+		kill = func() string {
+			pid := childWorker(t, b, "2")
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Error(err)
+			}
+			return "2"
+		}
+	}
+	tries := keyDrive(t, targets, rate, dur, dur/2, kill)
+	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, 90, 110)
+}
+
+// childWorker returns the pid of the worker in slot of s's supervisor,
+// found by asking that worker's data plane on a fresh connection until
+// the slot answers (its /healthz names its pid).
+func childWorker(t *testing.T, s *server, slot string) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		resp, err := cl.Get(s.url + "/healthz")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if resp.Header.Get("Reconf-Worker") != slot {
+			continue
+		}
+		if m := reHealthPID.FindSubmatch(b); m != nil {
+			pid, _ := strconv.Atoi(string(m[1]))
+			return pid
+		}
+		t.Fatalf("/healthz names no pid: %s", b)
+	}
+	t.Fatalf("worker %s of %s did not answer", slot, s.url)
+	return 0
+}
+
+// reHealthPID is the pid in a worker's /healthz worker_id
+// (host-w<slot>-<pid>).
+var reHealthPID = regexp.MustCompile(`"worker_id":"[^"]*-w\d+-(\d+)"`)

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// A fleet worker admits at most paceFactor times its share's even rate
+// in one bucket, so a share cannot be spent in a burst.
+func TestKeySharePaces(t *testing.T) {
+	lim := &KeyLimits{Requests: 600, Per: time.Minute}
+	l := &keyLimiter{name: "k", share: &keyShare{allow: [2]int64{600, 0}, set: true, peers: 1}}
+	now := time.Unix(1000, 0)
+	n := 0
+	for range 100 {
+		if ok, _ := l.admit(now, lim); ok {
+			n++
+		}
+	}
+	if want := int(paceLimit(600)); n != want {
+		t.Fatalf("one bucket admitted %d; want %d, four times the even rate", n, want)
+	}
+	if ok, _ := l.admit(now.Add(time.Second), lim); !ok {
+		t.Fatal("the next bucket admitted nothing")
+	}
+}
+
+// rebalanceFleet is a key fleet with no etcd, for driving rebalance by
+// hand: one key limited to 100 requests a second.
+func rebalanceFleet() (*keyFleet, *keyLimiter) {
+	keys := &keyLimiters{}
+	f := &keyFleet{keys: keys, tick: defaultKeyTick, others: map[string]keyReport{}, seen: map[string]time.Time{},
+		peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(),
+		limits: func() map[string]KeyLimits { return map[string]KeyLimits{"k": {Requests: 100, Per: time.Second}} }}
+	keys.share = func(string) *keyShare { return &keyShare{peers: f.peers(), grown: time.Now().UnixNano()} }
+	return f, keys.limiter("k")
+}
+
+func (l *keyLimiter) allowed() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.share.allow[0]
+}
+
+// A worker that starts amid a fleet of four, before any other has
+// reported, takes a quarter of the limit, not the whole of it, however
+// much it is asked.
+func TestKeyShareStartsAtTheFairShare(t *testing.T) {
+	f, l := rebalanceFleet()
+	now := time.Now()
+	f.rows, f.rowsUntil = 4, now.Add(time.Second)
+	lim := &KeyLimits{Requests: 100, Per: time.Second}
+	for range 10 {
+		l.admit(now, lim)
+	}
+	f.rebalance(now)
+	if got := l.allowed(); got != 25 {
+		t.Fatalf("the first share is %d; want 25", got)
+	}
+}
+
+// A share grows only once the worker's own last report is visible to it
+// and growFence after it last grew; it shrinks at once.
+func TestKeyShareGrowsPastTheFence(t *testing.T) {
+	f, l := rebalanceFleet()
+	now := time.Now()
+	f.peerIDs["other"] = true
+	f.others["other"] = keyReport{"k": {50, 0, 100, 50, 0}}
+	f.seen["other"] = now
+	lim := &KeyLimits{Requests: 100, Per: time.Second}
+	for range 100 {
+		l.admit(now, lim) // asked as much as the other
+	}
+	f.rebalance(now) // the first share: the fair half
+	if got := l.allowed(); got != 50 {
+		t.Fatalf("the first share is %d; want 50", got)
+	}
+	// The other worker's window empties: this worker may grow, but its
+	// own report is not visible yet.
+	f.others["other"] = keyReport{"k": {0, 0, 1, 0, 0}}
+	later := now.Add(growFence)
+	f.seen["other"] = later
+	f.wroteRev, f.seenRev = 7, 6
+	f.rebalance(later)
+	if got := l.allowed(); got != 50 {
+		t.Fatalf("the share grew to %d before its report was visible", got)
+	}
+	f.seenRev = 7
+	f.rebalance(later.Add(-time.Millisecond))
+	if got := l.allowed(); got != 50 {
+		t.Fatalf("the share grew to %d inside the fence", got)
+	}
+	f.rebalance(later)
+	if got := l.allowed(); got <= 50 {
+		t.Fatalf("the share stayed %d past the fence", got)
+	}
+	// The other's window fills: the share shrinks at once.
+	f.others["other"] = keyReport{"k": {90, 0, 100, 90, 0}}
+	f.rebalance(later.Add(time.Millisecond))
+	if got := l.allowed(); got != 10 {
+		t.Fatalf("the share is %d; want 10 at once", got)
+	}
+}
+
+// With nothing near a limit the loop sleeps: the worker reports that it
+// holds its fair share and stops ticking. An admission that brings the
+// window to half that share wakes it, as does another worker's report
+// near the limit.
+func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
+	etcd := startEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	lease, err := cli.Grant(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := map[string]KeyLimits{"k": {Requests: 100, Per: time.Second}}
+	keys := &keyLimiters{}
+	prefix := "/test/" + t.Name()
+	f := startKeyFleet(cli, prefix, "w1", func() clientv3.LeaseID { return lease.ID }, keys,
+		func() map[string]KeyLimits { return limits }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer f.Close(context.Background())
+	waitFor(t, "the loop sleeping", f.asleep.Load)
+	resp, err := cli.Get(context.Background(), KeyUsePrefix(prefix)+"w1")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the report: %v, %v", resp, err)
+	}
+	if got, want := string(resp.Kvs[0].Value), `{"k":[100,0,-1,100,0]}`; got != want {
+		t.Fatalf("the sleeping report is %s; want %s", got, want)
+	}
+	lim := limits["k"]
+	l := keys.limiter("k")
+	for i := 0; f.asleep.Load() && i < 80; i++ {
+		l.admit(time.Now(), &lim)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if f.asleep.Load() {
+		t.Fatal("80 admissions in 800 ms did not wake the loop")
+	}
+	// Back to sleep once the window has emptied; then another worker's
+	// report near the limit wakes it.
+	waitFor(t, "the loop sleeping again", f.asleep.Load)
+	if _, err := cli.Put(context.Background(), KeyUsePrefix(prefix)+"w2", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a new peer waking the loop", func() bool { return !f.asleep.Load() })
+	waitFor(t, "the loop sleeping again", f.asleep.Load)
+	if _, err := cli.Put(context.Background(), KeyUsePrefix(prefix)+"w2", `{"k":[40,0,40,50,0]}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a report near the limit waking the loop", func() bool { return !f.asleep.Load() })
+}
