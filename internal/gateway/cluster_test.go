@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
 	"github.com/reconfhq/reconf/internal/testetcd"
+	"github.com/reconfhq/reconf/internal/testkit"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -108,53 +108,6 @@ func TestClusterRefusesLiteralSecrets(t *testing.T) {
 	}
 }
 
-// countingUpstream is an OpenAI-compatible upstream whose every answer
-// takes delay; it counts the requests in flight and records their peak.
-type countingUpstream struct {
-	srv   *httptest.Server
-	delay time.Duration
-
-	mu             sync.Mutex
-	inFlight, peak int
-}
-
-func newCountingUpstream(t testing.TB, delay time.Duration) *countingUpstream {
-	u := &countingUpstream{delay: delay}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
-	return u
-}
-
-func (u *countingUpstream) host() string { return u.srv.URL + "/v1" }
-
-func (u *countingUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	u.mu.Lock()
-	u.inFlight++
-	u.peak = max(u.peak, u.inFlight)
-	u.mu.Unlock()
-	select {
-	case <-time.After(u.delay):
-	case <-r.Context().Done():
-	}
-	// Counted out before the answer goes: the gateway releases its slot
-	// only after reading it.
-	u.mu.Lock()
-	u.inFlight--
-	u.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprint(w, `{"id":"up-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"counted"},"finish_reason":"stop"}]}`)
-}
-
-// resetPeak returns the peak since the last reset and starts a new one
-// from the requests in flight now.
-func (u *countingUpstream) resetPeak() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	p := u.peak
-	u.peak = u.inFlight
-	return p
-}
-
 func countedConfig(host string, limit int) string {
 	return fmt.Sprintf(`
 routing: {default_route: up}
@@ -207,16 +160,16 @@ func gateKeys(t *testing.T, etcd *embedded.Server, prefix string) []string {
 // 503.
 func TestClusterConcurrencyIsGlobal(t *testing.T) {
 	etcd := startEtcd(t)
-	up := newCountingUpstream(t, 100*time.Millisecond)
+	up := testkit.NewCountingUpstream(t, 100*time.Millisecond)
 	prefix := "/test/" + t.Name()
 	opts := func(w string) Option {
 		return WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: prefix, Worker: w})
 	}
-	g1 := startGateway(t, countedConfig(up.host(), 2), opts("1"))
-	g2 := startGateway(t, countedConfig(up.host(), 2), opts("2"))
+	g1 := startGateway(t, countedConfig(up.Host(), 2), opts("1"))
+	g2 := startGateway(t, countedConfig(up.Host(), 2), opts("2"))
 
 	load(t, 6, g1, g2)
-	if p := up.resetPeak(); p != 2 {
+	if p := up.ResetPeak(); p != 2 {
 		t.Errorf("limit 2, 12 requests on 2 workers: peak %d at the upstream, want 2", p)
 	}
 	st := g1.StatusFields()
@@ -227,12 +180,12 @@ func TestClusterConcurrencyIsGlobal(t *testing.T) {
 		t.Errorf("worker 1's concurrency: %+v", c)
 	}
 
-	if res := g1.reload(countedConfig(up.host(), 4)); res.Outcome != reconf.Published {
+	if res := g1.reload(countedConfig(up.Host(), 4)); res.Outcome != reconf.Published {
 		t.Fatalf("reload: %+v", res)
 	}
 	waitFor(t, "worker 2 on limit 4", func() bool { return g2.limiters.Limiter("up").Stats().Limit == 4 })
 	load(t, 8, g1, g2)
-	if p := up.resetPeak(); p != 4 {
+	if p := up.ResetPeak(); p != 4 {
 		t.Errorf("limit 4, 16 requests on 2 workers: peak %d, want 4", p)
 	}
 	if keys := gateKeys(t, etcd, prefix); len(keys) != 2 {
@@ -251,7 +204,7 @@ func TestClusterConcurrencyIsGlobal(t *testing.T) {
 	}
 	start := time.Now()
 	load(t, 8, g1)
-	if p := up.resetPeak(); p != 4 || time.Since(start) > time.Second {
+	if p := up.ResetPeak(); p != 4 || time.Since(start) > time.Second {
 		t.Errorf("worker 1 alone: peak %d in %v, want 4 (8 requests of 100ms at once: 200ms)", p, time.Since(start))
 	}
 
