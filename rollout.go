@@ -27,8 +27,6 @@ type rollout[T any] struct {
 	activeData   []byte // the runtime's activeData before the candidate
 	content      string // contentDigest of the candidate as the source holds it
 	base         [2]Counts
-	lastWindow   *Window
-	lastVerdict  *Verdict
 	wake         chan struct{} // the state changed outside the driver
 	done         chan struct{} // closed when the driver returns
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
@@ -319,6 +317,7 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 			s.NextStep = start.Add(s.Strategy.FinalBake)
 		}
 	}
+	change = judged(change, w, v)
 	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
@@ -431,6 +430,7 @@ func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window
 		s.Decision, s.Decider, s.Reason = d, DeciderRollout, reason
 		s.NextStep = now.Add(step)
 	}
+	change = judged(change, w, v)
 	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
@@ -446,6 +446,7 @@ func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, 
 		s.Decision, s.Decider, s.Reason = Promote, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
 	}
+	change = judged(change, w, v)
 	if !r.fleetWrite(ro, change, nil) {
 		return
 	}
@@ -485,6 +486,7 @@ func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint6
 		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, id
 	}
+	change = judged(change, w, v)
 	if _, fleet := r.rolloutChannel(); fleet && !r.adopting {
 		rec, err := r.generationRecord(ro.active)
 		rec.RolledBack = ro.content
@@ -527,14 +529,24 @@ func (r *Runtime[T]) revive(src *Generation[T], id uint64) *Generation[T] {
 	return g
 }
 
+// judged makes change also record the window and verdict that led to
+// it (none for an operator's decision), so that they travel with the
+// state to every worker.
+func judged(change func(*RolloutState), w *Window, v *Verdict) func(*RolloutState) {
+	if w == nil {
+		return change
+	}
+	return func(s *RolloutState) {
+		change(s)
+		s.LastWindow, s.LastVerdict = w, v
+	}
+}
+
 // decide applies a decision to the state, ends the rollout if it is
 // done, wakes the driver and tells the observers. It holds the slot.
 func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Window, v *Verdict) {
 	r.mu.Lock()
 	change(&ro.state)
-	if w != nil {
-		ro.lastWindow, ro.lastVerdict = w, v
-	}
 	st := ro.state
 	if st.Done() {
 		r.ro = nil
@@ -578,7 +590,7 @@ func (r *Runtime[T]) releaseSlot() {
 
 // statusLocked returns the rollout's status. r.mu must be held.
 func (ro *rollout[T]) statusLocked() *RolloutStatus {
-	return &RolloutStatus{RolloutState: ro.state, LastWindow: ro.lastWindow, LastVerdict: ro.lastVerdict, CutOff: ro.cutOff}
+	return &RolloutStatus{RolloutState: ro.state, CutOff: ro.cutOff}
 }
 
 // rolloutStatusLocked returns the running rollout's status, else the

@@ -150,17 +150,20 @@ type RolloutState struct {
 	// generation active then (the candidate, or the rollback's new one).
 	Ended  time.Time `json:"ended"`
 	Result uint64    `json:"result_generation,omitempty"`
+	// LastWindow and LastVerdict are the figures and verdict of the last
+	// judged window, the fleet's as the driver judged them: they travel
+	// with the state, so every worker shows them.
+	LastWindow  *Window  `json:"last_window,omitempty"`
+	LastVerdict *Verdict `json:"last_verdict,omitempty"`
 }
 
 // Done reports whether the rollout has ended.
 func (s RolloutState) Done() bool { return s.Phase == Promoted || s.Phase == RolledBack }
 
-// RolloutStatus is a rollout's state with the figures and verdict of its
-// last judged window, for operators.
+// RolloutStatus is a rollout's state (with the figures and verdict of
+// its last judged window) and this worker's view of it, for operators.
 type RolloutStatus struct {
 	RolloutState
-	LastWindow  *Window  `json:"last_window,omitempty"`
-	LastVerdict *Verdict `json:"last_verdict,omitempty"`
 	// CutOff is true while this worker of a fleet has not read the
 	// channel for longer than a step: it gives the candidate to nobody
 	// until it reads the channel again (see Runtime.SetCutOff).

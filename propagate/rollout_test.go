@@ -205,6 +205,12 @@ func TestFleetRolloutRollsBackEverywhere(t *testing.T) {
 		if ev.State.Phase != reconf.RolledBack || ev.State.Result != c+1 || w.version() != c+1 || w.limit() != 1 {
 			t.Fatalf("worker %s ended in %+v at version %d, limit %d", w.id, ev.State, w.version(), w.limit())
 		}
+		// The judged figures travel with the state: every worker shows
+		// the fleet's, not only the driver.
+		if ro := w.rollout(); ro.LastWindow == nil || ro.LastWindow.Candidate.Requests != d.Window.Candidate.Requests ||
+			ro.LastWindow.Active.Requests != d.Window.Active.Requests || ro.LastVerdict == nil || ro.LastVerdict.Reason != d.Verdict.Reason {
+			t.Fatalf("worker %s shows the last window %+v, verdict %+v; the driver judged %+v", w.id, ro.LastWindow, ro.LastVerdict, d.Window)
+		}
 		worst = max(worst, ev.Time.Sub(d.Time))
 	}
 	t.Logf("the rollback reached the last worker %v after the decision", worst)
