@@ -87,15 +87,19 @@ func TestObservabilityBySIGHUP(t *testing.T) {
 	writeAtomic(t, s.config, on)
 	s.signal(syscall.SIGHUP)
 	s.waitGeneration(2)
-	if r := s.do("POST", s.url+"/v1/chat/completions", chatBody("gpt-4o-mini", false), "X-Request-Id", "req-e2e-obs"); r.status != 200 {
-		t.Fatalf("got %d", r.status)
-	}
+	// /healthz names generation 2 once it is published; its consumers'
+	// commit, which turns tracing and the access log on, follows. A
+	// request in between is served unobserved, so the request is sent
+	// again until it is seen.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(sink.received()) == 0 || len(accessLines(t, s.logs.String())) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("got %d spans and %d access log lines, want one of each", len(sink.received()), len(accessLines(t, s.logs.String())))
 		}
-		time.Sleep(20 * time.Millisecond)
+		if r := s.do("POST", s.url+"/v1/chat/completions", chatBody("gpt-4o-mini", false), "X-Request-Id", "req-e2e-obs"); r.status != 200 {
+			t.Fatalf("got %d", r.status)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	var line map[string]any
 	for _, l := range accessLines(t, s.logs.String()) {
@@ -175,7 +179,7 @@ func hungCollector(t *testing.T) string {
 // for.
 func TestShutdownCutsAStalledCollector(t *testing.T) {
 	requireBinary(t)
-	const timeout = 2 * time.Second
+	const timeout = time.Second
 	cfg := config(3, "0s") + "observability:\n  tracing: {enabled: true, endpoint: 'http://" + hungCollector(t) + "', sample_ratio: 1}\n"
 	// A batch delay longer than the test: the span is sent at shutdown.
 	s := startServer(t, cfg, []string{"--shutdown-timeout", timeout.String()}, "OTEL_BSP_SCHEDULE_DELAY=600000")
@@ -185,8 +189,9 @@ func TestShutdownCutsAStalledCollector(t *testing.T) {
 	s.wait(timeout + 10*time.Second)
 	// The drain has no request to wait for; the spans' flush takes the
 	// rest of the timeout, then is cut. A -race binary sleeps a second
-	// as it exits (GORACE atexit_sleep_ms).
-	if took := time.Since(began); took > timeout+2*time.Second {
+	// as it exits (GORACE atexit_sleep_ms), and a loaded machine may add
+	// more; a flush that is not cut holds it 5 seconds past the timeout.
+	if took := time.Since(began); took > timeout+3*time.Second {
 		t.Errorf("reconfd stopped %v after SIGTERM with a stalled collector, past its shutdown timeout of %v\n%s", took.Round(time.Millisecond), timeout, s.logs.String())
 	}
 }

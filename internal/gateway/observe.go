@@ -91,14 +91,36 @@ func (x *exchange) observe(status int, took time.Duration, now time.Time) {
 
 var usageKey = []byte(`"usage"`)
 
-// The keys of the counts a usage object gives, each with its closing
-// quote.
-var (
-	promptKey     = []byte(`prompt_tokens"`)
-	completionKey = []byte(`completion_tokens"`)
-	inputKey      = []byte(`input_tokens"`)
-	outputKey     = []byte(`output_tokens"`)
-)
+// countKey reports whether rest starts with the key of a count, its
+// closing quote included: 1 for an input count (prompt_tokens,
+// input_tokens), 2 for an output count (completion_tokens,
+// output_tokens), 0 for another; and the key's length. The comparisons
+// are with constants of 16 bytes or less, which the compiler makes a few
+// word loads rather than calls.
+func countKey(rest []byte) (which, n int) {
+	if len(rest) < 13 {
+		return 0, 0
+	}
+	switch rest[0] {
+	case 'p':
+		if len(rest) >= 14 && string(rest[:14]) == `prompt_tokens"` {
+			return 1, 14
+		}
+	case 'i':
+		if string(rest[:13]) == `input_tokens"` {
+			return 1, 13
+		}
+	case 'o':
+		if len(rest) >= 14 && string(rest[:14]) == `output_tokens"` {
+			return 2, 14
+		}
+	case 'c':
+		if len(rest) >= 18 && string(rest[1:17]) == "ompletion_tokens" && rest[17] == '"' {
+			return 2, 18
+		}
+	}
+	return 0, 0
+}
 
 // maxUsageObject bounds the usage object read: one longer is read no
 // further.
@@ -208,7 +230,10 @@ func lastByte(b []byte, c byte) int {
 // readCounts reads the counts among the members of the object that starts
 // obj, in one walk: a member whose value is an object (details) is
 // skipped whole; usage objects hold no string with a brace or an escaped
-// quote in it.
+// quote in it. A count's key is compared in place, its closing quote
+// included; another key is skipped with the vectorised IndexByte. (A
+// byte-at-a-time walk was 790 instructions for OpenAI's three counts;
+// callgrind.)
 func (o *observation) readCounts(obj []byte) {
 	depth := 0 // of the details object being skipped
 	for i := 1; i < len(obj); i++ {
@@ -226,47 +251,50 @@ func (o *observation) readCounts(obj []byte) {
 		default:
 			continue
 		}
-		// A count's key is compared in place, its closing quote
-		// included; another key is walked to its end.
-		rest, which, j := obj[i+1:], 0, i+1
-		switch {
-		case bytes.HasPrefix(rest, promptKey):
-			which, j = 1, i+len(promptKey)
-		case bytes.HasPrefix(rest, completionKey):
-			which, j = 2, i+len(completionKey)
-		case bytes.HasPrefix(rest, inputKey):
-			which, j = 1, i+len(inputKey)
-		case bytes.HasPrefix(rest, outputKey):
-			which, j = 2, i+len(outputKey)
-		default:
-			for j < len(obj) && obj[j] != '"' {
-				j++
-			}
-			if j >= len(obj) {
+		which, klen := countKey(obj[i+1:])
+		if depth > 0 {
+			which = 0
+		}
+		i += klen
+		if which == 0 {
+			// Another key, or a string value: skipped to its closing
+			// quote.
+			end := bytes.IndexByte(obj[i+1:], '"')
+			if end < 0 {
 				return
 			}
-		}
-		i = j
-		if depth > 0 {
+			i += 1 + end
 			continue
 		}
-		k := skipSpace(obj, j+1)
+		// obj[i] is the key's closing quote: a colon, then the count.
+		k := i + 1
+		if k < len(obj) && obj[k] != ':' {
+			k = skipSpace(obj, k)
+		}
 		if k >= len(obj) || obj[k] != ':' {
-			continue // a string value, not a key
+			continue
 		}
-		k = skipSpace(obj, k+1)
-		n, d := int64(0), 0
-		for ; k < len(obj) && obj[k] >= '0' && obj[k] <= '9' && d < 15; k, d = k+1, d+1 {
-			n = n*10 + int64(obj[k]-'0')
+		k++
+		if k < len(obj) && obj[k] <= ' ' {
+			k = skipSpace(obj, k)
 		}
-		if d == 0 {
+		start := k
+		var n int64
+		for k < len(obj) && k-start < 15 {
+			c := obj[k] - '0'
+			if c > 9 {
+				break
+			}
+			n = n*10 + int64(c)
+			k++
+		}
+		if k == start {
 			continue
 		}
 		i = k - 1
-		switch which {
-		case 1:
+		if which == 1 {
 			o.in, o.usage = n, true
-		case 2:
+		} else {
 			o.out, o.usage = n, true
 		}
 	}

@@ -47,9 +47,10 @@ var requestIDSeq atomic.Uint64
 // otherwise a new one. numbered says that fasthttp has numbered the
 // request (its handler runs; an error answer's request is not). It does
 // not allocate; the client's id is not copied (the request outlives the
-// exchange).
+// exchange). The header is looked up by its canonical name, as fasthttp
+// stores it: PeekBytes copies and normalises the name on every call.
 func (x *exchange) requestID(numbered bool) []byte {
-	if v := x.ctx.Request.Header.PeekBytes(requestIDKey); usableRequestID(v) {
+	if v := x.ctx.Request.Header.PeekCanonical(requestIDKey); usableRequestID(v) {
 		x.clientID = v
 		return v
 	}
