@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,35 @@ type keyFleet struct {
 
 // keyReport is one worker's report: for each limited key, [requests in
 // window, tokens in window, requests asked in window, requests allowed,
-// tokens allowed].
-type keyReport map[string][5]int64
+// tokens allowed, then the requests in each of shapeParts parts of the
+// window, oldest first].
+type keyReport map[string]keyCounts
+
+// keyCounts is one key's counts in a report (see keyReport).
+type keyCounts [5 + shapeParts]int64
+
+// shapeParts is how many parts of its window a report counts requests
+// in: a gone worker's count leaves the others' sums as its admissions
+// leave the window, not evenly from when it went.
+const shapeParts = 6
+
+// ghostLeft is the part of a gone worker's counts v still in the window
+// at age after its report, for a window of length per: each part of the
+// window leaves over its own sixth of the window. A report without the
+// parts (a sleeping worker's) leaves evenly over the window.
+func ghostLeft(v keyCounts, age, per time.Duration) float64 {
+	var total, left float64
+	part := float64(per) / shapeParts
+	for k := range shapeParts {
+		n := float64(v[5+k])
+		total += n
+		left += n * min(1, max(0, (float64(k+1)*part-float64(age))/part))
+	}
+	if total == 0 {
+		return max(0, 1-float64(age)/float64(per))
+	}
+	return left / total
+}
 
 // keyGhost is the report of a worker gone at time gone.
 type keyGhost struct {
@@ -364,10 +392,10 @@ func (f *keyFleet) rebalance(now time.Time) {
 			}
 		}
 		for _, g := range f.ghosts {
-			left := 1 - float64(now.Sub(g.gone))/float64(lim.Per)
-			if v, ok := g.r[name]; ok && left > 0 {
-				s.used[0] += int64(float64(v[0]) * left)
-				s.used[1] += int64(float64(v[1]) * left)
+			v, ok := g.r[name]
+			if left := ghostLeft(v, now.Sub(g.gone), lim.Per); ok && left > 0 {
+				s.used[0] += int64(math.Ceil(float64(v[0]) * left))
+				s.used[1] += int64(math.Ceil(float64(v[1]) * left))
 			}
 		}
 		sums[name] = s
@@ -429,7 +457,9 @@ func (f *keyFleet) report(ctx context.Context) {
 		if l.reqs.sum != 0 || l.toks.sum != 0 || sh.asked.sum != 0 {
 			// An idle key is left out: an idle worker's report is "{}"
 			// whatever the number of keys.
-			r[name] = [5]int64{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+			v := keyCounts{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+			l.reqs.parts((*[shapeParts]int64)(v[5:]))
+			r[name] = v
 		}
 		l.mu.Unlock()
 	}
@@ -515,7 +545,7 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 	r := make(keyReport, len(limits))
 	for name, lim := range limits {
 		fr, ft := lim.Requests/peers, lim.Tokens/peers
-		r[name] = [5]int64{fr, ft, asleepAsked, fr, ft}
+		r[name] = keyCounts{fr, ft, asleepAsked, fr, ft}
 	}
 	b, _ := json.Marshal(r)
 	wctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
