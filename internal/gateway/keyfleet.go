@@ -71,9 +71,11 @@ type keyFleet struct {
 	rows      int64
 	rowsUntil time.Time
 	// wroteRev is the revision of this worker's last report, seenRev the
-	// latest revision of it seen in the watch: a share grows only when
-	// seenRev >= wroteRev.
-	wroteRev, seenRev int64
+	// latest revision of it seen in the watch, fenceRev that of the first
+	// report written after a share last grew (0: none yet): a share grows
+	// only when seenRev >= fenceRev. Not the last report: one is written
+	// every tick, and a watch slower than a tick would never catch up.
+	wroteRev, seenRev, fenceRev int64
 
 	// asleep is set while the loop sleeps; wakeC wakes it.
 	asleep atomic.Bool
@@ -368,9 +370,9 @@ func (f *keyFleet) rebalance(now time.Time) {
 		}
 	}
 	peers := f.peersLocked(now)
-	// Every report before this worker's own is applied: the counts it
-	// divides are no older than its own.
-	visible := f.wroteRev != 0 && f.seenRev >= f.wroteRev
+	// Every report before this worker's own since it last grew is
+	// applied: the counts it divides are no older than that report.
+	visible := f.fenceRev != 0 && f.seenRev >= f.fenceRev
 	// Ghosts fade over the longest window; a ghost past it is dropped.
 	for id, g := range f.ghosts {
 		if now.Sub(g.gone) > time.Hour {
@@ -402,6 +404,14 @@ func (f *keyFleet) rebalance(now time.Time) {
 	}
 	f.mu.Unlock()
 
+	anyGrew := false
+	defer func() {
+		if anyGrew {
+			f.mu.Lock()
+			f.fenceRev = 0
+			f.mu.Unlock()
+		}
+	}()
 	for name, lim := range limits {
 		l := f.keys.limiter(name)
 		s := sums[name]
@@ -439,6 +449,7 @@ func (f *keyFleet) rebalance(now time.Time) {
 		if !sh.set || grew {
 			sh.set, sh.grown = true, now.UnixNano()
 		}
+		anyGrew = anyGrew || grew
 		l.mu.Unlock()
 	}
 }
@@ -490,6 +501,9 @@ func (f *keyFleet) put(ctx context.Context, b []byte) bool {
 	f.mu.Lock()
 	f.lastOK = time.Now()
 	f.wroteRev = resp.Header.Revision
+	if f.fenceRev == 0 {
+		f.fenceRev = f.wroteRev
+	}
 	f.mu.Unlock()
 	f.last, f.wrote = b, time.Now()
 	return true

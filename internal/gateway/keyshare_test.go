@@ -86,7 +86,7 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 	f.others["other"] = keyReport{"k": {0, 0, 1, 0, 0}}
 	later := now.Add(growFence)
 	f.seen["other"] = later
-	f.wroteRev, f.seenRev = 7, 6
+	f.fenceRev, f.seenRev = 7, 6
 	f.rebalance(later)
 	if got := l.allowed(); got != 50 {
 		t.Fatalf("the share grew to %d before its report was visible", got)
@@ -99,6 +99,10 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 	f.rebalance(later)
 	if got := l.allowed(); got <= 50 {
 		t.Fatalf("the share stayed %d past the fence", got)
+	}
+	// Growing again waits for a report written after this growth.
+	if f.fenceRev != 0 {
+		t.Fatalf("the fence is still revision %d after a growth", f.fenceRev)
 	}
 	// The other's window fills: the share shrinks at once.
 	f.others["other"] = keyReport{"k": {90, 0, 100, 90, 0}}
