@@ -76,7 +76,7 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 			res.Other++
 		}
 	}
-	res.MaybeMin, res.SurelyMax, res.MaybeMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
+	res.RefusedMin, res.SurelyMax, res.RefusedMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
 	step := max(time.Second, per/6)
 	res.StepS = step.Seconds()
 	res.AdmittedPerStep = make([]int, int(dur/step)+2)
@@ -85,7 +85,10 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 			res.AdmittedPerStep[i]++
 		}
 	}
-	res.ErrorPct = max(float64(res.SurelyMax-limit), float64(limit-res.MaybeMin)) / float64(limit) * 100
+	res.ErrorPct = float64(res.SurelyMax-limit) / float64(limit) * 100
+	if res.RefusedMin >= 0 {
+		res.ErrorPct = max(res.ErrorPct, float64(limit-res.RefusedMin)/float64(limit)*100)
+	}
 	return res, nil
 }
 
@@ -141,32 +144,35 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 	return tries
 }
 
-// windows bounds the admissions in every window of length per within
-// [from, to), stepping by per/200: maybe is the fewest admitted tries
-// that meet a window, surely the most wholly inside one; maybeAt and
-// surelyAt are where those windows start, in seconds from from.
-func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely int, maybeAt, surelyAt float64) {
-	maybe = len(tries)
+// windows bounds the admissions in the windows of length per within
+// [from, to): surely is the most admitted tries wholly inside one window
+// (stepping by per/200), refusedAt the fewest admitted tries that meet a
+// window in which a request was refused (-1: none refused); surelyAt and
+// refusedAtS are where those windows start, in seconds from from.
+func windows(tries []try, per time.Duration, from, to time.Time) (refusedAt, surely int, refusedAtS, surelyAt float64) {
+	refusedAt = -1
 	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
 		end := w.Add(per)
-		in, meets := 0, 0
+		in, meets, refused := 0, 0, false
 		for _, t := range tries {
-			if t.status != 200 {
-				continue
-			}
-			if !t.sent.Before(w) && t.answered.Before(end) {
+			inside := !t.sent.Before(w) && t.answered.Before(end)
+			switch {
+			case t.status == 429 && inside:
+				refused = true
+			case t.status != 200:
+			case inside:
 				in++
-			}
-			if !t.answered.Before(w) && t.sent.Before(end) {
+				meets++
+			case !t.answered.Before(w) && t.sent.Before(end):
 				meets++
 			}
-		}
-		if meets < maybe {
-			maybe, maybeAt = meets, w.Sub(from).Seconds()
 		}
 		if in > surely {
 			surely, surelyAt = in, w.Sub(from).Seconds()
 		}
+		if refused && (refusedAt < 0 || meets < refusedAt) {
+			refusedAt, refusedAtS = meets, w.Sub(from).Seconds()
+		}
 	}
-	return maybe, surely, maybeAt, surelyAt
+	return refusedAt, surely, refusedAtS, surelyAt
 }

@@ -10,10 +10,11 @@
 //	go run ./keylimit -minute                # 600 a minute for 3 minutes
 //
 // The client sees an admission only between sending and the answer, so
-// a window's admissions are bounded two ways: surely_max is the most
-// tries wholly inside one window (the fleet admitted at least this many
-// in it) and maybe_min the fewest tries that meet one (the fleet
-// admitted at most this many). It prints one JSON line.
+// a window's admissions are bounded two ways: window_surely_max is the
+// most tries wholly inside one window (the fleet admitted at least this
+// many in it), and refused_with_at_most the fewest tries that meet a
+// window in which a request was refused (the fleet refused with at most
+// this many admitted in that window). It prints one JSON line.
 package main
 
 import (
@@ -38,13 +39,13 @@ type result struct {
 	Other     int     `json:"other"`
 	// Judged over every window from one window after the start to one
 	// second before the end.
-	MaybeMin  int     `json:"window_maybe_min"`
-	SurelyMax int     `json:"window_surely_max"`
-	ErrorPct  float64 `json:"error_pct"` // the larger of the two bounds' distance from the limit
-	// Where the fewest and the most were, in seconds after the first
-	// judged window's start.
-	MaybeMinAtS  float64 `json:"window_maybe_min_at_s"`
-	SurelyMaxAtS float64 `json:"window_surely_max_at_s"`
+	RefusedMin int     `json:"refused_with_at_most"`
+	SurelyMax  int     `json:"window_surely_max"`
+	ErrorPct   float64 `json:"error_pct"` // the larger of the two bounds' distance from the limit
+	// Where that refusal and the fullest window were, in seconds after
+	// the first judged window's start.
+	RefusedMinAtS float64 `json:"refused_with_at_most_at_s"`
+	SurelyMaxAtS  float64 `json:"window_surely_max_at_s"`
 	// AdmittedPerStep is the admissions answered in each step of StepS
 	// seconds from the start.
 	StepS           float64 `json:"step_s"`

@@ -12,7 +12,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestWindows: the bounds of a window's admissions from the tries'
-// intervals; refusals never count.
+// intervals; refusals never count as admissions.
 func TestWindows(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -24,9 +24,9 @@ func TestWindows(t *testing.T) {
 		{at(1800), at(1810), 200},
 		{at(2500), at(2510), 200},
 	}
-	maybe, surely, _, _ := windows(tries, time.Second, t0, at(3000))
-	if surely != 2 || maybe != 1 {
-		t.Fatalf("got maybe %d, surely %d; want 1, 2", maybe, surely)
+	refused, surely, _, _ := windows(tries, time.Second, t0, at(3000))
+	if surely != 2 || refused != 1 {
+		t.Fatalf("got refused with %d, surely %d; want 1, 2", refused, surely)
 	}
 }
 
