@@ -3,9 +3,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +24,15 @@ type try struct {
 
 const chatBody = `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
 
-// run starts the fleet, drives the load and judges it.
-func run(limit int, per, dur time.Duration, workers int, kill bool) (result, error) {
+// target is where one driver sends: a host's data plane and the worker
+// slot its connection is kept on.
+type target struct {
+	url, slot string
+}
+
+// run starts the fleet (on hosts processes sharing one etcd when hosts
+// is above 1), drives the load and judges it.
+func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (result, error) {
 	dir, err := os.MkdirTemp("", "keylimit-bench-")
 	if err != nil {
 		return result{}, err
@@ -33,35 +42,72 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 	if err != nil {
 		return result{}, err
 	}
-	f, err := startFleet(exe, dir, workers, limit, per)
-	if err != nil {
+	cluster := ""
+	if hosts > 1 {
+		ch, err := startChannel()
+		if err != nil {
+			return result{}, err
+		}
+		defer ch.close()
+		cluster = ch.url
+	}
+	per1 := workers / max(hosts, 1)
+	var fleets []*fleet
+	defer func() {
+		for _, f := range fleets {
+			f.stop()
+		}
+	}()
+	for h := range max(hosts, 1) {
+		hdir := filepath.Join(dir, fmt.Sprint(h))
+		if err := os.Mkdir(hdir, 0o700); err != nil {
+			return result{}, err
+		}
+		f, err := startFleet(exe, hdir, per1, limit, per, cluster)
+		if err != nil {
+			return result{}, err
+		}
+		fleets = append(fleets, f)
+	}
+	if _, err := fleets[0].workerPIDs(workers); err != nil {
 		return result{}, err
 	}
-	defer f.stop()
-	pids, err := f.workerPIDs(workers)
-	if err != nil {
-		return result{}, err
-	}
-	rate := 3 * float64(limit) / per.Seconds()
-	// 15 drivers: 12 (80%) on worker 1, the rest on the others in turn.
-	targets := make([]string, 0, 15)
-	for range 12 {
-		targets = append(targets, "1")
-	}
-	for i := range 3 {
-		targets = append(targets, []string{"2", "3", "4"}[i%max(1, min(3, workers-1))])
-	}
-	var killAt time.Duration
-	var killFn func() string
-	if kill && workers >= 2 {
-		killAt = dur / 2
-		killFn = func() string {
-			_ = syscall.Kill(pids["2"], syscall.SIGKILL)
-			return "2"
+	// Every worker but the hot one, in turn; the last is the one killed.
+	var all []target
+	for _, f := range fleets {
+		for s := 1; s <= per1; s++ {
+			all = append(all, target{f.url, fmt.Sprint(s)})
 		}
 	}
-	tries := drive(f.url, targets, rate, dur, killAt, killFn)
-	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
+	hot, rest := all[0], all[1:]
+	rate := 3 * float64(limit) / per.Seconds()
+	// 15 drivers: 12 (80%) on the hot worker, the rest on the others in
+	// turn.
+	targets := make([]target, 0, 15)
+	for range 12 {
+		targets = append(targets, hot)
+	}
+	for i := range 3 {
+		if len(rest) > 0 {
+			targets = append(targets, rest[i%len(rest)])
+		}
+	}
+	var killAt time.Duration
+	var killFn func() target
+	if kill && len(rest) > 0 {
+		victim := rest[len(rest)-1]
+		pid := slotPID(victim.url, victim.slot)
+		if pid == 0 {
+			return result{}, fmt.Errorf("worker %s of %s did not answer", victim.slot, victim.url)
+		}
+		killAt = dur / 2
+		killFn = func() target {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return victim
+		}
+	}
+	tries := drive(targets, rate, dur, killAt, killFn)
+	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, Hosts: max(hosts, 1), RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
 	start := tries[0].sent
 	for _, t := range tries {
 		if t.sent.Before(start) {
@@ -93,18 +139,18 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 }
 
 // drive sends requests at rate a second for dur, spread evenly over one
-// driver per target worker slot; each keeps its connection on its
-// worker, until that worker is killed (at killAt, by kill).
-func drive(url string, targets []string, rate float64, dur, killAt time.Duration, kill func() string) []try {
+// driver per target; each keeps its connection on its worker, until that
+// worker is killed (at killAt, by kill).
+func drive(targets []target, rate float64, dur, killAt time.Duration, kill func() target) []try {
 	var mu sync.Mutex
 	var tries []try
 	var killed atomic.Value
-	killed.Store("")
+	killed.Store(target{})
 	start := time.Now()
 	var wg sync.WaitGroup
 	n := len(targets)
 	per := time.Duration(float64(time.Second) * float64(n) / rate)
-	for i, target := range targets {
+	for i, tg := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -115,7 +161,7 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 			for time.Since(start) < dur {
 				time.Sleep(time.Until(next))
 				next = next.Add(per)
-				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(chatBody))
+				req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(chatBody))
 				req.Header.Set("Authorization", "Bearer "+benchKey)
 				t := try{sent: time.Now()}
 				resp, err := cl.Do(req)
@@ -126,7 +172,7 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 					resp.Body.Close()
 					t.status = resp.StatusCode
-					if w := resp.Header.Get("Reconf-Worker"); w != target && killed.Load() != target {
+					if w := resp.Header.Get("Reconf-Worker"); w != tg.slot && killed.Load() != tg {
 						tr.CloseIdleConnections()
 					}
 				}

@@ -36,7 +36,7 @@ func TestKeyLimitShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs reconfd")
 	}
-	res, err := run(100, time.Second, 4*time.Second, 2, false)
+	res, err := run(100, time.Second, 4*time.Second, 2, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
