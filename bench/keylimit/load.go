@@ -20,6 +20,7 @@ import (
 type try struct {
 	sent, answered time.Time
 	status         int
+	worker         string // the host and worker slot that answered
 }
 
 const chatBody = `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
@@ -80,6 +81,10 @@ func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (resu
 		}
 	}
 	hot, rest := all[0], all[1:]
+	if per1 > 1 {
+		closeBallast := ballast(hot, per1, 12)
+		defer closeBallast()
+	}
 	rate := 3 * float64(limit) / per.Seconds()
 	// 15 drivers: 12 (80%) on the hot worker, the rest on the others in
 	// turn.
@@ -109,7 +114,9 @@ func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (resu
 	tries := drive(targets, rate, dur, killAt, killFn)
 	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, Hosts: max(hosts, 1), RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
 	start := tries[0].sent
+	res.AskedByWorker = map[string]int{}
 	for _, t := range tries {
+		res.AskedByWorker[t.worker]++
 		if t.sent.Before(start) {
 			start = t.sent
 		}
@@ -138,6 +145,44 @@ func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (resu
 	return res, nil
 }
 
+// probeWorker asks /healthz on cl's connection and returns the worker
+// slot that answered.
+func probeWorker(cl *http.Client, url string) string {
+	resp, err := cl.Get(url + "/healthz")
+	if err != nil {
+		return ""
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.Header.Get("Reconf-Worker")
+}
+
+// ballast holds n idle connections on each of hot's host's workers but
+// hot, so that hot holds less than its share of connections and accepts
+// the drivers that load it (a worker above its share leaves new
+// connections to the others). It returns the function that closes them.
+func ballast(hot target, workers, n int) func() {
+	held, full := map[string]int{}, 0
+	var trs []*http.Transport
+	for i := 0; i < 50*workers*n && full < workers-1; i++ {
+		tr := &http.Transport{MaxConnsPerHost: 1}
+		w := probeWorker(&http.Client{Transport: tr, Timeout: 5 * time.Second}, hot.url)
+		if w == "" || w == hot.slot || held[w] >= n {
+			tr.CloseIdleConnections()
+			continue
+		}
+		trs = append(trs, tr)
+		if held[w]++; held[w] == n {
+			full++
+		}
+	}
+	return func() {
+		for _, tr := range trs {
+			tr.CloseIdleConnections()
+		}
+	}
+}
+
 // drive sends requests at rate a second for dur, spread evenly over one
 // driver per target; each keeps its connection on its worker, until that
 // worker is killed (at killAt, by kill).
@@ -158,7 +203,15 @@ func drive(targets []target, rate float64, dur, killAt time.Duration, kill func(
 			defer tr.CloseIdleConnections()
 			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			next := start.Add(per * time.Duration(i) / time.Duration(n))
+			pinned := false
 			for time.Since(start) < dur {
+				for tries := 0; !pinned && tries < 20; tries++ {
+					if w := probeWorker(cl, tg.url); w == tg.slot || (w != "" && killed.Load() == tg) {
+						pinned = true
+					} else {
+						tr.CloseIdleConnections()
+					}
+				}
 				time.Sleep(time.Until(next))
 				next = next.Add(per)
 				req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(chatBody))
@@ -168,12 +221,15 @@ func drive(targets []target, rate float64, dur, killAt time.Duration, kill func(
 				t.answered = time.Now()
 				if err != nil {
 					tr.CloseIdleConnections()
+					pinned = false
 				} else {
 					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 					resp.Body.Close()
 					t.status = resp.StatusCode
-					if w := resp.Header.Get("Reconf-Worker"); w != tg.slot && killed.Load() != tg {
+					t.worker = tg.url + "#" + resp.Header.Get("Reconf-Worker")
+					if t.worker != tg.url+"#"+tg.slot && killed.Load() != tg {
 						tr.CloseIdleConnections()
+						pinned = false
 					}
 				}
 				mu.Lock()

@@ -55,6 +55,9 @@ type result struct {
 	// seconds from the start.
 	StepS           float64 `json:"step_s"`
 	AdmittedPerStep []int   `json:"admitted_per_step"`
+	// AskedByWorker is the requests each worker answered, by host URL
+	// and slot ("" for none).
+	AskedByWorker map[string]int `json:"asked_by_worker"`
 }
 
 func main() {
