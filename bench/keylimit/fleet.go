@@ -65,7 +65,13 @@ var (
 	reMgmt      = regexp.MustCompile(`msg="management listening" address=(\S+)`)
 )
 
-func startFleet(exe, dir string, workers, limit int, per time.Duration) (*fleet, error) {
+// benchToken is the management token of a fleet on several hosts (a
+// cluster's management needs one).
+const benchToken = "keylimit-bench-management-token-0123"
+
+// startFleet starts reconfd serve with workers in dir; cluster, when set,
+// is the etcd of a fleet of several hosts.
+func startFleet(exe, dir string, workers, limit int, per time.Duration, cluster string) (*fleet, error) {
 	cfg := filepath.Join(dir, "reconfd.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, fleetConfig, limit, per), 0o600); err != nil {
 		return nil, err
@@ -75,9 +81,15 @@ func startFleet(exe, dir string, workers, limit int, per time.Duration) (*fleet,
 		return nil, err
 	}
 	f := &fleet{exited: make(chan struct{})}
-	f.cmd = exec.Command(exe, "serve", "--config", cfg, "--workers", fmt.Sprint(workers), "--management-address", "127.0.0.1:0")
+	args := []string{"serve", "--config", cfg, "--workers", fmt.Sprint(workers), "--management-address", "127.0.0.1:0"}
+	token := ""
+	if cluster != "" {
+		args = append(args, "--cluster", cluster, "--cluster-prefix", "/bench/keylimit")
+		token = benchToken
+	}
+	f.cmd = exec.Command(exe, args...)
 	f.cmd.Stderr = pw
-	f.cmd.Env = append(os.Environ(), "RECONF_MANAGEMENT_TOKEN=", "BENCH_KEY="+benchKey)
+	f.cmd.Env = append(os.Environ(), "RECONF_MANAGEMENT_TOKEN="+token, "BENCH_KEY="+benchKey)
 	child.DieWithParent(f.cmd)
 	if err := f.cmd.Start(); err != nil {
 		pw.Close()
@@ -126,7 +138,9 @@ func (f *fleet) workerPIDs(n int) (map[string]int, error) {
 				PID int    `json:"pid"`
 			} `json:"workers"`
 		}
-		resp, err := http.Get("http://" + f.mgmt + "/admin/config/status")
+		req, _ := http.NewRequest("GET", "http://"+f.mgmt+"/admin/config/status", nil)
+		req.Header.Set("Authorization", "Bearer "+benchToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			err = json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&st)
 			resp.Body.Close()

@@ -3,9 +3,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,12 +20,20 @@ import (
 type try struct {
 	sent, answered time.Time
 	status         int
+	worker         string // the host and worker slot that answered
 }
 
 const chatBody = `{"model":"stub-1","messages":[{"role":"user","content":"hi"}]}`
 
-// run starts the fleet, drives the load and judges it.
-func run(limit int, per, dur time.Duration, workers int, kill bool) (result, error) {
+// target is where one driver sends: a host's data plane and the worker
+// slot its connection is kept on.
+type target struct {
+	url, slot string
+}
+
+// run starts the fleet (on hosts processes sharing one etcd when hosts
+// is above 1), drives the load and judges it.
+func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (result, error) {
 	dir, err := os.MkdirTemp("", "keylimit-bench-")
 	if err != nil {
 		return result{}, err
@@ -33,37 +43,80 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 	if err != nil {
 		return result{}, err
 	}
-	f, err := startFleet(exe, dir, workers, limit, per)
-	if err != nil {
+	cluster := ""
+	if hosts > 1 {
+		ch, err := startChannel()
+		if err != nil {
+			return result{}, err
+		}
+		defer ch.close()
+		cluster = ch.url
+	}
+	per1 := workers / max(hosts, 1)
+	var fleets []*fleet
+	defer func() {
+		for _, f := range fleets {
+			f.stop()
+		}
+	}()
+	for h := range max(hosts, 1) {
+		hdir := filepath.Join(dir, fmt.Sprint(h))
+		if err := os.Mkdir(hdir, 0o700); err != nil {
+			return result{}, err
+		}
+		f, err := startFleet(exe, hdir, per1, limit, per, cluster)
+		if err != nil {
+			return result{}, err
+		}
+		fleets = append(fleets, f)
+	}
+	if _, err := fleets[0].workerPIDs(workers); err != nil {
 		return result{}, err
 	}
-	defer f.stop()
-	pids, err := f.workerPIDs(workers)
-	if err != nil {
-		return result{}, err
-	}
-	rate := 3 * float64(limit) / per.Seconds()
-	// 15 drivers: 12 (80%) on worker 1, the rest on the others in turn.
-	targets := make([]string, 0, 15)
-	for range 12 {
-		targets = append(targets, "1")
-	}
-	for i := range 3 {
-		targets = append(targets, []string{"2", "3", "4"}[i%max(1, min(3, workers-1))])
-	}
-	var killAt time.Duration
-	var killFn func() string
-	if kill && workers >= 2 {
-		killAt = dur / 2
-		killFn = func() string {
-			_ = syscall.Kill(pids["2"], syscall.SIGKILL)
-			return "2"
+	// Every worker but the hot one, in turn; the last is the one killed.
+	var all []target
+	for _, f := range fleets {
+		for s := 1; s <= per1; s++ {
+			all = append(all, target{f.url, fmt.Sprint(s)})
 		}
 	}
-	tries := drive(f.url, targets, rate, dur, killAt, killFn)
-	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
+	hot, rest := all[0], all[1:]
+	if per1 > 1 {
+		closeBallast := ballast(hot, per1, 12)
+		defer closeBallast()
+	}
+	rate := 3 * float64(limit) / per.Seconds()
+	// 15 drivers: 12 (80%) on the hot worker, the rest on the others in
+	// turn.
+	targets := make([]target, 0, 15)
+	for range 12 {
+		targets = append(targets, hot)
+	}
+	for i := range 3 {
+		if len(rest) > 0 {
+			targets = append(targets, rest[i%len(rest)])
+		}
+	}
+	var killAt time.Duration
+	var killFn func() target
+	if kill && len(rest) > 0 {
+		victim := rest[len(rest)-1]
+		pid := slotPID(victim.url, victim.slot)
+		if pid == 0 {
+			return result{}, fmt.Errorf("worker %s of %s did not answer", victim.slot, victim.url)
+		}
+		killAt = dur / 2
+		killFn = func() target {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return victim
+		}
+	}
+	tries := drive(targets, rate, dur, killAt, killFn)
+	res := result{Limit: limit, PerS: per.Seconds(), Workers: workers, Hosts: max(hosts, 1), RatePerS: rate, DurationS: dur.Seconds(), KillAtS: killAt.Seconds(), Sent: len(tries)}
 	start := tries[0].sent
+	res.AskedByWorker = map[string]int{}
 	for _, t := range tries {
+		res.AskedByWorker[t.worker]++
 		if t.sent.Before(start) {
 			start = t.sent
 		}
@@ -76,7 +129,7 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 			res.Other++
 		}
 	}
-	res.MaybeMin, res.SurelyMax, res.MaybeMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
+	res.RefusedMin, res.SurelyMax, res.RefusedMinAtS, res.SurelyMaxAtS = windows(tries, per, start.Add(per), start.Add(dur-time.Second))
 	step := max(time.Second, per/6)
 	res.StepS = step.Seconds()
 	res.AdmittedPerStep = make([]int, int(dur/step)+2)
@@ -85,23 +138,64 @@ func run(limit int, per, dur time.Duration, workers int, kill bool) (result, err
 			res.AdmittedPerStep[i]++
 		}
 	}
-	res.ErrorPct = max(float64(res.SurelyMax-limit), float64(limit-res.MaybeMin)) / float64(limit) * 100
+	res.ErrorPct = float64(res.SurelyMax-limit) / float64(limit) * 100
+	if res.RefusedMin >= 0 {
+		res.ErrorPct = max(res.ErrorPct, float64(limit-res.RefusedMin)/float64(limit)*100)
+	}
 	return res, nil
 }
 
+// probeWorker asks /healthz on cl's connection and returns the worker
+// slot that answered.
+func probeWorker(cl *http.Client, url string) string {
+	resp, err := cl.Get(url + "/healthz")
+	if err != nil {
+		return ""
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.Header.Get("Reconf-Worker")
+}
+
+// ballast holds n idle connections on each of hot's host's workers but
+// hot, so that hot holds less than its share of connections and accepts
+// the drivers that load it (a worker above its share leaves new
+// connections to the others). It returns the function that closes them.
+func ballast(hot target, workers, n int) func() {
+	held, full := map[string]int{}, 0
+	var trs []*http.Transport
+	for i := 0; i < 50*workers*n && full < workers-1; i++ {
+		tr := &http.Transport{MaxConnsPerHost: 1}
+		w := probeWorker(&http.Client{Transport: tr, Timeout: 5 * time.Second}, hot.url)
+		if w == "" || w == hot.slot || held[w] >= n {
+			tr.CloseIdleConnections()
+			continue
+		}
+		trs = append(trs, tr)
+		if held[w]++; held[w] == n {
+			full++
+		}
+	}
+	return func() {
+		for _, tr := range trs {
+			tr.CloseIdleConnections()
+		}
+	}
+}
+
 // drive sends requests at rate a second for dur, spread evenly over one
-// driver per target worker slot; each keeps its connection on its
-// worker, until that worker is killed (at killAt, by kill).
-func drive(url string, targets []string, rate float64, dur, killAt time.Duration, kill func() string) []try {
+// driver per target; each keeps its connection on its worker, until that
+// worker is killed (at killAt, by kill).
+func drive(targets []target, rate float64, dur, killAt time.Duration, kill func() target) []try {
 	var mu sync.Mutex
 	var tries []try
 	var killed atomic.Value
-	killed.Store("")
+	killed.Store(target{})
 	start := time.Now()
 	var wg sync.WaitGroup
 	n := len(targets)
 	per := time.Duration(float64(time.Second) * float64(n) / rate)
-	for i, target := range targets {
+	for i, tg := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -109,22 +203,33 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 			defer tr.CloseIdleConnections()
 			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			next := start.Add(per * time.Duration(i) / time.Duration(n))
+			pinned := false
 			for time.Since(start) < dur {
+				for tries := 0; !pinned && tries < 20; tries++ {
+					if w := probeWorker(cl, tg.url); w == tg.slot || (w != "" && killed.Load() == tg) {
+						pinned = true
+					} else {
+						tr.CloseIdleConnections()
+					}
+				}
 				time.Sleep(time.Until(next))
 				next = next.Add(per)
-				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(chatBody))
+				req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(chatBody))
 				req.Header.Set("Authorization", "Bearer "+benchKey)
 				t := try{sent: time.Now()}
 				resp, err := cl.Do(req)
 				t.answered = time.Now()
 				if err != nil {
 					tr.CloseIdleConnections()
+					pinned = false
 				} else {
 					_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 					resp.Body.Close()
 					t.status = resp.StatusCode
-					if w := resp.Header.Get("Reconf-Worker"); w != target && killed.Load() != target {
+					t.worker = tg.url + "#" + resp.Header.Get("Reconf-Worker")
+					if t.worker != tg.url+"#"+tg.slot && killed.Load() != tg {
 						tr.CloseIdleConnections()
+						pinned = false
 					}
 				}
 				mu.Lock()
@@ -141,32 +246,35 @@ func drive(url string, targets []string, rate float64, dur, killAt time.Duration
 	return tries
 }
 
-// windows bounds the admissions in every window of length per within
-// [from, to), stepping by per/200: maybe is the fewest admitted tries
-// that meet a window, surely the most wholly inside one; maybeAt and
-// surelyAt are where those windows start, in seconds from from.
-func windows(tries []try, per time.Duration, from, to time.Time) (maybe, surely int, maybeAt, surelyAt float64) {
-	maybe = len(tries)
+// windows bounds the admissions in the windows of length per within
+// [from, to): surely is the most admitted tries wholly inside one window
+// (stepping by per/200), refusedAt the fewest admitted tries that meet a
+// window in which a request was refused (-1: none refused); surelyAt and
+// refusedAtS are where those windows start, in seconds from from.
+func windows(tries []try, per time.Duration, from, to time.Time) (refusedAt, surely int, refusedAtS, surelyAt float64) {
+	refusedAt = -1
 	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
 		end := w.Add(per)
-		in, meets := 0, 0
+		in, meets, refused := 0, 0, false
 		for _, t := range tries {
-			if t.status != 200 {
-				continue
-			}
-			if !t.sent.Before(w) && t.answered.Before(end) {
+			inside := !t.sent.Before(w) && t.answered.Before(end)
+			switch {
+			case t.status == 429 && inside:
+				refused = true
+			case t.status != 200:
+			case inside:
 				in++
-			}
-			if !t.answered.Before(w) && t.sent.Before(end) {
+				meets++
+			case !t.answered.Before(w) && t.sent.Before(end):
 				meets++
 			}
-		}
-		if meets < maybe {
-			maybe, maybeAt = meets, w.Sub(from).Seconds()
 		}
 		if in > surely {
 			surely, surelyAt = in, w.Sub(from).Seconds()
 		}
+		if refused && (refusedAt < 0 || meets < refusedAt) {
+			refusedAt, refusedAtS = meets, w.Sub(from).Seconds()
+		}
 	}
-	return maybe, surely, maybeAt, surelyAt
+	return refusedAt, surely, refusedAtS, surelyAt
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,9 +71,11 @@ type keyFleet struct {
 	rows      int64
 	rowsUntil time.Time
 	// wroteRev is the revision of this worker's last report, seenRev the
-	// latest revision of it seen in the watch: a share grows only when
-	// seenRev >= wroteRev.
-	wroteRev, seenRev int64
+	// latest revision of it seen in the watch, fenceRev that of the first
+	// report written after a share last grew (0: none yet): a share grows
+	// only when seenRev >= fenceRev. Not the last report: one is written
+	// every tick, and a watch slower than a tick would never catch up.
+	wroteRev, seenRev, fenceRev int64
 
 	// asleep is set while the loop sleeps; wakeC wakes it.
 	asleep atomic.Bool
@@ -88,8 +91,35 @@ type keyFleet struct {
 
 // keyReport is one worker's report: for each limited key, [requests in
 // window, tokens in window, requests asked in window, requests allowed,
-// tokens allowed].
-type keyReport map[string][5]int64
+// tokens allowed, then the requests in each of shapeParts parts of the
+// window, oldest first].
+type keyReport map[string]keyCounts
+
+// keyCounts is one key's counts in a report (see keyReport).
+type keyCounts [5 + shapeParts]int64
+
+// shapeParts is how many parts of its window a report counts requests
+// in: a gone worker's count leaves the others' sums as its admissions
+// leave the window, not evenly from when it went.
+const shapeParts = 6
+
+// ghostLeft is the part of a gone worker's counts v still in the window
+// at age after its report, for a window of length per: each part of the
+// window leaves over its own sixth of the window. A report without the
+// parts (a sleeping worker's) leaves evenly over the window.
+func ghostLeft(v keyCounts, age, per time.Duration) float64 {
+	var total, left float64
+	part := float64(per) / shapeParts
+	for k := range shapeParts {
+		n := float64(v[5+k])
+		total += n
+		left += n * min(1, max(0, (float64(k+1)*part-float64(age))/part))
+	}
+	if total == 0 {
+		return max(0, 1-float64(age)/float64(per))
+	}
+	return left / total
+}
 
 // keyGhost is the report of a worker gone at time gone.
 type keyGhost struct {
@@ -340,9 +370,9 @@ func (f *keyFleet) rebalance(now time.Time) {
 		}
 	}
 	peers := f.peersLocked(now)
-	// Every report before this worker's own is applied: the counts it
-	// divides are no older than its own.
-	visible := f.wroteRev != 0 && f.seenRev >= f.wroteRev
+	// Every report before this worker's own since it last grew is
+	// applied: the counts it divides are no older than that report.
+	visible := f.fenceRev != 0 && f.seenRev >= f.fenceRev
 	// Ghosts fade over the longest window; a ghost past it is dropped.
 	for id, g := range f.ghosts {
 		if now.Sub(g.gone) > time.Hour {
@@ -364,16 +394,24 @@ func (f *keyFleet) rebalance(now time.Time) {
 			}
 		}
 		for _, g := range f.ghosts {
-			left := 1 - float64(now.Sub(g.gone))/float64(lim.Per)
-			if v, ok := g.r[name]; ok && left > 0 {
-				s.used[0] += int64(float64(v[0]) * left)
-				s.used[1] += int64(float64(v[1]) * left)
+			v, ok := g.r[name]
+			if left := ghostLeft(v, now.Sub(g.gone), lim.Per); ok && left > 0 {
+				s.used[0] += int64(math.Ceil(float64(v[0]) * left))
+				s.used[1] += int64(math.Ceil(float64(v[1]) * left))
 			}
 		}
 		sums[name] = s
 	}
 	f.mu.Unlock()
 
+	anyGrew := false
+	defer func() {
+		if anyGrew {
+			f.mu.Lock()
+			f.fenceRev = 0
+			f.mu.Unlock()
+		}
+	}()
 	for name, lim := range limits {
 		l := f.keys.limiter(name)
 		s := sums[name]
@@ -411,6 +449,7 @@ func (f *keyFleet) rebalance(now time.Time) {
 		if !sh.set || grew {
 			sh.set, sh.grown = true, now.UnixNano()
 		}
+		anyGrew = anyGrew || grew
 		l.mu.Unlock()
 	}
 }
@@ -429,7 +468,9 @@ func (f *keyFleet) report(ctx context.Context) {
 		if l.reqs.sum != 0 || l.toks.sum != 0 || sh.asked.sum != 0 {
 			// An idle key is left out: an idle worker's report is "{}"
 			// whatever the number of keys.
-			r[name] = [5]int64{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+			v := keyCounts{l.reqs.sum, l.toks.sum, sh.asked.sum, sh.allow[0], sh.allow[1]}
+			l.reqs.parts((*[shapeParts]int64)(v[5:]))
+			r[name] = v
 		}
 		l.mu.Unlock()
 	}
@@ -460,6 +501,9 @@ func (f *keyFleet) put(ctx context.Context, b []byte) bool {
 	f.mu.Lock()
 	f.lastOK = time.Now()
 	f.wroteRev = resp.Header.Revision
+	if f.fenceRev == 0 {
+		f.fenceRev = f.wroteRev
+	}
 	f.mu.Unlock()
 	f.last, f.wrote = b, time.Now()
 	return true
@@ -515,7 +559,7 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 	r := make(keyReport, len(limits))
 	for name, lim := range limits {
 		fr, ft := lim.Requests/peers, lim.Tokens/peers
-		r[name] = [5]int64{fr, ft, asleepAsked, fr, ft}
+		r[name] = keyCounts{fr, ft, asleepAsked, fr, ft}
 	}
 	b, _ := json.Marshal(r)
 	wctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)

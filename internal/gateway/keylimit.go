@@ -45,6 +45,19 @@ func (w *slidingCount) add(b, n int64) {
 	w.sum += n
 }
 
+// parts sums the window in len(out) equal parts, oldest first (the
+// window's buckets are a multiple of them).
+func (w *slidingCount) parts(out *[shapeParts]int64) {
+	const per = windowBuckets / shapeParts
+	for k := range shapeParts {
+		var n int64
+		for i := range per {
+			n += w.buckets[(w.head+1+int64(k*per+i))%windowBuckets]
+		}
+		out[k] = n
+	}
+}
+
 // freeAt returns the bucket in which the window's count first drops
 // below limit as old buckets leave it, or b+windowBuckets when it never
 // does on its own.

@@ -86,7 +86,7 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 	f.others["other"] = keyReport{"k": {0, 0, 1, 0, 0}}
 	later := now.Add(growFence)
 	f.seen["other"] = later
-	f.wroteRev, f.seenRev = 7, 6
+	f.fenceRev, f.seenRev = 7, 6
 	f.rebalance(later)
 	if got := l.allowed(); got != 50 {
 		t.Fatalf("the share grew to %d before its report was visible", got)
@@ -99,6 +99,10 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 	f.rebalance(later)
 	if got := l.allowed(); got <= 50 {
 		t.Fatalf("the share stayed %d past the fence", got)
+	}
+	// Growing again waits for a report written after this growth.
+	if f.fenceRev != 0 {
+		t.Fatalf("the fence is still revision %d after a growth", f.fenceRev)
 	}
 	// The other's window fills: the share shrinks at once.
 	f.others["other"] = keyReport{"k": {90, 0, 100, 90, 0}}
@@ -134,7 +138,7 @@ func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the report: %v, %v", resp, err)
 	}
-	if got, want := string(resp.Kvs[0].Value), `{"k":[100,0,-1,100,0]}`; got != want {
+	if got, want := string(resp.Kvs[0].Value), `{"k":[100,0,-1,100,0,0,0,0,0,0,0]}`; got != want {
 		t.Fatalf("the sleeping report is %s; want %s", got, want)
 	}
 	lim := limits["k"]
@@ -158,4 +162,41 @@ func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a report near the limit waking the loop", func() bool { return !f.asleep.Load() })
+}
+
+// A gone worker's count leaves the others' sums as its admissions leave
+// the window: all of them admitted in the window's newest sixth still
+// count five sixths of a window later, and those of its oldest sixth are
+// gone after one sixth.
+func TestGhostLeavesAsItsAdmissions(t *testing.T) {
+	var w slidingCount
+	for b := int64(100); b < 160; b++ {
+		n := int64(0)
+		switch {
+		case b < 110:
+			n = 3 // the oldest sixth
+		case b >= 150:
+			n = 5 // the newest sixth
+		}
+		w.add(b, n)
+	}
+	var parts [shapeParts]int64
+	w.parts(&parts)
+	if parts != [shapeParts]int64{30, 0, 0, 0, 0, 50} {
+		t.Fatalf("parts %v; want [30 0 0 0 0 50]", parts)
+	}
+	v := keyCounts{80, 0, 80, 80, 0}
+	copy(v[5:], parts[:])
+	for _, c := range []struct {
+		age  time.Duration
+		want float64
+	}{{0, 1}, {10 * time.Second, 50.0 / 80}, {50 * time.Second, 50.0 / 80}, {55 * time.Second, 25.0 / 80}, {time.Minute, 0}} {
+		if got := ghostLeft(v, c.age, time.Minute); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("at %v: %v left; want %v", c.age, got, c.want)
+		}
+	}
+	// Without parts (a sleeping worker's report) the count leaves evenly.
+	if got := ghostLeft(keyCounts{80, 0, asleepAsked, 80, 0}, 15*time.Second, time.Minute); got != 0.75 {
+		t.Errorf("without parts: %v left at a quarter; want 0.75", got)
+	}
 }
