@@ -36,6 +36,8 @@ var (
 	// user (another owner, open to others, or not a plain file or
 	// directory).
 	ErrUnsafe = errors.New("rollmark: the state path is not private to this user")
+	// ErrNoDir: no state directory is given and none can be derived.
+	ErrNoDir = errors.New("rollmark: no state directory")
 )
 
 const (
@@ -59,7 +61,7 @@ func Dir(given string, lookup func(string) (string, bool)) (string, error) {
 		} else if home, _ := lookup("HOME"); filepath.IsAbs(home) {
 			dir = filepath.Join(home, ".local", "state", "reconfd")
 		} else {
-			return "", fmt.Errorf("no state directory: set --state-dir, $%s or $HOME", EnvStateHome)
+			return "", fmt.Errorf("%w: set --state-dir, $%s or $HOME", ErrNoDir, EnvStateHome)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
