@@ -265,6 +265,8 @@
 //	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
+//	internal/rollmark         a single reconfd's rollback mark, in its state file
+//	                          > reconf internal/safefile
 //	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
 //	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	cmd/reconfd               the reconfd command: commands, flags, printing
