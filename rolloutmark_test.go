@@ -120,3 +120,28 @@ func TestRollbackMarkUnusable(t *testing.T) {
 		t.Fatalf("New with an unloadable previous content: %v", err)
 	}
 }
+
+// TestRevertSavesTheMark: a revert marks the content it reverted away,
+// and a runtime started again on it starts on the reverted-to content.
+func TestRevertSavesTheMark(t *testing.T) {
+	store := &memMarks{}
+	src := newMem(baseYAML(1))
+	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	src.set(baseYAML(2))
+	mustReload(t, rt, Published)
+	res, err := rt.Revert(context.Background(), TriggerSDK, 1)
+	if err != nil || res.Outcome != Published {
+		t.Fatalf("Revert = %+v, %v", res, err)
+	}
+	m := store.mark()
+	if m == nil || m.Generation != res.Generation || string(m.Previous) != baseYAML(1) {
+		t.Fatalf("mark after the revert = %+v", m)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again := newTestRuntime(t, src, WithRollbackStore(store))
+	if a := again.Current().Config().Routing.A; a != 1 {
+		t.Fatalf("started on a=%d, the reverted-away content", a)
+	}
+}
