@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/admin"
 )
 
 // TestRollbackSurvivesRestart: a single reconfd rolls a change back, is
@@ -87,6 +88,17 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 		if !strings.Contains(s.logs.String(), "rolled back; starting on the previous content") {
 			t.Errorf("no warning at the start after %v:\n%s", sig, s.logs.String())
 		}
+	}
+
+	// reconfd restart checks the file first: the rolled-back content is
+	// refused there, and the process serves on.
+	code, out, errOut := reconfd(t, menv, "restart", "--output", "json", "--wait", "60s")
+	var rr admin.RestartResult
+	if err := json.Unmarshal([]byte(out), &rr); err != nil || code == 0 || rr.Reason != string(reconf.ReasonRolledBack) {
+		t.Fatalf("reconfd restart on the rolled-back file: exit %d: %s %s", code, out, errOut)
+	}
+	if b := served(s); b != "good" {
+		t.Fatalf("after the refused restart chat is served by %q", b)
 	}
 
 	// The file moves on: the mark clears, and a start serves the file.
