@@ -101,7 +101,18 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 		t.Fatalf("after the refused restart chat is served by %q", b)
 	}
 
-	// The file moves on: the mark clears, and a start serves the file.
+	// reload --reapply is the deliberate way back: it publishes the
+	// rolled-back content and clears the mark.
+	if code, out, errOut := reconfd(t, menv, "reload", "--reapply", "--output", "json"); code != 0 {
+		t.Fatalf("reload --reapply: exit %d: %s %s", code, out, errOut)
+	}
+	if resp := s.chat("chat"); resp.status != 502 { // the bad backend answers 500
+		t.Fatalf("after reload --reapply chat answers %d, not the bad backend's failure", resp.status)
+	}
+	if marks, _ := filepath.Glob(filepath.Join(state, "reconfd", "rollback-*.json")); len(marks) != 0 {
+		t.Fatalf("state files after reload --reapply: %v", marks)
+	}
+
 	writeAtomic(t, path, cfg("good2"))
 	if r := reloadReason(menv); r != reconf.ReasonPublished {
 		t.Fatalf("a reload of a changed file: %s", r)
