@@ -170,7 +170,9 @@
 // the strategy's thresholds over the Recorder) and widens, extends,
 // holds, promotes or rolls back; a rollback is a new generation with the
 // previous content, and a reload does not re-apply the rolled-back
-// content (rolled_back_content) unless through Reapply. Current and
+// content (rolled_back_content) unless through Reapply. A service that
+// restarts keeps that mark with WithRollbackStore: the next New starts on
+// the previous content rather than the rolled-back file. Current and
 // Acquire keep returning the active generation. docs/design/rollout.md
 // has the whole design.
 //
