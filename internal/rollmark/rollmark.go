@@ -51,8 +51,10 @@ const (
 	maxFileBytes = reconf.DefaultMaxSourceBytes*2 + 64<<10
 )
 
-// Dir returns the state directory, creating it 0700: given, else the
-// reconfd directory under $XDG_STATE_HOME, else under ~/.local/state.
+// Dir returns the state directory: given, else the reconfd directory
+// under $XDG_STATE_HOME, else under ~/.local/state. It is created (0700)
+// by the first SaveMark that keeps a mark, so a process that never rolls
+// back leaves nothing behind; one that exists must be private.
 func Dir(given string, lookup func(string) (string, bool)) (string, error) {
 	dir := given
 	if dir == "" {
@@ -64,17 +66,22 @@ func Dir(given string, lookup func(string) (string, bool)) (string, error) {
 			return "", fmt.Errorf("%w: set --state-dir, $%s or $HOME", ErrNoDir, EnvStateHome)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("state directory %s: %w", dir, err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return "", fmt.Errorf("state directory %s: %w", dir, err)
-	}
-	if err := private(fi, true); err != nil {
-		return "", fmt.Errorf("state directory %s: %w", dir, err)
+	if err := checkDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
 	}
 	return dir, nil
+}
+
+// checkDir checks that dir is a private directory of this user.
+func checkDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err == nil {
+		err = private(fi, true)
+	}
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // private checks that fi is a directory (dir) or a regular file of this
@@ -171,7 +178,11 @@ func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
 // over the state file, the directory synced); nil removes the state file.
 func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 	if m == nil {
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := os.Remove(s.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		return syncDir(filepath.Dir(s.path))
@@ -181,6 +192,12 @@ func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 		return err
 	}
 	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(dir, ".rollback-*")
 	if err != nil {
 		return err

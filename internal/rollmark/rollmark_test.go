@@ -13,10 +13,15 @@ func lookupOf(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
+// newStore returns a store whose directory exists, as after a first
+// save.
 func newStore(t *testing.T) *Store {
 	t.Helper()
 	dir, err := Dir("", lookupOf(map[string]string{EnvStateHome: t.TempDir()}))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(dir, "reconfd.yaml")
@@ -29,7 +34,17 @@ func newStore(t *testing.T) *Store {
 var sample = reconf.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
 
 func TestRoundTripOwnerOnly(t *testing.T) {
-	s := newStore(t)
+	dir, err := Dir("", lookupOf(map[string]string{"HOME": t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir, "reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the state directory exists before any mark is kept")
+	}
 	if m, err := s.LoadMark(); m != nil || err != nil {
 		t.Fatalf("no file: %+v, %v", m, err)
 	}
@@ -147,6 +162,11 @@ func TestUnsafeFileRefused(t *testing.T) {
 		}
 		if _, err := Dir(dir, lookupOf(nil)); !errors.Is(err, ErrUnsafe) {
 			t.Fatalf("Dir = %v, want ErrUnsafe", err)
+		}
+		// Opened after Dir looked: the save refuses it too.
+		s, _ := New(dir, "c.yaml")
+		if err := s.SaveMark(&sample); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("SaveMark = %v, want ErrUnsafe", err)
 		}
 	})
 	t.Run("no directory known", func(t *testing.T) {
