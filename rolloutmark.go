@@ -75,8 +75,9 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
 	}
 	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, m.Generation), true
-	r.o.logger.Warn("reconf: the source holds the content that generation "+fmt.Sprint(m.Generation)+" rolled back; starting on the previous content. Change the source and reload, or re-apply it deliberately (Reapply)",
-		"rolled_back_by", m.Generation, "source", r.src.Describe())
+	msg := fmt.Sprintf("reconf: the source holds the content that generation %d rolled back; starting on the previous content. "+
+		"Change the source and reload, or re-apply it deliberately (Reapply)", m.Generation)
+	r.o.logger.Warn(msg, "rolled_back_by", m.Generation, "source", r.src.Describe())
 	return prev, m.Previous, nil
 }
 
