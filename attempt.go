@@ -64,6 +64,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 		if !dry && out.Outcome.OK() {
 			r.activeData = snap.Data
 			r.rolledBack = "" // the source holds other content, or it was re-applied
+			r.saveMark()
 		}
 		return out
 	})

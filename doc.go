@@ -170,7 +170,9 @@
 // the strategy's thresholds over the Recorder) and widens, extends,
 // holds, promotes or rolls back; a rollback is a new generation with the
 // previous content, and a reload does not re-apply the rolled-back
-// content (rolled_back_content) unless through Reapply. Current and
+// content (rolled_back_content) unless through Reapply. A service that
+// restarts keeps that mark with WithRollbackStore: the next New starts on
+// the previous content rather than the rolled-back file. Current and
 // Acquire keep returning the active generation. docs/design/rollout.md
 // has the whole design.
 //
@@ -265,6 +267,8 @@
 //	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
+//	internal/rollmark         a single reconfd's rollback mark, in its state file
+//	                          > reconf internal/safefile
 //	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
 //	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	cmd/reconfd               the reconfd command: commands, flags, printing

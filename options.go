@@ -38,8 +38,9 @@ type settings struct {
 	firstGen          uint64
 	startupPublish    bool // restartopt.Restart.StartupPublish
 	health            HealthFunc
-	processWide       []string // WithProcessWide
-	recorded          int      // WithRecordedGenerations
+	processWide       []string      // WithProcessWide
+	recorded          int           // WithRecordedGenerations
+	markStore         RollbackStore // WithRollbackStore
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.

@@ -104,6 +104,7 @@ func (r *Runtime[T]) revert(ctx context.Context, trigger Trigger, to uint64) Res
 		out := r.stage(ctx, res, prev, cand, 0, plan{reapply: true, away: away})
 		if out.Outcome == Published {
 			r.activeData, r.rolledBack = rc.data, away
+			r.saveMark()
 			out.Message = fmt.Sprintf("generation %d is active with the content of generation %d", out.Generation, to)
 		}
 		return out

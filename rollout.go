@@ -516,6 +516,7 @@ func (r *Runtime[T]) rollBackLocal(ro *rollout[T], id uint64) *Generation[T] {
 	ro.cand.replace()
 	ro.active.replace()
 	r.activeData, r.rolledBack = ro.activeData, ro.content
+	r.saveMark()
 	return g
 }
 

@@ -60,6 +60,11 @@ type Runtime[T any] struct {
 	// mark is applied: a reload of it is refused, not re-applied.
 	// It is read and written under the attempt slot.
 	rolledBack string
+	// savedMark names the mark the RollbackStore holds (markKey, empty
+	// for none), when markSaved. Both are read and written under the
+	// attempt slot.
+	savedMark string
+	markSaved bool
 	// adopting: the decision under way is the fleet's, read from the
 	// channel (FollowRollout), not one to write to it. Only the attempt
 	// holding slot touches it.
@@ -131,6 +136,13 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	if err != nil {
 		return nil, err
 	}
+	data := snap.Data
+	if r.o.channel != nil {
+		r.o.markStore = nil // the fleet's record keeps the mark
+	}
+	if cand, data, err = r.startMarked(ctx, cand, data); err != nil {
+		return nil, err
+	}
 	id := max(r.o.firstGen, 1)
 	publish := false // the local candidate is to be published over version id
 	if ch := r.o.channel; ch != nil {
@@ -155,7 +167,7 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 	for _, s := range staged {
 		commitSafely(r.o.logger, r.o.consumers[s.idx].name, s.p)
 	}
-	r.lastRead, r.activeData, r.warnings = snap.Version, snap.Data, snap.Warnings
+	r.lastRead, r.activeData, r.warnings = snap.Version, data, snap.Warnings
 	for _, w := range snap.Warnings {
 		r.o.logger.Warn("reconf: "+w.Message, "reason", w.Reason, "source", src.Describe())
 	}

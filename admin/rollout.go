@@ -21,6 +21,23 @@ func WithRollout(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, rolloutKey{}, name)
 }
 
+// reapplyKey marks a reload that re-applies rolled-back content.
+type reapplyKey struct{}
+
+// WithReapply returns ctx asking the reload run with it to accept the
+// content a rollout rolled back (POST /admin/config/reload?reapply=1
+// sets it): the deliberate way back that a plain reload refuses as
+// rolled_back_content.
+func WithReapply(ctx context.Context) context.Context {
+	return context.WithValue(ctx, reapplyKey{}, true)
+}
+
+// Reapplying reports whether WithReapply set ctx.
+func Reapplying(ctx context.Context) bool {
+	v, _ := ctx.Value(reapplyKey{}).(bool)
+	return v
+}
+
 // RolloutName returns the strategy that WithRollout set on ctx, and
 // false when the reload names none.
 func RolloutName(ctx context.Context) (string, bool) {
@@ -71,6 +88,7 @@ type RolloutResponse struct {
 // Request errors of the rollout controls.
 var (
 	errBadRollout       = errors.New("admin: bad rollout name")
+	errBadReapply       = errors.New("admin: bad reapply flag")
 	errBadGeneration    = errors.New("admin: bad generation")
 	errNoRollout        = errors.New("admin: no rollout in progress")
 	errRolloutInCluster = errors.New("admin: rollout controls in a cluster")
@@ -83,6 +101,7 @@ func init() {
 		apiError
 	}{
 		{errBadRollout, apiError{http.StatusBadRequest, ReasonBadRollout, "?rollout= must name a strategy: 1 to 64 letters, digits and . _ - characters"}},
+		{errBadReapply, apiError{http.StatusBadRequest, ReasonBadReapply, "?reapply= must be 1"}},
 		{errBadGeneration, apiError{http.StatusBadRequest, ReasonBadGeneration, "?to= must be a generation number (see recorded_generations in GET " + RolloutPath + ")"}},
 		{errNoRollout, apiError{http.StatusConflict, ReasonNoRollout, "no rollout is in progress"}},
 		{errRolloutInCluster, apiError{http.StatusConflict, ReasonRolloutInCluster, "this fleet does not run staged rollouts yet; publish with a plain reload"}},
@@ -94,6 +113,8 @@ func init() {
 const (
 	// ReasonBadRollout (400): ?rollout= is not a strategy name.
 	ReasonBadRollout = "bad_rollout"
+	// ReasonBadReapply (400): ?reapply= is not 1.
+	ReasonBadReapply = "bad_reapply"
 	// ReasonBadGeneration (400): ?to= is not a generation number.
 	ReasonBadGeneration = "bad_generation"
 	// ReasonNoRollout (409): a rollout control with no rollout in progress.
@@ -106,9 +127,16 @@ const (
 	ReasonNothingToRevert = "nothing_to_revert"
 )
 
-// rolloutQuery puts a reload's ?rollout=NAME on ctx (WithRollout).
+// rolloutQuery puts a reload's ?rollout=NAME (WithRollout) and
+// ?reapply=1 (WithReapply) on ctx.
 func rolloutQuery(ctx context.Context, r *http.Request) (context.Context, error) {
 	q := r.URL.Query()
+	if q.Has("reapply") {
+		if vs := q["reapply"]; len(vs) != 1 || vs[0] != "1" {
+			return ctx, errBadReapply
+		}
+		ctx = WithReapply(ctx)
+	}
 	if !q.Has("rollout") {
 		return ctx, nil
 	}

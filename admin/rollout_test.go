@@ -80,4 +80,9 @@ func TestRolloutControls(t *testing.T) {
 	if a := e.do("POST", admin.ReloadPath+"?rollout=no%20such", ""); a.status != http.StatusBadRequest || errorReason(t, a) != admin.ReasonBadRollout {
 		t.Fatalf("reload ?rollout=bad: %d %s", a.status, a.body)
 	}
+	for _, q := range []string{"?reapply=0", "?reapply=yes", "?reapply=1&reapply=1"} {
+		if a := e.do("POST", admin.ReloadPath+q, ""); a.status != http.StatusBadRequest || errorReason(t, a) != admin.ReasonBadReapply {
+			t.Fatalf("reload%s: %d %s", q, a.status, a.body)
+		}
+	}
 }

@@ -153,7 +153,9 @@ func startServerVia(t testing.TB, wrapper []string, path string, args []string, 
 	}
 	argv := append(append(slices.Clone(wrapper), binary, "serve", "--config", path), args...)
 	s.cmd = exec.Command(argv[0], argv[1:]...)
-	s.cmd.Env = append(cleanEnv(), env...)
+	// A rollback mark goes to a directory of the test's, never the
+	// developer's ~/.local/state; env may name another (the last wins).
+	s.cmd.Env = append(append(cleanEnv(), "XDG_STATE_HOME="+t.TempDir()), env...)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
 	s.cmd.Stdout = s.logs

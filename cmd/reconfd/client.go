@@ -56,8 +56,9 @@ func newReloadCmd(stdout io.Writer, lookup env) *cobra.Command {
 	var f clientFlags
 	var x expectFlags
 	var rollout string
+	var reapply bool
 	cmd := &cobra.Command{
-		Use:   "reload [--rollout NAME] [--address ADDR] [--token TOKEN] [--output json] [--expect FILE | --expect-digest sha256:HEX [--wait D]]",
+		Use:   "reload [--rollout NAME] [--reapply] [--address ADDR] [--token TOKEN] [--output json] [--expect FILE | --expect-digest sha256:HEX [--wait D]]",
 		Short: "Ask a running reconfd to reload its configuration",
 		Long: `Ask a running reconfd to reload its configuration file through the
 management API (POST /admin/config/reload) and print the outcome.
@@ -69,7 +70,9 @@ until the content arrives or the wait ends; any other outcome ends it.
 
 With --rollout NAME the change is staged with that strategy (a declared
 one or a preset); all_at_once publishes at once. Without it the
-configuration's rollout.default applies, if set. See docs/rollout.md.
+configuration's rollout.default applies, if set. A file that holds the
+content a rollout rolled back is refused (rolled_back_content) until it
+changes; --reapply accepts it deliberately. See docs/rollout.md.
 
 Exit status: 0 when the outcome is published or no-op, 1 for any other
 outcome or when the API cannot be reached, 2 usage.`,
@@ -82,9 +85,16 @@ outcome or when the API cannot be reached, 2 usage.`,
 			if f.IfMatch, err = x.IfMatch(); err != nil {
 				return err
 			}
-			target := base + admin.ReloadPath
+			q := url.Values{}
 			if cmd.Flags().Changed("rollout") {
-				target += "?rollout=" + url.QueryEscape(rollout)
+				q.Set("rollout", rollout)
+			}
+			if reapply {
+				q.Set("reapply", "1")
+			}
+			target := base + admin.ReloadPath
+			if len(q) > 0 {
+				target += "?" + q.Encode()
 			}
 			status, body, err := x.Retry(cmd.Context(), func() (int, []byte, error) {
 				return f.Call(cmd.Context(), http.MethodPost, target, []byte("{}"))
@@ -110,6 +120,7 @@ outcome or when the API cannot be reached, 2 usage.`,
 	f.register(cmd)
 	x.register(cmd)
 	cmd.Flags().StringVar(&rollout, "rollout", "", "stage the change with this rollout strategy (all_at_once: publish at once)")
+	cmd.Flags().BoolVar(&reapply, "reapply", false, "accept the content a rollout rolled back, which a plain reload refuses (rolled_back_content)")
 	return cmd
 }
 

@@ -70,6 +70,11 @@ func (g *Gateway) ReloadStaged(ctx context.Context, t reconf.Trigger) (reconf.Re
 		name = rc.Default
 	}
 	if name == "" || name == PublishAtOnce {
+		if admin.Reapplying(ctx) {
+			now := reconf.AllAtOnce()
+			now.FinalBake = 0 // publishes at once, as a plain reload would
+			return g.rt.Reapply(ctx, t, now)
+		}
 		return g.rt.Reload(ctx, t)
 	}
 	s, ok := rc.Strategy(name)
@@ -78,6 +83,9 @@ func (g *Gateway) ReloadStaged(ctx context.Context, t reconf.Trigger) (reconf.Re
 		return reconf.Result{Outcome: reconf.Invalid, Reason: ReasonStrategyUnknown, Trigger: t, PreviousGeneration: id, Generation: id,
 			Message: fmt.Sprintf("no rollout strategy is named %q; the configuration offers %s", safeSegment(name), strings.Join(rc.Names(), ", ")),
 			Started: time.Now()}, nil
+	}
+	if admin.Reapplying(ctx) {
+		return g.rt.Reapply(ctx, t, s)
 	}
 	return g.rt.Stage(ctx, t, s)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,7 @@ type Options struct {
 	LeaseTTL      time.Duration // each worker's lease; 0: gate.DefaultTTL
 	LeaseTTLGiven bool          // --cluster-lease-ttl was on the command line
 	DataDir       string
+	StateDir      string        // where a single process keeps its rollback mark
 	Access        ClusterAccess // TLS and credentials of an external cluster
 	ManagementTLS ManagementTLS // the management listener's TLS
 
@@ -163,7 +165,13 @@ func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (
 	if err != nil {
 		fmt.Fprintf(stderr, "reconfd: the previous process's history cannot be read; starting a new one: %v\n", err)
 	}
-	g, reg, err := newGateway(stopCtx, f, out, lookup, inherited.Options...)
+	opts := inherited.Options
+	if mark, err := rollbackStore(f, lookup, stderr); err != nil {
+		return err
+	} else if mark != nil {
+		opts = append(slices.Clone(opts), mark)
+	}
+	g, reg, err := newGateway(stopCtx, f, out, lookup, opts...)
 	if err != nil {
 		out.release()
 		return err
@@ -229,6 +237,10 @@ func loadError(err error) string {
 			s += fmt.Sprintf("\n  ... and %d more", more)
 		}
 		return s
+	}
+	if errors.Is(err, reconf.ErrRollbackMark) {
+		return err.Error() + "\n  the mark keeps the content a rollout rolled back from being served again; " +
+			"change the configuration file, or remove the state file to start from the file as it is"
 	}
 	return err.Error()
 }

@@ -1,0 +1,233 @@
+// Package rollmark keeps a single reconfd process's rollback mark in an
+// owner-only state file, so that a process started again (after a crash,
+// kill -9, reconfd restart or a reboot) does not serve the content a
+// rollout rolled back from its unchanged configuration file.
+//
+// The file lives in the state directory: --state-dir, else
+// $XDG_STATE_HOME/reconfd, else ~/.local/state/reconfd. Not the runtime
+// directory of the discovery files: that one is emptied at logout and at
+// boot, and a rollback must outlast both. The directory is 0700 and the
+// file 0600, both this user's; anything else is refused, never used.
+// The file holds the configuration file's bytes as read (references,
+// never resolved secret values), like the file itself.
+package rollmark
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/safefile"
+)
+
+// Sentinels for a state file or directory that is not used.
+var (
+	// ErrCorrupt: the state file does not hold a rollback mark.
+	ErrCorrupt = errors.New("rollmark: the state file is not a rollback mark")
+	// ErrUnsafe: the state file or directory is not private to this
+	// user (another owner, open to others, or not a plain file or
+	// directory).
+	ErrUnsafe = errors.New("rollmark: the state path is not private to this user")
+	// ErrNoDir: no state directory is given and none can be derived.
+	ErrNoDir = errors.New("rollmark: no state directory")
+)
+
+const (
+	// EnvStateHome names the XDG base directory for state that outlasts
+	// a restart.
+	EnvStateHome = "XDG_STATE_HOME"
+	// formatVersion is the state file's format.
+	formatVersion = 1
+	// maxFileBytes bounds a state file: a source of the largest size
+	// reconf reads, base64-encoded, and room for the rest.
+	maxFileBytes = reconf.DefaultMaxSourceBytes*2 + 64<<10
+)
+
+// Dir returns the state directory: given, else the reconfd directory
+// under $XDG_STATE_HOME, else under ~/.local/state. It is created (0700)
+// by the first SaveMark that keeps a mark, so a process that never rolls
+// back leaves nothing behind; one that exists must be private.
+func Dir(given string, lookup func(string) (string, bool)) (string, error) {
+	dir := given
+	if dir == "" {
+		if base, _ := lookup(EnvStateHome); filepath.IsAbs(base) {
+			dir = filepath.Join(base, "reconfd")
+		} else if home, _ := lookup("HOME"); filepath.IsAbs(home) {
+			dir = filepath.Join(home, ".local", "state", "reconfd")
+		} else {
+			return "", fmt.Errorf("%w: set --state-dir, $%s or $HOME", ErrNoDir, EnvStateHome)
+		}
+	}
+	if err := checkDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	return dir, nil
+}
+
+// checkDir checks that dir is a private directory of this user.
+func checkDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err == nil {
+		err = private(fi, true)
+	}
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// private checks that fi is a directory (dir) or a regular file of this
+// user, closed to everyone else.
+func private(fi fs.FileInfo, dir bool) error {
+	switch {
+	case dir && !fi.IsDir(), !dir && !fi.Mode().IsRegular():
+		return fmt.Errorf("%w: it is not a plain %s", ErrUnsafe, map[bool]string{true: "directory", false: "file"}[dir])
+	case !safefile.OwnedByMe(fi):
+		return fmt.Errorf("%w: it belongs to another user", ErrUnsafe)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%w: it is open to other users (mode %o)", ErrUnsafe, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// Store is a reconf.RollbackStore in one state file per configuration
+// file.
+type Store struct {
+	path   string
+	config string
+}
+
+var _ reconf.RollbackStore = (*Store)(nil)
+
+// New returns the store of the configuration file config in dir (see
+// Dir). Each configuration file has its own state file, named for its
+// absolute path.
+func New(dir, config string) (*Store, error) {
+	abs, err := filepath.Abs(config)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return &Store{path: filepath.Join(dir, "rollback-"+hex.EncodeToString(sum[:8])+".json"), config: abs}, nil
+}
+
+// Path is the state file's path.
+func (s *Store) Path() string { return s.path }
+
+// file is the state file's content.
+type file struct {
+	Version int                 `json:"version"`
+	Config  string              `json:"config"`
+	Mark    reconf.RollbackMark `json:"mark"`
+}
+
+// LoadMark reads the mark; nil when there is no state file.
+func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
+	fi, err := os.Lstat(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	if err := private(fi, false); err != nil {
+		return nil, fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	f, err := os.OpenFile(s.path, os.O_RDONLY|openNoFollow, 0)
+	if err != nil {
+		return nil, fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err == nil {
+		err = private(fi, false) // the file opened is the one checked
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	var st file
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	switch err := dec.Decode(&st); {
+	case len(b) > maxFileBytes:
+		return nil, fmt.Errorf("rollback mark %s: %w: larger than %d bytes", s.path, ErrCorrupt, maxFileBytes)
+	case err != nil:
+		return nil, fmt.Errorf("rollback mark %s: %w: %v", s.path, ErrCorrupt, err)
+	case dec.More():
+		return nil, fmt.Errorf("rollback mark %s: %w: content after the mark", s.path, ErrCorrupt)
+	case st.Version != formatVersion:
+		return nil, fmt.Errorf("rollback mark %s: %w: format %d, this reconfd reads %d", s.path, ErrCorrupt, st.Version, formatVersion)
+	case st.Mark.Digest == "" || st.Mark.Generation == 0 || len(st.Mark.Previous) == 0:
+		return nil, fmt.Errorf("rollback mark %s: %w: the mark is incomplete", s.path, ErrCorrupt)
+	}
+	return &st.Mark, nil
+}
+
+// SaveMark writes m atomically (a private temporary file, synced, renamed
+// over the state file, the directory synced); nil removes the state file.
+func (s *Store) SaveMark(m *reconf.RollbackMark) error {
+	if m == nil {
+		err := os.Remove(s.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return syncDir(filepath.Dir(s.path))
+	}
+	b, err := json.Marshal(file{Version: formatVersion, Config: s.config, Mark: *m})
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".rollback-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone after the rename; removes it on failure
+	err = tmp.Chmod(0o600)
+	if err == nil {
+		_, err = tmp.Write(b)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

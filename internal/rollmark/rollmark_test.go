@@ -1,0 +1,177 @@
+package rollmark
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/reconfhq/reconf"
+)
+
+func lookupOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// newStore returns a store whose directory exists, as after a first
+// save.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	dir, err := Dir("", lookupOf(map[string]string{EnvStateHome: t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir, "reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var sample = reconf.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
+
+func TestRoundTripOwnerOnly(t *testing.T) {
+	dir, err := Dir("", lookupOf(map[string]string{"HOME": t.TempDir()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir, "reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("the state directory exists before any mark is kept")
+	}
+	if m, err := s.LoadMark(); m != nil || err != nil {
+		t.Fatalf("no file: %+v, %v", m, err)
+	}
+	if err := s.SaveMark(&sample); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(s.Path())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode %v, %v", fi.Mode(), err)
+	}
+	if di, _ := os.Stat(filepath.Dir(s.Path())); di.Mode().Perm() != 0o700 {
+		t.Fatalf("state directory mode %v", di.Mode())
+	}
+	m, err := s.LoadMark()
+	if err != nil || m.Generation != 3 || m.Digest != sample.Digest || string(m.Previous) != string(sample.Previous) {
+		t.Fatalf("LoadMark = %+v, %v", m, err)
+	}
+	// A second save replaces the file whole and leaves no temporary one.
+	next := sample
+	next.Generation = 7
+	if err := s.SaveMark(&next); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := s.LoadMark(); m.Generation != 7 {
+		t.Fatalf("after the second save: %+v", m)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(s.Path()), ".rollback-*")); len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+	if err := s.SaveMark(nil); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.LoadMark(); m != nil || err != nil {
+		t.Fatalf("after clearing: %+v, %v", m, err)
+	}
+	if err := s.SaveMark(nil); err != nil {
+		t.Fatalf("clearing twice: %v", err)
+	}
+}
+
+func TestOneFilePerConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := New(dir, "/etc/a.yaml")
+	b, _ := New(dir, "/etc/b.yaml")
+	if a.Path() == b.Path() {
+		t.Fatal("two configuration files share a state file")
+	}
+}
+
+func TestCorruptFileRefused(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":       "{",
+		"unknown field":  `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="},"extra":1}`,
+		"future format":  `{"version":2,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
+		"incomplete":     `{"version":1,"mark":{"generation":3,"previous":"eA=="}}`,
+		"trailing bytes": `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			if err := os.WriteFile(s.Path(), []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.LoadMark(); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("LoadMark = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestUnsafeFileRefused(t *testing.T) {
+	t.Run("open to others", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.SaveMark(&sample); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(s.Path(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LoadMark(); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("LoadMark = %v, want ErrUnsafe", err)
+		}
+	})
+	t.Run("symlink", func(t *testing.T) {
+		s := newStore(t)
+		target := filepath.Join(t.TempDir(), "elsewhere")
+		if err := os.WriteFile(target, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, s.Path()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LoadMark(); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("LoadMark = %v, want ErrUnsafe", err)
+		}
+	})
+	t.Run("another user's", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.SaveMark(&sample); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(s.Path(), 65534, 65534); err != nil {
+			t.Skipf("cannot give the file to another user: %v", err)
+		}
+		if _, err := s.LoadMark(); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("LoadMark = %v, want ErrUnsafe", err)
+		}
+	})
+	t.Run("directory open to others", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Dir(dir, lookupOf(nil)); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("Dir = %v, want ErrUnsafe", err)
+		}
+		// Opened after Dir looked: the save refuses it too.
+		s, _ := New(dir, "c.yaml")
+		if err := s.SaveMark(&sample); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("SaveMark = %v, want ErrUnsafe", err)
+		}
+	})
+	t.Run("no directory known", func(t *testing.T) {
+		if _, err := Dir("", lookupOf(nil)); err == nil {
+			t.Fatal("Dir without --state-dir, XDG_STATE_HOME or HOME succeeded")
+		}
+	})
+}
