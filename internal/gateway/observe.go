@@ -145,27 +145,41 @@ func (o *observation) readLastUsage(b []byte) {
 	o.readUsageAt(b, lastUsageAt(b))
 }
 
-// readUsageAt reads the usage object whose key is at i in b (none when i
+// readUsageAt reads the usage object that starts at i in b (none when i
 // is negative).
 func (o *observation) readUsageAt(b []byte, i int) {
 	if i < 0 {
 		return
 	}
-	j := skipSpace(b, i+len(usageKey))
+	o.readCounts(b[i:min(len(b), i+maxUsageObject)])
+}
+
+// usageObject is the index of the object that is the value of a "usage"
+// key at at in b, or -1 when the quoted word there is not such a key: a
+// string value "usage" (a client can have one echoed, or have the model
+// say it), a key inside a string (its quote escaped), or a usage that is
+// null. Such a lookalike is passed over, so that it cannot hide the
+// answer's real usage and leave a key's tokens uncharged.
+func usageObject(b []byte, at int) int {
+	if at > 0 && b[at-1] == '\\' {
+		return -1
+	}
+	j := skipSpace(b, at+len(usageKey))
 	if j >= len(b) || b[j] != ':' {
-		return
+		return -1
 	}
 	j = skipSpace(b, j+1)
 	if j >= len(b) || b[j] != '{' {
-		return
+		return -1
 	}
-	o.readCounts(b[j:min(len(b), j+maxUsageObject)])
+	return j
 }
 
-// usageAt is the index of the first "usage" key in b that is not inside
-// a string, or -1. It looks for each 'g', a byte JSON answers hold few of,
-// with the vectorised IndexByte: bytes.Index looks at every quote, and
-// bytes.LastIndex at every byte (2 µs an answer).
+// usageAt is the index of the object of the first "usage" key in b that
+// is not inside a string (see usageObject), or -1. It looks for each 'g',
+// a byte JSON answers hold few of, with the vectorised IndexByte:
+// bytes.Index looks at every quote, and bytes.LastIndex at every byte
+// (2 µs an answer).
 func usageAt(b []byte) int {
 	const g = 4 // the index of 'g' in "usage"
 	for from := g; from < len(b); {
@@ -174,16 +188,18 @@ func usageAt(b []byte) int {
 			return -1
 		}
 		at := from + k - g
-		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
-			return at
+		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) {
+			if obj := usageObject(b, at); obj >= 0 {
+				return obj
+			}
 		}
 		from += k + 1
 	}
 	return -1
 }
 
-// lastUsageAt is the index of the last "usage" key in b that is not
-// inside a string, or -1.
+// lastUsageAt is the index of the object of the last "usage" key in b
+// that is not inside a string (see usageObject), or -1.
 func lastUsageAt(b []byte) int {
 	const g = 4 // the index of 'g' in "usage"
 	for end := len(b) - (len(usageKey) - g - 1); end > g; {
@@ -192,8 +208,10 @@ func lastUsageAt(b []byte) int {
 			return -1
 		}
 		at := k - g
-		if string(b[at:at+len(usageKey)]) == string(usageKey) && (at == 0 || b[at-1] != '\\') {
-			return at
+		if string(b[at:at+len(usageKey)]) == string(usageKey) {
+			if obj := usageObject(b, at); obj >= 0 {
+				return obj
+			}
 		}
 		end = k
 	}
