@@ -271,7 +271,9 @@ func (o *observation) readCounts(obj []byte) {
 		}
 		which, klen := countKey(obj[i+1:])
 		if depth > 0 {
-			which = 0
+			// A count's key in a details object is skipped as any other
+			// key is, from its opening quote.
+			which, klen = 0, 0
 		}
 		i += klen
 		if which == 0 {

@@ -43,3 +43,13 @@ func TestUsageNotHiddenByLookalikes(t *testing.T) {
 		})
 	}
 }
+
+// A count's key inside a nested details object is skipped without losing
+// the walk's place: the counts after it are still read.
+func TestUsageNestedCountKey(t *testing.T) {
+	var o observation
+	o.readUsage([]byte(`{"usage":{"input_tokens":7,"details":{"output_tokens":99},"output_tokens":5}}`))
+	if !o.usage || o.in != 7 || o.out != 5 {
+		t.Errorf("got usage=%v in=%d out=%d, want true 7 5", o.usage, o.in, o.out)
+	}
+}
