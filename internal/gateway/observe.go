@@ -74,7 +74,7 @@ func (o *observation) firstByte() {
 // read from its events as they passed.
 func (x *exchange) answered(status int) {
 	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
-		x.obs.readLastUsage(x.ctx.Response.Body())
+		x.obs.readUsage(x.ctx.Response.Body())
 	}
 }
 
@@ -127,21 +127,19 @@ func countKey(rest []byte) (which, n int) {
 const maxUsageObject = 1 << 10
 
 // readUsage reads the token counts of the "usage" object in b, an
-// answer or one event of a stream, in OpenAI's shape (prompt_tokens,
-// completion_tokens) or Anthropic's and the Responses API's
-// (input_tokens, output_tokens). A count it finds replaces the one held:
-// an Anthropic stream gives its input tokens first and its output tokens
-// last. A key inside a JSON string (escaped quotes) is not taken. It does
-// not allocate.
+// answer or one event of a stream (or a run of events), in OpenAI's shape
+// (prompt_tokens, completion_tokens) or Anthropic's and the Responses
+// API's (input_tokens, output_tokens). A count it finds replaces the one
+// held: an Anthropic stream gives its input tokens first and its output
+// tokens last. A key inside a JSON string (escaped quotes) is not taken.
+// It does not allocate.
+//
+// The usage read is the last in b: every shape puts the answer's own
+// usage after its content, and a Responses event echoes, before it, the
+// request's tools and text format, JSON schemas the client writes, in
+// which a "usage" property must not stand for the answer's. Looking from
+// the end also leaves a long answer's text unwalked.
 func (o *observation) readUsage(b []byte) {
-	o.readUsageAt(b, usageAt(b))
-}
-
-// readLastUsage is readUsage of a whole answer, whose usage comes last
-// (OpenAI's, Anthropic's and the Responses API's answers all put it after
-// the content): it looks for the key from the end, so a long answer's
-// text is not walked.
-func (o *observation) readLastUsage(b []byte) {
 	o.readUsageAt(b, lastUsageAt(b))
 }
 
@@ -173,29 +171,6 @@ func usageObject(b []byte, at int) int {
 		return -1
 	}
 	return j
-}
-
-// usageAt is the index of the object of the first "usage" key in b that
-// is not inside a string (see usageObject), or -1. It looks for each 'g',
-// a byte JSON answers hold few of, with the vectorised IndexByte:
-// bytes.Index looks at every quote, and bytes.LastIndex at every byte
-// (2 µs an answer).
-func usageAt(b []byte) int {
-	const g = 4 // the index of 'g' in "usage"
-	for from := g; from < len(b); {
-		k := bytes.IndexByte(b[from:], 'g')
-		if k < 0 {
-			return -1
-		}
-		at := from + k - g
-		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) {
-			if obj := usageObject(b, at); obj >= 0 {
-				return obj
-			}
-		}
-		from += k + 1
-	}
-	return -1
 }
 
 // lastUsageAt is the index of the object of the last "usage" key in b
