@@ -74,7 +74,7 @@ func (o *observation) firstByte() {
 // read from its events as they passed.
 func (x *exchange) answered(status int) {
 	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
-		x.obs.readLastUsage(x.ctx.Response.Body())
+		x.obs.readUsage(x.ctx.Response.Body())
 	}
 }
 
@@ -127,63 +127,54 @@ func countKey(rest []byte) (which, n int) {
 const maxUsageObject = 1 << 10
 
 // readUsage reads the token counts of the "usage" object in b, an
-// answer or one event of a stream, in OpenAI's shape (prompt_tokens,
-// completion_tokens) or Anthropic's and the Responses API's
-// (input_tokens, output_tokens). A count it finds replaces the one held:
-// an Anthropic stream gives its input tokens first and its output tokens
-// last. A key inside a JSON string (escaped quotes) is not taken. It does
-// not allocate.
+// answer or one event of a stream (or a run of events), in OpenAI's shape
+// (prompt_tokens, completion_tokens) or Anthropic's and the Responses
+// API's (input_tokens, output_tokens). A count it finds replaces the one
+// held: an Anthropic stream gives its input tokens first and its output
+// tokens last. A key inside a JSON string (escaped quotes) is not taken.
+// It does not allocate.
+//
+// The usage read is the last in b: every shape puts the answer's own
+// usage after its content, and a Responses event echoes, before it, the
+// request's tools and text format, JSON schemas the client writes, in
+// which a "usage" property must not stand for the answer's. Looking from
+// the end also leaves a long answer's text unwalked.
 func (o *observation) readUsage(b []byte) {
-	o.readUsageAt(b, usageAt(b))
-}
-
-// readLastUsage is readUsage of a whole answer, whose usage comes last
-// (OpenAI's, Anthropic's and the Responses API's answers all put it after
-// the content): it looks for the key from the end, so a long answer's
-// text is not walked.
-func (o *observation) readLastUsage(b []byte) {
 	o.readUsageAt(b, lastUsageAt(b))
 }
 
-// readUsageAt reads the usage object whose key is at i in b (none when i
+// readUsageAt reads the usage object that starts at i in b (none when i
 // is negative).
 func (o *observation) readUsageAt(b []byte, i int) {
 	if i < 0 {
 		return
 	}
-	j := skipSpace(b, i+len(usageKey))
+	o.readCounts(b[i:min(len(b), i+maxUsageObject)])
+}
+
+// usageObject is the index of the object that is the value of a "usage"
+// key at at in b, or -1 when the quoted word there is not such a key: a
+// string value "usage" (a client can have one echoed, or have the model
+// say it), a key inside a string (its quote escaped), or a usage that is
+// null. Such a lookalike is passed over, so that it cannot hide the
+// answer's real usage and leave a key's tokens uncharged.
+func usageObject(b []byte, at int) int {
+	if at > 0 && b[at-1] == '\\' {
+		return -1
+	}
+	j := skipSpace(b, at+len(usageKey))
 	if j >= len(b) || b[j] != ':' {
-		return
+		return -1
 	}
 	j = skipSpace(b, j+1)
 	if j >= len(b) || b[j] != '{' {
-		return
+		return -1
 	}
-	o.readCounts(b[j:min(len(b), j+maxUsageObject)])
+	return j
 }
 
-// usageAt is the index of the first "usage" key in b that is not inside
-// a string, or -1. It looks for each 'g', a byte JSON answers hold few of,
-// with the vectorised IndexByte: bytes.Index looks at every quote, and
-// bytes.LastIndex at every byte (2 µs an answer).
-func usageAt(b []byte) int {
-	const g = 4 // the index of 'g' in "usage"
-	for from := g; from < len(b); {
-		k := bytes.IndexByte(b[from:], 'g')
-		if k < 0 {
-			return -1
-		}
-		at := from + k - g
-		if at+len(usageKey) <= len(b) && bytes.Equal(b[at:at+len(usageKey)], usageKey) && (at == 0 || b[at-1] != '\\') {
-			return at
-		}
-		from += k + 1
-	}
-	return -1
-}
-
-// lastUsageAt is the index of the last "usage" key in b that is not
-// inside a string, or -1.
+// lastUsageAt is the index of the object of the last "usage" key in b
+// that is not inside a string (see usageObject), or -1.
 func lastUsageAt(b []byte) int {
 	const g = 4 // the index of 'g' in "usage"
 	for end := len(b) - (len(usageKey) - g - 1); end > g; {
@@ -192,8 +183,10 @@ func lastUsageAt(b []byte) int {
 			return -1
 		}
 		at := k - g
-		if string(b[at:at+len(usageKey)]) == string(usageKey) && (at == 0 || b[at-1] != '\\') {
-			return at
+		if string(b[at:at+len(usageKey)]) == string(usageKey) {
+			if obj := usageObject(b, at); obj >= 0 {
+				return obj
+			}
 		}
 		end = k
 	}
@@ -253,7 +246,9 @@ func (o *observation) readCounts(obj []byte) {
 		}
 		which, klen := countKey(obj[i+1:])
 		if depth > 0 {
-			which = 0
+			// A count's key in a details object is skipped as any other
+			// key is, from its opening quote.
+			which, klen = 0, 0
 		}
 		i += klen
 		if which == 0 {

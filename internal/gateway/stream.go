@@ -49,6 +49,9 @@ type upstreamStream struct {
 const (
 	streamReadSize = 16 << 10
 	maxEventHold   = 256 << 10
+	// usageCarry is what a long event keeps back of what it passes on:
+	// a usage object with its key, which a read may have cut.
+	usageCarry = maxUsageObject + 64
 )
 
 // errStreamBroken ends a stream's chunked body without its last chunk, so
@@ -87,8 +90,13 @@ func (s *upstreamStream) fill() {
 		s.out = 0
 	}
 	if len(s.buf) >= maxEventHold {
-		// An event this long is passed on as it comes.
-		s.ready, s.scan, s.begun = len(s.buf), len(s.buf), true
+		// An event this long is passed on as it comes, but for its last
+		// usageCarry bytes: a Responses stream's response.completed
+		// repeats the whole output and instructions, and its usage,
+		// near its end, must be read whole even when a read cut it.
+		s.x.obs.readUsage(s.buf[s.ready:])
+		s.ready, s.begun = len(s.buf)-usageCarry, true
+		s.scan = max(s.scan, s.ready)
 		return
 	}
 	if cap(s.buf)-len(s.buf) < streamReadSize/2 {
@@ -124,9 +132,7 @@ func (s *upstreamStream) frame() {
 			return
 		}
 		ev := s.buf[s.ready:end]
-		if !s.begun {
-			s.x.obs.readUsage(ev)
-		}
+		s.x.obs.readUsage(ev)
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]

@@ -58,6 +58,7 @@ func (tg *tracing) cutContext() context.Context {
 type tracer struct {
 	endpoint string
 	tp       *sdktrace.TracerProvider
+	exp      sdktrace.SpanExporter // tp's; see swap
 	tr       trace.Tracer
 	ratio    float64
 	bound    uint64 // a request is sampled when a random uint64 is below it; all when ratio is 1
@@ -91,7 +92,7 @@ func newTracer(ctx context.Context, endpoint string, ratio float64, log *slog.Lo
 	// so that an unsampled request never reaches the SDK.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
-	return &tracer{endpoint: endpoint, tp: tp, tr: tp.Tracer(tracerName)}, nil
+	return &tracer{endpoint: endpoint, tp: tp, exp: exp, tr: tp.Tracer(tracerName)}, nil
 }
 
 // withRatio returns t sampling ratio of the requests, on t's provider.
@@ -141,7 +142,14 @@ func (tg *tracing) swap(t *tracer) {
 	tg.retiring.Go(func() {
 		ctx, cancel := context.WithTimeout(cut, tracingShutdown)
 		defer cancel()
-		_ = old.tp.Shutdown(ctx)
+		if old.tp.Shutdown(ctx) != nil {
+			// The collector did not take the last spans in time. The
+			// provider's shutdown stops waiting, but its batcher still
+			// waits on the export under way, for the exporter's own
+			// timeout and retries; shutting the exporter down cuts that
+			// export, so no goroutine of the provider outlives it.
+			_ = old.exp.Shutdown(ctx)
+		}
 	})
 }
 
