@@ -253,6 +253,8 @@
 //	                          > -
 //	internal/testkit          helpers the tests share
 //	                          > -
+//	internal/testkit/keyload  one client key driven at a fleet, judged by window
+//	                          > -
 //	internal/testetcd         the etcd member tests run against, in the test's process
 //	                          > propagate/embedded
 //	internal/etcdproc         an embedded etcd member in a child process, for tests

@@ -8,59 +8,22 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/testkit/keyload"
 )
 
-// keyTarget is where one load driver sends: a process's data plane, and
-// the worker slot its connection is kept on.
-type keyTarget struct {
-	s      *server
-	worker string
-}
-
-// keyTry is one request of a key under load: when it was sent and
-// answered, and the answer.
-type keyTry struct {
-	sent, answered time.Time
-	status         int
-	retryAfter     bool
-	worker         string // the worker that answered
-}
-
-// probeWorker asks /healthz on cl's connection and returns the worker
-// slot that answered.
-func probeWorker(cl *http.Client, url string) string {
-	resp, err := cl.Get(url + "/healthz")
-	if err != nil {
-		return ""
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.Header.Get("Reconf-Worker")
-}
-
-// ballast holds n idle connections on each of s's workers but hot, so
-// that hot holds less than its share of connections and accepts the
-// connections of the drivers that load it (a worker above its share
-// leaves new connections to the others; see the gateway's acceptShare).
-// They close with the test.
-func ballast(t *testing.T, s *server, hot string, workers, n int) {
+// ballast holds idle connections on every worker of hot's process but
+// hot (see keyload.Ballast); they close with the test.
+func ballast(t *testing.T, hot keyload.Target, workers, n int) {
 	t.Helper()
-	held, full := map[string]int{}, 0
-	for i := 0; i < 50*workers*n && full < workers-1; i++ {
-		tr := &http.Transport{MaxConnsPerHost: 1}
-		w := probeWorker(&http.Client{Transport: tr, Timeout: 5 * time.Second}, s.url)
-		if w == "" || w == hot || held[w] >= n {
-			tr.CloseIdleConnections()
-			continue
-		}
-		t.Cleanup(tr.CloseIdleConnections)
-		if held[w]++; held[w] == n {
+	held, closeAll := keyload.Ballast(hot, workers, n)
+	t.Cleanup(closeAll)
+	full := 0
+	for _, c := range held {
+		if c >= n {
 			full++
 		}
 	}
@@ -69,112 +32,11 @@ func ballast(t *testing.T, s *server, hot string, workers, n int) {
 	}
 }
 
-// keyDrive sends requests with key a at rate a second for dur, spread
-// evenly over one driver per target; each driver sends on a connection
-// only once /healthz on it named its target's worker (once that worker
-// is killed, any will do). At killAt, kill runs. It returns every try.
-func keyDrive(t *testing.T, targets []keyTarget, rate int, dur, killAt time.Duration, kill func() string) []keyTry {
-	t.Helper()
-	body := chatBody("stub-1", false)
-	var mu sync.Mutex
-	var tries []keyTry
-	var killed atomic.Value // the slot killed, once it is
-	killed.Store("")
-	start := time.Now()
-	var wg sync.WaitGroup
-	drivers := len(targets)
-	for i, tg := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := &http.Transport{MaxIdleConnsPerHost: 1}
-			defer tr.CloseIdleConnections()
-			cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-			per := time.Second * time.Duration(drivers) / time.Duration(rate)
-			next := start.Add(per * time.Duration(i) / time.Duration(drivers))
-			pinned := false
-			for time.Since(start) < dur {
-				for tries := 0; !pinned && tries < 20; tries++ {
-					if w := probeWorker(cl, tg.s.url); w == tg.worker || (w != "" && killed.Load() == tg.worker) {
-						pinned = true
-					} else {
-						tr.CloseIdleConnections()
-					}
-				}
-				time.Sleep(time.Until(next))
-				next = next.Add(per)
-				req, _ := http.NewRequest("POST", tg.s.url+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer secret-of-key-a")
-				try := keyTry{sent: time.Now()}
-				resp, err := cl.Do(req)
-				try.answered = time.Now()
-				if err != nil {
-					tr.CloseIdleConnections()
-					pinned = false
-				} else {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					try.status, try.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After") != ""
-					try.worker = tg.s.url + "#" + resp.Header.Get("Reconf-Worker")
-					if w := resp.Header.Get("Reconf-Worker"); w != tg.worker && killed.Load() != tg.worker {
-						tr.CloseIdleConnections()
-						pinned = false
-					}
-				}
-				mu.Lock()
-				tries = append(tries, try)
-				mu.Unlock()
-			}
-		}()
-	}
-	if kill != nil {
-		time.Sleep(time.Until(start.Add(killAt)))
-		killed.Store(kill())
-	}
-	wg.Wait()
-	return tries
-}
-
-// keyWindows bounds the admissions in the windows of length per within
-// [from, to). The client cannot see when the gateway admitted or refused
-// a request, only that it was between sending and the answer. surely is
-// the most admissions whose whole try lies inside one window, stepping
-// by per/200: the limit, if exceeded, was exceeded by at least this.
-// refusedAt is the fewest admissions whose try meets a window in which
-// the fleet refused a request (-1: none refused), so a client that sends
-// nothing for a while (a stalled machine) does not count as the fleet
-// admitting too few. Windows that meet the second after kill (unless it
-// is zero) count in atKill instead.
-func keyWindows(tries []keyTry, per time.Duration, from, to, kill time.Time) (refusedAt, atKill, surely int) {
-	refusedAt, atKill = -1, -1
-	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
-		end := w.Add(per)
-		in, meets, refused := 0, 0, false
-		for _, tr := range tries {
-			inside := !tr.sent.Before(w) && tr.answered.Before(end)
-			switch {
-			case tr.status == 429 && inside:
-				refused = true
-			case tr.status != 200:
-			case inside:
-				in++
-				meets++
-			case !tr.answered.Before(w) && tr.sent.Before(end):
-				meets++
-			}
-		}
-		surely = max(surely, in)
-		switch {
-		case !refused:
-		case !kill.IsZero() && end.After(kill) && w.Before(kill.Add(time.Second)):
-			if atKill < 0 || meets < atKill {
-				atKill = meets
-			}
-		case refusedAt < 0 || meets < refusedAt:
-			refusedAt = meets
-		}
-	}
-	return refusedAt, atKill, surely
+// keyDrive drives key a at rate a second for dur over targets, killing
+// a worker by kill (if set) halfway.
+func keyDrive(targets []keyload.Target, rate int, dur time.Duration, kill func() keyload.Target) []keyload.Try {
+	return keyload.Drive(keyload.Load{Targets: targets, Rate: float64(rate), Dur: dur, Key: "secret-of-key-a",
+		Body: chatBody("stub-1", false), KillAt: dur / 2, Kill: kill})
 }
 
 // keyVerdict logs a run's figures and checks them: from judgeFrom after
@@ -182,29 +44,31 @@ func keyWindows(tries []keyTry, per time.Duration, from, to, kill time.Time) (re
 // admissions, none that refused a request below lo (below loKill if it
 // meets the second after killAt, when a worker was killed then), and
 // every refusal a 429 with Retry-After.
-func keyVerdict(t *testing.T, tries []keyTry, rate int, dur, per, judgeFrom, killAt time.Duration, lo, loKill, hi int) {
+func keyVerdict(t *testing.T, tries []keyload.Try, rate int, dur, per, judgeFrom, killAt time.Duration, lo, loKill, hi int) {
 	t.Helper()
 	if len(tries) == 0 {
 		t.Fatal("no requests were sent")
 	}
-	start := tries[0].sent
+	start := tries[0].Sent
 	for _, tr := range tries {
-		start = minTime(start, tr.sent)
+		if tr.Sent.Before(start) {
+			start = tr.Sent
+		}
 	}
 	var admitted, refused, noRetryAfter, other int
 	byWorker := map[string]int{}
 	perSecond := make([]int, int(dur/time.Second)+2)
 	for _, tr := range tries {
-		byWorker[tr.worker]++
-		switch tr.status {
+		byWorker[tr.Worker]++
+		switch tr.Status {
 		case 200:
 			admitted++
-			if i := int(tr.answered.Sub(start) / time.Second); i < len(perSecond) {
+			if i := int(tr.Answered.Sub(start) / time.Second); i < len(perSecond) {
 				perSecond[i]++
 			}
 		case 429:
 			refused++
-			if !tr.retryAfter {
+			if !tr.RetryAfter {
 				noRetryAfter++
 			}
 		default:
@@ -218,7 +82,8 @@ func keyVerdict(t *testing.T, tries []keyTry, rate int, dur, per, judgeFrom, kil
 	if killAt > 0 {
 		kill = start.Add(killAt)
 	}
-	refusedAt, atKill, surely := keyWindows(tries, per, start.Add(judgeFrom), start.Add(dur-time.Second), kill)
+	b := keyload.Windows(tries, per, start.Add(judgeFrom), start.Add(dur-time.Second), kill)
+	refusedAt, atKill, surely := b.Refused, b.AtKill, b.Surely
 	t.Logf("sent %d, admitted %d, refused %d (without Retry-After %d), other %d; admitted per second %v; asked by worker %v", len(tries), admitted, refused, noRetryAfter, other, perSecond, byWorker)
 	t.Logf("windows of %v from %v: at most %d admitted (want %d at most); a window with a refusal held at most %d (want %d at least), %d by the kill (want %d at least)",
 		per, judgeFrom, surely, hi, refusedAt, lo, atKill, loKill)
@@ -236,17 +101,10 @@ func keyVerdict(t *testing.T, tries []keyTry, rate int, dur, per, judgeFrom, kil
 	}
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // hotTargets is 15 drivers, 12 of them (80%) on hot's worker, the rest
 // on the others in turn.
-func hotTargets(hot keyTarget, rest []keyTarget) []keyTarget {
-	ts := make([]keyTarget, 0, 15)
+func hotTargets(hot keyload.Target, rest []keyload.Target) []keyload.Target {
+	ts := make([]keyload.Target, 0, 15)
 	for range 12 {
 		ts = append(ts, hot)
 	}
@@ -277,12 +135,13 @@ func TestKeyLimitHoldsAcrossWorkers(t *testing.T) {
 		pids[r.slot()] = r.PID
 	}
 	const rate, dur = 300, 15 * time.Second
-	ballast(t, s, "1", 4, 12)
-	tries := keyDrive(t, hotTargets(keyTarget{s, "1"}, []keyTarget{{s, "2"}, {s, "3"}, {s, "4"}}), rate, dur, dur/2, func() string {
+	ballast(t, keyload.Target{URL: s.url, Slot: "1"}, 4, 12)
+	at := func(slot string) keyload.Target { return keyload.Target{URL: s.url, Slot: slot} }
+	tries := keyDrive(hotTargets(at("1"), []keyload.Target{at("2"), at("3"), at("4")}), rate, dur, func() keyload.Target {
 		if err := syscall.Kill(pids["2"], syscall.SIGKILL); err != nil {
 			t.Error(err)
 		}
-		return "2"
+		return at("2")
 	})
 	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, dur/2, keyLimitLow, keyLimitLowAtKill, 110)
 }
@@ -321,22 +180,22 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 	}
 	a, b := hosts[0], hosts[1]
 	waitFleet(t, a, token, 1, 4)
-	targets := hotTargets(keyTarget{a, "1"}, []keyTarget{{a, "2"}, {b, "1"}, {b, "2"}})
-	ballast(t, a, "1", 2, 12)
+	targets := hotTargets(keyload.Target{URL: a.url, Slot: "1"}, []keyload.Target{{URL: a.url, Slot: "2"}, {URL: b.url, Slot: "1"}, {URL: b.url, Slot: "2"}})
+	ballast(t, targets[0], 2, 12)
 	const rate = 300
 	dur := 6 * time.Second
-	var kill func() string
+	var kill func() keyload.Target
 	if full {
 		dur = 15 * time.Second
-		kill = func() string {
+		kill = func() keyload.Target {
 			pid := childWorker(t, b, "2")
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Error(err)
 			}
-			return "2"
+			return keyload.Target{URL: b.url, Slot: "2"}
 		}
 	}
-	tries := keyDrive(t, targets, rate, dur, dur/2, kill)
+	tries := keyDrive(targets, rate, dur, kill)
 	killAt := time.Duration(0)
 	if kill != nil {
 		killAt = dur / 2
