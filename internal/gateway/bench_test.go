@@ -243,7 +243,7 @@ func TestServeAllocatesNothing(t *testing.T) {
 // routedProxyGateway is proxyGateway with a named key whose limits are
 // never reached and a model with a fallback chain, so that the zero
 // allocation tests cover the key limiter and the attempt loop.
-func routedProxyGateway(b testing.TB) (*Gateway, string, []string) {
+func routedProxyGateway(b testing.TB, opts ...Option) (*Gateway, string, []string) {
 	up := benchUpstream(b)
 	cfg := `
 logging: {level: error}
@@ -260,7 +260,8 @@ backends:
   - {name: up3, kind: openai, host: ` + up + `, model: bench-1, max_concurrency: 256, timeout: 30s}
 `
 	const key = "client-key-0123456789abcdef"
-	g := benchGateway(b, cfg, WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" }))
+	opts = append([]Option{WithEnv(func(n string) (string, bool) { return key, n == "CLIENT_KEY" })}, opts...)
+	g := benchGateway(b, cfg, opts...)
 	body := `{"model":"fast","messages":[{"role":"user","content":"Say something short about configuration reloads."}]}`
 	return g, body, []string{"Authorization", "Bearer " + key}
 }
@@ -289,6 +290,27 @@ func TestRoutedProxyAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
 		t.Fatalf("a routed request allocates %v times; want 0", n)
+	}
+}
+
+// A cluster worker's routed request allocates nothing either: its key
+// limit is its share of the fleet's (keyShare), and its backends' slots
+// the fleet's gate.
+func TestRoutedWorkerAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; scripts/test runs this test without it")
+	}
+	etcd := startEtcd(t)
+	g, body, hdr := routedProxyGateway(t, WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: "/test/routed", Worker: "1"}))
+	if l := g.cluster.keys.keys.limiter("bench"); l.share == nil {
+		t.Fatal("the key's limiter has no fleet share")
+	}
+	serveOne := handlerLoop(t, g.Handler(), body, hdr...)
+	for range 50 {
+		serveOne()
+	}
+	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
+		t.Fatalf("a cluster worker's routed request allocates %v times; want 0", n)
 	}
 }
 

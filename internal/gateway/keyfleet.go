@@ -420,6 +420,7 @@ func (f *keyFleet) rebalance(now time.Time) {
 		b := now.UnixNano() / int64(l.bucket)
 		l.reqs.advance(b)
 		l.toks.advance(b)
+		l.foldLocked()
 		sh := l.share
 		sh.asked.advance(b)
 		sh.peers, sh.fair = peers, cut || f.static.Load()
@@ -464,6 +465,7 @@ func (f *keyFleet) report(ctx context.Context) {
 	for name := range limits {
 		l := f.keys.limiter(name)
 		l.mu.Lock()
+		l.foldLocked()
 		sh := l.share
 		if l.reqs.sum != 0 || l.toks.sum != 0 || sh.asked.sum != 0 {
 			// An idle key is left out: an idle worker's report is "{}"

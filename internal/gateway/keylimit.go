@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,6 +88,14 @@ type keyLimiter struct {
 	toks   slidingCount  // tokens charged
 	denied int64         // requests refused, for status and metrics
 
+	// Tokens are charged without the lock, at the end of every answer:
+	// pending holds them until the next holder of the lock folds them
+	// into toks (foldLocked), in the bucket of chargedAt, the latest
+	// charge's time (unix nanoseconds), so a charge never counts in a
+	// bucket before its own.
+	pending   atomic.Int64
+	chargedAt atomic.Int64
+
 	// share, when set, gives this worker's allowance of a fleet-wide
 	// limit; nil admits up to the whole limit.
 	share *keyShare
@@ -113,11 +122,18 @@ func (l *keyLimiter) setWindowLocked(per time.Duration) {
 // window has room again.
 func (l *keyLimiter) admit(now time.Time, lim *KeyLimits) (ok bool, wait time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	ok, wait = l.admitLocked(now, lim)
+	l.mu.Unlock()
+	return ok, wait
+}
+
+// admitLocked is admit with l.mu held.
+func (l *keyLimiter) admitLocked(now time.Time, lim *KeyLimits) (ok bool, wait time.Duration) {
 	l.setWindowLocked(lim.Per)
 	b := now.UnixNano() / int64(l.bucket)
 	l.reqs.advance(b)
 	l.toks.advance(b)
+	l.foldLocked()
 	reqLimit, tokLimit := lim.Requests, lim.Tokens
 	if l.share != nil {
 		// A fleet's limit: this worker's share decides; the window is
@@ -149,17 +165,32 @@ func (l *keyLimiter) waitLocked(now time.Time, b, free int64) time.Duration {
 	return time.Duration(free*int64(l.bucket) - now.UnixNano())
 }
 
-// charge counts tokens used by an answer at now.
+// charge counts tokens used by an answer at now. It takes no lock: the
+// next admission, status read or fleet tick counts them (foldLocked).
 func (l *keyLimiter) charge(now time.Time, tokens int64) {
 	if tokens <= 0 {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.bucket == 0 {
+	// The time first: a fold that takes these tokens then reads this
+	// time or a later one, never an earlier charge's.
+	l.chargedAt.Store(now.UnixNano())
+	l.pending.Add(tokens)
+}
+
+// foldLocked counts the pending charges in toks, whose window has been
+// advanced; a charge older than the window is dropped, as it would have
+// left it.
+func (l *keyLimiter) foldLocked() {
+	if l.pending.Load() == 0 || l.bucket == 0 {
 		return
 	}
-	l.toks.add(now.UnixNano()/int64(l.bucket), tokens)
+	n := l.pending.Swap(0)
+	b := min(l.chargedAt.Load()/int64(l.bucket), l.toks.head)
+	if b <= l.toks.head-windowBuckets {
+		return
+	}
+	l.toks.buckets[b%windowBuckets] += n
+	l.toks.sum += n
 }
 
 // keyUse is a key's use in its current window, for status and metrics.
@@ -179,6 +210,7 @@ func (l *keyLimiter) use(now time.Time) keyUse {
 	b := now.UnixNano() / int64(l.bucket)
 	l.reqs.advance(b)
 	l.toks.advance(b)
+	l.foldLocked()
 	return keyUse{Requests: l.reqs.sum, Tokens: l.toks.sum, Denied: l.denied}
 }
 

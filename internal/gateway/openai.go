@@ -227,7 +227,9 @@ func (b *openaiBackend) serve(x *exchange, c *call, timeout time.Duration) (hand
 	u.body = c.req.upstreamBody(u.body, b.modelJSON, b.system)
 	u.req.SetBodyRaw(u.body)
 	until := c.deadline
-	if c.more {
+	// Before any attempt c.at is the admission, and the backend's
+	// timeout bounds the attempts only when it is below the budget.
+	if c.more && (c.tries.n > 0 || c.budget == 0 || timeout < c.budget) {
 		if t := c.at.Add(timeout); t.Before(until) {
 			until = t
 		}
