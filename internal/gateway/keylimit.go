@@ -91,8 +91,8 @@ type keyLimiter struct {
 	// Tokens are charged without the lock, at the end of every answer:
 	// pending holds them until the next holder of the lock folds them
 	// into toks (foldLocked), in the bucket of chargedAt, the latest
-	// charge's time (unix nanoseconds), so a charge never counts in a
-	// bucket before its own.
+	// time charged so far (unix nanoseconds), so a charge never counts in
+	// a bucket before its own.
 	pending   atomic.Int64
 	chargedAt atomic.Int64
 
@@ -172,8 +172,17 @@ func (l *keyLimiter) charge(now time.Time, tokens int64) {
 		return
 	}
 	// The time first: a fold that takes these tokens then reads this
-	// time or a later one, never an earlier charge's.
-	l.chargedAt.Store(now.UnixNano())
+	// time or a later one. Kept as the latest time, not the last one
+	// stored: two answers ending together may charge in either order,
+	// and the earlier time must not carry the other's tokens into an
+	// earlier bucket, out of the window before their time.
+	ns := now.UnixNano()
+	for {
+		at := l.chargedAt.Load()
+		if ns <= at || l.chargedAt.CompareAndSwap(at, ns) {
+			break
+		}
+	}
 	l.pending.Add(tokens)
 }
 
