@@ -570,14 +570,20 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	f.asleep.Store(true)
-	for name, lim := range limits {
-		l := f.keys.limiter(name)
+	// Every key's share sleeps, a key without a limit too: a reload that
+	// gives it one while the loop sleeps must find the fair share of the
+	// new limit and a wake at half of it, not a share last set for an
+	// older limit, or for the workers known when the key was first seen.
+	f.keys.each(func(l *keyLimiter) {
+		lim, ok := limits[l.name]
 		l.mu.Lock()
-		sh := l.share
-		sh.peers, sh.asleep, sh.grown = peers, true, now.UnixNano()
-		sh.allow = [2]int64{lim.Requests / peers, lim.Tokens / peers}
+		if sh := l.share; sh != nil {
+			sh.peers, sh.asleep, sh.grown = peers, true, now.UnixNano()
+			sh.allow = [2]int64{lim.Requests / peers, lim.Tokens / peers}
+			sh.set = sh.set && ok
+		}
 		l.mu.Unlock()
-	}
+	})
 	return true
 }
 
