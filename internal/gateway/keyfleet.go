@@ -556,6 +556,7 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 	if len(limits) == 0 && f.last == nil {
 		// Nothing limited and nothing ever reported: nothing to hold.
 		f.asleep.Store(true)
+		f.sleepShares(limits, peers, now)
 		return true
 	}
 	r := make(keyReport, len(limits))
@@ -570,10 +571,16 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	f.asleep.Store(true)
-	// Every key's share sleeps, a key without a limit too: a reload that
-	// gives it one while the loop sleeps must find the fair share of the
-	// new limit and a wake at half of it, not a share last set for an
-	// older limit, or for the workers known when the key was first seen.
+	f.sleepShares(limits, peers, now)
+	return true
+}
+
+// sleepShares puts every key's share to sleep, a key without a limit
+// too: a reload that gives it one while the loop sleeps must find the
+// fair share of the new limit and a wake at half of it, not a share last
+// set for an older limit, or for the workers known when the key was
+// first seen.
+func (f *keyFleet) sleepShares(limits map[string]KeyLimits, peers int64, now time.Time) {
 	f.keys.each(func(l *keyLimiter) {
 		lim, ok := limits[l.name]
 		l.mu.Lock()
@@ -584,7 +591,6 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 		}
 		l.mu.Unlock()
 	})
-	return true
 }
 
 // wakeUp restarts the loop's ticks: it rebalances and reports at once,
