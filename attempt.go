@@ -27,6 +27,12 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 	res := Result{Trigger: trigger, DryRun: dry, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		if !dry {
+			// Every attempt keeps the mark in the store, whatever its
+			// outcome: one the store failed to keep (a full disk) is
+			// saved by the next, the refused reload of the unchanged
+			// source included, not only by the next change of the mark.
+			// Once kept, this does nothing.
+			defer r.saveMark()
 			if busy, ok := r.inProgress(res); ok {
 				return busy
 			}
@@ -64,7 +70,6 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 		if !dry && out.Outcome.OK() {
 			r.activeData = snap.Data
 			r.rolledBack = "" // the source holds other content, or it was re-applied
-			r.saveMark()
 		}
 		return out
 	})
