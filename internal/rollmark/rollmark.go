@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/safefile"
@@ -198,7 +199,8 @@ func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 	if err := checkDir(dir); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".rollback-*")
+	removeStale(dir, time.Now())
+	tmp, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
 		return err
 	}
@@ -220,6 +222,27 @@ func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// tempPattern names the temporary file a save writes before its rename.
+const tempPattern = ".rollback-*"
+
+// staleAfter is the age past which a temporary file is a crashed save's:
+// a save lasts milliseconds, so one this old has no writer, while one a
+// second process on the same state directory is writing is left alone.
+const staleAfter = 10 * time.Minute
+
+// removeStale removes the temporary files in dir that a process killed
+// between writing and renaming left behind: each holds a whole
+// configuration, and nothing else would ever remove them. It is best
+// effort; a file it cannot remove is tried again by the next save.
+func removeStale(dir string, now time.Time) {
+	left, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+	for _, name := range left {
+		if fi, err := os.Lstat(name); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) > staleAfter {
+			_ = os.Remove(name)
+		}
+	}
 }
 
 // syncDir makes a rename or removal in dir durable.
