@@ -82,8 +82,8 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 }
 
 // saveMark keeps the in-memory mark in the store when it changed. A
-// store that fails leaves the mark in memory, and the next change tries
-// again. It holds the slot (or runs in New).
+// store that fails leaves the mark in memory, and the next attempt,
+// whatever its outcome, tries again. It holds the slot (or runs in New).
 func (r *Runtime[T]) saveMark() {
 	s := r.o.markStore
 	if s == nil {
