@@ -46,9 +46,13 @@ const (
 	EnvStateHome = "XDG_STATE_HOME"
 	// formatVersion is the state file's format.
 	formatVersion = 1
+	// maxRecordBytes is the largest channel record a fleet's mark
+	// carries: the embedded etcd's request limit.
+	maxRecordBytes = 8 << 20
 	// maxFileBytes bounds a state file: a source of the largest size
-	// reconf reads, base64-encoded, and room for the rest.
-	maxFileBytes = reconf.DefaultMaxSourceBytes*2 + 64<<10
+	// reconf reads and a fleet's record of the largest size, both
+	// base64-encoded, and room for the rest.
+	maxFileBytes = (reconf.DefaultMaxSourceBytes+maxRecordBytes)*4/3 + 64<<10
 )
 
 // Dir returns the state directory: given, else the reconfd directory
