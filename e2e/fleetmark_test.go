@@ -32,9 +32,11 @@ func TestRollbackSurvivesFleetRestart(t *testing.T) {
 	state := t.TempDir()
 	path := filepath.Join(t.TempDir(), "reconfd.yaml")
 	writeAtomic(t, path, cfg("good"))
-	env := []string{"RECONF_MANAGEMENT_TOKEN=" + token, "XDG_STATE_HOME=" + state}
+	// --state-dir reaches the workers: the default directory is elsewhere.
+	env := []string{"RECONF_MANAGEMENT_TOKEN=" + token, "XDG_STATE_HOME=" + t.TempDir()}
+	args := []string{"--management-address", "127.0.0.1:0", "--state-dir", filepath.Join(state, "reconfd")}
 	start := func() (*server, []string) {
-		s := startServerAt(t, path, []string{"--management-address", "127.0.0.1:0"}, env...)
+		s := startServerAt(t, path, args, env...)
 		waitFleet(t, s, token, 1, 2)
 		return s, []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt, "RECONF_MANAGEMENT_TOKEN=" + token}
 	}
