@@ -107,6 +107,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 			// The mark follows the fleet's record: a rollback's or a
 			// revert's names the content it took out of service.
 			r.rolledBack = rec.RolledBack
+			r.markFollowed()
 		}
 		return out
 	})

@@ -107,13 +107,18 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 		return 0, nil, false, err
 	}
 	rec.Trigger, rec.Actor = TriggerStartup, actorOf(ctx, TriggerStartup)
-	v, got, err := ch.Join(ctx, rec)
+	offer, m, err := r.seedRecord(ctx, rec)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	v, got, err := ch.Join(ctx, offer)
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("reconf: joining the cluster: %w", err)
 	}
 	// A worker that joins at a rollback's or a revert's record refuses
 	// the content it took out of service, as the fleet does.
 	r.rolledBack = got.RolledBack
+	r.joinedMark(v, got, rec, m)
 	if bytes.Equal(got.Live, rec.Live) {
 		return v, local, false, nil
 	}

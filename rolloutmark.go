@@ -24,6 +24,11 @@ type RollbackMark struct {
 	// Previous is the source the active content was compiled from, as
 	// read: references, never the values they resolve to.
 	Previous []byte `json:"previous"`
+	// Record is, for a mark a fleet's worker kept, the channel record of
+	// the active content (without its mark): what a fleet whose channel
+	// starts empty publishes as its first version. A worker's Previous
+	// is its own file's bytes, which need not be the fleet's content.
+	Record *Record `json:"record,omitempty"`
 }
 
 // RollbackStore keeps a runtime's rollback mark where the runtime of the
@@ -42,8 +47,16 @@ type RollbackStore interface {
 // mark's previous content (with a warning) and a reload of the source
 // stays rolled_back_content; when the source holds anything else the mark
 // is cleared. The runtime saves the mark whenever it changes, exactly when
-// the in-memory mark does. With a channel the fleet's record keeps the
-// mark and s is not used.
+// the in-memory mark does.
+//
+// With a channel the fleet's record keeps the mark, and s is for a
+// channel that does not outlast its fleet (an embedded etcd whose data
+// is removed when the fleet stops): the worker that publishes a
+// rollback, a revert or a record that lifts the mark saves it (its
+// followers do not write), and a worker that finds the channel empty
+// while the source holds the marked content publishes the marked
+// previous content, with the mark, as the channel's first version.
+// A channel that keeps its data needs no store.
 func WithRollbackStore(s RollbackStore) Option {
 	return func(o *settings) { o.markStore = s }
 }
@@ -89,11 +102,26 @@ func (r *Runtime[T]) saveMark() {
 	if s == nil {
 		return
 	}
+	if r.o.channel != nil && r.adopting {
+		// The fleet's decision: the worker that made it saves it.
+		r.markFollowed()
+		return
+	}
 	var m *RollbackMark
 	if r.rolledBack != "" {
 		m = &RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
 		if g := r.cur.Load(); g != nil {
 			m.Generation = g.id
+			if r.o.channel != nil {
+				rec, err := r.generationRecord(g)
+				if err != nil {
+					r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in the channel only", "error", err)
+					r.markSaved = false
+					return
+				}
+				rec.Trigger, rec.Actor = "", ""
+				m.Record = &rec
+			}
 		}
 	}
 	key := ""
@@ -113,3 +141,75 @@ func (r *Runtime[T]) saveMark() {
 
 // markKey names a mark for saveMark's comparison.
 func markKey(digest string, gen uint64) string { return fmt.Sprintf("%s@%d", digest, gen) }
+
+// markFollowed notes that the store holds the mark the fleet's record
+// gives the active generation, which the worker that published it
+// saved: this worker's next publish then saves only a change. It holds
+// the slot.
+func (r *Runtime[T]) markFollowed() {
+	if r.o.markStore == nil {
+		return
+	}
+	r.savedMark, r.markSaved = "", true
+	if g := r.cur.Load(); g != nil && r.rolledBack != "" {
+		r.savedMark = markKey(r.rolledBack, g.id)
+	}
+}
+
+// seedRecord returns the record a worker offers an empty channel: local,
+// or, when the store's mark rolled back local's content, the marked
+// previous content with the mark, so that a fleet started again on its
+// unchanged source does not publish the rolled-back content as its first
+// version. A channel that has a record keeps it, and its mark, whatever
+// is offered.
+func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *RollbackMark, error) {
+	s := r.o.markStore
+	if s == nil {
+		return local, nil, nil
+	}
+	m, err := s.LoadMark()
+	if err != nil {
+		return Record{}, nil, fmt.Errorf("%w: %w", ErrRollbackMark, err)
+	}
+	if m == nil || m.Digest != local.Digest() {
+		return local, m, nil
+	}
+	var seed Record
+	if m.Record != nil {
+		seed = *m.Record
+	} else {
+		// A single process's mark: its previous source is the content.
+		prev, err := r.comp.compileWith(ctx, m.Previous, nil, true)
+		if err == nil {
+			seed, err = r.recordOf(prev)
+		}
+		if err != nil {
+			return Record{}, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
+		}
+	}
+	seed.RolledBack = m.Digest
+	seed.Trigger, seed.Actor, seed.Fingerprint = local.Trigger, local.Actor, local.Fingerprint
+	return seed, m, nil
+}
+
+// joinedMark follows the record a worker joined at (version v): a file
+// that holds the content the record took out of service is warned
+// about, and the store is made to agree with the channel (a mark the
+// channel does not hold is cleared). It runs in New.
+func (r *Runtime[T]) joinedMark(v uint64, got, local Record, m *RollbackMark) {
+	if got.RolledBack != "" && got.RolledBack == local.Digest() {
+		r.o.logger.Warn("reconf: the source holds the content the fleet rolled back; starting on the fleet's version. "+
+			"Change the source and reload, or re-apply it deliberately (Reapply)", "version", v)
+	}
+	if r.o.markStore == nil {
+		return
+	}
+	switch {
+	case got.RolledBack != "":
+		r.savedMark, r.markSaved = markKey(got.RolledBack, v), true
+	case m != nil:
+		r.saveMark() // r.rolledBack is empty: clears the store
+	default:
+		r.savedMark, r.markSaved = "", true
+	}
+}

@@ -137,11 +137,12 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		return nil, err
 	}
 	data := snap.Data
-	if r.o.channel != nil {
-		r.o.markStore = nil // the fleet's record keeps the mark
-	}
-	if cand, data, err = r.startMarked(ctx, cand, data); err != nil {
-		return nil, err
+	if r.o.channel == nil {
+		// With a channel the fleet's record keeps the mark, and the store
+		// only seeds an empty channel (join).
+		if cand, data, err = r.startMarked(ctx, cand, data); err != nil {
+			return nil, err
+		}
 	}
 	id := max(r.o.firstGen, 1)
 	publish := false // the local candidate is to be published over version id

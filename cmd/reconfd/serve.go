@@ -72,7 +72,7 @@ in flight across all of them together.`,
 	fl.DurationVar(&f.LeaseTTL, "cluster-lease-ttl", 0, "each worker's etcd lease, whole seconds from 2s to 5m: a dead worker's concurrency slots and status row go within it (default $"+serve.EnvClusterLeaseTTL+", else 10s)")
 	registerClusterAccess(fl, &f.Access)
 	registerManagementTLS(fl, &f.ManagementTLS)
-	fl.StringVar(&f.StateDir, "state-dir", "", "directory in which a single process keeps its rollback mark across restarts (default $XDG_STATE_HOME/reconfd, else ~/.local/state/reconfd)")
+	fl.StringVar(&f.StateDir, "state-dir", "", "directory in which reconfd keeps its rollback mark across restarts (not with --cluster) (default $XDG_STATE_HOME/reconfd, else ~/.local/state/reconfd)")
 	fl.StringVar(&f.DataDir, "data-dir", "", "directory in which the embedded etcd keeps its temporary data (default $TMPDIR)")
 	fl.StringVar(&f.Worker, "worker", "", "internal: run as this worker slot of a supervisor")
 	_ = fl.MarkHidden("worker")

@@ -1,15 +1,18 @@
-// Package rollmark keeps a single reconfd process's rollback mark in an
-// owner-only state file, so that a process started again (after a crash,
-// kill -9, reconfd restart or a reboot) does not serve the content a
-// rollout rolled back from its unchanged configuration file.
+// Package rollmark keeps reconfd's rollback mark in an owner-only state
+// file, so that a process started again (after a crash, kill -9, reconfd
+// restart or a reboot) does not serve the content a rollout rolled back
+// from its unchanged configuration file. A single process uses it, and
+// so do a supervisor's workers on their embedded etcd, whose data goes
+// with the supervisor; an external cluster keeps the mark itself.
 //
 // The file lives in the state directory: --state-dir, else
 // $XDG_STATE_HOME/reconfd, else ~/.local/state/reconfd. Not the runtime
 // directory of the discovery files: that one is emptied at logout and at
 // boot, and a rollback must outlast both. The directory is 0700 and the
 // file 0600, both this user's; anything else is refused, never used.
-// The file holds the configuration file's bytes as read (references,
-// never resolved secret values), like the file itself.
+// The file holds the configuration file's bytes as read and, for a
+// fleet, its channel record (references, never resolved secret values),
+// like the file itself.
 package rollmark
 
 import (
@@ -47,9 +50,13 @@ const (
 	EnvStateHome = "XDG_STATE_HOME"
 	// formatVersion is the state file's format.
 	formatVersion = 1
+	// maxRecordBytes is the largest channel record a fleet's mark
+	// carries: the embedded etcd's request limit.
+	maxRecordBytes = 8 << 20
 	// maxFileBytes bounds a state file: a source of the largest size
-	// reconf reads, base64-encoded, and room for the rest.
-	maxFileBytes = reconf.DefaultMaxSourceBytes*2 + 64<<10
+	// reconf reads and a fleet's record of the largest size, both
+	// base64-encoded, and room for the rest.
+	maxFileBytes = (reconf.DefaultMaxSourceBytes+maxRecordBytes)*4/3 + 64<<10
 )
 
 // Dir returns the state directory: given, else the reconfd directory

@@ -175,3 +175,20 @@ func TestUnsafeFileRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestLargestFleetMarkLoads: a fleet's mark with a source and a record of
+// the largest sizes a fleet publishes is read back, not refused as
+// corrupt, which would stop the next start.
+func TestLargestFleetMarkLoads(t *testing.T) {
+	s := newStore(t)
+	big := sample
+	big.Previous = make([]byte, reconf.DefaultMaxSourceBytes)
+	big.Record = &reconf.Record{Live: make([]byte, maxRecordBytes), Format: "yaml"}
+	if err := s.SaveMark(&big); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadMark()
+	if err != nil || got == nil || len(got.Record.Live) != maxRecordBytes {
+		t.Fatalf("LoadMark: %v", err)
+	}
+}

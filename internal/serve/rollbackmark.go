@@ -11,13 +11,15 @@ import (
 	"github.com/reconfhq/reconf/internal/rollmark"
 )
 
-// rollbackStore returns the option that keeps a single process's rollback
-// mark in its state file (package rollmark), or nil when the flags make
-// this process part of a fleet, whose channel keeps the mark. A state
-// directory that is not private refuses the start; with none known at
-// all the mark is kept in memory only, as the warning says.
+// rollbackStore returns the option that keeps the rollback mark in its
+// state file (package rollmark), or nil with an external cluster, whose
+// channel keeps the mark. A supervisor's workers keep it too: their
+// embedded etcd's data is removed when the supervisor stops, and the file
+// seeds the next fleet's first version. A state directory that is not
+// private refuses the start; with none known at all the mark is kept in
+// memory only, as the warning says.
 func rollbackStore(f Options, lookup env, stderr io.Writer) (gateway.Option, error) {
-	if len(f.Cluster) > 0 || f.Workers > 1 {
+	if len(f.Cluster) > 0 {
 		return nil, nil
 	}
 	dir, err := rollmark.Dir(f.StateDir, lookup)

@@ -50,7 +50,7 @@ type Options struct {
 	LeaseTTL      time.Duration // each worker's lease; 0: gate.DefaultTTL
 	LeaseTTLGiven bool          // --cluster-lease-ttl was on the command line
 	DataDir       string
-	StateDir      string        // where a single process keeps its rollback mark
+	StateDir      string        // where the rollback mark outlasts the process (not with --cluster)
 	Access        ClusterAccess // TLS and credentials of an external cluster
 	ManagementTLS ManagementTLS // the management listener's TLS
 

@@ -53,6 +53,9 @@ func supervise(ctx, stopCtx context.Context, f Options, m lifecycle.Shape, log *
 			if len(m.Cluster) > 0 {
 				args = append(append(args, "--cluster", strings.Join(m.Cluster, ",")), access.args()...)
 			}
+			if f.StateDir != "" {
+				args = append(args, "--state-dir", f.StateDir)
+			}
 			if f.LeaseTTL > 0 {
 				args = append(args, "--cluster-lease-ttl", f.LeaseTTL.String())
 			}

@@ -112,6 +112,17 @@ func (w *worker) options() ([]gateway.Option, error) {
 	co.Prefix, co.Worker, co.Fleet, co.GateTTL = f.ClusterPrefix, f.Worker, wenv.Fleet, f.LeaseTTL
 	opts := []gateway.Option{gateway.WithCluster(co), gateway.WithSharedBaseline(wenv.Baseline),
 		gateway.WithAcceptShare(wenv.Accept)}
+	if len(f.Cluster) == 0 {
+		// The embedded channel ends with the supervisor: the state file
+		// keeps the fleet's rollback mark for the next one.
+		mark, err := rollbackStore(f, w.lookup, w.stderr)
+		if err != nil {
+			return nil, err
+		}
+		if mark != nil {
+			opts = append(opts, mark)
+		}
+	}
 	if wenv.Publish {
 		// The first new worker of a restart may not be able to run the
 		// fleet's live part with its new restart fields (auth.mode turned

@@ -1,0 +1,101 @@
+package reconf
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+const fleetMarkYAML = "server:\n  address: a\nlimits:\n  stub: %d\nbackend:\n  name: b\n  api_key: ${env:KEY}\n"
+
+func fleetYAML(stub int) string { return fmt.Sprintf(fleetMarkYAML, stub) }
+
+// fleetRecord returns the record a fleet publishes for fleetYAML(stub).
+func fleetRecord(t *testing.T, stub int) Record {
+	t.Helper()
+	ch := &faultChannel{}
+	newClusterWorker(t, ch, fleetYAML(stub), map[string]string{"KEY": "k"})
+	_, rec := ch.current()
+	rec.Trigger, rec.Actor = "", ""
+	return rec
+}
+
+// TestFleetMarkSeedsAnEmptyChannel: a fleet started on an empty channel
+// (an embedded etcd's data is gone) with the source holding the content
+// its store's mark rolled back publishes the previous content, with the
+// mark, as version 1; a reload of the source stays rolled_back_content,
+// on the seeding worker and on a peer. A single process's mark (no
+// record) seeds the same way.
+func TestFleetMarkSeedsAnEmptyChannel(t *testing.T) {
+	env := map[string]string{"KEY": "k"}
+	good, bad := fleetRecord(t, 1), fleetRecord(t, 2)
+	for name, m := range map[string]RollbackMark{
+		"fleet's mark":          {Generation: 7, Digest: bad.Digest(), Previous: []byte("not this worker's"), Record: &good},
+		"single process's mark": {Generation: 7, Digest: bad.Digest(), Previous: []byte(fleetYAML(1))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			store := &memMarks{m: &m}
+			fresh := &faultChannel{}
+			rt, _ := newClusterWorker(t, fresh, fleetYAML(2), env, WithRollbackStore(store))
+			if got := rt.Current().Config().Limits["stub"]; got != 1 {
+				t.Fatalf("started on stub=%d, the rolled-back content", got)
+			}
+			if v, rec := fresh.current(); v != 1 || rec.RolledBack != bad.Digest() || rec.Digest() != good.Digest() {
+				t.Fatalf("the empty channel's first version %d: %s with mark %q", v, rec.Digest(), rec.RolledBack)
+			}
+			if res := mustReloadC(t, rt, Invalid); res.Reason != ReasonRolledBack {
+				t.Errorf("reload of the unchanged source: %s", res.Reason)
+			}
+			peer, _ := newClusterWorker(t, fresh, fleetYAML(2), env, WithRollbackStore(&memMarks{}))
+			if got := peer.Current().Config().Limits["stub"]; got != 1 {
+				t.Errorf("a peer started on stub=%d", got)
+			}
+			if res := mustReloadC(t, peer, Invalid); res.Reason != ReasonRolledBack {
+				t.Errorf("a peer's reload of the unchanged source: %s", res.Reason)
+			}
+			if store.mark() == nil || store.saves != 0 {
+				t.Errorf("seeding changed the store: %+v after %d saves", store.mark(), store.saves)
+			}
+		})
+	}
+}
+
+// TestFleetMarkFollowsTheChannel: a follower that applies another
+// worker's rollback record does not write its store, and clears it when
+// it publishes a record without a mark; a store whose mark the channel
+// does not hold is cleared when its worker joins.
+func TestFleetMarkFollowsTheChannel(t *testing.T) {
+	env := map[string]string{"KEY": "k"}
+	good, bad := fleetRecord(t, 1), fleetRecord(t, 2)
+	ch := &faultChannel{}
+	newClusterWorker(t, ch, fleetYAML(2), env)
+	store := &memMarks{}
+	b, src := newClusterWorker(t, ch, fleetYAML(2), env, WithRollbackStore(store))
+	back := good
+	back.RolledBack = bad.Digest()
+	v, err := ch.Publish(context.Background(), 1, back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Apply(context.Background(), v, back); err != nil || res.Outcome != Published {
+		t.Fatalf("Apply = %+v, %v", res, err)
+	}
+	if store.saves != 0 {
+		t.Errorf("a follower wrote the store %d times", store.saves)
+	}
+	if res := mustReloadC(t, b, Invalid); res.Reason != ReasonRolledBack {
+		t.Errorf("the follower's reload of the rolled-back source: %s", res.Reason)
+	}
+	store.m = &RollbackMark{Generation: v, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}
+	src.set(fleetYAML(3))
+	mustReloadC(t, b, Published)
+	if store.mark() != nil {
+		t.Error("the publisher of a record without a mark left the store's mark")
+	}
+
+	stale := &memMarks{m: &RollbackMark{Generation: 9, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}}
+	newClusterWorker(t, ch, fleetYAML(2), env, WithRollbackStore(stale))
+	if stale.mark() != nil {
+		t.Error("a mark the channel does not hold survived the join")
+	}
+}
