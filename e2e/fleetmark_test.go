@@ -57,26 +57,14 @@ func TestRollbackSurvivesFleetRestart(t *testing.T) {
 			t.Fatalf("%s chat is served by %v, want good only", when, got)
 		}
 	}
-	reloadReason := func(menv []string) reconf.Reason {
-		t.Helper()
-		_, out, _ := reconfd(t, menv, "reload", "--output", "json")
-		var res reconf.Result
-		_ = json.Unmarshal([]byte(out), &res)
-		return res.Reason
-	}
 	marks := func() []string {
-		m, _ := filepath.Glob(filepath.Join(state, "reconfd", "rollback-*.json"))
+		m, _ := rollbackMarks(state)
 		return m
 	}
 
 	s, menv := start()
 	writeAtomic(t, path, cfg("bad"))
-	if code, out, errOut := reconfd(t, menv, "reload", "--rollout", "e2e", "--output", "json"); code != 0 {
-		t.Fatalf("reload --rollout e2e: exit %d: %s %s", code, out, errOut)
-	}
-	if code, out, errOut := reconfd(t, menv, "rollout", "abort"); code != 0 {
-		t.Fatalf("rollout abort: exit %d: %s %s", code, out, errOut)
-	}
+	stageAndAbort(t, menv)
 	waitFleet(t, s, token, 3, 2) // 2 the candidate, 3 the rollback
 	onlyGood(s, "after the rollback")
 	if m := marks(); len(m) != 1 {
@@ -90,7 +78,7 @@ func TestRollbackSurvivesFleetRestart(t *testing.T) {
 		waitPIDsGone(t, pids, 30*time.Second) // a worker sees its supervisor gone
 		s, menv = start()
 		onlyGood(s, fmt.Sprintf("started again after %v,", sig))
-		if r := reloadReason(menv); r != reconf.ReasonRolledBack {
+		if r := reloadReason(t, menv); r != reconf.ReasonRolledBack {
 			t.Fatalf("after %v a reload of the unchanged file is %s, want %s", sig, r, reconf.ReasonRolledBack)
 		}
 		if !strings.Contains(s.logs.String(), "the content the fleet rolled back") {

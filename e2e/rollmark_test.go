@@ -45,26 +45,14 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 		}
 		return resp.header.Get("Reconf-Backend")
 	}
-	reloadReason := func(menv []string) reconf.Reason {
-		t.Helper()
-		_, out, _ := reconfd(t, menv, "reload", "--output", "json")
-		var res reconf.Result
-		_ = json.Unmarshal([]byte(out), &res)
-		return res.Reason
-	}
 
 	s, menv := start()
 	writeAtomic(t, path, cfg("bad"))
-	if code, out, errOut := reconfd(t, menv, "reload", "--rollout", "e2e", "--output", "json"); code != 0 {
-		t.Fatalf("reload --rollout e2e: exit %d: %s %s", code, out, errOut)
-	}
-	if code, out, errOut := reconfd(t, menv, "rollout", "abort"); code != 0 {
-		t.Fatalf("rollout abort: exit %d: %s %s", code, out, errOut)
-	}
+	stageAndAbort(t, menv)
 	if b := served(s); b != "good" {
 		t.Fatalf("after the rollback chat is served by %q", b)
 	}
-	marks, _ := filepath.Glob(filepath.Join(state, "reconfd", "rollback-*.json"))
+	marks, _ := rollbackMarks(state)
 	if len(marks) != 1 {
 		t.Fatalf("state files after the rollback: %v", marks)
 	}
@@ -82,7 +70,7 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 		if b := served(s); b != "good" {
 			t.Fatalf("started again after %v, chat is served by %q, the rolled-back content", sig, b)
 		}
-		if r := reloadReason(menv); r != reconf.ReasonRolledBack {
+		if r := reloadReason(t, menv); r != reconf.ReasonRolledBack {
 			t.Fatalf("after %v a reload of the unchanged file is %s, want %s", sig, r, reconf.ReasonRolledBack)
 		}
 		if !strings.Contains(s.logs.String(), "rolled back; starting on the previous content") {
@@ -109,15 +97,15 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 	if resp := s.chat("chat"); resp.status != 502 { // the bad backend answers 500
 		t.Fatalf("after reload --reapply chat answers %d, not the bad backend's failure", resp.status)
 	}
-	if marks, _ := filepath.Glob(filepath.Join(state, "reconfd", "rollback-*.json")); len(marks) != 0 {
+	if marks, _ := rollbackMarks(state); len(marks) != 0 {
 		t.Fatalf("state files after reload --reapply: %v", marks)
 	}
 
 	writeAtomic(t, path, cfg("good2"))
-	if r := reloadReason(menv); r != reconf.ReasonPublished {
+	if r := reloadReason(t, menv); r != reconf.ReasonPublished {
 		t.Fatalf("a reload of a changed file: %s", r)
 	}
-	if marks, _ := filepath.Glob(filepath.Join(state, "reconfd", "rollback-*.json")); len(marks) != 0 {
+	if marks, _ := rollbackMarks(state); len(marks) != 0 {
 		t.Fatalf("state files after the file moved on: %v", marks)
 	}
 	s.signal(syscall.SIGKILL)
@@ -126,4 +114,31 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 	if b := served(s); b != "good2" {
 		t.Fatalf("after the mark cleared chat is served by %q", b)
 	}
+}
+
+// stageAndAbort stages the file's change with the e2e strategy and aborts
+// the rollout: the previous content is active again, as a rollback.
+func stageAndAbort(t *testing.T, menv []string) {
+	t.Helper()
+	if code, out, errOut := reconfd(t, menv, "reload", "--rollout", "e2e", "--output", "json"); code != 0 {
+		t.Fatalf("reload --rollout e2e: exit %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut := reconfd(t, menv, "rollout", "abort"); code != 0 {
+		t.Fatalf("rollout abort: exit %d: %s %s", code, out, errOut)
+	}
+}
+
+// reloadReason reloads the file through the management API and returns
+// the attempt's reason.
+func reloadReason(t *testing.T, menv []string) reconf.Reason {
+	t.Helper()
+	_, out, _ := reconfd(t, menv, "reload", "--output", "json")
+	var res reconf.Result
+	_ = json.Unmarshal([]byte(out), &res)
+	return res.Reason
+}
+
+// rollbackMarks lists the rollback state files under a state home.
+func rollbackMarks(stateHome string) ([]string, error) {
+	return filepath.Glob(filepath.Join(stateHome, "reconfd", "rollback-*.json"))
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // BenchmarkKeyFleetIdle is the CPU a worker's key fleet costs while no
@@ -17,16 +16,7 @@ import (
 // runs in the same process, so "etcd-alone" is the floor to compare with.
 // Reported as CPU milliseconds per second of wall time.
 func BenchmarkKeyFleetIdle(b *testing.B) {
-	etcd := startEtcd(b)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	lease, err := cli.Grant(context.Background(), 10)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cli, lease := leasedClient(b)
 	limits := make(map[string]KeyLimits, 100)
 	for i := range 100 {
 		limits[fmt.Sprintf("key-%03d", i)] = KeyLimits{Requests: 600, Tokens: 100000, Per: time.Minute}
@@ -44,7 +34,7 @@ func BenchmarkKeyFleetIdle(b *testing.B) {
 	}
 	b.Run("etcd-alone", measure)
 	b.Run("keyfleet-100-keys", func(b *testing.B) {
-		f := startKeyFleet(cli, "/bench/"+b.Name(), "w1", func() clientv3.LeaseID { return lease.ID }, &keyLimiters{},
+		f := startKeyFleet(cli, "/bench/"+b.Name(), "w1", func() clientv3.LeaseID { return lease }, &keyLimiters{},
 			func() map[string]KeyLimits { return limits }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		defer f.Close(context.Background())
 		time.Sleep(200 * time.Millisecond) // its first report

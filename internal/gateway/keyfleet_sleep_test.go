@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // A key whose limit a reload removes keeps the share its last
@@ -17,21 +16,12 @@ import (
 // a lower limit again, the worker must hold the new limit's fair share
 // (and wake), not the old share nobody recomputes while it sleeps.
 func TestKeyLimitBackWhileAsleepHoldsTheNewLimit(t *testing.T) {
-	etcd := startEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	lease, err := cli.Grant(context.Background(), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, lease := leasedClient(t)
 	high := KeyLimits{Requests: 20, Per: time.Minute}
 	var limits atomic.Pointer[map[string]KeyLimits]
 	limits.Store(&map[string]KeyLimits{"k": high})
 	keys := &keyLimiters{}
-	f := startKeyFleet(cli, "/test/"+t.Name(), "w1", func() clientv3.LeaseID { return lease.ID }, keys,
+	f := startKeyFleet(cli, "/test/"+t.Name(), "w1", func() clientv3.LeaseID { return lease }, keys,
 		func() map[string]KeyLimits { return *limits.Load() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer f.Close(context.Background())
 	l := keys.limiter("k")
@@ -70,20 +60,11 @@ func TestKeyLimitBackWhileAsleepHoldsTheNewLimit(t *testing.T) {
 // nears its fair share, so the workers learn of each other and share
 // the limit; a share left awake never calls for that.
 func TestKeyLimitFirstSetWhileAsleepWakesTheLoop(t *testing.T) {
-	etcd := startEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	lease, err := cli.Grant(context.Background(), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, lease := leasedClient(t)
 	var limits atomic.Pointer[map[string]KeyLimits]
 	limits.Store(&map[string]KeyLimits{})
 	keys := &keyLimiters{}
-	f := startKeyFleet(cli, "/test/"+t.Name(), "w1", func() clientv3.LeaseID { return lease.ID }, keys,
+	f := startKeyFleet(cli, "/test/"+t.Name(), "w1", func() clientv3.LeaseID { return lease }, keys,
 		func() map[string]KeyLimits { return *limits.Load() }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer f.Close(context.Background())
 	l := keys.limiter("k") // the key, unlimited, as the first routes compile it

@@ -117,20 +117,11 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 // window to half that share wakes it, as does another worker's report
 // near the limit.
 func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
-	etcd := startEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	lease, err := cli.Grant(context.Background(), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, lease := leasedClient(t)
 	limits := map[string]KeyLimits{"k": {Requests: 100, Per: time.Second}}
 	keys := &keyLimiters{}
 	prefix := "/test/" + t.Name()
-	f := startKeyFleet(cli, prefix, "w1", func() clientv3.LeaseID { return lease.ID }, keys,
+	f := startKeyFleet(cli, prefix, "w1", func() clientv3.LeaseID { return lease }, keys,
 		func() map[string]KeyLimits { return limits }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer f.Close(context.Background())
 	waitFor(t, "the loop sleeping", f.asleep.Load)
@@ -199,4 +190,22 @@ func TestGhostLeavesAsItsAdmissions(t *testing.T) {
 	if got := ghostLeft(keyCounts{80, 0, asleepAsked, 80, 0}, 15*time.Second, time.Minute); got != 0.75 {
 		t.Errorf("without parts: %v left at a quarter; want 0.75", got)
 	}
+}
+
+// leasedClient starts an etcd member for the test and returns a client
+// of it with a 10 s lease, as a worker's key fleet has; both end with
+// the test.
+func leasedClient(tb testing.TB) (*clientv3.Client, clientv3.LeaseID) {
+	tb.Helper()
+	etcd := startEtcd(tb)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	lease, err := cli.Grant(context.Background(), 10)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cli, lease.ID
 }
