@@ -137,7 +137,7 @@ func (s *server) reloadAPI(t *testing.T) response {
 func TestConnectionFloodUnderDescriptorLimit(t *testing.T) {
 	requireBinary(t)
 	up := newCountingUpstream(t)
-	s := startServerVia(t, underFDLimit(256), writeConfig(t, fmt.Sprintf(floodConfig, 4, up.srv.URL+"/v1")),
+	s := startServerVia(t, underFDLimit(256), writeConfig(t, fmt.Sprintf(floodConfig, 4, up.Host())),
 		[]string{"--management-address", "127.0.0.1:0"}, "RECONF_MANAGEMENT_TOKEN="+token)
 	if got := s.metric(t, "reconfd_connections_max"); got != 96 {
 		t.Errorf("reconfd_connections_max under a limit of 256: got %v, want 96", got)
@@ -163,12 +163,12 @@ func TestConnectionFloodUnderDescriptorLimit(t *testing.T) {
 	s.waitMetric(t, "reconfd_connections_open", 10*time.Second, func(v float64) bool { return v == 96 })
 	s.waitMetric(t, `reconfd_connections_shed_total{bound="max_connections"}`, 10*time.Second, func(v float64) bool { return v > 0 })
 
-	writeAtomic(t, s.config, fmt.Sprintf(floodConfig, 5, up.srv.URL+"/v1"))
+	writeAtomic(t, s.config, fmt.Sprintf(floodConfig, 5, up.Host()))
 	if r := s.reloadAPI(t); r.status != 200 || !strings.Contains(r.body, `"outcome":"published"`) {
 		t.Fatalf("a reload while the flood holds: %d %s", r.status, r.body)
 	}
-	if code, err := chat(before, "m"); code != 200 || up.count() != 1 {
-		t.Fatalf("a proxied request while the flood holds: %d %v, upstream served %d", code, err, up.count())
+	if code, err := chat(before, "m"); code != 200 || up.Served() != 1 {
+		t.Fatalf("a proxied request while the flood holds: %d %v, upstream served %d", code, err, up.Served())
 	}
 	if !strings.Contains(s.logs.String(), "server.max_connections") {
 		t.Errorf("no log line names server.max_connections")

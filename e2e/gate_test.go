@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -20,89 +19,30 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // upstreamDelay is how long the counting upstream takes per answer.
 const upstreamDelay = 250 * time.Millisecond
 
-// countingUpstream is a real OpenAI-compatible upstream, served by the
-// test, whose every answer takes upstreamDelay; it counts the requests in
-// flight and records their peak, since the last reset and overall.
+// countingUpstream is the test kit's counting upstream with answers
+// that take upstreamDelay, and the gate tests' measures of it.
 type countingUpstream struct {
-	srv *httptest.Server
-
-	mu                   sync.Mutex
-	inFlight, peak, high int
-	served               int
+	*testkit.CountingUpstream
 }
 
 func newCountingUpstream(t *testing.T) *countingUpstream {
-	u := &countingUpstream{}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
-	return u
-}
-
-func (u *countingUpstream) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/chat/completions" {
-		http.NotFound(w, r)
-		return
-	}
-	u.mu.Lock()
-	u.inFlight++
-	u.peak = max(u.peak, u.inFlight)
-	u.high = max(u.high, u.inFlight)
-	u.mu.Unlock()
-	select {
-	case <-time.After(upstreamDelay):
-	case <-r.Context().Done(): // the worker went away (killed)
-	}
-	// Counted out before the answer goes: the gateway releases its slot
-	// only once it has read it.
-	u.mu.Lock()
-	u.inFlight--
-	u.served++
-	u.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprint(w, `{"id":"up-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"counted"},"finish_reason":"stop"}]}`)
-}
-
-func (u *countingUpstream) now() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.inFlight
-}
-
-// resetPeak returns the peak since the last reset and starts the next one
-// from the requests in flight now.
-func (u *countingUpstream) resetPeak() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	p := u.peak
-	u.peak = u.inFlight
-	return p
-}
-
-func (u *countingUpstream) count() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.served
+	return &countingUpstream{testkit.NewCountingUpstream(t, upstreamDelay)}
 }
 
 // utilization waits d and returns the achieved concurrency over it as a
 // fraction of limit: answers × upstreamDelay / (d × limit). Requests cut
 // short count in full, so it is an upper estimate when any are.
 func (u *countingUpstream) utilization(d time.Duration, limit int) float64 {
-	before := u.count()
+	before := u.Served()
 	time.Sleep(d)
-	n := u.count() - before
+	n := u.Served() - before
 	return float64(n) * upstreamDelay.Seconds() / (d.Seconds() * float64(limit))
-}
-
-func (u *countingUpstream) overall() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.high
 }
 
 // waitInFlight polls until cond holds for the requests in flight at the
@@ -110,9 +50,9 @@ func (u *countingUpstream) overall() int {
 func (u *countingUpstream) waitInFlight(t *testing.T, what string, within time.Duration, cond func(int) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !cond(u.now()) {
+	for !cond(u.InFlight()) {
 		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v (in flight %d)", what, within, u.now())
+			t.Fatalf("%s: not within %v (in flight %d)", what, within, u.InFlight())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -208,7 +148,7 @@ func publish(t *testing.T, s *server, cfg string, version uint64) {
 func TestGateFollowsPublishedLimit(t *testing.T) {
 	requireBinary(t)
 	up := newCountingUpstream(t)
-	s := startServer(t, gateConfig(up.srv.URL, 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	s := startServer(t, gateConfig(up.URL(), 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
 	s.waitConverged(1, 4, 20*time.Second)
 
 	load := startClients(s, 64)
@@ -216,17 +156,17 @@ func TestGateFollowsPublishedLimit(t *testing.T) {
 	took := up.waitInFlight(t, "limit 4 reached", 15*time.Second, func(n int) bool { return n >= 4 })
 	time.Sleep(500 * time.Millisecond)
 	u := up.utilization(2*time.Second, 4)
-	if p := up.resetPeak(); p != 4 {
+	if p := up.ResetPeak(); p != 4 {
 		t.Errorf("limit 4: peak %d at the upstream, want 4", p)
 	}
 	t.Logf("limit 4: reached in %v; achieved concurrency %.2f of the limit over the next 0.5s to 2.5s", took.Round(time.Millisecond), u)
 
 	start := time.Now()
-	publish(t, s, gateConfig(up.srv.URL, 8), 2)
+	publish(t, s, gateConfig(up.URL(), 8), 2)
 	up.waitInFlight(t, "limit 8 reached", 10*time.Second, func(n int) bool { return n >= 8 })
 	reached := time.Since(start)
 	u = up.utilization(2*time.Second, 8)
-	if p := up.resetPeak(); p != 8 {
+	if p := up.ResetPeak(); p != 8 {
 		t.Errorf("limit 8: peak %d, want 8", p)
 	}
 	t.Logf("limit 8: reached %v after the reload began; achieved concurrency %.2f of the limit over 2s", reached.Round(time.Millisecond), u)
@@ -244,26 +184,26 @@ func TestGateFollowsPublishedLimit(t *testing.T) {
 	}
 
 	start = time.Now()
-	publish(t, s, gateConfig(up.srv.URL, 2), 3)
+	publish(t, s, gateConfig(up.URL(), 2), 3)
 	up.waitInFlight(t, "drained under 2", 10*time.Second, func(n int) bool { return n <= 2 })
 	drained := time.Since(start)
 	// Whatever was admitted under 8 has ended one request time later.
 	time.Sleep(upstreamDelay)
-	up.resetPeak()
+	up.ResetPeak()
 	u = up.utilization(3*time.Second, 2)
-	p2 := up.resetPeak()
+	p2 := up.ResetPeak()
 	if p2 > 2 {
 		t.Errorf("limit 2, once drained: peak %d, want at most 2", p2)
 	}
 	t.Logf("limit 2: converged and drained %v after the reload began; then peak %d, achieved concurrency %.2f of the limit over 3s",
 		drained.Round(time.Millisecond), p2, u)
 
-	high := up.overall()
+	high := up.Overall()
 	codes, errs := load.stop()
 	if high > 8 {
 		t.Errorf("peak over the whole test %d, above the largest limit published (8)", high)
 	}
-	t.Logf("answers %v (429: %d), failed requests %d, upstream served %d", codes, codes[http.StatusTooManyRequests], errs, up.count())
+	t.Logf("answers %v (429: %d), failed requests %d, upstream served %d", codes, codes[http.StatusTooManyRequests], errs, up.Served())
 	for code, n := range codes {
 		if code != 200 && code != http.StatusTooManyRequests {
 			t.Errorf("%d answers with status %d", n, code)
@@ -283,7 +223,7 @@ var reWorkerPID = regexp.MustCompile(`-w\d+-(\d+)$`)
 func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	requireBinary(t)
 	up := newCountingUpstream(t)
-	s := startServer(t, gateConfig(up.srv.URL, 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	s := startServer(t, gateConfig(up.URL(), 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
 	s.waitConverged(1, 4, 20*time.Second)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints(), DialTimeout: 5 * time.Second, Logger: nil})
 	if err != nil {
@@ -327,7 +267,7 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	if pid == 0 {
 		t.Fatalf("no worker holds a slot: %v", claims())
 	}
-	up.resetPeak()
+	up.ResetPeak()
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -345,11 +285,11 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	back := time.Since(killed)
-	if up.now() < 4 {
+	if up.InFlight() < 4 {
 		back += up.waitInFlight(t, "limit 4 reached again", 5*time.Second, func(n int) bool { return n >= 4 })
 	}
 	time.Sleep(time.Second)
-	if p := up.resetPeak(); p > 4 {
+	if p := up.ResetPeak(); p > 4 {
 		t.Errorf("after the kill: peak %d, want at most 4", p)
 	}
 	// Free within the lease time and etcd's 0.5 s expiry check, in use
@@ -366,11 +306,11 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	t.Logf("killed worker %s holding %d slot(s): its claim expired %v after the kill, the fleet at 4 again %v after it (lease time %v)",
 		victim, held, expired.Round(time.Millisecond), back.Round(time.Millisecond), gate.DefaultTTL)
 
-	high := up.overall()
+	high := up.Overall()
 	codes, errs := load.stop()
 	if high > 4 {
 		t.Errorf("peak over the whole test %d, want at most 4", high)
 	}
-	t.Logf("peak with every client gone at once: %d", up.overall())
+	t.Logf("peak with every client gone at once: %d", up.Overall())
 	t.Logf("answers %v (429: %d), requests cut by the kill %d", codes, codes[http.StatusTooManyRequests], errs)
 }

@@ -11,16 +11,16 @@ import (
 
 // CountingUpstream is a real OpenAI-compatible upstream, served by the
 // test on a loopback port, whose every chat completion takes its delay.
-// It counts the requests in flight, their peak since the last ResetPeak,
-// and the answers served, so that a test can check a concurrency bound
+// It counts the requests in flight, their peak since the last ResetPeak
+// and over its life, and the answers served, so that a test can check a concurrency bound
 // from the upstream's side. It is safe for concurrent use.
 type CountingUpstream struct {
 	srv   *httptest.Server
 	delay time.Duration
 
-	mu             sync.Mutex
-	inFlight, peak int
-	served         int
+	mu                   sync.Mutex
+	inFlight, peak, high int
+	served               int
 }
 
 // NewCountingUpstream starts an upstream whose answers take delay; it is
@@ -31,6 +31,9 @@ func NewCountingUpstream(t testing.TB, delay time.Duration) *CountingUpstream {
 	t.Cleanup(u.srv.Close)
 	return u
 }
+
+// URL is the server's base URL.
+func (u *CountingUpstream) URL() string { return u.srv.URL }
 
 // Host is the base URL a backend's host names: the server and /v1.
 func (u *CountingUpstream) Host() string { return u.srv.URL + "/v1" }
@@ -43,6 +46,7 @@ func (u *CountingUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.inFlight++
 	u.peak = max(u.peak, u.inFlight)
+	u.high = max(u.high, u.inFlight)
 	u.mu.Unlock()
 	select {
 	case <-time.After(u.delay):
@@ -80,4 +84,12 @@ func (u *CountingUpstream) Served() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.served
+}
+
+// Overall is the peak of requests in flight over the upstream's life,
+// which ResetPeak does not reset.
+func (u *CountingUpstream) Overall() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.high
 }
