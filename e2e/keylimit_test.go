@@ -3,11 +3,7 @@
 package e2e
 
 import (
-	"io"
-	"net/http"
 	"os"
-	"regexp"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -188,7 +184,10 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 	if full {
 		dur = 15 * time.Second
 		kill = func() keyload.Target {
-			pid := childWorker(t, b, "2")
+			pid, err := keyload.SlotPID(b.url, "2", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Error(err)
 			}
@@ -202,34 +201,3 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 	}
 	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, killAt, keyLimitLow, keyLimitLowAtKill, 110)
 }
-
-// childWorker returns the pid of the worker in slot of s's supervisor,
-// found by asking that worker's data plane on a fresh connection until
-// the slot answers (its /healthz names its pid).
-func childWorker(t *testing.T, s *server, slot string) int {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
-		resp, err := cl.Get(s.url + "/healthz")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
-		if resp.Header.Get("Reconf-Worker") != slot {
-			continue
-		}
-		if m := reHealthPID.FindSubmatch(b); m != nil {
-			pid, _ := strconv.Atoi(string(m[1]))
-			return pid
-		}
-		t.Fatalf("/healthz names no pid: %s", b)
-	}
-	t.Fatalf("worker %s of %s did not answer", slot, s.url)
-	return 0
-}
-
-// reHealthPID is the pid in a worker's /healthz worker_id
-// (host-w<slot>-<pid>).
-var reHealthPID = regexp.MustCompile(`"worker_id":"[^"]*-w\d+-(\d+)"`)

@@ -7,12 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -74,31 +70,4 @@ func (c *channel) close() {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.etcd.Close()
-}
-
-// reWorkerPID is the pid in a worker's /healthz worker_id
-// (host-w<slot>-<pid>).
-var reWorkerPID = regexp.MustCompile(`"worker_id":"[^"]*-w\d+-(\d+)"`)
-
-// slotPID returns the pid of the worker in slot behind url, asking its
-// /healthz on new connections until that slot answers.
-func slotPID(url, slot string) int {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
-		resp, err := cl.Get(url + "/healthz")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
-		if resp.Header.Get("Reconf-Worker") != slot {
-			continue
-		}
-		if m := reWorkerPID.FindSubmatch(b); m != nil {
-			pid, _ := strconv.Atoi(string(m[1]))
-			return pid
-		}
-	}
-	return 0
 }

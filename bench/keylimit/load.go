@@ -84,9 +84,9 @@ func run(limit int, per, dur time.Duration, workers, hosts int, kill bool) (resu
 	var killFn func() keyload.Target
 	if kill && len(rest) > 0 {
 		victim := rest[len(rest)-1]
-		pid := slotPID(victim.URL, victim.Slot)
-		if pid == 0 {
-			return result{}, fmt.Errorf("worker %s of %s did not answer", victim.Slot, victim.URL)
+		pid, err := keyload.SlotPID(victim.URL, victim.Slot, 10*time.Second)
+		if err != nil {
+			return result{}, err
 		}
 		killAt = dur / 2
 		killFn = func() keyload.Target {

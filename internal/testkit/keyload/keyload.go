@@ -5,8 +5,11 @@
 package keyload
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,4 +201,34 @@ func Windows(tries []Try, per time.Duration, from, to, kill time.Time) Bounds {
 		}
 	}
 	return b
+}
+
+// workerPID is the pid in a worker's /healthz worker_id
+// (host-w<slot>-<pid>).
+var workerPID = regexp.MustCompile(`"worker_id":"[^"]*-w\d+-(\d+)"`)
+
+// SlotPID returns the pid of the worker in slot behind url, asking its
+// /healthz on new connections, which any worker may accept, until that
+// slot answers or within has passed.
+func SlotPID(url, slot string, within time.Duration) (int, error) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		resp, err := cl.Get(url + "/healthz")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if resp.Header.Get("Reconf-Worker") != slot {
+			continue
+		}
+		m := workerPID.FindSubmatch(b)
+		if m == nil {
+			return 0, fmt.Errorf("/healthz names no pid: %s", b)
+		}
+		pid, _ := strconv.Atoi(string(m[1]))
+		return pid, nil
+	}
+	return 0, fmt.Errorf("worker %s of %s did not answer", slot, url)
 }
