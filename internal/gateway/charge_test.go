@@ -13,17 +13,7 @@ import (
 // charges nothing.
 func TestStreamsChargeTheirUsage(t *testing.T) {
 	up := newPathUpstream(t)
-	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", up.srv.URL+"/anthropic/", ""), "routing:", `auth:
-  mode: api_keys
-  keys:
-    - {name: a, secret: "${env:A}", limits: {tokens: 100000, per: 1m}}
-routing:`, 1)
-	tg := startGateway(t, cfg, WithEnv(func(n string) (string, bool) {
-		v := map[string]string{"UPSTREAM_KEY": goodKey, "A": "key-a-secret"}[n]
-		return v, v != ""
-	}))
-	key := bearerHdr("key-a-secret")
-	charged := func() int64 { return tg.keys.limiter("a").use(time.Now()).Tokens }
+	tg, key, charged := startChargedGateway(t, up, up.srv.URL+"/anthropic/")
 
 	for _, tc := range []struct {
 		name, path, upPath, body string
@@ -65,4 +55,22 @@ routing:`, 1)
 			}
 		})
 	}
+}
+
+// startChargedGateway starts a gateway on up (its Anthropic backend at
+// anthropicHost, "" for none) whose client key a, given as key, has a
+// token limit far above the tests' use; charged reads the tokens charged
+// to a in the current window.
+func startChargedGateway(t *testing.T, up *pathUpstream, anthropicHost string) (tg *testGateway, key []string, charged func() int64) {
+	t.Helper()
+	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", anthropicHost, ""), "routing:", `auth:
+  mode: api_keys
+  keys:
+    - {name: a, secret: "${env:A}", limits: {tokens: 100000, per: 1m}}
+routing:`, 1)
+	tg = startGateway(t, cfg, WithEnv(func(n string) (string, bool) {
+		v := map[string]string{"UPSTREAM_KEY": goodKey, "A": "key-a-secret"}[n]
+		return v, v != ""
+	}))
+	return tg, bearerHdr("key-a-secret"), func() int64 { return tg.keys.limiter("a").use(time.Now()).Tokens }
 }

@@ -15,17 +15,7 @@ import (
 // key or its object included.
 func TestLongEventUsageCharged(t *testing.T) {
 	up := newPathUpstream(t)
-	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", "", ""), "routing:", `auth:
-  mode: api_keys
-  keys:
-    - {name: a, secret: "${env:A}", limits: {tokens: 100000, per: 1m}}
-routing:`, 1)
-	tg := startGateway(t, cfg, WithEnv(func(n string) (string, bool) {
-		v := map[string]string{"UPSTREAM_KEY": goodKey, "A": "key-a-secret"}[n]
-		return v, v != ""
-	}))
-	key := bearerHdr("key-a-secret")
-	charged := func() int64 { return tg.keys.limiter("a").use(time.Now()).Tokens }
+	tg, key, charged := startChargedGateway(t, up, "")
 
 	long := strings.Repeat("word ", 80<<10) // 400 KiB, over maxEventHold
 	ev := "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"instructions\":\"" + long +
