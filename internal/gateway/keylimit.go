@@ -39,7 +39,7 @@ func (w *slidingCount) advance(b int64) {
 	w.head = b
 }
 
-// add counts n in bucket b (the latest).
+// add counts n in bucket b, the latest or one still in the window.
 func (w *slidingCount) add(b, n int64) {
 	w.advance(b)
 	w.buckets[b%windowBuckets] += n
@@ -198,8 +198,7 @@ func (l *keyLimiter) foldLocked() {
 	if b <= l.toks.head-windowBuckets {
 		return
 	}
-	l.toks.buckets[b%windowBuckets] += n
-	l.toks.sum += n
+	l.toks.add(b, n)
 }
 
 // keyUse is a key's use in its current window, for status and metrics.
