@@ -41,7 +41,13 @@ type upstreamStream struct {
 	dropUsage        bool // the client did not ask for the usage chunk
 	tail             []byte
 	end              error // returned once tail is sent: io.EOF, or errStreamBroken
+	finished         bool  // the upstream's answer came to its end
 	closed           bool
+
+	// outEst is the output tokens estimated from the events the upstream
+	// sent, charged when the stream ends without its whole usage (see
+	// estimate).
+	outEst int64
 }
 
 // Stream buffer bounds: an event is held until whole up to maxEventHold;
@@ -95,6 +101,7 @@ func (s *upstreamStream) fill() {
 		// repeats the whole output and instructions, and its usage,
 		// near its end, must be read whole even when a read cut it.
 		s.x.obs.readUsage(s.buf[s.ready:])
+		s.outEst += eventTokens(s.buf[s.ready:len(s.buf)-usageCarry], s.events.deltas)
 		s.ready, s.begun = len(s.buf)-usageCarry, true
 		s.scan = max(s.scan, s.ready)
 		return
@@ -112,7 +119,7 @@ func (s *upstreamStream) fill() {
 		s.fail(os.ErrDeadlineExceeded)
 	case err == nil:
 	case errors.Is(err, io.EOF) && !s.halfEvent():
-		s.end = io.EOF
+		s.end, s.finished = io.EOF, true
 	case errors.Is(err, io.EOF):
 		s.fail(io.ErrUnexpectedEOF)
 	default:
@@ -133,6 +140,7 @@ func (s *upstreamStream) frame() {
 		}
 		ev := s.buf[s.ready:end]
 		s.x.obs.readUsage(ev)
+		s.outEst += eventTokens(ev, s.events.deltas)
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]
@@ -180,6 +188,11 @@ func (s *upstreamStream) Close() error {
 		return nil
 	}
 	s.closed = true
+	if !s.finished || !s.x.obs.usage {
+		// Cut before its usage (the client hung up, the upstream broke
+		// off, the timeout passed), or an upstream that sends none.
+		s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+	}
 	s.u.streamBuf = s.buf[:0]
 	s.u.release() // a body not read to its end closes the connection
 	s.x.end()
@@ -245,6 +258,10 @@ func isUsageChunk(ev []byte) bool {
 // passed. Its zero value makes a chat completion's.
 type errorEvents struct {
 	shape func(code, msg string, gen uint64) []byte // nil: chat's
+	// deltas says the endpoint's text comes in deltas that later events
+	// repeat whole (the Responses API's): only deltas count toward a cut
+	// stream's estimate (eventTokens).
+	deltas bool
 }
 
 func (e errorEvents) timeout(backend string, gen uint64) []byte {

@@ -228,6 +228,9 @@ func (x *exchange) endSpan(status int, now time.Time) {
 	}
 	if x.obs.usage {
 		attrs = append(attrs, attribute.Int64(attrInputTokens, x.obs.in), attribute.Int64(attrOutputTokens, x.obs.out))
+		if x.obs.estimated {
+			attrs = append(attrs, attribute.Bool(attrUsageEstimated, true))
+		}
 	}
 	if failedStatus(status) {
 		attrs = append(attrs, attribute.String(attrErrorType, strconv.Itoa(status)))

@@ -310,7 +310,9 @@ type messagesStream struct {
 	input   int
 	output  int
 	end     error // once pending is read: io.EOF or errStreamBroken
+	done    bool  // the upstream's answer came to its end (finish)
 	closed  bool
+	outEst  int64 // output tokens estimated from the text deltas (see estimate)
 }
 
 func (s *messagesStream) Read(p []byte) (int, error) {
@@ -386,6 +388,7 @@ func (s *messagesStream) event(ev []byte) {
 				text, s.stop = ch.Delta.Refusal, "refusal"
 			}
 			if text != nil && *text != "" {
+				s.outEst += int64(len(*text)+bytesPerToken-1) / bytesPerToken
 				s.pending = append(s.pending, namedEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": *text}})...)
 			}
 		}
@@ -403,7 +406,7 @@ func (s *messagesStream) finish() {
 	for _, ev := range messagesClose(s.stop, s.input, s.output) {
 		s.pending = append(s.pending, ev...)
 	}
-	s.end = io.EOF
+	s.end, s.done = io.EOF, true
 }
 
 // fail ends the stream with an error event (see upstreamStream.fail).
@@ -421,6 +424,10 @@ func (s *messagesStream) fail(err error) {
 func (s *messagesStream) Close() error {
 	if !s.closed {
 		s.closed = true
+		if !s.done || s.input+s.output == 0 {
+			// Cut before the upstream's usage, or it sent none.
+			s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+		}
 		s.u.release()
 		s.x.end()
 	}

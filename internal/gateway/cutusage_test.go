@@ -1,0 +1,187 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// billingUpstream streams chat completions of tokens events, one token
+// each, delay apart, then its usage chunk, and bills as a provider does:
+// the prompt's tokens and every token it generated before its client went
+// away.
+type billingUpstream struct {
+	*pathUpstream
+	billed, inFlight atomic.Int64
+}
+
+const billedPrompt = 2 // the upstream's count of chatBody's prompt
+
+func newBillingUpstream(t *testing.T, tokens int, delay time.Duration) *billingUpstream {
+	u := &billingUpstream{pathUpstream: newPathUpstream(t)}
+	u.handle("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		u.inFlight.Add(1)
+		defer u.inFlight.Add(-1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		u.billed.Add(billedPrompt)
+		for range tokens {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(delay):
+			}
+			if _, err := io.WriteString(w, `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"upstream-model","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}`+"\n\n"); err != nil {
+				return
+			}
+			u.billed.Add(1)
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"upstream-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n",
+			billedPrompt, tokens, billedPrompt+tokens)
+		_ = rc.Flush()
+	})
+	return u
+}
+
+// A client that reads half of each stream and hangs up, again and again,
+// stays within its key's tokens per minute: a stream cut before its usage
+// chunk is charged an estimate that is not below what the upstream billed
+// for it, and the usage counters of the key and model count it, marked as
+// estimated. Without the estimate nothing was charged, and every request
+// was admitted.
+func TestCutStreamsStayWithinTokenLimit(t *testing.T) {
+	const (
+		tokens = 40
+		read   = tokens / 2
+		limit  = 300
+		tries  = 30
+	)
+	up := newBillingUpstream(t, tokens, 2*time.Millisecond)
+	tg, key, charged := startTokenLimitedGateway(t, up.pathUpstream, "", limit)
+	admitted, refused := 0, 0
+	for range tries {
+		req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(chatBody("gpt-x", true)))
+		req.Header.Set(key[0], key[1])
+		resp, err := tg.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			resp.Body.Close()
+			refused++
+			break
+		}
+		if resp.StatusCode != 200 {
+			resp.Body.Close()
+			t.Fatalf("got %d", resp.StatusCode)
+		}
+		admitted++
+		br := bufio.NewReader(resp.Body)
+		for n := 0; n < read; {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("stream ended after %d events: %v", n, err)
+			}
+			if strings.HasPrefix(line, "data: ") {
+				n++
+			}
+		}
+		resp.Body.Close() // half read: the connection goes
+	}
+	waitFor(t, "the upstream's cut answers to end", func() bool { return up.inFlight.Load() == 0 })
+	billed := up.billed.Load()
+	// A request admitted just below the limit may use a whole answer, and
+	// one more may be admitted before the last cut stream's charge lands.
+	bound := int64(limit + 2*(billedPrompt+tokens))
+	if refused == 0 || billed > bound {
+		t.Errorf("admitted %d streams cut at half, billed %d tokens (refused: %d), want a refusal within %d tokens of a limit of %d",
+			admitted, billed, refused, bound, limit)
+	}
+	waitFor(t, "the cut streams' charges", func() bool { return charged() >= billed })
+
+	m := scrapeHTTP(t, tg.Gateway)
+	lbl := `{backend="up",client_key="a",model="upstream-model"}`
+	used := m["reconfd_usage_input_tokens_total"+lbl] + m["reconfd_usage_output_tokens_total"+lbl]
+	if used < float64(billed) {
+		t.Errorf("usage counters have %v tokens of key a, want at least the %d billed", used, billed)
+	}
+	if got := m["reconfd_usage_estimated_requests_total"+lbl]; got != float64(admitted) {
+		t.Errorf("%v requests counted as estimated, want the %d cut streams", got, admitted)
+	}
+}
+
+// A client that closes its connection before a whole answer comes is
+// charged the answer's usage: the upstream is read to its answer, as for
+// a client that waits.
+func TestGoneClientChargedWholeAnswer(t *testing.T) {
+	up := newPathUpstream(t)
+	answered := make(chan struct{})
+	up.handle("/v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"upstream-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`)
+		close(answered)
+	})
+	tg, key, charged := startChargedGateway(t, up, "")
+	c, err := net.Dial("tcp", strings.TrimPrefix(tg.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := chatBody("gpt-x", false)
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s", key[0], key[1], len(body), body)
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	<-answered
+	waitFor(t, "the answer's charge", func() bool { return charged() == 12 })
+}
+
+// A stream cut after its upstream gave the input's count (Anthropic's
+// message_start) is charged that count and its output's estimate; one cut
+// before any count, the request's bytes and its output's estimate.
+func TestCutEstimate(t *testing.T) {
+	var o observation
+	o.readUsage([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n"))
+	o.estimate(400, 30)
+	if !o.estimated || o.in != 10 || o.out != 30 {
+		t.Errorf("after message_start: got in=%d out=%d estimated=%v, want 10 30 true", o.in, o.out, o.estimated)
+	}
+	o = observation{}
+	o.estimate(401, 3)
+	if !o.usage || o.in != 101 || o.out != 3 {
+		t.Errorf("with no count: got usage=%v in=%d out=%d, want true 101 3", o.usage, o.in, o.out)
+	}
+}
+
+// The output of each stream shape is counted from the strings that carry
+// its text, each over four bytes, rounded up; the Responses API's, from
+// its deltas alone, since its done events repeat the text whole.
+func TestEventTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ev     string
+		deltas bool
+		want   int64
+	}{
+		{"chat content", `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello world"},"finish_reason":null}]}`, false, 3},
+		{"chat role", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, false, 0},
+		{"chat escaped quote", `data: {"choices":[{"delta":{"content":"say \"hi\"","x":"content"}}]}`, false, 3},
+		{"chat tool arguments", `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\":1}"}}]}}]}`, false, 3},
+		{"anthropic text", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"abcde\"}}", false, 2},
+		{"responses delta", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"abcd\"}", true, 1},
+		{"responses done", "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"text\":\"abcd efgh\"}", true, 0},
+		{"cut string", `data: {"choices":[{"delta":{"content":"abc`, false, 0},
+	} {
+		if got := eventTokens([]byte(tc.ev), tc.deltas); got != tc.want {
+			t.Errorf("%s: got %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
