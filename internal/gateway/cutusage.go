@@ -7,7 +7,9 @@ import "bytes"
 // stream that ends before it (its client hung up, its upstream broke off,
 // its backend's timeout passed), or whose upstream never sends one, is
 // charged an estimate instead, so that a key's tokens per minute cannot be
-// escaped by closing streams early.
+// escaped by closing streams early. A usage read before the last text
+// (an Anthropic stream's message_start) does not count that text, and
+// does not stand for the whole.
 //
 // On a client's close the upstream is not read on for its usage: the
 // upstream connection is closed at once, which stops the generation, and

@@ -185,3 +185,57 @@ func TestEventTokens(t *testing.T) {
 		}
 	}
 }
+
+// A stream whose upstream ends it before its usage is charged the
+// estimate on every endpoint's path: an Anthropic stream its
+// message_start's input count and its text's estimate; a Responses
+// stream the request's bytes and its deltas (not the done event that
+// repeats them); a chat stream translated to the Messages API the
+// request's bytes and its text.
+func TestStreamsEndedBeforeUsageChargeEstimate(t *testing.T) {
+	up := newPathUpstream(t)
+	tg, key, charged := startChargedGateway(t, up, up.srv.URL+"/anthropic/")
+	reqTokens := func() int64 { return int64(len(up.last(t).body)+bytesPerToken-1) / bytesPerToken }
+	for _, tc := range []struct {
+		name, path, upPath, body string
+		events                   []string
+		want                     func() int64
+	}{
+		{"messages", "/v1/messages", "/anthropic/messages", msgBody("claude-x", 50, true), []string{
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hello world!\"}}",
+		}, func() int64 { return 10 + 3 }},
+		{"responses", "/v1/responses", "/v1/responses", `{"model":"gpt-x","input":"hello","stream":true}`, []string{
+			"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"usage\":null}}",
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"abcdefgh\"}",
+			"event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"text\":\"abcdefgh\"}",
+		}, func() int64 { return reqTokens() + 2 }},
+		{"messages translated", "/v1/messages", "/v1/chat/completions", msgBody("gpt-x", 50, true), []string{
+			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world!\"}}]}",
+		}, func() int64 { return reqTokens() + 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.events(tc.upPath, tc.events...)
+			before := charged()
+			req, _ := http.NewRequest("POST", tg.url+tc.path, strings.NewReader(tc.body))
+			req.Header.Set(key[0], key[1])
+			resp, err := tg.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A stream the upstream broke off ends without its last
+			// chunk: the read's error is expected.
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("got %d", resp.StatusCode)
+			}
+			want := tc.want()
+			waitFor(t, "the stream's charge", func() bool { return charged()-before == want })
+			time.Sleep(20 * time.Millisecond)
+			if got := charged() - before; got != want {
+				t.Errorf("charged %d tokens, want %d", got, want)
+			}
+		})
+	}
+}

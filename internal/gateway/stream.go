@@ -41,13 +41,14 @@ type upstreamStream struct {
 	dropUsage        bool // the client did not ask for the usage chunk
 	tail             []byte
 	end              error // returned once tail is sent: io.EOF, or errStreamBroken
-	finished         bool  // the upstream's answer came to its end
 	closed           bool
 
 	// outEst is the output tokens estimated from the events the upstream
 	// sent, charged when the stream ends without its whole usage (see
-	// estimate).
-	outEst int64
+	// estimate); counted says that the latest usage read came after the
+	// latest text, so that it counts all of the text read.
+	outEst  int64
+	counted bool
 }
 
 // Stream buffer bounds: an event is held until whole up to maxEventHold;
@@ -100,8 +101,7 @@ func (s *upstreamStream) fill() {
 		// usageCarry bytes: a Responses stream's response.completed
 		// repeats the whole output and instructions, and its usage,
 		// near its end, must be read whole even when a read cut it.
-		s.x.obs.readUsage(s.buf[s.ready:])
-		s.outEst += eventTokens(s.buf[s.ready:len(s.buf)-usageCarry], s.events.deltas)
+		s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
 		s.ready, s.begun = len(s.buf)-usageCarry, true
 		s.scan = max(s.scan, s.ready)
 		return
@@ -119,7 +119,7 @@ func (s *upstreamStream) fill() {
 		s.fail(os.ErrDeadlineExceeded)
 	case err == nil:
 	case errors.Is(err, io.EOF) && !s.halfEvent():
-		s.end, s.finished = io.EOF, true
+		s.end = io.EOF
 	case errors.Is(err, io.EOF):
 		s.fail(io.ErrUnexpectedEOF)
 	default:
@@ -139,8 +139,7 @@ func (s *upstreamStream) frame() {
 			return
 		}
 		ev := s.buf[s.ready:end]
-		s.x.obs.readUsage(ev)
-		s.outEst += eventTokens(ev, s.events.deltas)
+		s.count(ev, ev)
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]
@@ -149,6 +148,20 @@ func (s *upstreamStream) frame() {
 		}
 		s.begun = false
 		s.ready, s.scan = end, end
+	}
+}
+
+// count estimates the output tokens of text, and reads the usage in ev,
+// both of an event the upstream sent (text is ev, or the part of a long
+// event passed on).
+func (s *upstreamStream) count(text, ev []byte) {
+	if n := eventTokens(text, s.events.deltas); n > 0 {
+		s.outEst += n
+		s.counted = false
+	}
+	if i := lastUsageAt(ev); i >= 0 {
+		s.x.obs.readUsageAt(ev, i)
+		s.counted = true
 	}
 }
 
@@ -188,9 +201,10 @@ func (s *upstreamStream) Close() error {
 		return nil
 	}
 	s.closed = true
-	if !s.finished || !s.x.obs.usage {
+	if !s.counted || !s.x.obs.usage {
 		// Cut before its usage (the client hung up, the upstream broke
-		// off, the timeout passed), or an upstream that sends none.
+		// off, the timeout passed), or an upstream that sends none: the
+		// usage read, if any, does not count the text that followed it.
 		s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
 	}
 	s.u.streamBuf = s.buf[:0]
