@@ -55,24 +55,36 @@ func (o *observation) estimate(sent int, out int64) {
 // length over bytesPerToken, rounded up. Escapes count as their bytes.
 // A Responses stream (deltas) counts only "delta" strings: its later
 // events (output_text.done, output_item.done) repeat the text whole.
+//
+// It looks for the ends of keys (a quote, then a colon) rather than walk
+// every string: an event's keys are fewer than its strings, and a search
+// for a colon goes a vector at a time. A quote inside a string is escaped,
+// so what ends with one there is never taken for a text key.
 func eventTokens(ev []byte, deltas bool) int64 {
 	var n int64
 	for i := 0; i < len(ev); {
-		q := bytes.IndexByte(ev[i:], '"')
-		if q < 0 {
+		c := bytes.IndexByte(ev[i:], ':')
+		if c < 0 {
 			return n
 		}
-		ks := i + q + 1
-		ke := stringEnd(ev, ks)
-		if ke < 0 {
-			return n
+		c += i
+		i = c + 1
+		for c > 0 && ev[c-1] <= ' ' {
+			c--
 		}
-		i = ke + 1
-		c := skipSpace(ev, i)
-		if c >= len(ev) || ev[c] != ':' {
-			continue // a value, not a key
+		if c == 0 || ev[c-1] != '"' {
+			continue // not the end of a key: "data:", a colon in a text
 		}
-		v := skipSpace(ev, c+1)
+		c-- // the key's closing quote
+		ks := bytes.LastIndexByte(ev[max(0, c-maxTextKey):c], '"')
+		if ks < 0 {
+			continue // a key too long to be a text key
+		}
+		ks += max(0, c-maxTextKey) + 1
+		if !textKey(ev[ks:c], deltas) {
+			continue
+		}
+		v := skipSpace(ev, i)
 		if v >= len(ev) || ev[v] != '"' {
 			continue // a key whose value is not a string
 		}
@@ -80,13 +92,16 @@ func eventTokens(ev []byte, deltas bool) int64 {
 		if ve < 0 {
 			return n
 		}
-		if l := ve - v - 1; l > 0 && textKey(ev[ks:ke], deltas) {
+		if l := ve - v - 1; l > 0 {
 			n += int64(l+bytesPerToken-1) / bytesPerToken
 		}
 		i = ve + 1
 	}
 	return n
 }
+
+// maxTextKey is the longest text key's length with its opening quote.
+const maxTextKey = len(`"reasoning_content`)
 
 // textKey reports whether a string under key is an answer's text: chat
 // completions' content, refusal, tool-call arguments and reasoning;

@@ -179,6 +179,10 @@ func TestEventTokens(t *testing.T) {
 		{"responses delta", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"abcd\"}", true, 1},
 		{"responses done", "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"text\":\"abcd efgh\"}", true, 0},
 		{"cut string", `data: {"choices":[{"delta":{"content":"abc`, false, 0},
+		{"colons in the text", `data: {"choices":[{"delta":{"content":"at 10:30: \"go\": now"}}]}`, false, 6},
+		{"a key lookalike in another string", `data: {"instructions":"say \"content\":\"abcdefgh\"","delta":"ab"}`, true, 1},
+		{"spaces around the colon", `data: {"delta" : {"text" :  "abcdefgh"}}`, false, 2},
+		{"a long key before", `data: {"system_fingerprint_and_more":"abcdefgh","content":"abcd"}`, false, 1},
 	} {
 		if got := eventTokens([]byte(tc.ev), tc.deltas); got != tc.want {
 			t.Errorf("%s: got %d, want %d", tc.name, got, tc.want)
@@ -235,6 +239,23 @@ func TestStreamsEndedBeforeUsageChargeEstimate(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			if got := charged() - before; got != want {
 				t.Errorf("charged %d tokens, want %d", got, want)
+			}
+		})
+	}
+}
+
+// BenchmarkEventTokens is the estimate's cost on each event of a stream:
+// an OpenAI chunk of one token, and an Anthropic text delta.
+func BenchmarkEventTokens(b *testing.B) {
+	for _, ev := range []struct{ name, ev string }{
+		{"chat", `data: {"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4.1-2025-04-14","service_tier":"default","system_fingerprint":"fp_e9627c9b1a","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n"},
+		{"anthropic", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ello frien\"}}\n\n"},
+	} {
+		b.Run(ev.name, func(b *testing.B) {
+			buf := []byte(ev.ev)
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				eventTokens(buf, false)
 			}
 		})
 	}
