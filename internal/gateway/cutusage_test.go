@@ -195,8 +195,10 @@ func TestEventTokens(t *testing.T) {
 // message_start's input count and its text's estimate; a Responses
 // stream the request's bytes and its deltas (not the done event that
 // repeats them); a chat stream translated to the Messages API the
-// request's bytes and its text.
-func TestStreamsEndedBeforeUsageChargeEstimate(t *testing.T) {
+// request's bytes and its text. A translated stream cut after the
+// upstream's usage chunk, before its end, is charged the upstream's own
+// counts.
+func TestStreamsEndedEarlyCharge(t *testing.T) {
 	up := newPathUpstream(t)
 	tg, key, charged := startChargedGateway(t, up, up.srv.URL+"/anthropic/")
 	reqTokens := func() int64 { return int64(len(up.last(t).body)+bytesPerToken-1) / bytesPerToken }
@@ -217,6 +219,10 @@ func TestStreamsEndedBeforeUsageChargeEstimate(t *testing.T) {
 		{"messages translated", "/v1/messages", "/v1/chat/completions", msgBody("gpt-x", 50, true), []string{
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world!\"}}]}",
 		}, func() int64 { return reqTokens() + 3 }},
+		{"messages translated, cut after the usage", "/v1/messages", "/v1/chat/completions", msgBody("gpt-x", 50, true), []string{
+			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hello world!\"}}]}",
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9,\"total_tokens\":16}}",
+		}, func() int64 { return 16 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up.events(tc.upPath, tc.events...)

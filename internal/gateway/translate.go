@@ -313,6 +313,7 @@ type messagesStream struct {
 	done    bool  // the upstream's answer came to its end (finish)
 	closed  bool
 	outEst  int64 // output tokens estimated from the text deltas (see estimate)
+	counted bool  // input and output are the latest usage, and no text came after it
 }
 
 func (s *messagesStream) Read(p []byte) (int, error) {
@@ -378,9 +379,6 @@ func (s *messagesStream) event(ev []byte) {
 		s.end = errStreamBroken
 		return
 	}
-	if a.Usage != nil {
-		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
-	}
 	for _, ch := range a.Choices {
 		if ch.Delta != nil {
 			text := ch.Delta.Content
@@ -389,12 +387,19 @@ func (s *messagesStream) event(ev []byte) {
 			}
 			if text != nil && *text != "" {
 				s.outEst += int64(len(*text)+bytesPerToken-1) / bytesPerToken
+				s.counted = false
 				s.pending = append(s.pending, namedEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": *text}})...)
 			}
 		}
 		if ch.FinishReason != nil && s.stop != "refusal" {
 			s.stop = stopReason(*ch.FinishReason)
 		}
+	}
+	// Read after the text: a chunk's usage counts its own text (an
+	// upstream may give one in every chunk).
+	if a.Usage != nil {
+		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
+		s.counted = true
 	}
 }
 
@@ -424,9 +429,14 @@ func (s *messagesStream) fail(err error) {
 func (s *messagesStream) Close() error {
 	if !s.closed {
 		s.closed = true
-		if !s.done || s.input+s.output == 0 {
+		switch {
+		case !s.counted || s.input+s.output == 0:
 			// Cut before the upstream's usage, or it sent none.
 			s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+		case !s.done:
+			// Cut after the usage, before message_delta could carry
+			// it: the upstream's own counts.
+			s.x.obs.in, s.x.obs.out, s.x.obs.usage = int64(s.input), int64(s.output), true
 		}
 		s.u.release()
 		s.x.end()
