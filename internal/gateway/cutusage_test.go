@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // billingUpstream streams chat completions of tokens events, one token
@@ -264,5 +267,43 @@ func BenchmarkEventTokens(b *testing.B) {
 				eventTokens(buf, false)
 			}
 		})
+	}
+}
+
+// A cut stream's estimate is marked where its counts are shown: its
+// span (reconf.usage.estimated) and its access log line
+// (usage_estimated), both with the estimated counts.
+func TestCutStreamMarkedEstimated(t *testing.T) {
+	recv := startOTLP(t)
+	up := newBillingUpstream(t, 40, 2*time.Millisecond)
+	tg := startGateway(t, proxyConfig(up.srv.URL+"/v1", "", "")+
+		"observability: {tracing: {enabled: true, endpoint: "+recv.endpoint+", sample_ratio: 1}, access_log: {enabled: true, destination: access.log}}\n",
+		WithEnv(envWith(goodKey)))
+	s := tg.stream("gpt-x")
+	for range 5 {
+		if _, err := s.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.resp.Body.Close()
+	path := filepath.Join(filepath.Dir(tg.path), "access.log")
+	waitFor(t, "the cut stream's access log line", func() bool { return len(accessLines(t, path)) == 1 })
+	line := accessLines(t, path)[0]
+	if line["usage_estimated"] != true || line["input_tokens"] == nil || line["output_tokens"].(float64) < 5 {
+		t.Errorf("access log line %v, want usage_estimated true with the estimated counts", line)
+	}
+	tg.flushSpans()
+	var server *tracepb.Span
+	for _, sp := range recv.received() {
+		if sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
+			server = sp
+		}
+	}
+	if server == nil {
+		t.Fatal("no span of the request")
+	}
+	a := attrs(server.GetAttributes())
+	if !a["reconf.usage.estimated"].GetBoolValue() || a["gen_ai.usage.output_tokens"].GetIntValue() < 5 {
+		t.Errorf("span attributes %v, want reconf.usage.estimated true with the estimated counts", a)
 	}
 }
