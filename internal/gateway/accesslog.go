@@ -120,6 +120,9 @@ func (l *accessLog) write(x *exchange, gen uint64, status int, took time.Duratio
 		b = strconv.AppendInt(b, x.obs.in, 10)
 		b = append(b, `,"`+logOutput+`":`...)
 		b = strconv.AppendInt(b, x.obs.out, 10)
+		if x.obs.estimated {
+			b = append(b, `,"`+logEstimated+`":true`...)
+		}
 	}
 	b = append(b, `,"`+logGeneration+`":`...)
 	b = strconv.AppendUint(b, gen, 10)

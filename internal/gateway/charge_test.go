@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,8 +10,8 @@ import (
 // Streams of every endpoint charge their usage to the client's key: an
 // Anthropic Messages stream (input tokens in message_start, output tokens
 // in message_delta) and a Responses stream (usage in response.completed)
-// as well as a chat completion's usage chunk. A usage that gives no count
-// charges nothing.
+// as well as a chat completion's usage chunk. A stream whose usage gives no
+// count is charged an estimate (see estimate).
 func TestStreamsChargeTheirUsage(t *testing.T) {
 	up := newPathUpstream(t)
 	tg, key, charged := startChargedGateway(t, up, up.srv.URL+"/anthropic/")
@@ -39,13 +40,18 @@ func TestStreamsChargeTheirUsage(t *testing.T) {
 			"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}",
 			"data: {\"choices\":[],\"usage\":{}}",
 			"data: [DONE]",
-		}, 0},
+		}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up.events(tc.upPath, tc.events...)
 			before := charged()
 			if r := tg.do("POST", tc.path, tc.body, key...); r.status != 200 {
 				t.Fatalf("got %d %s", r.status, r.body)
+			}
+			if tc.want < 0 {
+				// No count: the estimate, from the bytes sent upstream
+				// and the text "hi".
+				tc.want = int64(len(up.last(t).body)+bytesPerToken-1)/bytesPerToken + 1
 			}
 			waitFor(t, "the stream's end", func() bool { return charged()-before == tc.want })
 			// Nothing more arrives later.
@@ -63,11 +69,18 @@ func TestStreamsChargeTheirUsage(t *testing.T) {
 // to a in the current window.
 func startChargedGateway(t *testing.T, up *pathUpstream, anthropicHost string) (tg *testGateway, key []string, charged func() int64) {
 	t.Helper()
-	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", anthropicHost, ""), "routing:", `auth:
+	return startTokenLimitedGateway(t, up, anthropicHost, 100000)
+}
+
+// startTokenLimitedGateway is startChargedGateway with the key's limit
+// of tokens a minute.
+func startTokenLimitedGateway(t *testing.T, up *pathUpstream, anthropicHost string, tokens int) (tg *testGateway, key []string, charged func() int64) {
+	t.Helper()
+	cfg := strings.Replace(proxyConfig(up.srv.URL+"/v1", anthropicHost, ""), "routing:", fmt.Sprintf(`auth:
   mode: api_keys
   keys:
-    - {name: a, secret: "${env:A}", limits: {tokens: 100000, per: 1m}}
-routing:`, 1)
+    - {name: a, secret: "${env:A}", limits: {tokens: %d, per: 1m}}
+routing:`, tokens), 1)
 	tg = startGateway(t, cfg, WithEnv(func(n string) (string, bool) {
 		v := map[string]string{"UPSTREAM_KEY": goodKey, "A": "key-a-secret"}[n]
 		return v, v != ""

@@ -26,6 +26,9 @@ type genaiMetrics struct {
 	duration, ttft, tpot    *prometheus.HistogramVec
 	okDuration, tokens      *shardedFamily
 	requests, input, output *shardedFamily
+	// estimated counts the requests whose usage was estimated (a stream
+	// cut before its usage): rare, so a plain vector.
+	estimated *prometheus.CounterVec
 }
 
 // genaiSeries are one route's series for one operation, for requests
@@ -70,8 +73,12 @@ func newGenAIMetrics() *genaiMetrics {
 		tokens: newHistogramFamily(metricTokenUsage, "Tokens of a request, by type (input, output), as its answer reported them.",
 			[]float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}, append(gen, labelTokenType)),
 		requests: newCounterFamily(metricUsageRequests, "Requests that reached a backend, by model, backend and client key name (empty for a key without one).", usage),
-		input:    newCounterFamily(metricUsageInput, "Input tokens the answers reported, by model, backend and client key name.", usage),
-		output:   newCounterFamily(metricUsageOutput, "Output tokens the answers reported, by model, backend and client key name.", usage),
+		input:    newCounterFamily(metricUsageInput, "Input tokens the answers reported (estimated for a stream cut before its usage), by model, backend and client key name.", usage),
+		output:   newCounterFamily(metricUsageOutput, "Output tokens the answers reported (estimated for a stream cut before its usage), by model, backend and client key name.", usage),
+		estimated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricUsageEstimated,
+			Help: "Requests whose usage the gateway estimated, a stream that ended before its usage (its client hung up, its upstream broke off or sent none), by model, backend and client key name; their estimates are in the usage counters.",
+		}, usage),
 	}
 }
 
@@ -125,6 +132,13 @@ func (m *genaiMetrics) observe(x *exchange, status int, took time.Duration) {
 		u.output.add(shard, uint64(max(o.out, 0)))
 		s.inTok.observe(shard, float64(o.in))
 		s.outTok.observe(shard, float64(o.out))
+		if o.estimated {
+			key := ""
+			if x.client != nil {
+				key = x.client.name
+			}
+			m.estimated.WithLabelValues(rt.model, rt.name, key).Inc()
+		}
 	}
 	if !o.first.IsZero() {
 		s.ttft.Observe(o.first.Sub(x.start).Seconds())
@@ -161,8 +175,8 @@ func (m *genaiMetrics) collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *genaiMetrics) vecs() [3]prometheus.Collector {
-	return [3]prometheus.Collector{m.duration, m.ttft, m.tpot}
+func (m *genaiMetrics) vecs() [4]prometheus.Collector {
+	return [4]prometheus.Collector{m.duration, m.ttft, m.tpot, m.estimated}
 }
 
 func (m *genaiMetrics) families() [5]*shardedFamily {

@@ -20,9 +20,10 @@ type observation struct {
 	model []byte // the model the client asked for, valid until the exchange ends
 	span  trace.Span
 
-	in, out int64 // the answer's input and output tokens, when usage is set
-	usage   bool
-	first   time.Time // when a stream's first byte was handed to the server; zero for a whole answer
+	in, out   int64 // the answer's input and output tokens, when usage is set
+	usage     bool
+	estimated bool      // usage is the gateway's estimate of a stream cut before its own (see estimate)
+	first     time.Time // when a stream's first byte was handed to the server; zero for a whole answer
 }
 
 // The operations a route keeps GenAI series for, by index.

@@ -145,7 +145,7 @@ func (g *Gateway) responses(x *exchange) bool {
 // responsesEvents are the Responses API's error events.
 var responsesEvents = errorEvents{shape: func(code, msg string, gen uint64) []byte {
 	return namedEvent("error", map[string]any{"type": "error", "code": code, "message": msg, "param": nil, "reconf_generation": gen})
-}}
+}, deltas: true}
 
 // responses forwards the request to host + /responses; the answer, a
 // stream included, is passed through as the upstream sends it.

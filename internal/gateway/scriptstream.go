@@ -78,6 +78,11 @@ func (st *scriptStream) event() []byte {
 func (st *scriptStream) Close() error {
 	if !st.closed {
 		st.closed = true
+		if !st.tailed || !st.x.obs.usage {
+			// Cut before its usage: the tokens sent so far, as an
+			// upstream's stream is charged (see estimate).
+			st.x.obs.estimate(len(st.x.ctx.PostBody()), int64(st.next))
+		}
 		st.x.end()
 	}
 	return nil

@@ -33,6 +33,9 @@ const (
 	attrRequestID  = "reconf.request.id"
 	attrBackend    = "reconf.backend"
 	attrAttempt    = "reconf.attempt"
+	// attrUsageEstimated is set, true, when the usage attributes are the
+	// gateway's estimate of a stream cut before its usage.
+	attrUsageEstimated = "reconf.usage.estimated"
 )
 
 // The values of gen_ai.operation.name: chat completions, the Responses
@@ -82,9 +85,12 @@ const (
 	metricUsageRequests = "reconfd_usage_requests_total"
 	metricUsageInput    = "reconfd_usage_input_tokens_total"
 	metricUsageOutput   = "reconfd_usage_output_tokens_total"
-	labelModel          = "model"
-	labelBackend        = "backend"
-	labelClientKey      = "client_key" // a named key's name; empty for a key without one
+	// metricUsageEstimated counts the requests whose usage the gateway
+	// estimated: streams that ended before their usage.
+	metricUsageEstimated = "reconfd_usage_estimated_requests_total"
+	labelModel           = "model"
+	labelBackend         = "backend"
+	labelClientKey       = "client_key" // a named key's name; empty for a key without one
 )
 
 // The access log's keys, one JSON object a request.
@@ -99,6 +105,7 @@ const (
 	logDuration   = "duration_ms"
 	logInput      = "input_tokens"
 	logOutput     = "output_tokens"
+	logEstimated  = "usage_estimated"
 	logGeneration = "generation"
 	logClientKey  = "client_key"
 )

@@ -42,6 +42,13 @@ type upstreamStream struct {
 	tail             []byte
 	end              error // returned once tail is sent: io.EOF, or errStreamBroken
 	closed           bool
+
+	// outEst is the output tokens estimated from the events the upstream
+	// sent, charged when the stream ends without its whole usage (see
+	// estimate); counted says that the latest usage read came after the
+	// latest text, so that it counts all of the text read.
+	outEst  int64
+	counted bool
 }
 
 // Stream buffer bounds: an event is held until whole up to maxEventHold;
@@ -94,7 +101,7 @@ func (s *upstreamStream) fill() {
 		// usageCarry bytes: a Responses stream's response.completed
 		// repeats the whole output and instructions, and its usage,
 		// near its end, must be read whole even when a read cut it.
-		s.x.obs.readUsage(s.buf[s.ready:])
+		s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
 		s.ready, s.begun = len(s.buf)-usageCarry, true
 		s.scan = max(s.scan, s.ready)
 		return
@@ -132,7 +139,7 @@ func (s *upstreamStream) frame() {
 			return
 		}
 		ev := s.buf[s.ready:end]
-		s.x.obs.readUsage(ev)
+		s.count(ev, ev)
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]
@@ -141,6 +148,20 @@ func (s *upstreamStream) frame() {
 		}
 		s.begun = false
 		s.ready, s.scan = end, end
+	}
+}
+
+// count estimates the output tokens of text, and reads the usage in ev,
+// both of an event the upstream sent (text is ev, or the part of a long
+// event passed on).
+func (s *upstreamStream) count(text, ev []byte) {
+	if n := eventTokens(text, s.events.deltas); n > 0 {
+		s.outEst += n
+		s.counted = false
+	}
+	if i := lastUsageAt(ev); i >= 0 {
+		s.x.obs.readUsageAt(ev, i)
+		s.counted = true
 	}
 }
 
@@ -180,6 +201,12 @@ func (s *upstreamStream) Close() error {
 		return nil
 	}
 	s.closed = true
+	if !s.counted || !s.x.obs.usage {
+		// Cut before its usage (the client hung up, the upstream broke
+		// off, the timeout passed), or an upstream that sends none: the
+		// usage read, if any, does not count the text that followed it.
+		s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+	}
 	s.u.streamBuf = s.buf[:0]
 	s.u.release() // a body not read to its end closes the connection
 	s.x.end()
@@ -245,6 +272,10 @@ func isUsageChunk(ev []byte) bool {
 // passed. Its zero value makes a chat completion's.
 type errorEvents struct {
 	shape func(code, msg string, gen uint64) []byte // nil: chat's
+	// deltas says the endpoint's text comes in deltas that later events
+	// repeat whole (the Responses API's): only deltas count toward a cut
+	// stream's estimate (eventTokens).
+	deltas bool
 }
 
 func (e errorEvents) timeout(backend string, gen uint64) []byte {

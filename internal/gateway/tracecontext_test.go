@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"encoding/hex"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -97,5 +99,63 @@ func TestAttemptSpansNamedPerBackend(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "chat m-first,chat m-second" {
 		t.Errorf("attempt spans %q, want chat m-first then chat m-second", names)
+	}
+}
+
+// A tracestate sent as several header lines is one list, its members in
+// the order they came: the request's span and its upstream attempt carry
+// all of them. A traceparent sent twice is no valid parent: the request
+// starts a trace of its own.
+func TestTraceStateLinesJoined(t *testing.T) {
+	recv := startOTLP(t)
+	up := newPathUpstream(t)
+	up.answer("/v1/chat/completions", 200, `{"id":"c1","object":"chat.completion","created":1,"model":"upstream-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	tg := startGateway(t, proxyConfig(up.srv.URL+"/v1", "", "")+tracingSection(recv.endpoint, "1"), WithEnv(envWith(goodKey)))
+	send := func(hdr http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(chatBody("gpt-x", false)))
+		req.Header = hdr
+		resp, err := tg.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("got %d", resp.StatusCode)
+		}
+	}
+	serverSpan := func() *tracepb.Span {
+		t.Helper()
+		tg.flushSpans()
+		var last *tracepb.Span
+		for _, s := range recv.received() {
+			if s.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
+				last = s
+			}
+		}
+		if last == nil {
+			t.Fatal("no span of the request")
+		}
+		return last
+	}
+
+	send(http.Header{
+		"Traceparent": {"00-" + callerTrace + "-" + callerSpan + "-01"},
+		"Tracestate":  {"rojo=00f067aa0ba902b7", "congo=t61rcWkgMzE,other=1", "last=x"},
+	})
+	const want = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE,other=1,last=x"
+	if got := serverSpan().GetTraceState(); got != want {
+		t.Errorf("the request's span has tracestate %q, want %q", got, want)
+	}
+	if got := up.last(t).header.Values("Tracestate"); len(got) != 1 || got[0] != want {
+		t.Errorf("upstream got tracestate %q, want one line %q", got, want)
+	}
+
+	send(http.Header{
+		"Traceparent": {"00-" + callerTrace + "-" + callerSpan + "-01", "00-" + callerTrace + "-b7ad6b7169203332-01"},
+	})
+	if s := serverSpan(); hex.EncodeToString(s.GetTraceId()) == callerTrace || len(s.GetParentSpanId()) != 0 {
+		t.Errorf("a request with two traceparents joined trace %x under %x, want a trace of its own", s.GetTraceId(), s.GetParentSpanId())
 	}
 }

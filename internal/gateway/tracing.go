@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"log/slog"
@@ -227,6 +228,9 @@ func (x *exchange) endSpan(status int, now time.Time) {
 	}
 	if x.obs.usage {
 		attrs = append(attrs, attribute.Int64(attrInputTokens, x.obs.in), attribute.Int64(attrOutputTokens, x.obs.out))
+		if x.obs.estimated {
+			attrs = append(attrs, attribute.Bool(attrUsageEstimated, true))
+		}
 	}
 	if failedStatus(status) {
 		attrs = append(attrs, attribute.String(attrErrorType, strconv.Itoa(status)))
@@ -294,9 +298,26 @@ func (a attemptSpan) inject(u *upstreamRequest) {
 // propagator.
 type headerCarrier struct{ h *fasthttp.RequestHeader }
 
-func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
-func (c headerCarrier) Set(string, string)    {}
-func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+// Get returns the value of the header key. A header sent more than once is
+// one comma-separated list, its values joined in the order they came, as
+// HTTP combines a list-valued field: W3C Trace Context asks it of
+// tracestate, whose members a caller's proxies may have sent as separate
+// lines. A repeated traceparent joined so is not a valid one, and the
+// request starts a trace of its own, as the Trace Context test suite
+// expects of a duplicated traceparent.
+func (c headerCarrier) Get(key string) string {
+	vs := c.h.PeekAll(key)
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return string(vs[0])
+	}
+	return string(bytes.Join(vs, []byte(",")))
+}
+
+func (c headerCarrier) Set(string, string) {}
+func (c headerCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
 // traceparentKey and tracestateKey are the W3C trace context headers, in
 // fasthttp's canonical form.

@@ -310,7 +310,10 @@ type messagesStream struct {
 	input   int
 	output  int
 	end     error // once pending is read: io.EOF or errStreamBroken
+	done    bool  // the upstream's answer came to its end (finish)
 	closed  bool
+	outEst  int64 // output tokens estimated from the text deltas (see estimate)
+	counted bool  // input and output are the latest usage, and no text came after it
 }
 
 func (s *messagesStream) Read(p []byte) (int, error) {
@@ -376,9 +379,6 @@ func (s *messagesStream) event(ev []byte) {
 		s.end = errStreamBroken
 		return
 	}
-	if a.Usage != nil {
-		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
-	}
 	for _, ch := range a.Choices {
 		if ch.Delta != nil {
 			text := ch.Delta.Content
@@ -386,12 +386,20 @@ func (s *messagesStream) event(ev []byte) {
 				text, s.stop = ch.Delta.Refusal, "refusal"
 			}
 			if text != nil && *text != "" {
+				s.outEst += int64(len(*text)+bytesPerToken-1) / bytesPerToken
+				s.counted = false
 				s.pending = append(s.pending, namedEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": *text}})...)
 			}
 		}
 		if ch.FinishReason != nil && s.stop != "refusal" {
 			s.stop = stopReason(*ch.FinishReason)
 		}
+	}
+	// Read after the text: a chunk's usage counts its own text (an
+	// upstream may give one in every chunk).
+	if a.Usage != nil {
+		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
+		s.counted = true
 	}
 }
 
@@ -403,7 +411,7 @@ func (s *messagesStream) finish() {
 	for _, ev := range messagesClose(s.stop, s.input, s.output) {
 		s.pending = append(s.pending, ev...)
 	}
-	s.end = io.EOF
+	s.end, s.done = io.EOF, true
 }
 
 // fail ends the stream with an error event (see upstreamStream.fail).
@@ -421,6 +429,15 @@ func (s *messagesStream) fail(err error) {
 func (s *messagesStream) Close() error {
 	if !s.closed {
 		s.closed = true
+		switch {
+		case !s.counted || s.input+s.output == 0:
+			// Cut before the upstream's usage, or it sent none.
+			s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+		case !s.done:
+			// Cut after the usage, before message_delta could carry
+			// it: the upstream's own counts.
+			s.x.obs.in, s.x.obs.out, s.x.obs.usage = int64(s.input), int64(s.output), true
+		}
 		s.u.release()
 		s.x.end()
 	}

@@ -1,0 +1,141 @@
+package gateway
+
+import "bytes"
+
+// A streamed answer reports its usage at its end (OpenAI's usage chunk,
+// Anthropic's message_delta, the Responses API's response.completed). A
+// stream that ends before it (its client hung up, its upstream broke off,
+// its backend's timeout passed), or whose upstream never sends one, is
+// charged an estimate instead, so that a key's tokens per minute cannot be
+// escaped by closing streams early. A usage read before the last text
+// (an Anthropic stream's message_start) does not count that text, and
+// does not stand for the whole.
+//
+// On a client's close the upstream is not read on for its usage: the
+// upstream connection is closed at once, which stops the generation, and
+// providers bill the tokens generated up to that point. Reading on would
+// have the operator pay for the rest of an answer nobody reads, for as
+// long as it takes to generate, to learn a count the estimate already
+// bounds from above.
+//
+// The estimate errs high, never low:
+//   - input: the upstream's own count when the stream gave one before it
+//     ended (an Anthropic stream's message_start), otherwise the bytes of
+//     the request sent upstream over bytesPerToken, rounded up. The body's
+//     JSON framing counts as text, and an inline image counts by its
+//     encoded size, far above what it costs.
+//   - output: the upstream's own count when it is higher, otherwise, for
+//     each event the upstream sent, the bytes of the strings that carry
+//     the answer's text (eventTokens) over bytesPerToken, each event
+//     rounded up: a stream of one token an event counts at least one a
+//     text event. Every event the gateway read counts, whether or not the
+//     client got it.
+//
+// The answer's usage then counts as reported everywhere (the key's charge,
+// the usage metrics, the trace, the access log), marked as estimated.
+
+// bytesPerToken is the estimate's bytes of text per token: about four
+// characters of English text a token, as OpenAI's guidance has it.
+const bytesPerToken = 4
+
+// estimate sets the usage of a streamed answer that ended without its
+// whole usage, from sent, the bytes of the request sent upstream, and
+// out, the output tokens estimated from the events the upstream sent.
+func (o *observation) estimate(sent int, out int64) {
+	in := int64(sent+bytesPerToken-1) / bytesPerToken
+	if o.usage && o.in > 0 {
+		in = o.in
+	}
+	o.in, o.out = in, max(o.out, out)
+	o.usage, o.estimated = true, true
+}
+
+// eventTokens estimates the output tokens of the stream event ev: for
+// each string value of a key that carries an answer's text (textKey), its
+// length over bytesPerToken, rounded up. Escapes count as their bytes.
+// A Responses stream (deltas) counts only "delta" strings: its later
+// events (output_text.done, output_item.done) repeat the text whole.
+//
+// It looks for the ends of keys (a quote, then a colon) rather than walk
+// every string: an event's keys are fewer than its strings, and a search
+// for a colon goes a vector at a time. A quote inside a string is escaped,
+// so what ends with one there is never taken for a text key.
+func eventTokens(ev []byte, deltas bool) int64 {
+	var n int64
+	for i := 0; i < len(ev); {
+		c := bytes.IndexByte(ev[i:], ':')
+		if c < 0 {
+			return n
+		}
+		c += i
+		i = c + 1
+		for c > 0 && ev[c-1] <= ' ' {
+			c--
+		}
+		if c == 0 || ev[c-1] != '"' {
+			continue // not the end of a key: "data:", a colon in a text
+		}
+		c-- // the key's closing quote
+		ks := bytes.LastIndexByte(ev[max(0, c-maxTextKey):c], '"')
+		if ks < 0 {
+			continue // a key too long to be a text key
+		}
+		ks += max(0, c-maxTextKey) + 1
+		if !textKey(ev[ks:c], deltas) {
+			continue
+		}
+		v := skipSpace(ev, i)
+		if v >= len(ev) || ev[v] != '"' {
+			continue // a key whose value is not a string
+		}
+		ve := stringEnd(ev, v+1)
+		if ve < 0 {
+			return n
+		}
+		if l := ve - v - 1; l > 0 {
+			n += int64(l+bytesPerToken-1) / bytesPerToken
+		}
+		i = ve + 1
+	}
+	return n
+}
+
+// maxTextKey is the longest text key's length with its opening quote.
+const maxTextKey = len(`"reasoning_content`)
+
+// textKey reports whether a string under key is an answer's text: chat
+// completions' content, refusal, tool-call arguments and reasoning;
+// Anthropic's text, partial_json and thinking deltas; the Responses API's
+// deltas only (deltas set).
+func textKey(key []byte, deltas bool) bool {
+	if deltas {
+		return string(key) == "delta"
+	}
+	switch string(key) {
+	case "content", "refusal", "arguments", "reasoning_content", "reasoning",
+		"text", "partial_json", "thinking":
+		return true
+	}
+	return false
+}
+
+// stringEnd returns the index of the quote that closes the JSON string
+// whose contents start at from in b, or -1 when it does not close in b.
+func stringEnd(b []byte, from int) int {
+	for from <= len(b) {
+		q := bytes.IndexByte(b[from:], '"')
+		if q < 0 {
+			return -1
+		}
+		q += from
+		slashes := 0
+		for k := q - 1; k >= from && b[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
+			return q
+		}
+		from = q + 1
+	}
+	return -1
+}
