@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // plan is what an attempt is asked to do beyond a reload.
@@ -82,13 +84,13 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		if version <= prev.id {
-			res.Outcome, res.Reason = NoOp, ReasonStale
+			res.Outcome, res.Reason = NoOp, reasons.Stale
 			res.Message = fmt.Sprintf("version %d is not newer than the active generation %d", version, prev.id)
 			return *res
 		}
 		if ro := r.ro; ro != nil {
 			if version <= ro.cand.id {
-				res.Outcome, res.Reason = NoOp, ReasonStale
+				res.Outcome, res.Reason = NoOp, reasons.Stale
 				res.Message = fmt.Sprintf("version %d is not newer than the candidate %d", version, ro.cand.id)
 				return *res
 			}

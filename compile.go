@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -113,7 +114,7 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 		return nil, r.ctxErr
 	}
 	if len(r.literal) > 0 {
-		return nil, locateAll(doc, &Error{Reason: ReasonSecretNotPropagate, Message: "a literal secret cannot be propagated to other workers; write it as ${env:NAME} or ${file:/abs/path} and provide the value on every host", Problems: r.literal})
+		return nil, locateAll(doc, &Error{Reason: reasons.SecretNotPropagate, Message: "a literal secret cannot be propagated to other workers; write it as ${env:NAME} or ${file:/abs/path} and provide the value on every host", Problems: r.literal})
 	}
 	if len(r.fileErrs) > 0 {
 		// One reason per answer: the first failure's. Every failed file is

@@ -208,7 +208,7 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/millis internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
@@ -220,7 +220,7 @@
 //	reconftest                the conformance kit for consumers and configuration types
 //	                          > reconf source
 //	propagate                 the cluster channel on etcd: publish, follow, presence
-//	                          > reconf internal/certfile internal/millis propagate/internal/zlog
+//	                          > reconf internal/certfile internal/millis internal/reasons propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
 //	                          > internal/ownerdir propagate/internal/zlog
 //	propagate/internal/zlog   etcd's zap logs into slog
@@ -241,6 +241,8 @@
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one
 //	                          > internal/safefile
+//	internal/reasons          the stable reasons only a cluster or a file check produces
+//	                          > -
 //	internal/redact           credentials out of URL-like text
 //	                          > -
 //	internal/restartopt       a replacing process's runtime options, outside the API

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // A record's payload is the live part of a compiled configuration. It
@@ -474,7 +476,7 @@ func (e *payloadError) asError() *Error {
 	switch e.reason {
 	case ReasonUnknownField:
 		msg = "the cluster record names a field that is not a live field here (a publisher with another configuration type?)"
-	case ReasonSecretNotPropagate:
+	case reasons.SecretNotPropagate:
 		msg = "the cluster record holds a secret that is not a reference; records carry only ${env:NAME} and ${file:/path}"
 	}
 	return &Error{Reason: e.reason, Message: msg, Problems: []Problem{{Path: p, Detail: e.detail}}}
@@ -492,7 +494,7 @@ func setValue(n *node, v reflect.Value, x any) *payloadError {
 		val, err := parseText(n.shape, s)
 		switch {
 		case n.kind == kSecret && (err != nil || val.Interface().(Secret).IsLiteral()):
-			return &payloadError{reason: ReasonSecretNotPropagate, detail: "not a secret reference"}
+			return &payloadError{reason: reasons.SecretNotPropagate, detail: "not a secret reference"}
 		case err != nil:
 			return mismatch("text that fits " + safeTypeName(n.typ.String()))
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -294,7 +295,7 @@ func TestPayloadRefusals(t *testing.T) {
 		{"negative uint", `{"live":{"huge":-1}}`, ReasonFieldType, ""},
 		{"bad duration", `{"live":{"wait":"soon"}}`, ReasonFieldType, ""},
 		{"bad text", `{"live":{"addr":"not-an-address"}}`, ReasonFieldType, ""},
-		{"literal secret", `{"live":{"key":"hunter2-canary"}}`, ReasonSecretNotPropagate, ""},
+		{"literal secret", `{"live":{"key":"hunter2-canary"}}`, reasons.SecretNotPropagate, ""},
 		{"array too long", `{"live":{"arr":[1,2,3]}}`, ReasonFieldType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
