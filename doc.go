@@ -212,7 +212,7 @@
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/safefile
+//	                          > reconf internal/certfile internal/history internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
@@ -220,7 +220,7 @@
 //	reconftest                the conformance kit for consumers and configuration types
 //	                          > reconf source
 //	propagate                 the cluster channel on etcd: publish, follow, presence
-//	                          > reconf internal/certfile internal/millis internal/reasons propagate/internal/zlog
+//	                          > reconf internal/certfile internal/history internal/millis internal/reasons propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
 //	                          > internal/ownerdir propagate/internal/zlog
 //	propagate/internal/zlog   etcd's zap logs into slog
@@ -237,6 +237,8 @@
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
+//	internal/history          one process's attempts, bounded, as the management API shows them
+//	                          > reconf internal/millis
 //	internal/millis           durations as fractional milliseconds
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one
