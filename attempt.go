@@ -309,7 +309,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 
 // restartRequired is the answer to a candidate whose restart fields
 // (restart) changed.
-func restartRequired(res *Result, changes []Change, restart []string) Result {
+func restartRequired(res *Result, changes []fieldChange, restart []string) Result {
 	res.Outcome, res.Reason = RestartRequired, ReasonRestart
 	for _, c := range changes {
 		if c.Class == Unclassified {

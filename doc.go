@@ -208,7 +208,7 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/millis internal/reasons internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/configdiff internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
@@ -233,6 +233,8 @@
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
+//	internal/configdiff       two configurations compared path by path, outside the API
+//	                          > -
 //	internal/earlysignal      signals caught before serve's handlers
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands

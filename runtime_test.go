@@ -58,18 +58,18 @@ func TestLifecycle(t *testing.T) {
 func TestKeyedDiffPaths(t *testing.T) {
 	a := &testConfig{Backends: []testBackend{{Name: "stub", Timeout: time.Second}, {Name: "other"}}}
 	b := &testConfig{Backends: []testBackend{{Name: "stub", Timeout: 2 * time.Second}, {Name: "other"}}}
-	got := Diff(a, b)
+	got := diffOf(a, b)
 	if len(got) != 1 || got[0].Path != "backends[stub].timeout" || got[0].Class != Live {
 		t.Fatalf("Diff = %+v, want backends[stub].timeout (live)", got)
 	}
 	// Reordering a keyed list is a change of the list.
 	c := &testConfig{Backends: []testBackend{{Name: "other"}, {Name: "stub", Timeout: time.Second}}}
-	if got := Diff(a, c); len(got) != 1 || got[0].Path != "backends" {
+	if got := diffOf(a, c); len(got) != 1 || got[0].Path != "backends" {
 		t.Fatalf("reorder Diff = %+v, want backends", got)
 	}
 	// Adding an element shows its paths.
 	d := &testConfig{Backends: append(append([]testBackend{}, a.Backends...), testBackend{Name: "new"})}
-	for _, ch := range Diff(a, d) {
+	for _, ch := range diffOf(a, d) {
 		if !strings.HasPrefix(ch.Path, "backends") {
 			t.Errorf("unexpected path %s", ch.Path)
 		}
