@@ -312,7 +312,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 func restartRequired(res *Result, changes []fieldChange, restart []string) Result {
 	res.Outcome, res.Reason = RestartRequired, ReasonRestart
 	for _, c := range changes {
-		if c.Class == Unclassified {
+		if c.Class == classUnclassified {
 			res.Reason = ReasonUnclassified
 			break
 		}

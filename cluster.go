@@ -141,7 +141,7 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	}
 }
 
-func mergeClasses(a, b map[string]Class) map[string]Class {
+func mergeClasses(a, b map[string]fieldClass) map[string]fieldClass {
 	if len(a) == 0 {
 		return b
 	}

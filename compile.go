@@ -37,7 +37,7 @@ type compiler[T any] struct {
 type candidate[T any] struct {
 	cfg       *T
 	files     map[string]string // file field path -> content digest
-	fileClass map[string]Class
+	fileClass map[string]fieldClass
 	local     map[string]bool // hostfile field paths: digests that stay on this host
 	read      *attemptFiles   // the file fields' bytes, handed to Prepare
 	data      []byte          // the local source bytes it was compiled from
@@ -158,7 +158,7 @@ func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
 // files that file fields name.
 type resolver struct {
 	files      map[string]string // path of each file field -> content digest
-	fileClass  map[string]Class
+	fileClass  map[string]fieldClass
 	local      map[string]bool // paths of the hostfile fields among files
 	baseDir    string
 	lookupEnv  func(string) (string, bool)
@@ -219,7 +219,7 @@ func (r *resolver) enter(w *walker, n *node, v reflect.Value) bool {
 		v.Set(reflect.ValueOf(res))
 	case n.file && v.String() != "":
 		if r.files == nil {
-			r.files, r.fileClass = map[string]string{}, map[string]Class{}
+			r.files, r.fileClass = map[string]string{}, map[string]fieldClass{}
 		}
 		name := v.String()
 		if !filepath.IsAbs(name) && r.baseDir != "" {

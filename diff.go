@@ -14,7 +14,7 @@ import (
 // the class that decides whether it may change at run time.
 type fieldChange struct {
 	Path  string
-	Class Class
+	Class fieldClass
 }
 
 func init() { configdiff.Paths = diffAny }
@@ -46,7 +46,7 @@ func diffAny(a, b any) []configdiff.Change {
 // walk that needs two values at once). Unchanged fields cost a comparison
 // and no allocation; paths are rendered only for what changed. files are
 // the content digests of file fields, fileClass their classes.
-func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]Class) []fieldChange {
+func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]fieldClass) []fieldChange {
 	d := &differ{}
 	d.values(root, a, b)
 	for p, da := range filesA {
@@ -68,9 +68,9 @@ type differ struct {
 	buf []byte // the current path
 }
 
-func (d *differ) add(path string, c Class) { d.out = append(d.out, fieldChange{path, c}) }
+func (d *differ) add(path string, c fieldClass) { d.out = append(d.out, fieldChange{path, c}) }
 
-func (d *differ) here(c Class) { d.add(string(d.buf), c) }
+func (d *differ) here(c fieldClass) { d.add(string(d.buf), c) }
 
 func (d *differ) values(n *node, a, b reflect.Value) {
 	switch n.kind {
@@ -256,7 +256,7 @@ func elementKeys(n *node, v reflect.Value) ([]string, bool) {
 // leaves records every leaf under v as changed (an added or removed
 // subtree).
 func (d *differ) leaves(n *node, v reflect.Value) {
-	w := canonical(0, func(p []byte, c Class, _ []byte) { d.add(string(p), c) })
+	w := canonical(0, func(p []byte, c fieldClass, _ []byte) { d.add(string(p), c) })
 	w.buf = append(w.buf, d.buf...)
 	w.walk(n, v)
 }
@@ -290,7 +290,7 @@ func classified(changes []fieldChange) (restart, live []string) {
 		switch {
 		case c.Class.requiresRestart():
 			restart = append(restart, c.Path)
-		case c.Class == Live:
+		case c.Class == classLive:
 			live = append(live, c.Path)
 		}
 	}

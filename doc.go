@@ -22,9 +22,8 @@
 // Every field is exactly one of live (changes at run time), restart (read
 // once at start) or derived (computed by Normalize, never set). A field
 // inherits the class of its nearest tagged ancestor; a field with none is
-// unclassified and treated as restart. CheckClassified (or
-// reconftest.RequireClassified) fails a test when any field of a type has
-// no class. Lists of structs with a "name" field (or a field tagged
+// unclassified and treated as restart. reconftest.RequireClassified fails
+// a test when any field of a type has no class. Lists of structs with a "name" field (or a field tagged
 // `reconf:",key"`) are compared by that key, so a change shows as
 // "backends[stub].timeout".
 //
@@ -208,7 +207,7 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/configdiff internal/millis internal/reasons internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
@@ -218,7 +217,7 @@
 //	trigger                   SIGHUP as a trigger of attempts
 //	                          > reconf
 //	reconftest                the conformance kit for consumers and configuration types
-//	                          > reconf source
+//	                          > reconf source internal/fieldclass
 //	propagate                 the cluster channel on etcd: publish, follow, presence
 //	                          > reconf internal/certfile internal/history internal/millis internal/reasons propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
@@ -238,6 +237,8 @@
 //	internal/earlysignal      signals caught before serve's handlers
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
+//	                          > -
+//	internal/fieldclass       a configuration type's paths with their classes, outside the API
 //	                          > -
 //	internal/history          one process's attempts, bounded, as the management API shows them
 //	                          > reconf internal/millis

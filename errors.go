@@ -14,8 +14,6 @@ import (
 var (
 	// ErrClosed is returned by calls made after Close began.
 	ErrClosed = errors.New("reconf: runtime closed")
-	// ErrUnclassified is wrapped by CheckClassified when a field has no class.
-	ErrUnclassified = errors.New("reconf: field has no class")
 )
 
 // Reason is a stable, machine-readable cause of an outcome. Reasons are part

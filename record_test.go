@@ -155,11 +155,11 @@ func TestPayloadMatchesYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubLive, folLive := classEntries(encode(pub.cfg, nil), Live), classEntries(got, Live)
+	pubLive, folLive := classEntries(encode(pub.cfg, nil), classLive), classEntries(got, classLive)
 	if p, differ := firstDifference(pubLive, folLive); differ {
 		t.Errorf("live field %s differs from the publisher's", p)
 	}
-	if p, differ := firstDifference(classEntries(encode(local.cfg, nil), Restart), classEntries(got, Restart)); differ {
+	if p, differ := firstDifference(classEntries(encode(local.cfg, nil), classRestart), classEntries(got, classRestart)); differ {
 		t.Errorf("bootstrap field %s differs from the follower's own", p)
 	}
 	c := viaJSON.cfg
@@ -176,7 +176,7 @@ func TestPayloadMatchesYAML(t *testing.T) {
 	}
 }
 
-func classEntries(es []entry, c Class) []entry {
+func classEntries(es []entry, c fieldClass) []entry {
 	var out []entry
 	for _, e := range es {
 		if e.class == c {

@@ -76,9 +76,9 @@ func Check(ctx context.Context, path, against string, opts ...Option) (*CheckRep
 	d := &CheckDiff{Live: []string{}, RestartRequired: []string{}}
 	for _, c := range configdiff.Paths(baseCfg, cfg) {
 		switch c.Class {
-		case reconf.Live.String():
+		case "live":
 			d.Live = append(d.Live, c.Path)
-		case reconf.Derived.String():
+		case "derived":
 		default:
 			d.RestartRequired = append(d.RestartRequired, c.Path)
 		}
