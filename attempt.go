@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // plan is what an attempt is asked to do beyond a reload.
@@ -82,13 +84,13 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 	return r.guard(ctx, res, func(res *Result) Result {
 		if version <= prev.id {
-			res.Outcome, res.Reason = NoOp, ReasonStale
+			res.Outcome, res.Reason = NoOp, reasons.Stale
 			res.Message = fmt.Sprintf("version %d is not newer than the active generation %d", version, prev.id)
 			return *res
 		}
 		if ro := r.ro; ro != nil {
 			if version <= ro.cand.id {
-				res.Outcome, res.Reason = NoOp, ReasonStale
+				res.Outcome, res.Reason = NoOp, reasons.Stale
 				res.Message = fmt.Sprintf("version %d is not newer than the candidate %d", version, ro.cand.id)
 				return *res
 			}
@@ -307,10 +309,10 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 
 // restartRequired is the answer to a candidate whose restart fields
 // (restart) changed.
-func restartRequired(res *Result, changes []Change, restart []string) Result {
+func restartRequired(res *Result, changes []fieldChange, restart []string) Result {
 	res.Outcome, res.Reason = RestartRequired, ReasonRestart
 	for _, c := range changes {
-		if c.Class == Unclassified {
+		if c.Class == classUnclassified {
 			res.Reason = ReasonUnclassified
 			break
 		}

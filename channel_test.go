@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // faultChannel is an in-memory Channel for fault injection in this
@@ -121,7 +123,7 @@ func TestClusterJoinPublishApply(t *testing.T) {
 		t.Fatal("reference not resolved locally")
 	}
 	// Stale and repeated versions are no-ops.
-	if res, _ := b.Apply(context.Background(), 2, rec); res.Outcome != NoOp || res.Reason != ReasonStale {
+	if res, _ := b.Apply(context.Background(), 2, rec); res.Outcome != NoOp || res.Reason != reasons.Stale {
 		t.Fatalf("stale apply = %+v", res)
 	}
 	// The same content under a newer number still moves to that number.
@@ -132,7 +134,7 @@ func TestClusterJoinPublishApply(t *testing.T) {
 	// A prompt file that differs here refuses the version whole.
 	bad := rec
 	bad.Files = map[string]string{"backend.system_prompt_file": "0000"}
-	if res, _ := b.Apply(context.Background(), 4, bad); res.Outcome != Invalid || res.Reason != ReasonDigestMismatch || b.Current().ID() != 3 {
+	if res, _ := b.Apply(context.Background(), 4, bad); res.Outcome != Invalid || res.Reason != reasons.DigestMismatch || b.Current().ID() != 3 {
 		t.Fatalf("digest mismatch apply = %+v", res)
 	}
 }
@@ -154,7 +156,7 @@ func TestClusterSupersededAndSecrets(t *testing.T) {
 	// A literal secret cannot travel.
 	srcA.set(strings.Replace(doc, "${env:KEY}", "literal-canary", 1))
 	res = mustReloadC(t, a, Invalid)
-	if res.Reason != ReasonSecretNotPropagate || strings.Contains(res.Message, "literal-canary") || !strings.Contains(res.Message, "${env:NAME}") {
+	if res.Reason != reasons.SecretNotPropagate || strings.Contains(res.Message, "literal-canary") || !strings.Contains(res.Message, "${env:NAME}") {
 		t.Fatalf("literal secret = %+v", res)
 	}
 

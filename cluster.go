@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // confirmCurrent reports, in a cluster whose channel tells its version
@@ -31,7 +33,7 @@ func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) 
 	case err != nil && ctx.Err() != nil:
 		return false, ctx.Err()
 	case err != nil:
-		return false, &Error{Reason: ReasonClusterUnavailable, Message: "the file matches this worker's generation, but the cluster channel could not be read to confirm that it is the fleet's; retry", Err: err}
+		return false, &Error{Reason: reasons.ClusterUnavailable, Message: "the file matches this worker's generation, but the cluster channel could not be read to confirm that it is the fleet's; retry", Err: err}
 	}
 	return v > held, nil
 }
@@ -93,7 +95,7 @@ func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigge
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	default:
-		return 0, &Error{Reason: ReasonClusterUnavailable, Message: unavailable, Err: err}
+		return 0, &Error{Reason: reasons.ClusterUnavailable, Message: unavailable, Err: err}
 	}
 }
 
@@ -139,7 +141,7 @@ func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) 
 	}
 }
 
-func mergeClasses(a, b map[string]Class) map[string]Class {
+func mergeClasses(a, b map[string]fieldClass) map[string]fieldClass {
 	if len(a) == 0 {
 		return b
 	}
@@ -160,5 +162,5 @@ func checkFiles(want, have map[string]string) error {
 		return nil
 	}
 	slices.SortFunc(probs, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
-	return &Error{Reason: ReasonDigestMismatch, Message: "a file this version names differs on this host; distribute the same file to every host", Problems: probs}
+	return &Error{Reason: reasons.DigestMismatch, Message: "a file this version names differs on this host; distribute the same file to every host", Problems: probs}
 }

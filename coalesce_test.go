@@ -40,7 +40,7 @@ func queuedFolds(rt *Runtime[testConfig]) (bool, int) {
 func TestBurstFoldsIntoOneQueuedAttempt(t *testing.T) {
 	const n = 500
 	src := newMem(baseYAML(1))
-	h := NewHistory(0)
+	h := &attemptLog{}
 	rt := newTestRuntime(t, src, WithObserver(h))
 	startup := src.reads
 	release := blockReads(src)
@@ -89,9 +89,9 @@ func TestBurstFoldsIntoOneQueuedAttempt(t *testing.T) {
 	if reads := src.reads - startup; reads != 2 {
 		t.Fatalf("the source was read %d times for %d triggers, want 2", reads, n)
 	}
-	es := h.Entries(0)
+	es := h.results()
 	if len(es) != 3 || es[0].Folds != n-2 || es[1].Folds != 0 { // the startup load, then two attempts
-		t.Fatalf("history = %d entries, newest folds %d; want the startup load and 2 attempts, the newest with %d folds", len(es), es[0].Folds, n-2)
+		t.Fatalf("observed %d attempts, newest folds %d; want the startup load and 2 attempts, the newest with %d folds", len(es), es[0].Folds, n-2)
 	}
 	if q, _ := queuedFolds(rt); q {
 		t.Fatal("an attempt is still queued after the burst")

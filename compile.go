@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -36,7 +37,7 @@ type compiler[T any] struct {
 type candidate[T any] struct {
 	cfg       *T
 	files     map[string]string // file field path -> content digest
-	fileClass map[string]Class
+	fileClass map[string]fieldClass
 	local     map[string]bool // hostfile field paths: digests that stay on this host
 	read      *attemptFiles   // the file fields' bytes, handed to Prepare
 	data      []byte          // the local source bytes it was compiled from
@@ -113,7 +114,7 @@ func (c *compiler[T]) finish(ctx context.Context, root *node, doc *yaml.Node, cf
 		return nil, r.ctxErr
 	}
 	if len(r.literal) > 0 {
-		return nil, locateAll(doc, &Error{Reason: ReasonSecretNotPropagate, Message: "a literal secret cannot be propagated to other workers; write it as ${env:NAME} or ${file:/abs/path} and provide the value on every host", Problems: r.literal})
+		return nil, locateAll(doc, &Error{Reason: reasons.SecretNotPropagate, Message: "a literal secret cannot be propagated to other workers; write it as ${env:NAME} or ${file:/abs/path} and provide the value on every host", Problems: r.literal})
 	}
 	if len(r.fileErrs) > 0 {
 		// One reason per answer: the first failure's. Every failed file is
@@ -157,7 +158,7 @@ func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
 // files that file fields name.
 type resolver struct {
 	files      map[string]string // path of each file field -> content digest
-	fileClass  map[string]Class
+	fileClass  map[string]fieldClass
 	local      map[string]bool // paths of the hostfile fields among files
 	baseDir    string
 	lookupEnv  func(string) (string, bool)
@@ -218,7 +219,7 @@ func (r *resolver) enter(w *walker, n *node, v reflect.Value) bool {
 		v.Set(reflect.ValueOf(res))
 	case n.file && v.String() != "":
 		if r.files == nil {
-			r.files, r.fileClass = map[string]string{}, map[string]Class{}
+			r.files, r.fileClass = map[string]string{}, map[string]fieldClass{}
 		}
 		name := v.String()
 		if !filepath.IsAbs(name) && r.baseDir != "" {

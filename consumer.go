@@ -91,7 +91,7 @@ type consumerReg[T any] struct {
 
 // interested reports whether any changed path is at or under one of the
 // consumer's paths; a consumer with no paths is interested in every change.
-func (r *consumerReg[T]) interested(changes []Change) bool {
+func (r *consumerReg[T]) interested(changes []fieldChange) bool {
 	for _, c := range changes {
 		if len(r.paths) == 0 || underAny(c.Path, r.paths) {
 			return true

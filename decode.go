@@ -535,7 +535,7 @@ func (d *decoder) field(st *structState, k, val *yaml.Node, merged bool) {
 		// an own key, or an earlier merge, set it
 	case set:
 		d.problem(&d.dup, k, string(d.buf), detailDuplicate)
-	case ref.n.own == Derived:
+	case ref.n.own == classDerived:
 		d.problem(&d.derived, k, string(d.buf), "derived field is set")
 	default:
 		fv := st.v.Field(ref.index[0])

@@ -336,7 +336,7 @@ func TestTextTypes(t *testing.T) {
 		t.Errorf("problem = %v", e.Problems[0])
 	}
 	a, b := &textConfig{IP: net.ParseIP("10.0.0.1")}, &textConfig{IP: net.ParseIP("10.0.0.2")}
-	if d := Diff(a, b); len(d) != 1 || d[0].Path != "ip" {
+	if d := diffOf(a, b); len(d) != 1 || d[0].Path != "ip" {
 		t.Errorf("Diff = %v, want ip", d)
 	}
 }

@@ -349,7 +349,7 @@ func packageVocabulary(tb testing.TB) []string {
 			return true
 		})
 	}
-	for _, fc := range Classes[testConfig]() {
+	for _, fc := range fieldClasses(reflect.TypeFor[testConfig]()) {
 		out = append(out, fc.Path)
 	}
 	return append(out, knownWords)

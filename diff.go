@@ -1,32 +1,52 @@
 package reconf
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/reconfhq/reconf/internal/configdiff"
 )
 
-// Change is one path that differs between two configurations, with the
-// class that decides whether it may change at run time.
-type Change struct {
-	Path  string `json:"path"`
-	Class Class  `json:"class"`
+// fieldChange is one path that differs between two configurations, with
+// the class that decides whether it may change at run time.
+type fieldChange struct {
+	Path  string
+	Class fieldClass
 }
 
-// Diff compares two configurations path by path and returns every changed
-// path, sorted. It never reports values. Lists whose elements have a key
-// field are compared by key, so a changed backend shows as
+func init() { configdiff.Paths = diffAny }
+
+// diffOf compares two configurations path by path and returns every
+// changed path, sorted. It never reports values. Lists whose elements have
+// a key field are compared by key, so a changed backend shows as
 // "backends[stub].timeout".
-func Diff[T any](a, b *T) []Change {
+func diffOf[T any](a, b *T) []fieldChange {
 	return diffValues(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem(), nil, nil, nil)
+}
+
+// diffAny is diffOf for configdiff.Paths, which reconfd calls with
+// pointers it holds as any.
+func diffAny(a, b any) []configdiff.Change {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	if va.Kind() != reflect.Pointer || va.Type() != vb.Type() || va.IsNil() || vb.IsNil() {
+		panic(fmt.Sprintf("reconf: diff of %T and %T: want two non-nil pointers of one type", a, b))
+	}
+	cs := diffValues(mustSchema(va.Type().Elem()), va.Elem(), vb.Elem(), nil, nil, nil)
+	out := make([]configdiff.Change, len(cs))
+	for i, c := range cs {
+		out[i] = configdiff.Change{Path: c.Path, Class: c.Class.String()}
+	}
+	return out
 }
 
 // diffValues walks two configurations of one schema side by side (the one
 // walk that needs two values at once). Unchanged fields cost a comparison
 // and no allocation; paths are rendered only for what changed. files are
 // the content digests of file fields, fileClass their classes.
-func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]Class) []Change {
+func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string, fileClass map[string]fieldClass) []fieldChange {
 	d := &differ{}
 	d.values(root, a, b)
 	for p, da := range filesA {
@@ -39,18 +59,18 @@ func diffValues(root *node, a, b reflect.Value, filesA, filesB map[string]string
 			d.add(p, fileClass[p])
 		}
 	}
-	slices.SortFunc(d.out, func(x, y Change) int { return strings.Compare(x.Path, y.Path) })
-	return slices.CompactFunc(d.out, func(x, y Change) bool { return x.Path == y.Path })
+	slices.SortFunc(d.out, func(x, y fieldChange) int { return strings.Compare(x.Path, y.Path) })
+	return slices.CompactFunc(d.out, func(x, y fieldChange) bool { return x.Path == y.Path })
 }
 
 type differ struct {
-	out []Change
+	out []fieldChange
 	buf []byte // the current path
 }
 
-func (d *differ) add(path string, c Class) { d.out = append(d.out, Change{path, c}) }
+func (d *differ) add(path string, c fieldClass) { d.out = append(d.out, fieldChange{path, c}) }
 
-func (d *differ) here(c Class) { d.add(string(d.buf), c) }
+func (d *differ) here(c fieldClass) { d.add(string(d.buf), c) }
 
 func (d *differ) values(n *node, a, b reflect.Value) {
 	switch n.kind {
@@ -236,7 +256,7 @@ func elementKeys(n *node, v reflect.Value) ([]string, bool) {
 // leaves records every leaf under v as changed (an added or removed
 // subtree).
 func (d *differ) leaves(n *node, v reflect.Value) {
-	w := canonical(0, func(p []byte, c Class, _ []byte) { d.add(string(p), c) })
+	w := canonical(0, func(p []byte, c fieldClass, _ []byte) { d.add(string(p), c) })
 	w.buf = append(w.buf, d.buf...)
 	w.walk(n, v)
 }
@@ -265,12 +285,12 @@ func leafEqual(n *node, a, b reflect.Value) bool {
 // classified splits changes into those that require a restart (sorted) and
 // the count of live changes. Derived changes follow from others and decide
 // nothing.
-func classified(changes []Change) (restart, live []string) {
+func classified(changes []fieldChange) (restart, live []string) {
 	for _, c := range changes {
 		switch {
 		case c.Class.requiresRestart():
 			restart = append(restart, c.Path)
-		case c.Class == Live:
+		case c.Class == classLive:
 			live = append(live, c.Path)
 		}
 	}

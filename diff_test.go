@@ -3,9 +3,9 @@ package reconf
 // diffEntries merges two sorted canonical encodings into the changed
 // paths. It is the test oracle for Diff: a second, independent way to the
 // same answer (TestDiffAgreesWithEncoding).
-func diffEntries(a, b []entry) []Change {
-	var out []Change
-	add := func(c Change) {
+func diffEntries(a, b []entry) []fieldChange {
+	var out []fieldChange
+	add := func(c fieldChange) {
 		if n := len(out); n > 0 && out[n-1].Path == c.Path {
 			return
 		}
@@ -15,10 +15,10 @@ func diffEntries(a, b []entry) []Change {
 	for i < len(a) || j < len(b) {
 		switch {
 		case j >= len(b) || (i < len(a) && a[i].path < b[j].path):
-			add(Change{a[i].path, a[i].class})
+			add(fieldChange{a[i].path, a[i].class})
 			i++
 		case i >= len(a) || b[j].path < a[i].path:
-			add(Change{b[j].path, b[j].class})
+			add(fieldChange{b[j].path, b[j].class})
 			j++
 		default:
 			if a[i].val != b[j].val {
@@ -26,7 +26,7 @@ func diffEntries(a, b []entry) []Change {
 				if a[i].class.requiresRestart() {
 					c = a[i].class
 				}
-				add(Change{b[j].path, c})
+				add(fieldChange{b[j].path, c})
 			}
 			i++
 			j++

@@ -22,9 +22,8 @@
 // Every field is exactly one of live (changes at run time), restart (read
 // once at start) or derived (computed by Normalize, never set). A field
 // inherits the class of its nearest tagged ancestor; a field with none is
-// unclassified and treated as restart. CheckClassified (or
-// reconftest.RequireClassified) fails a test when any field of a type has
-// no class. Lists of structs with a "name" field (or a field tagged
+// unclassified and treated as restart. reconftest.RequireClassified fails
+// a test when any field of a type has no class. Lists of structs with a "name" field (or a field tagged
 // `reconf:",key"`) are compared by that key, so a change shows as
 // "backends[stub].timeout".
 //
@@ -208,19 +207,19 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/millis internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/safefile
+//	                          > reconf internal/certfile internal/history internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
 //	                          > reconf
 //	reconftest                the conformance kit for consumers and configuration types
-//	                          > reconf source
+//	                          > reconf source internal/fieldclass
 //	propagate                 the cluster channel on etcd: publish, follow, presence
-//	                          > reconf internal/certfile internal/millis propagate/internal/zlog
+//	                          > reconf internal/certfile internal/history internal/millis internal/reasons propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
 //	                          > internal/ownerdir propagate/internal/zlog
 //	propagate/internal/zlog   etcd's zap logs into slog
@@ -233,14 +232,22 @@
 //	                          > -
 //	internal/certfile         certificate files into TLS settings
 //	                          > internal/safefile
+//	internal/configdiff       two configurations compared path by path, outside the API
+//	                          > -
 //	internal/earlysignal      signals caught before serve's handlers
 //	                          > -
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
+//	internal/fieldclass       a configuration type's paths with their classes, outside the API
+//	                          > -
+//	internal/history          one process's attempts, bounded, as the management API shows them
+//	                          > reconf internal/millis
 //	internal/millis           durations as fractional milliseconds
 //	                          > -
 //	internal/ownerdir         owners of a private directory in a shared one
 //	                          > internal/safefile
+//	internal/reasons          the stable reasons only a cluster or a file check produces
+//	                          > -
 //	internal/redact           credentials out of URL-like text
 //	                          > -
 //	internal/restartopt       a replacing process's runtime options, outside the API

@@ -23,7 +23,7 @@ import (
 // private digest. Entries never leave the package.
 type entry struct {
 	path  string
-	class Class
+	class fieldClass
 	val   string
 }
 
@@ -31,7 +31,7 @@ type entry struct {
 // for each leaf (and for a nil pointer, and for the order of a keyed list,
 // which can matter: first match wins), in walk order with map entries
 // sorted by key.
-func canonical(mask flags, emit func(path []byte, c Class, val []byte)) *walker {
+func canonical(mask flags, emit func(path []byte, c fieldClass, val []byte)) *walker {
 	var scratch []byte
 	var keys []string
 	return &walker{
@@ -123,7 +123,7 @@ func flattenBootstrap(n *node, v reflect.Value) []entry {
 
 func collect(n *node, v reflect.Value, mask flags) []entry {
 	var out []entry
-	canonical(mask, func(p []byte, c Class, val []byte) {
+	canonical(mask, func(p []byte, c fieldClass, val []byte) {
 		out = append(out, entry{string(p), c, string(val)})
 	}).walk(n, v)
 	return out
@@ -139,7 +139,7 @@ func encode[T any](cfg *T, files map[string]string) []entry {
 func flattenFiles(n *node, v reflect.Value, files map[string]string) []entry {
 	out := collect(n, v, 0)
 	if len(files) > 0 {
-		classes := make(map[string]Class, len(files))
+		classes := make(map[string]fieldClass, len(files))
 		for _, e := range out {
 			if _, ok := files[e.path]; ok {
 				classes[e.path] = e.class
@@ -170,7 +170,7 @@ func canonicalDigest[T any](cfg *T, files map[string]string) [32]byte {
 
 func digestInto(h hash.Hash, n *node, v reflect.Value, files map[string]string) {
 	sep := []byte{0}
-	canonical(0, func(p []byte, _ Class, val []byte) {
+	canonical(0, func(p []byte, _ fieldClass, val []byte) {
 		h.Write(p)
 		h.Write(sep)
 		h.Write(val)
@@ -224,7 +224,7 @@ func encodeLive[T any](cfg *T) ([]byte, error) {
 // and whether there is any. Lists and maps that are not live are not
 // entered: their elements have no fixed path a record could address.
 func liveTree(n *node, v reflect.Value) (any, bool) {
-	if n.class == Live {
+	if n.class == classLive {
 		return plain(n, v), true
 	}
 	switch n.kind {
@@ -302,7 +302,7 @@ func plain(n *node, v reflect.Value) any {
 	case kStruct:
 		out := map[string]any{}
 		for _, f := range n.fields {
-			if f.own == Derived {
+			if f.own == classDerived {
 				continue
 			}
 			putField(out, f, plain(f, v.Field(f.index)))
@@ -319,7 +319,7 @@ func plain(n *node, v reflect.Value) any {
 func resetLive(root *node, v reflect.Value) {
 	(&walker{mask: fLive, enter: func(_ *walker, n *node, v reflect.Value) bool {
 		switch {
-		case n.class == Live:
+		case n.class == classLive:
 			v.SetZero()
 			fillDefaults(n, v)
 			return false

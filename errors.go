@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // Sentinel errors. Outcomes of an attempt are not errors (see Result); these
@@ -12,8 +14,6 @@ import (
 var (
 	// ErrClosed is returned by calls made after Close began.
 	ErrClosed = errors.New("reconf: runtime closed")
-	// ErrUnclassified is wrapped by CheckClassified when a field has no class.
-	ErrUnclassified = errors.New("reconf: field has no class")
 )
 
 // Reason is a stable, machine-readable cause of an outcome. Reasons are part
@@ -21,14 +21,17 @@ var (
 // change once released. Messages may change; reasons do not.
 type Reason string
 
-// The stable reasons. Each belongs to exactly one outcome (see Reason.Outcome).
+// The stable reasons a library user's code may meet and act on. Each
+// belongs to exactly one outcome (see Reason.Outcome). The reasons only a
+// cluster channel or a referenced file's checks produce (record_malformed,
+// file_writable_by_others, ...) are not constants of this package, yet
+// they are as stable: Reasons lists every one, and an answer carries them
+// as a Reason like any other.
 const (
 	ReasonPublished Reason = "published"
 	ReasonUnchanged Reason = "unchanged"
-	// ReasonStale: a cluster version not newer than the one held.
-	ReasonStale    Reason = "stale_version"
-	ReasonDryRunOK Reason = "check_passed"
-	ReasonRestart  Reason = "restart_field_changed"
+	ReasonDryRunOK  Reason = "check_passed"
+	ReasonRestart   Reason = "restart_field_changed"
 	// ReasonUnclassified: a changed field has no class, so it is treated as
 	// restart-required; give it a class.
 	ReasonUnclassified Reason = "unclassified"
@@ -53,58 +56,11 @@ const (
 	ReasonValidation           Reason = "validation_failed"
 	ReasonDerivedSet           Reason = "derived_field_set"
 	ReasonSecretUnresolved     Reason = "secret_unresolved"
-	ReasonSecretNotPropagate   Reason = "secret_not_propagatable"
-	// ReasonDigestMismatch: a file a cluster version names differs here.
-	ReasonDigestMismatch Reason = "file_digest_mismatch"
-	// ReasonFileNotRegular: a file the configuration references (a
-	// ${file:} secret or a file field) is a FIFO, a device, a directory or
-	// a pseudo file (/proc, /sys), after symlinks.
-	ReasonFileNotRegular Reason = "file_not_regular"
-	// ReasonFileOversize: a referenced file is over the size bound.
-	ReasonFileOversize Reason = "file_oversize"
-	// ReasonFileUnreadable: a referenced file exists but cannot be read.
-	ReasonFileUnreadable Reason = "file_unreadable"
-	// ReasonFileWritable: a ${file:} secret's file (after symlinks) may be
-	// written by its group or by others.
-	ReasonFileWritable Reason = "file_writable_by_others"
-	// ReasonFileReadable: a ${file:} secret's file may be read by others
-	// (group read is allowed).
-	ReasonFileReadable Reason = "file_readable_by_others"
-	// ReasonFileOwner: a ${file:} secret's file belongs to neither the
-	// process's user nor root.
-	ReasonFileOwner Reason = "file_foreign_owner"
-	// ReasonRecordTooLarge: the cluster record of a candidate is larger
-	// than the cluster accepts in one request (etcd's --max-request-bytes).
-	ReasonRecordTooLarge Reason = "record_too_large"
 
 	ReasonShutdown Reason = "shutdown"
 	ReasonDeadline Reason = "deadline_exceeded"
 
 	ReasonConsumerRefused Reason = "consumer_refused"
-	// ReasonClusterUnavailable: the cluster channel could not be written.
-	ReasonClusterUnavailable Reason = "cluster_unavailable"
-
-	// The reasons a worker following a cluster channel reports in its
-	// worker row (package propagate) when it cannot apply what the channel
-	// holds; the worker keeps serving its active generation meanwhile.
-
-	// ReasonChannelUnreachable: the last read of the channel failed.
-	ReasonChannelUnreachable Reason = "channel_unreachable"
-	// ReasonRecordMalformed: the channel holds a record that cannot be
-	// decoded; nothing is applied until a good version is published.
-	ReasonRecordMalformed Reason = "record_malformed"
-	// ReasonRecordFormat: the channel holds a record of a newer format than
-	// this binary reads (a newer one published it during a roll); the
-	// worker must be replaced by the newer binary, hence restart-required.
-	ReasonRecordFormat Reason = "record_format_unsupported"
-	// ReasonPublisherUnknown: the record's publisher had no presence row in
-	// the channel when it was written: something other than a worker of the
-	// fleet wrote it.
-	ReasonPublisherUnknown Reason = "publisher_unknown"
-	// ReasonRecordOlder: the channel's key went back to a version older
-	// than the one held (deleted and written again); an older version is
-	// never applied.
-	ReasonRecordOlder Reason = "record_older"
 
 	// The reasons of staged rollouts (see Strategy and Runtime.Stage).
 
@@ -133,21 +89,21 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonPublished:            Published,
 	ReasonDryRunOK:             Published,
 	ReasonUnchanged:            NoOp,
-	ReasonStale:                NoOp,
-	ReasonDigestMismatch:       Invalid,
-	ReasonFileNotRegular:       Invalid,
-	ReasonFileOversize:         Invalid,
-	ReasonFileUnreadable:       Invalid,
-	ReasonFileWritable:         Invalid,
-	ReasonFileReadable:         Invalid,
-	ReasonFileOwner:            Invalid,
-	ReasonRecordTooLarge:       Invalid,
-	ReasonClusterUnavailable:   PreparationFailed,
-	ReasonChannelUnreachable:   PreparationFailed,
-	ReasonRecordMalformed:      Invalid,
-	ReasonRecordFormat:         RestartRequired,
-	ReasonPublisherUnknown:     Invalid,
-	ReasonRecordOlder:          Invalid,
+	reasons.Stale:              NoOp,
+	reasons.DigestMismatch:     Invalid,
+	reasons.FileNotRegular:     Invalid,
+	reasons.FileOversize:       Invalid,
+	reasons.FileUnreadable:     Invalid,
+	reasons.FileWritable:       Invalid,
+	reasons.FileReadable:       Invalid,
+	reasons.FileOwner:          Invalid,
+	reasons.RecordTooLarge:     Invalid,
+	reasons.ClusterUnavailable: PreparationFailed,
+	reasons.ChannelUnreachable: PreparationFailed,
+	reasons.RecordMalformed:    Invalid,
+	reasons.RecordFormat:       RestartRequired,
+	reasons.PublisherUnknown:   Invalid,
+	reasons.RecordOlder:        Invalid,
 	ReasonRestart:              RestartRequired,
 	ReasonUnclassified:         RestartRequired,
 	ReasonRetention:            RetentionBlocked,
@@ -168,7 +124,7 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonValidation:           Invalid,
 	ReasonDerivedSet:           Invalid,
 	ReasonSecretUnresolved:     Invalid,
-	ReasonSecretNotPropagate:   Invalid,
+	reasons.SecretNotPropagate: Invalid,
 	ReasonShutdown:             Canceled,
 	ReasonDeadline:             Canceled,
 	ReasonConsumerRefused:      PreparationFailed,

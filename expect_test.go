@@ -8,12 +8,12 @@ import (
 
 // TestExpectedDigest: a reload that expects other content than the source
 // holds is precondition-failed before anything else, reveals no digest,
-// and publishes once the content is there. Consecutive mismatches of one
-// actor make one history entry with their count.
+// and publishes once the content is there. Each mismatch is an attempt
+// of its own, with the actor that a history folds them by.
 func TestExpectedDigest(t *testing.T) {
 	data := []byte("limit: 1\n")
 	src := SourceFunc("test", func(context.Context, ReadRequest) (Snapshot, error) { return Snapshot{Data: data}, nil })
-	h := NewHistory(0)
+	h := &attemptLog{}
 	rt, err := New[struct {
 		Limit int `yaml:"limit" reconf:"live"`
 	}](context.Background(), src, WithObserver(h))
@@ -40,9 +40,14 @@ func TestExpectedDigest(t *testing.T) {
 	if res.Outcome != Published || rt.Current().Config().Limit != 2 {
 		t.Fatalf("reload of the expected content: %s %s", res.Outcome, res.Reason)
 	}
-	es := h.Entries(0)
-	if len(es) != 3 || es[1].Outcome != "precondition-failed" || es[1].Mismatches != 3 || es[0].Outcome != "published" {
-		t.Fatalf("history: %+v", es)
+	rs := h.results()
+	if len(rs) != 5 || rs[0].Outcome != Published || rs[4].Trigger != TriggerStartup {
+		t.Fatalf("attempts: %+v", rs)
+	}
+	for _, r := range rs[1:4] {
+		if r.Outcome != PreconditionFailed || r.Actor != "pipeline" || r.Trigger != TriggerAPI {
+			t.Fatalf("a mismatch's attempt: %+v", r)
+		}
 	}
 	if _, err := WithExpectedDigest(context.Background(), "sha256:abc"); err == nil {
 		t.Fatal("a short digest was accepted")

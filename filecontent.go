@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/reconfhq/reconf/internal/atomicdir"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -51,19 +52,19 @@ func referenceError(ctx context.Context, err error, limit int64) error {
 		return fs.ErrNotExist
 	case errors.As(err, &ce):
 		reason := map[error]Reason{
-			safefile.ErrCredentialWritable: ReasonFileWritable,
-			safefile.ErrCredentialReadable: ReasonFileReadable,
-			safefile.ErrCredentialOwner:    ReasonFileOwner,
+			safefile.ErrCredentialWritable: reasons.FileWritable,
+			safefile.ErrCredentialReadable: reasons.FileReadable,
+			safefile.ErrCredentialOwner:    reasons.FileOwner,
 		}[ce.Err]
 		return &Error{Reason: reason, Message: ce.Error(), Err: err}
 	case errors.As(err, &nr):
-		return &Error{Reason: ReasonFileNotRegular, Message: nr.Error() + "; reference a regular file", Err: err}
+		return &Error{Reason: reasons.FileNotRegular, Message: nr.Error() + "; reference a regular file", Err: err}
 	case errors.Is(err, safefile.ErrOversize):
-		return Errorf(ReasonFileOversize, "the file is over the %d byte bound; shrink it or raise the bound", limit)
+		return Errorf(reasons.FileOversize, "the file is over the %d byte bound; shrink it or raise the bound", limit)
 	case errors.Is(err, fs.ErrPermission):
-		return &Error{Reason: ReasonFileUnreadable, Message: "permission denied; give the process read access to the file and search access to its directories", Err: err}
+		return &Error{Reason: reasons.FileUnreadable, Message: "permission denied; give the process read access to the file and search access to its directories", Err: err}
 	default:
-		return &Error{Reason: ReasonFileUnreadable, Message: "the file cannot be read; check the path, its symlinks and the file system", Err: err}
+		return &Error{Reason: reasons.FileUnreadable, Message: "the file cannot be read; check the path, its symlinks and the file system", Err: err}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -69,16 +70,16 @@ func hostile(t *testing.T, dir string) map[string]struct {
 		path string
 		want Reason
 	}{
-		"fifo":                 {fifo, ReasonFileNotRegular},
-		"symlink to /dev/zero": {zero, ReasonFileNotRegular},
-		"directory":            {dir, ReasonFileNotRegular},
-		"over the bound":       {big, ReasonFileOversize},
+		"fifo":                 {fifo, reasons.FileNotRegular},
+		"symlink to /dev/zero": {zero, reasons.FileNotRegular},
+		"directory":            {dir, reasons.FileNotRegular},
+		"over the bound":       {big, reasons.FileOversize},
 	}
 	if _, err := os.Stat("/proc/self/environ"); err == nil {
 		out["/proc file"] = struct {
 			path string
 			want Reason
-		}{"/proc/self/environ", ReasonFileNotRegular}
+		}{"/proc/self/environ", reasons.FileNotRegular}
 	}
 	return out
 }
@@ -203,7 +204,7 @@ func TestFileContentOutsideAnAttempt(t *testing.T) {
 	fifo, _ := testkit.HostileFiles(t, t.TempDir())
 	_, err := FileContent(context.Background(), fifo)
 	var e *Error
-	if !errors.As(err, &e) || e.Reason != ReasonFileNotRegular {
+	if !errors.As(err, &e) || e.Reason != reasons.FileNotRegular {
 		t.Fatalf("got %v, want file_not_regular", err)
 	}
 }
@@ -235,10 +236,10 @@ func TestSecretFileKeptAsCredential(t *testing.T) {
 	}{
 		{"0600", write("own", 0o600), ""},
 		{"0440 (group read)", write("group", 0o440), ""},
-		{"0644", write("world", 0o644), ReasonFileReadable},
-		{"symlink to 0644", link, ReasonFileReadable},
-		{"0660", write("groupw", 0o660), ReasonFileWritable},
-		{"0606", write("otherw", 0o606), ReasonFileWritable},
+		{"0644", write("world", 0o644), reasons.FileReadable},
+		{"symlink to 0644", link, reasons.FileReadable},
+		{"0660", write("groupw", 0o660), reasons.FileWritable},
+		{"0606", write("otherw", 0o606), reasons.FileWritable},
 	}
 	if os.Geteuid() == 0 {
 		p := write("nobody", 0o600)
@@ -248,7 +249,7 @@ func TestSecretFileKeptAsCredential(t *testing.T) {
 		tests = append(tests, struct {
 			name, path string
 			want       Reason
-		}{"owned by nobody", p, ReasonFileOwner})
+		}{"owned by nobody", p, reasons.FileOwner})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -282,7 +283,7 @@ func TestSecretFileKeptAsCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	var e *Error
-	if _, err := ref.Resolve(nil); !errors.As(err, &e) || e.Reason != ReasonFileReadable {
-		t.Fatalf("Resolve: got %v, want %s", err, ReasonFileReadable)
+	if _, err := ref.Resolve(nil); !errors.As(err, &e) || e.Reason != reasons.FileReadable {
+		t.Fatalf("Resolve: got %v, want %s", err, reasons.FileReadable)
 	}
 }

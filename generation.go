@@ -19,7 +19,7 @@ type Generation[T any] struct {
 	cfg       *T
 	published time.Time
 	files     map[string]string // digests of files that file fields name
-	fileClass map[string]Class
+	fileClass map[string]fieldClass
 	revisions map[string]string // atomic-writer mount -> revision its files came from
 
 	fpOnce      sync.Once

@@ -247,7 +247,7 @@ func TestDiffAgreesWithEncoding(t *testing.T) {
 	})
 	rapid.Check(t, func(rt *rapid.T) {
 		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
-		got := Diff(a, b)
+		got := diffOf(a, b)
 		s := mustSchema(reflect.TypeFor[testConfig]())
 		want := diffEntries(flatten(s, reflect.ValueOf(a).Elem()), flatten(s, reflect.ValueOf(b).Elem()))
 		if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -158,4 +159,28 @@ func mustReload(t testing.TB, rt *Runtime[testConfig], want Outcome) Result {
 		t.Fatalf("outcome = %s (%s: %s), want %s", res.Outcome, res.Reason, res.Message, want)
 	}
 	return res
+}
+
+// attemptLog records every attempt's result but a dry run's, as a history
+// does, and reads them newest first.
+type attemptLog struct {
+	mu sync.Mutex
+	rs []Result
+}
+
+func (l *attemptLog) Observe(res Result) {
+	if res.DryRun {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rs = append(l.rs, res)
+}
+
+func (l *attemptLog) results() []Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.rs)
+	slices.Reverse(out)
+	return out
 }

@@ -1,14 +1,6 @@
 package reconf
 
-import (
-	"sync"
-	"time"
-
-	"github.com/reconfhq/reconf/internal/millis"
-)
-
-// DefaultHistoryLimit is how many entries a History keeps by default.
-const DefaultHistoryLimit = 256
+import "time"
 
 // HistoryEntry is one attempt as an operator reads it afterwards: when,
 // what started it, who, how it ended, which paths changed and which
@@ -81,26 +73,6 @@ type RolloutEntry struct {
 	Health          Health   `json:"health,omitempty"`
 }
 
-// HistoryEntryOfRollout returns the history entry of a rollout decision.
-func HistoryEntryOfRollout(ev RolloutEvent) HistoryEntry {
-	st := ev.State
-	e := HistoryEntry{Time: ev.Time.UTC(), Trigger: st.Trigger, Actor: st.Decider, Outcome: st.Decision.String(), Reason: Reason(st.Reason),
-		PreviousGeneration: st.Active, Generation: st.Candidate,
-		Rollout: &RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision}}
-	if st.Done() {
-		e.Generation = st.Result
-	}
-	if ev.Window != nil {
-		a, c := ev.Window.Active, ev.Window.Candidate
-		e.Rollout.Active, e.Rollout.Candidate, e.Rollout.EarlierBaseline = &a, &c, ev.Window.EarlierBaseline
-	}
-	if ev.Verdict != nil {
-		e.Rollout.Health = ev.Verdict.Health
-		e.Message = ev.Verdict.Detail
-	}
-	return e
-}
-
 // ApplyEntry is one worker's apply of a published version, folded into
 // the version's HistoryEntry.
 type ApplyEntry struct {
@@ -127,128 +99,4 @@ func (e HistoryEntry) Applied() (ok int, failed []ApplyEntry) {
 		}
 	}
 	return ok, failed
-}
-
-// HistoryEntryOf returns the history entry of an attempt's result.
-func HistoryEntryOf(res Result) HistoryEntry {
-	return HistoryEntry{
-		Time:                      res.Started.UTC(),
-		Trigger:                   res.Trigger,
-		Actor:                     res.Actor,
-		Outcome:                   res.Outcome.String(),
-		Reason:                    res.Reason,
-		Message:                   res.Message,
-		ChangedFields:             res.ChangedFields,
-		ChangedFieldCount:         res.Changed,
-		RestartRequiredFields:     res.RestartRequiredFields,
-		RestartRequiredFieldCount: res.RestartRequiredCount,
-		PreviousGeneration:        res.PreviousGeneration,
-		Generation:                res.Generation,
-		DurationMS:                millis.Of(res.Duration),
-		Revisions:                 res.Revisions,
-		Mismatches:                mismatches(res),
-		Folds:                     res.Folds,
-	}
-}
-
-func mismatches(res Result) int {
-	if res.Outcome == PreconditionFailed {
-		return 1
-	}
-	return 0
-}
-
-// History is a bounded, in-memory log of one process's attempts, newest
-// last in memory and newest first when read. Wire it as an observer:
-//
-//	h := reconf.NewHistory(0)
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithObserver(h))
-//
-// A fleet keeps its history in the cluster channel instead (see package
-// propagate). A History is safe for concurrent use.
-type History struct {
-	mu    sync.Mutex
-	limit int
-	buf   []HistoryEntry // ring of at most limit entries
-	next  int            // where the next entry goes once buf is full
-}
-
-// NewHistory returns a history that keeps the newest limit entries
-// (DefaultHistoryLimit when limit <= 0).
-func NewHistory(limit int) *History {
-	if limit <= 0 {
-		limit = DefaultHistoryLimit
-	}
-	return &History{limit: limit}
-}
-
-// Observe records res, for WithObserver. Dry runs (Check) are not
-// attempts on the running configuration and are skipped.
-func (h *History) Observe(res Result) {
-	if res.DryRun {
-		return
-	}
-	e := HistoryEntryOf(res)
-	if res.Outcome == PreconditionFailed && h.foldMismatch(e) {
-		return
-	}
-	h.Add(e)
-}
-
-// foldMismatch counts e into the newest entry when that is a
-// precondition failure of the same actor and trigger, and reports whether
-// it did.
-func (h *History) foldMismatch(e HistoryEntry) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.buf) == 0 {
-		return false
-	}
-	newest := len(h.buf) - 1
-	if len(h.buf) == h.limit {
-		newest = (h.next + h.limit - 1) % h.limit
-	}
-	last := &h.buf[newest]
-	if last.Outcome != e.Outcome || last.Actor != e.Actor || last.Trigger != e.Trigger {
-		return false
-	}
-	last.Mismatches++
-	last.Time, last.DurationMS = e.Time, e.DurationMS
-	return true
-}
-
-// ObserveRollout records a rollout's decision, for WithObserver: History
-// is a RolloutObserver.
-func (h *History) ObserveRollout(ev RolloutEvent) { h.Add(HistoryEntryOfRollout(ev)) }
-
-// Add records e, dropping the oldest entry when the history is full. A
-// service records what the runtime does not see itself (a restart), or
-// carries a predecessor's entries into a new process by adding them
-// oldest first.
-func (h *History) Add(e HistoryEntry) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.buf) < h.limit {
-		h.buf = append(h.buf, e)
-		return
-	}
-	h.buf[h.next] = e
-	h.next = (h.next + 1) % h.limit
-}
-
-// Entries returns at most n entries (all when n <= 0), newest first. The
-// slices inside entries are shared and must not be modified.
-func (h *History) Entries(n int) []HistoryEntry {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if n <= 0 || n > len(h.buf) {
-		n = len(h.buf)
-	}
-	out := make([]HistoryEntry, 0, n)
-	for i := 0; i < n; i++ {
-		// The newest is just before next (or the last when not full).
-		j := (h.next - 1 - i + 2*len(h.buf)) % len(h.buf)
-		out = append(out, h.buf[j])
-	}
-	return out
 }

@@ -220,7 +220,7 @@ func (g *jsonGen) structSchema(n *node) map[string]any {
 	required := []string{}
 	for _, key := range slices.Sorted(maps.Keys(n.keys)) {
 		f := n.keys[key].n
-		if f.own == Derived {
+		if f.own == classDerived {
 			continue
 		}
 		props[key] = g.fieldSchema(f, ownerOf(t, n.keys[key].index))
@@ -274,7 +274,7 @@ func (g *jsonGen) description(f *node, owner reflect.Type) string {
 		}
 		d = g.docs[st.Name()]
 	}
-	if f.own == Unclassified && !f.isLeaf() {
+	if f.own == classUnclassified && !f.isLeaf() {
 		return d
 	}
 	note := "Class: " + f.class.String() + classNote(f.class) + "."
@@ -284,13 +284,13 @@ func (g *jsonGen) description(f *node, owner reflect.Type) string {
 	return d + "\n\n" + note
 }
 
-func classNote(c Class) string {
+func classNote(c fieldClass) string {
 	switch c {
-	case Live:
+	case classLive:
 		return " (a reload applies a change)"
-	case Restart, Unclassified:
+	case classRestart, classUnclassified:
 		return " (read at start; a change needs a restart)"
-	case Derived:
+	case classDerived:
 		return " (computed; not set in the source)"
 	}
 	return ""
@@ -327,7 +327,7 @@ func (g *jsonGen) mustSet(f *node) bool {
 	}
 	if f.kind == kStruct {
 		for _, ref := range f.keys {
-			if ref.n.own != Derived && g.mustSet(ref.n) {
+			if ref.n.own != classDerived && g.mustSet(ref.n) {
 				return true
 			}
 		}

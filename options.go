@@ -10,10 +10,10 @@ import (
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
-// Defaults of the runtime's options.
+// Defaults of the runtime's options, which their docs state.
 const (
-	DefaultRetention      = 8
-	DefaultAttemptTimeout = time.Minute
+	defaultRetention      = 8
+	defaultAttemptTimeout = time.Minute
 )
 
 // Option configures a Runtime. Most options do not depend on the
@@ -114,7 +114,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *settings) { o.logger = l
 
 // WithRetention sets the retained-generation budget: the active generation
 // plus old ones still pinned. A publish that would exceed it is
-// retention-blocked. Values below 2 are raised to 2.
+// retention-blocked. The default is 8; values below 2 are raised to 2.
 func WithRetention(n int) Option {
 	return func(o *settings) { o.retention = max(n, 2) }
 }

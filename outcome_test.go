@@ -1,7 +1,12 @@
 package reconf
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -67,5 +72,38 @@ func TestEveryReasonHasAnOutcome(t *testing.T) {
 	}
 	if Reason("nonsense").Outcome() != InternalFailed {
 		t.Error("an unknown reason must be internal-failed")
+	}
+}
+
+// TestReasonsListTheInternalOnes: every reason of internal/reasons, which
+// the API does not name, is still in Reasons() with an outcome, so a new
+// one cannot be produced without its place in the closed set.
+func TestReasonsListTheInternalOnes(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("internal", "reasons", "reasons.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			for _, v := range s.(*ast.ValueSpec).Values {
+				lit, ok := v.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Fatalf("a reason that is not a string literal: %#v", v)
+				}
+				r, _ := strconv.Unquote(lit.Value)
+				if _, ok := reasonOutcome[Reason(r)]; !ok {
+					t.Errorf("reason %q of internal/reasons has no outcome here, so Reasons() lacks it", r)
+				}
+				n++
+			}
+		}
+	}
+	if n < 16 {
+		t.Fatalf("found %d reasons in internal/reasons, want at least 16", n)
 	}
 }

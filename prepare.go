@@ -15,7 +15,7 @@ type staged struct {
 // prepare asks every interested consumer, in registration order, and aborts
 // the prepared ones in reverse on the first refusal. changes == nil means
 // the startup load, which asks every consumer.
-func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []Change) (out []staged, err error) {
+func (r *Runtime[T]) prepare(ctx context.Context, prev, next *T, changes []fieldChange) (out []staged, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &Error{Reason: ReasonInternal, Message: "a consumer panicked in Prepare", Err: fmt.Errorf("panic: %v", p)}

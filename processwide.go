@@ -22,7 +22,7 @@ func WithProcessWide(paths ...string) Option {
 }
 
 // unsplittable returns the changed paths a rollout cannot split.
-func unsplittable(changes []Change, declared []string) []string {
+func unsplittable(changes []fieldChange, declared []string) []string {
 	if len(declared) == 0 {
 		return nil
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // A record's payload is the live part of a compiled configuration. It
@@ -80,10 +82,10 @@ func (e *payloadEncoder) liveStruct(n *node, v reflect.Value) {
 		e.str(k.name)
 		e.buf = append(e.buf, ':')
 		switch {
-		case f.own == Derived || f.flags&fLive == 0:
+		case f.own == classDerived || f.flags&fLive == 0:
 			e.buf = e.buf[:mark]
 			continue
-		case f.class == Live:
+		case f.class == classLive:
 			if !e.field(f, fv) {
 				e.buf = e.buf[:mark]
 				continue
@@ -145,7 +147,7 @@ func (e *payloadEncoder) object(n *node, v reflect.Value) {
 	e.buf = append(e.buf, '{')
 	first := true
 	for _, k := range sortedKeys(n.shape) {
-		if k.ref.n.own == Derived {
+		if k.ref.n.own == classDerived {
 			continue
 		}
 		mark := len(e.buf)
@@ -327,8 +329,8 @@ func livePathJSONable(n *node, seen map[*shape]bool) bool {
 	seen[n.shape] = true
 	for _, f := range n.fields {
 		switch {
-		case f.own == Derived || f.flags&fLive == 0:
-		case f.class == Live:
+		case f.own == classDerived || f.flags&fLive == 0:
+		case f.class == classLive:
 			if !jsonable(f, map[*shape]bool{}) {
 				return false
 			}
@@ -374,7 +376,7 @@ func jsonable(n *node, seen map[*shape]bool) bool {
 		return !n.typ.Key().Implements(textMarshal) && jsonable(n.elem, seen)
 	case kStruct:
 		for _, f := range n.fields {
-			if f.own != Derived && !jsonable(f, seen) {
+			if f.own != classDerived && !jsonable(f, seen) {
 				return false
 			}
 		}
@@ -412,14 +414,14 @@ func setLive(n *node, v reflect.Value, m map[string]any) *payloadError {
 	for name, x := range m {
 		ref, found := n.keys[name]
 		f := ref.n
-		if !found || f.own == Derived || f.flags&fLive == 0 {
+		if !found || f.own == classDerived || f.flags&fLive == 0 {
 			return &payloadError{reason: ReasonUnknownField, detail: "not a live field", path: []string{name}}
 		}
 		fv := fieldByIndex(v, ref.index)
 		var err *payloadError
 		sub, isObj := x.(map[string]any)
 		switch {
-		case f.class == Live:
+		case f.class == classLive:
 			err = setValue(f, fv, x)
 		case !isObj:
 			err = mismatch("an object")
@@ -474,7 +476,7 @@ func (e *payloadError) asError() *Error {
 	switch e.reason {
 	case ReasonUnknownField:
 		msg = "the cluster record names a field that is not a live field here (a publisher with another configuration type?)"
-	case ReasonSecretNotPropagate:
+	case reasons.SecretNotPropagate:
 		msg = "the cluster record holds a secret that is not a reference; records carry only ${env:NAME} and ${file:/path}"
 	}
 	return &Error{Reason: e.reason, Message: msg, Problems: []Problem{{Path: p, Detail: e.detail}}}
@@ -492,7 +494,7 @@ func setValue(n *node, v reflect.Value, x any) *payloadError {
 		val, err := parseText(n.shape, s)
 		switch {
 		case n.kind == kSecret && (err != nil || val.Interface().(Secret).IsLiteral()):
-			return &payloadError{reason: ReasonSecretNotPropagate, detail: "not a secret reference"}
+			return &payloadError{reason: reasons.SecretNotPropagate, detail: "not a secret reference"}
 		case err != nil:
 			return mismatch("text that fits " + safeTypeName(n.typ.String()))
 		}
@@ -533,7 +535,7 @@ func setValue(n *node, v reflect.Value, x any) *payloadError {
 		}
 		for name, e := range xm {
 			ref, found := n.keys[name]
-			if !found || ref.n.own == Derived {
+			if !found || ref.n.own == classDerived {
 				return (&payloadError{reason: ReasonUnknownField, detail: "not a field"}).under(name)
 			}
 			if err := setValue(ref.n, fieldByIndex(v, ref.index), e); err != nil {
@@ -617,7 +619,7 @@ func setMap(n *node, v reflect.Value, x any) *payloadError {
 // decoded form, which it keeps across applies.
 func copyBootstrap(n *node, dst, src reflect.Value) {
 	switch {
-	case n.class == Live:
+	case n.class == classLive:
 	case n.flags&fLive == 0:
 		dst.Set(deepCopy(src))
 	case n.kind == kStruct:

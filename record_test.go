@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -154,11 +155,11 @@ func TestPayloadMatchesYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubLive, folLive := classEntries(encode(pub.cfg, nil), Live), classEntries(got, Live)
+	pubLive, folLive := classEntries(encode(pub.cfg, nil), classLive), classEntries(got, classLive)
 	if p, differ := firstDifference(pubLive, folLive); differ {
 		t.Errorf("live field %s differs from the publisher's", p)
 	}
-	if p, differ := firstDifference(classEntries(encode(local.cfg, nil), Restart), classEntries(got, Restart)); differ {
+	if p, differ := firstDifference(classEntries(encode(local.cfg, nil), classRestart), classEntries(got, classRestart)); differ {
 		t.Errorf("bootstrap field %s differs from the follower's own", p)
 	}
 	c := viaJSON.cfg
@@ -175,7 +176,7 @@ func TestPayloadMatchesYAML(t *testing.T) {
 	}
 }
 
-func classEntries(es []entry, c Class) []entry {
+func classEntries(es []entry, c fieldClass) []entry {
 	var out []entry
 	for _, e := range es {
 		if e.class == c {
@@ -294,7 +295,7 @@ func TestPayloadRefusals(t *testing.T) {
 		{"negative uint", `{"live":{"huge":-1}}`, ReasonFieldType, ""},
 		{"bad duration", `{"live":{"wait":"soon"}}`, ReasonFieldType, ""},
 		{"bad text", `{"live":{"addr":"not-an-address"}}`, ReasonFieldType, ""},
-		{"literal secret", `{"live":{"key":"hunter2-canary"}}`, ReasonSecretNotPropagate, ""},
+		{"literal secret", `{"live":{"key":"hunter2-canary"}}`, reasons.SecretNotPropagate, ""},
 		{"array too long", `{"live":{"arr":[1,2,3]}}`, ReasonFieldType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,7 +23,9 @@ import (
 // runtime chooses which generations it tracks (the active one, and a
 // rollout's candidate); an observation for any other generation (work
 // pinned before a promotion, say) is counted apart and judged nowhere.
-// A Recorder is safe for concurrent use.
+// A Recorder is safe for concurrent use, and its zero value is ready: a
+// Runtime has its own (Runtime.Recorder), and a service that judges by
+// itself declares one.
 type Recorder struct {
 	slots     [recorderSlots]recorderSlot
 	next      atomic.Uint32 // the slot the next tracked generation takes
@@ -41,9 +43,9 @@ const (
 	recorderShards    = 1 << recorderShardBits
 )
 
-// LatencyBuckets is how many latency buckets Counts holds: four per power
+// latencyBuckets is how many latency buckets Counts holds: four per power
 // of two of microseconds (1.024 µs units), up to about 73 minutes.
-const LatencyBuckets = 128
+const latencyBuckets = 128
 
 type recorderSlot struct {
 	id     atomic.Uint64 // generation; 0 is free
@@ -52,7 +54,7 @@ type recorderSlot struct {
 
 type recorderShard struct {
 	requests, failures atomic.Uint64
-	buckets            [LatencyBuckets]atomic.Uint64
+	buckets            [latencyBuckets]atomic.Uint64
 	_                  [48]byte // the next shard's counters on another line
 }
 
@@ -61,7 +63,7 @@ type recorderShard struct {
 type Counts struct {
 	Requests uint64
 	Failures uint64
-	Buckets  [LatencyBuckets]uint64
+	Buckets  [latencyBuckets]uint64
 }
 
 // Sub returns c minus base, counter by counter.
@@ -109,7 +111,7 @@ func (c Counts) Quantile(q float64) time.Duration {
 			return bucketUpper(i)
 		}
 	}
-	return bucketUpper(LatencyBuckets - 1)
+	return bucketUpper(latencyBuckets - 1)
 }
 
 // bucketOf maps a latency to its bucket: exact below 4 units, then four
@@ -124,7 +126,7 @@ func bucketOf(d time.Duration) int {
 	}
 	e := bits.Len64(v) - 1
 	i := 4 + (e-2)*4 + int(v>>(e-2)&3)
-	return min(i, LatencyBuckets-1)
+	return min(i, latencyBuckets-1)
 }
 
 // bucketUpper returns the exclusive upper bound of bucket i.
@@ -135,11 +137,6 @@ func bucketUpper(i int) time.Duration {
 	e, sub := (i-4)/4+2, (i-4)%4
 	return time.Duration(uint64(5+sub)<<(e-2)) << 10
 }
-
-// NewRecorder returns an empty recorder. A Runtime has its own
-// (Runtime.Recorder); a standalone one serves a service that judges by
-// itself.
-func NewRecorder() *Recorder { return &Recorder{} }
 
 // Observe counts one request of generation gen: whether it failed, and
 // its latency. It never blocks and never allocates.

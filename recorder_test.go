@@ -17,13 +17,13 @@ func TestBucketsCoverLatencies(t *testing.T) {
 			t.Errorf("%s: bucket bound %s is more than 25%% above", d, bucketUpper(i))
 		}
 	}
-	if bucketOf(1000*time.Hour) != LatencyBuckets-1 {
+	if bucketOf(1000*time.Hour) != latencyBuckets-1 {
 		t.Error("a huge latency is not in the last bucket")
 	}
 }
 
 func TestRecorderCountsPerGeneration(t *testing.T) {
-	r := NewRecorder()
+	r := &Recorder{}
 	r.Track(1, 2)
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -108,7 +108,7 @@ func TestJudge(t *testing.T) {
 }
 
 func BenchmarkRecorderObserve(b *testing.B) {
-	r := NewRecorder()
+	r := &Recorder{}
 	r.Track(1, 2)
 	b.ReportAllocs()
 	i := 0
@@ -119,7 +119,7 @@ func BenchmarkRecorderObserve(b *testing.B) {
 }
 
 func BenchmarkRecorderObserveParallel(b *testing.B) {
-	r := NewRecorder()
+	r := &Recorder{}
 	r.Track(1, 2)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

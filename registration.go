@@ -20,7 +20,7 @@ const maxSuggestions = 3
 // checkRegistrations refuses every consumer and process-wide path that
 // names no field of T, naming the nearest fields.
 func checkRegistrations[T any](consumers []consumerReg[T], processWide []string) error {
-	known := registrablePaths(Classes[T]())
+	known := registrablePaths(fieldClasses(reflect.TypeFor[T]()))
 	typ := reflect.TypeFor[T]().String()
 	var errs []error
 	check := func(who string, paths []string) {
@@ -45,7 +45,7 @@ func checkRegistrations[T any](consumers []consumerReg[T], processWide []string)
 // registrablePaths returns every path a registration may name: each leaf
 // path of the type and each of its ancestors ("backends",
 // "backends[*]", "backends[*].timeout").
-func registrablePaths(fields []FieldClass) map[string]bool {
+func registrablePaths(fields []pathClass) map[string]bool {
 	out := map[string]bool{}
 	for _, f := range fields {
 		p := f.Path

@@ -556,9 +556,12 @@ func TestCloseDuringRollout(t *testing.T) {
 	}
 }
 
-func TestHistoryRecordsEveryDecision(t *testing.T) {
+// TestObserversSeeEveryDecision: an observer is told the stage's result
+// and each decision with the figures it was taken on, which is what a
+// history records of a rollout.
+func TestObserversSeeEveryDecision(t *testing.T) {
 	src := newMem(baseYAML(1))
-	h := NewHistory(0)
+	h := &attemptLog{}
 	log := newRolloutLog()
 	rt := newTestRuntime(t, src, WithObserver(h), WithObserver(log))
 	stop := make(chan struct{})
@@ -569,25 +572,19 @@ func TestHistoryRecordsEveryDecision(t *testing.T) {
 	s.StepInterval = 20 * time.Millisecond
 	mustStage(t, rt, s, ReasonRolloutStarted)
 	log.wait(t)
-	es := h.Entries(0)
-	last := es[0]
-	if last.Outcome != "roll_back" || last.Actor != DeciderRollout || last.Reason != "failure_rate_above_baseline" || last.Generation != 3 || last.PreviousGeneration != 1 {
-		t.Fatalf("last entry %+v", last)
+	log.mu.Lock()
+	last := log.events[len(log.events)-1]
+	log.mu.Unlock()
+	st := last.State
+	if st.Decision != RollBack || st.Phase != RolledBack || st.Decider != DeciderRollout || st.Reason != "failure_rate_above_baseline" || st.Result != 3 || st.Active != 1 {
+		t.Fatalf("last decision %+v", st)
 	}
-	r := last.Rollout
-	if r == nil || r.Candidate == nil || r.Candidate.Failures == 0 || r.Active == nil || r.Active.Requests == 0 || r.Strategy != "quick" || r.Health != Unhealthy {
-		t.Fatalf("rollout entry %+v", r)
+	if w := last.Window; w == nil || w.Candidate.Failures == 0 || w.Active.Requests == 0 || st.Strategy.Name != "quick" || last.Verdict == nil || last.Verdict.Health != Unhealthy {
+		t.Fatalf("last decision's figures %+v, verdict %+v", last.Window, last.Verdict)
 	}
-	if first := es[len(es)-2]; first.Reason != ReasonRolloutStarted || first.Generation != 2 {
-		t.Errorf("first entry %+v", first)
-	}
-	b, err := json.Marshal(last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back HistoryEntry
-	if err := json.Unmarshal(b, &back); err != nil || back.Rollout.Decision != RollBack || back.Rollout.Phase != RolledBack {
-		t.Errorf("history entry JSON %s: %v", b, err)
+	rs := h.results()
+	if first := rs[len(rs)-2]; first.Reason != ReasonRolloutStarted || first.Generation != 2 {
+		t.Errorf("the stage's result %+v", first)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // RolloutChannel is a Channel that carries a staged rollout's state beside
@@ -63,7 +65,7 @@ func (r *Runtime[T]) ApplyCandidate(ctx context.Context, version uint64, rec Rec
 		res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
 		return r.guard(ctx, res, func(res *Result) Result {
 			if ro := r.ro; ro != nil && ro.state.ID == st.ID {
-				res.Outcome, res.Reason, res.Generation = NoOp, ReasonStale, ro.cand.id
+				res.Outcome, res.Reason, res.Generation = NoOp, reasons.Stale, ro.cand.id
 				res.Message = fmt.Sprintf("generation %d is already this worker's candidate", ro.cand.id)
 				return *res
 			}
@@ -75,7 +77,7 @@ func (r *Runtime[T]) ApplyCandidate(ctx context.Context, version uint64, rec Rec
 			prev = r.cur.Load()
 			res.PreviousGeneration, res.Generation = prev.id, prev.id
 			if version <= prev.id {
-				res.Outcome, res.Reason = NoOp, ReasonStale
+				res.Outcome, res.Reason = NoOp, reasons.Stale
 				res.Message = fmt.Sprintf("version %d is not newer than the active generation %d", version, prev.id)
 				return *res
 			}

@@ -185,8 +185,8 @@ type RolloutEvent struct {
 }
 
 // RolloutObserver is an Observer that is also told every rollout
-// decision (History is one). ObserveRollout must be quick and must not
-// call back into the runtime's rollout controls.
+// decision (reconfd's history is one). ObserveRollout must be quick and
+// must not call back into the runtime's rollout controls.
 type RolloutObserver interface {
 	Observer
 	ObserveRollout(RolloutEvent)

@@ -105,10 +105,10 @@ func New[T any](ctx context.Context, src Source, opts ...Option) (*Runtime[T], e
 		retained:  map[*Generation[T]]struct{}{},
 		retiredCh: make(chan struct{}, 1),
 		closeLock: make(chan struct{}, 1),
-		rec:       NewRecorder(),
+		rec:       &Recorder{},
 		o: options[T]{settings: settings{
-			retention:      DefaultRetention,
-			attemptTimeout: DefaultAttemptTimeout,
+			retention:      defaultRetention,
+			attemptTimeout: defaultAttemptTimeout,
 			maxBytes:       DefaultMaxSourceBytes,
 			now:            time.Now,
 		}},

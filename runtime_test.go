@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fieldclass"
 	"github.com/reconfhq/reconf/internal/restartopt"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
@@ -58,18 +60,18 @@ func TestLifecycle(t *testing.T) {
 func TestKeyedDiffPaths(t *testing.T) {
 	a := &testConfig{Backends: []testBackend{{Name: "stub", Timeout: time.Second}, {Name: "other"}}}
 	b := &testConfig{Backends: []testBackend{{Name: "stub", Timeout: 2 * time.Second}, {Name: "other"}}}
-	got := Diff(a, b)
-	if len(got) != 1 || got[0].Path != "backends[stub].timeout" || got[0].Class != Live {
+	got := diffOf(a, b)
+	if len(got) != 1 || got[0].Path != "backends[stub].timeout" || got[0].Class != classLive {
 		t.Fatalf("Diff = %+v, want backends[stub].timeout (live)", got)
 	}
 	// Reordering a keyed list is a change of the list.
 	c := &testConfig{Backends: []testBackend{{Name: "other"}, {Name: "stub", Timeout: time.Second}}}
-	if got := Diff(a, c); len(got) != 1 || got[0].Path != "backends" {
+	if got := diffOf(a, c); len(got) != 1 || got[0].Path != "backends" {
 		t.Fatalf("reorder Diff = %+v, want backends", got)
 	}
 	// Adding an element shows its paths.
 	d := &testConfig{Backends: append(append([]testBackend{}, a.Backends...), testBackend{Name: "new"})}
-	for _, ch := range Diff(a, d) {
+	for _, ch := range diffOf(a, d) {
 		if !strings.HasPrefix(ch.Path, "backends") {
 			t.Errorf("unexpected path %s", ch.Path)
 		}
@@ -123,11 +125,11 @@ func TestUnclassifiedFieldIsRestartRequired(t *testing.T) {
 	if res.Outcome != RestartRequired || res.Reason != ReasonUnclassified || res.RestartRequiredFields[0] != "loose" {
 		t.Fatalf("result = %+v", res)
 	}
-	if err := CheckClassified[partly](); !errors.Is(err, ErrUnclassified) || !strings.Contains(err.Error(), "loose") {
-		t.Fatalf("CheckClassified = %v", err)
+	if err := checkClassifiedType(reflect.TypeFor[partly]()); !errors.Is(err, fieldclass.ErrUnclassified) || !strings.Contains(err.Error(), "loose") {
+		t.Fatalf("checkClassifiedType = %v", err)
 	}
-	if err := CheckClassified[testConfig](); err != nil {
-		t.Fatalf("CheckClassified[testConfig] = %v", err)
+	if err := checkClassifiedType(reflect.TypeFor[testConfig]()); err != nil {
+		t.Fatalf("checkClassifiedType(testConfig) = %v", err)
 	}
 }
 

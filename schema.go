@@ -59,8 +59,8 @@ type node struct {
 	goName string // for tag errors
 	index  int    // field index in the parent struct, or -1
 	inline bool
-	own    Class // the field's own class tag; Unclassified if none
-	class  Class // effective class, inherited from the nearest tagged ancestor
+	own    fieldClass // the field's own class tag; classUnclassified if none
+	class  fieldClass // effective class, inherited from the nearest tagged ancestor
 	def    reflect.Value
 	hasDef bool
 	env    string
@@ -124,7 +124,7 @@ func schemaFor(t reflect.Type) (*node, error) {
 	}
 	b := &builder{shapes: map[shapeKey]*shape{}}
 	root := &node{index: -1}
-	root.shape = b.shapeOf(t, Unclassified, "")
+	root.shape = b.shapeOf(t, classUnclassified, "")
 	root.flags = root.shape.flags
 	e := &schemaEntry{root: root, err: errors.Join(b.errs...)}
 	schemas.Store(t, e)
@@ -139,7 +139,7 @@ func mustSchema(t reflect.Type) *node {
 
 type shapeKey struct {
 	t    reflect.Type
-	c    Class
+	c    fieldClass
 	elem bool // inside a list or map element, where env tags cannot apply
 }
 
@@ -154,7 +154,7 @@ func (b *builder) fail(t reflect.Type, field, format string, args ...any) {
 
 // shapeOf builds (or finds) the shape of t under class c. inElem is
 // non-empty inside a list or map element, where env tags cannot apply.
-func (b *builder) shapeOf(t reflect.Type, c Class, inElem string) *shape {
+func (b *builder) shapeOf(t reflect.Type, c fieldClass, inElem string) *shape {
 	k := shapeKey{t, c, inElem != ""}
 	if s, ok := b.shapes[k]; ok {
 		if s.building {
@@ -226,17 +226,17 @@ func (b *builder) shapeOf(t reflect.Type, c Class, inElem string) *shape {
 	return s
 }
 
-func classFlags(c Class) flags {
+func classFlags(c fieldClass) flags {
 	switch c {
-	case Live:
+	case classLive:
 		return fLive
-	case Derived:
+	case classDerived:
 		return fDerived
 	}
 	return fBootstrap
 }
 
-func (b *builder) elemNode(t reflect.Type, c Class, inElem string) *node {
+func (b *builder) elemNode(t reflect.Type, c fieldClass, inElem string) *node {
 	n := &node{index: -1, class: c}
 	n.shape = b.shapeOf(t, c, inElem)
 	n.flags = n.shape.flags
@@ -244,7 +244,7 @@ func (b *builder) elemNode(t reflect.Type, c Class, inElem string) *node {
 }
 
 // structFields builds the field nodes of a struct shape.
-func (b *builder) structFields(s *shape, inherited Class, inElem string) {
+func (b *builder) structFields(s *shape, inherited fieldClass, inElem string) {
 	t := s.typ
 	s.keys = map[string]fieldRef{}
 	for i := range t.NumField() {
@@ -265,10 +265,10 @@ func (b *builder) structFields(s *shape, inherited Class, inElem string) {
 			b.fail(t, sf.Name, "unknown class %q in reconf tag; valid: live, restart, derived", parts[0])
 		}
 		f.own, f.class = own, inherited
-		if own != Unclassified {
+		if own != classUnclassified {
 			f.class = own
 		}
-		if noYAML && own != Derived {
+		if noYAML && own != classDerived {
 			continue // internal state of the user's type, not configuration
 		}
 		for _, p := range parts[1:] {
@@ -305,7 +305,7 @@ func (b *builder) structFields(s *shape, inherited Class, inElem string) {
 		if f.file {
 			f.flags |= fFile
 		}
-		if f.class == Derived && own == Derived && (f.hasDef || f.env != "") {
+		if f.class == classDerived && own == classDerived && (f.hasDef || f.env != "") {
 			b.fail(t, sf.Name, "a derived field is computed; it takes no default or env tag")
 		}
 		if f.inline {

@@ -162,7 +162,7 @@ func TestSecretCanary(t *testing.T) {
 	outputs = append(outputs, string(st), fmt.Sprintf("%+v", *rt.Current().Config()), fmt.Sprintf("%#v", *rt.Current().Config()))
 	prev := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: NewSecret(lit)}}}
 	next := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: NewSecret(envC)}}}
-	outputs = append(outputs, fmt.Sprintf("%+v", Diff(prev, next)))
+	outputs = append(outputs, fmt.Sprintf("%+v", diffOf(prev, next)))
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -186,11 +186,11 @@ func TestEmptySecretEqualsAbsent(t *testing.T) {
 	}
 	a := &testConfig{Backends: []testBackend{{Name: "stub"}}}
 	b := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: Secret{empty}}}}
-	if got := Diff(a, b); len(got) != 0 {
+	if got := diffOf(a, b); len(got) != 0 {
 		t.Fatalf("an absent and an empty secret differ: %v", got)
 	}
 	c := &testConfig{Backends: []testBackend{{Name: "stub", APIKey: NewSecret("x")}}}
-	if got := Diff(a, c); len(got) != 1 || got[0].Path != "backends[stub].api_key" {
+	if got := diffOf(a, c); len(got) != 1 || got[0].Path != "backends[stub].api_key" {
 		t.Fatalf("a set secret: %v", got)
 	}
 }

@@ -21,7 +21,7 @@ type Status struct {
 	LastFailure         *AttemptSummary `json:"last_failure"`
 	RetainedGenerations int             `json:"retained_generations"`
 	// RetentionBudget is how many generations may be retained at once
-	// (WithRetention; DefaultRetention by default).
+	// (WithRetention; 8 by default).
 	RetentionBudget int `json:"retention_budget"`
 	// RetentionPressure is true while the retained generations fill the
 	// budget: an attempt that would publish is refused retention-blocked

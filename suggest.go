@@ -64,7 +64,7 @@ func nearestField(n *node, name string) string {
 	want := foldKey(name)
 	best, bestD := "", limit
 	for key, ref := range n.keys {
-		if ref.n.own == Derived {
+		if ref.n.own == classDerived {
 			continue
 		}
 		// Distances below the bound are exact, so a tie is a real one.

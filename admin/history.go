@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/history"
 )
 
 // HistoryPath serves the attempt history (with WithHistory).
@@ -16,19 +17,17 @@ const HistoryPath = "/admin/config/history"
 // Default and largest number of entries a history request answers.
 const (
 	DefaultHistoryEntries = 50
-	MaxHistoryEntries     = reconf.DefaultHistoryLimit
+	MaxHistoryEntries     = history.DefaultLimit
 )
 
 // HistoryFunc returns the newest n attempts, newest first. A fleet's reads
-// the fleet's history from its channel; a single process's reads a
-// reconf.History. It must be safe for concurrent use and honour ctx.
+// the fleet's history from its channel (propagate.History.Entries); a
+// single process's reads the entries it keeps as an observer of its
+// runtime. It must be safe for concurrent use and honour ctx.
 type HistoryFunc func(ctx context.Context, n int) ([]reconf.HistoryEntry, error)
 
 // WithHistory serves GET /admin/config/history from fn, and shows the
-// recent entries on the status page. For a single process:
-//
-//	h := reconf.NewHistory(0) // and reconf.WithObserver(h) on the runtime
-//	admin.WithHistory(func(_ context.Context, n int) ([]reconf.HistoryEntry, error) { return h.Entries(n), nil })
+// recent entries on the status page.
 func WithHistory(fn HistoryFunc) Option { return func(o *options) { o.history = fn } }
 
 // HistoryResponse is the JSON answer to GET /admin/config/history:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/history"
 )
 
 // syncBuffer collects output that several goroutines write.
@@ -136,7 +137,7 @@ type env struct {
 	client *http.Client
 	// history records every attempt when setup.history is set, and the
 	// server answers GET /admin/config/history from it.
-	history *reconf.History
+	history *history.History
 
 	mu   sync.Mutex
 	seen []string // every answer, headers and body, for the canary search
@@ -165,7 +166,7 @@ func newRuntime(t *testing.T, s setup) *env {
 		reconf.WithConsumer(reconf.Key[any]("pool"), e.gate),
 	}, s.runtime...)
 	if s.history {
-		e.history = reconf.NewHistory(0)
+		e.history = history.New(0)
 		opts = append(opts, reconf.WithObserver(e.history))
 	}
 	rt, err := reconf.New[testConfig](context.Background(), e.src.source(), opts...)

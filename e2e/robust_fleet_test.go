@@ -29,6 +29,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/etcdproc"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -235,7 +236,7 @@ func (f *fleetRun) step() {
 			t.Fatalf("a valid file was refused: %s (%s)", a.Outcome, a.Reason)
 		}
 	}
-	unconfirmed := validFile && ok && a.Reason == reconf.ReasonClusterUnavailable
+	unconfirmed := validFile && ok && a.Reason == reasons.ClusterUnavailable
 	if validFile && f.rec.latestTokens() == k {
 		if unconfirmed {
 			f.unconfirmed++
@@ -254,7 +255,7 @@ func (f *fleetRun) step() {
 // (its follower applying a version) or a version that won the race.
 func validFaultAnswer(a attempt) bool {
 	switch a.Reason {
-	case reconf.ReasonClusterUnavailable, reconf.ReasonInFlight, reconf.ReasonSuperseded:
+	case reasons.ClusterUnavailable, reconf.ReasonInFlight, reconf.ReasonSuperseded:
 		return true
 	}
 	return false
@@ -282,7 +283,7 @@ func (f *fleetRun) publish(k int, unconfirmed bool) {
 			continue
 		}
 		f.answers[a.Outcome.String()]++
-		unconfirmed = a.Reason == reconf.ReasonClusterUnavailable
+		unconfirmed = a.Reason == reasons.ClusterUnavailable
 		switch {
 		case a.Outcome == reconf.Published:
 			f.rec.waitTokens(a.Generation, k)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // DefaultRequestTimeout bounds each etcd request a Channel or Follower
@@ -484,10 +485,10 @@ func (c *Channel) Latest(ctx context.Context) (u Update, rev int64, err error) {
 func (c *Channel) writeFailed(op string, err error, size int) error {
 	switch {
 	case recordTooLarge(err):
-		return reconf.Errorf(reconf.ReasonRecordTooLarge,
+		return reconf.Errorf(reasons.RecordTooLarge,
 			"the cluster record is %d bytes, more than the cluster accepts in one request; raise etcd's --max-request-bytes (an external cluster's default is 1.5 MiB; the embedded member accepts 8 MiB) or make the live configuration smaller", size)
 	case permissionDenied(err):
-		return reconf.Errorf(reconf.ReasonClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
+		return reconf.Errorf(reasons.ClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
 	}
 	return c.unreachable(op, err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestVetAfterCompaction: once etcd has compacted the revision that wrote
@@ -73,7 +74,7 @@ func TestVetAfterCompaction(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(3, "intruder", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "b refuses the foreign record", func() bool { return b.f.Row().LastError == reconf.ReasonPublisherUnknown })
+	waitFor(t, 5*time.Second, "b refuses the foreign record", func() bool { return b.f.Row().LastError == reasons.PublisherUnknown })
 	compact()
 	if v, err := join("j3"); !errors.Is(err, ErrUnknownPublisher) {
 		t.Fatalf("join on a compacted foreign record the fleet refused: version %d, %v; want ErrUnknownPublisher", v, err)

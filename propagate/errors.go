@@ -1,8 +1,6 @@
 package propagate
 
-import (
-	"errors"
-)
+import "errors"
 
 // Sentinel errors.
 var (
@@ -21,6 +19,6 @@ var (
 
 // A Follower reports the reasons of the closed reconf.Reason set in its
 // worker row: the runtime's own (secret_unresolved, file_digest_mismatch,
-// ...) and those of a channel it cannot apply (reconf.ReasonChannelUnreachable,
-// ReasonRecordMalformed, ReasonRecordFormat, ReasonPublisherUnknown,
-// ReasonRecordOlder), so a metric or a dashboard reads one vocabulary.
+// ...) and those of a channel it cannot apply (channel_unreachable,
+// record_malformed, record_format_unsupported, publisher_unknown,
+// record_older), so a metric or a dashboard reads one vocabulary.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 func TestStateText(t *testing.T) {
@@ -75,7 +76,7 @@ func TestFleetConvergedAndDrift(t *testing.T) {
 }
 
 func TestWorkerRowJSON(t *testing.T) {
-	b, err := json.Marshal(WorkerRow{ID: "a", PID: 7, Host: "h", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonChannelUnreachable, Fingerprint: "fp"})
+	b, err := json.Marshal(WorkerRow{ID: "a", PID: 7, Host: "h", AppliedVersion: 3, State: StateFailing, LastError: reasons.ChannelUnreachable, Fingerprint: "fp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +98,9 @@ func TestSummarizeCountsLiveRows(t *testing.T) {
 	rows := []WorkerRow{
 		{ID: "a", AppliedVersion: 4, State: StateOK},
 		{ID: "b", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonSecretUnresolved},
-		{ID: "c", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonDigestMismatch},
+		{ID: "c", AppliedVersion: 3, State: StateFailing, LastError: reasons.DigestMismatch},
 		{ID: "d", AppliedVersion: 3, State: StateFailing, LastError: reconf.ReasonSecretUnresolved},
-		{ID: "e", AppliedVersion: 3, State: StateDegraded, LastError: reconf.ReasonChannelUnreachable},
+		{ID: "e", AppliedVersion: 3, State: StateDegraded, LastError: reasons.ChannelUnreachable},
 		{ID: "f", AppliedVersion: 4, State: StateOK},
 	}
 	f := Fleet{ClusterVersion: 4, Workers: rows}

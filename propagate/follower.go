@@ -19,6 +19,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/millis"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // Defaults of a Follower's options.
@@ -711,14 +712,14 @@ func (f *Follower) failed(version uint64, reason reconf.Reason, msg string) {
 // badRecord reports a version the follower refuses: one it cannot decode,
 // of a newer format, of an unknown publisher, or older than one seen.
 func (f *Follower) badRecord(err error) {
-	reason := reconf.ReasonRecordMalformed
+	reason := reconf.Reason(reasons.RecordMalformed)
 	switch {
 	case errors.Is(err, ErrFormat):
-		reason = reconf.ReasonRecordFormat
+		reason = reasons.RecordFormat
 	case errors.Is(err, ErrUnknownPublisher):
-		reason = reconf.ReasonPublisherUnknown
+		reason = reasons.PublisherUnknown
 	case errors.Is(err, errOlder):
-		reason = reconf.ReasonRecordOlder
+		reason = reasons.RecordOlder
 	}
 	f.mu.Lock()
 	first := !f.malformed || f.lastErr != reason
@@ -873,7 +874,7 @@ func (f *Follower) Row() WorkerRow {
 	defer f.mu.Unlock()
 	switch {
 	case f.readErr || f.writeErr:
-		r.State, r.LastError = StateDegraded, reconf.ReasonChannelUnreachable
+		r.State, r.LastError = StateDegraded, reasons.ChannelUnreachable
 	case f.lastErr != "":
 		r.State, r.LastError = StateFailing, f.lastErr
 	}

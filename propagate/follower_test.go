@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 func fleetOf(t testing.TB, ch *Channel) Fleet {
@@ -270,7 +271,7 @@ func TestApplyRacingNewerVersionNeverLandsOlder(t *testing.T) {
 	first := olds[0]
 	mu.Unlock()
 	res, err := slow.rt.Apply(context.Background(), first.v, first.rec)
-	if err != nil || res.Outcome != reconf.NoOp || res.Reason != reconf.ReasonStale || slow.version() != 12 {
+	if err != nil || res.Outcome != reconf.NoOp || res.Reason != reasons.Stale || slow.version() != 12 {
 		t.Fatalf("stale apply: %s/%s err %v version %d; want no-op stale_version, version 12", res.Outcome, res.Reason, err, slow.version())
 	}
 }
@@ -343,8 +344,8 @@ func TestUnreachableEtcdDegradesThenRecovers(t *testing.T) {
 	waitFor(t, 5*time.Second, "workers report degraded", func() bool {
 		return a.f.Row().State == StateDegraded && b.f.Row().State == StateDegraded
 	})
-	if r := b.f.Row(); r.LastError != reconf.ReasonChannelUnreachable {
-		t.Fatalf("row %+v: want last_error %s", r, reconf.ReasonChannelUnreachable)
+	if r := b.f.Row(); r.LastError != reasons.ChannelUnreachable {
+		t.Fatalf("row %+v: want last_error %s", r, reasons.ChannelUnreachable)
 	}
 	// Still serving the last-good generation; a publish fails cleanly.
 	if b.version() != 2 || b.limit() != 2 {
@@ -449,7 +450,7 @@ func TestMalformedRecordIsReportedAndReplaced(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "a reports record_malformed", func() bool {
 		r := a.f.Row()
-		return r.State == StateFailing && r.LastError == reconf.ReasonRecordMalformed
+		return r.State == StateFailing && r.LastError == reasons.RecordMalformed
 	})
 	if a.version() != 1 {
 		t.Fatalf("a moved to %d", a.version())
@@ -569,7 +570,7 @@ func TestLiteralSecretNeverReachesEtcd(t *testing.T) {
 	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
 	literal := strings.Replace(configYAML("gw", 9, "KEY1"), "${env:KEY1}", canary, 1)
 	res := a.reload(t, literal)
-	if res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonSecretNotPropagate {
+	if res.Outcome != reconf.Invalid || res.Reason != reasons.SecretNotPropagate {
 		t.Fatalf("literal secret: %s/%s, want invalid secret_not_propagatable", res.Outcome, res.Reason)
 	}
 	if strings.Contains(res.Message, canary) {
@@ -609,8 +610,8 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: "json/1"}
 			_, err := ch.Publish(ctx, 1, big)
 			var e *reconf.Error
-			if !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge || errors.Is(err, ErrUnreachable) {
-				t.Fatalf("publish: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			if !errors.As(err, &e) || e.Reason != reasons.RecordTooLarge || errors.Is(err, ErrUnreachable) {
+				t.Fatalf("publish: got %v, want reason %s", err, reasons.RecordTooLarge)
 			}
 			// A join sends the local record only to seed an empty channel.
 			if v, _, err := ch.Join(ctx, big); err != nil || v != 1 {
@@ -620,8 +621,8 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 				t.Fatalf("after the refusal: version %d, %v; want 1", u.Version, err)
 			}
 			empty := channelOn(t, tc.endpoints)
-			if _, _, err := empty.Join(ctx, big); !errors.As(err, &e) || e.Reason != reconf.ReasonRecordTooLarge {
-				t.Fatalf("seeding join: got %v, want reason %s", err, reconf.ReasonRecordTooLarge)
+			if _, _, err := empty.Join(ctx, big); !errors.As(err, &e) || e.Reason != reasons.RecordTooLarge {
+				t.Fatalf("seeding join: got %v, want reason %s", err, reasons.RecordTooLarge)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/history"
 	"github.com/reconfhq/reconf/internal/millis"
 )
 
@@ -89,7 +90,7 @@ func (h *History) runOfEntry(e reconf.HistoryEntry) uint64 {
 type HistoryOption func(*History)
 
 // WithHistoryLimit sets how many entries the fleet keeps (default
-// reconf.DefaultHistoryLimit).
+// history.DefaultLimit).
 func WithHistoryLimit(n int) HistoryOption {
 	return func(h *History) {
 		if n > 0 {
@@ -109,7 +110,7 @@ const historyQueue = 256
 // and starts its writer goroutine.
 func NewHistory(ch *Channel, opts ...HistoryOption) *History {
 	h := &History{
-		cli: ch.cli, prefix: ch.prefix, worker: ch.id, limit: reconf.DefaultHistoryLimit, timeout: ch.timeout,
+		cli: ch.cli, prefix: ch.prefix, worker: ch.id, limit: history.DefaultLimit, timeout: ch.timeout,
 		log: slog.Default(), queue: make(chan func(context.Context), historyQueue), done: make(chan struct{}),
 		tries: map[uint64]int{},
 	}
@@ -140,7 +141,7 @@ func (h *History) Observe(res reconf.Result) {
 	if res.DryRun || res.Trigger == reconf.TriggerCluster {
 		return
 	}
-	e := reconf.HistoryEntryOf(res)
+	e := history.Of(res)
 	if run := h.runOfEntry(e); run != 0 {
 		h.enqueue(func(ctx context.Context) { h.writeMismatch(ctx, e, run) })
 		return
@@ -173,7 +174,7 @@ func (h *History) ObserveRollout(ev reconf.RolloutEvent) {
 	if ev.Adopted {
 		return
 	}
-	e := reconf.HistoryEntryOfRollout(ev)
+	e := history.OfRollout(ev)
 	h.enqueue(func(ctx context.Context) {
 		if err := h.record(ctx, e, 0); err != nil {
 			h.log.Warn("propagate: the rollout's decision could not be written to the fleet's history", "rollout", ev.State.ID, "error", err)

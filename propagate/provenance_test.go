@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestRecordNamesItsPublisher: a record carries the format, the
@@ -105,7 +106,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(2, "intruder", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	refused(1, reconf.ReasonPublisherUnknown)
+	refused(1, reasons.PublisherUnknown)
 	// A worker's reload publishes over it (the refused record does not
 	// block publishing), and every worker applies that.
 	if res := a.reload(t, configYAML("gw", 3, "KEY1")); res.Outcome != reconf.Published || res.Generation != 3 {
@@ -119,7 +120,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(4, "a", RecordFormat+1)); err != nil {
 		t.Fatal(err)
 	}
-	refused(3, reconf.ReasonRecordFormat)
+	refused(3, reasons.RecordFormat)
 
 	// The key deleted and written again: version 1, older than held.
 	if _, err := a.cli.Delete(ctx, a.ch.Key()); err != nil {
@@ -128,7 +129,7 @@ func TestForeignRecordsAreRefused(t *testing.T) {
 	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(1, "a", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	refused(3, reconf.ReasonRecordOlder)
+	refused(3, reasons.RecordOlder)
 }
 
 // TestJoinRefusesAForeignRecord: a worker starting on a channel whose

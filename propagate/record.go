@@ -16,7 +16,7 @@ import (
 // Format 1 (records with no "format" field) named its publisher by ID
 // only; format 2 adds the publisher's identity, the trigger and the actor.
 // A worker reads every format up to its own and refuses a newer one
-// (reconf.ReasonRecordFormat) rather than guess at fields it does not know,
+// (record_format_unsupported) rather than guess at fields it does not know,
 // so that during a rolling upgrade an old worker keeps its generation
 // whole instead of applying half of a newer record.
 const RecordFormat = 2

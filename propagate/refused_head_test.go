@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestReloadOverAVersionThisWorkerRefused: a worker that refused the
@@ -71,7 +72,7 @@ func TestUnchangedReloadPublishesOverARecordNobodyApplies(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "a reports record_malformed", func() bool {
 		r := a.f.Row()
-		return r.State == StateFailing && r.LastError == reconf.ReasonRecordMalformed
+		return r.State == StateFailing && r.LastError == reasons.RecordMalformed
 	})
 	res := a.reload(t, configYAML("gw", 1, "KEY1"))
 	if res.Outcome != reconf.Published || res.Generation != 3 {

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // recordingKV wraps a client's KV for fault injection: it records every
@@ -141,7 +142,7 @@ func TestVetAsksTheLeaderWhenTheMemberLags(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "b refuses the intruder's record", func() bool {
-		return b.f.Row().LastError == reconf.ReasonPublisherUnknown
+		return b.f.Row().LastError == reasons.PublisherUnknown
 	})
 	if b.version() != 2 {
 		t.Fatalf("b moved to %d", b.version())

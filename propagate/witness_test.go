@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestWitnessVetsWithoutARead: a version published by a worker carries its
@@ -68,7 +69,7 @@ func TestWitnessOnlyAtItsRecordsRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "b refuses the record whose witness came apart", func() bool {
-		return b.f.Row().LastError == reconf.ReasonPublisherUnknown
+		return b.f.Row().LastError == reasons.PublisherUnknown
 	})
 	reads := len(bkv.revReads())
 	if reads == 0 {
@@ -85,7 +86,7 @@ func TestWitnessOnlyAtItsRecordsRevision(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "b read the revision of version 3", func() bool { return len(bkv.revReads()) > reads })
 	time.Sleep(200 * time.Millisecond) // two resyncs: it stays refused
-	if b.version() != 1 || b.f.Row().LastError != reconf.ReasonPublisherUnknown {
+	if b.version() != 1 || b.f.Row().LastError != reasons.PublisherUnknown {
 		t.Fatalf("b holds %d (last error %q) after a witness naming another publisher", b.version(), b.f.Row().LastError)
 	}
 

@@ -1,9 +1,10 @@
 package reconftest
 
 import (
+	"reflect"
 	"testing"
 
-	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fieldclass"
 )
 
 // RequireClassified fails t when any field of T has no class, or when T's
@@ -13,7 +14,7 @@ import (
 //	func TestConfigClassified(t *testing.T) { reconftest.RequireClassified[Config](t) }
 func RequireClassified[T any](t testing.TB) {
 	t.Helper()
-	if err := reconf.CheckClassified[T](); err != nil {
+	if err := fieldclass.Check(reflect.TypeFor[T]()); err != nil {
 		t.Fatalf("configuration type is not fully classified: %v", err)
 	}
 }

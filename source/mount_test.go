@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/history"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -72,7 +73,7 @@ func TestMountOneRevisionPerGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &swapAfterRead{FileSource: fs}
-	h := reconf.NewHistory(0)
+	h := history.New(0)
 	rt, err := reconf.New[mountConfig](context.Background(), src, reconf.WithObserver(h),
 		reconf.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {

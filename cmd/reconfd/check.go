@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/fieldclass"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/serve"
 )
@@ -149,7 +151,7 @@ func printOne(w io.Writer, prefix string, rep *gateway.CheckReport) {
 }
 
 func printClasses(w io.Writer, output string) error {
-	fcs := reconf.Classes[gateway.Config]()
+	fcs := fieldclass.Of(reflect.TypeFor[gateway.Config]())
 	if output == "json" {
 		type row struct {
 			Path  string `json:"path"`
@@ -157,7 +159,7 @@ func printClasses(w io.Writer, output string) error {
 		}
 		rows := make([]row, len(fcs))
 		for i, fc := range fcs {
-			rows[i] = row{fc.Path, fc.Class.String()}
+			rows[i] = row{fc.Path, fc.Class}
 		}
 		b, _ := json.MarshalIndent(rows, "", "  ")
 		fmt.Fprintln(w, string(b))
@@ -166,7 +168,7 @@ func printClasses(w io.Writer, output string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tCLASS")
 	for _, fc := range fcs {
-		fmt.Fprintf(tw, "%s\t%s\n", fc.Path, strings.ToLower(fc.Class.String()))
+		fmt.Fprintf(tw, "%s\t%s\n", fc.Path, strings.ToLower(fc.Class))
 	}
 	return tw.Flush()
 }

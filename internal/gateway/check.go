@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/configdiff"
 )
 
 // CheckReport is the result of a dry run of one configuration file and,
@@ -73,11 +74,11 @@ func Check(ctx context.Context, path, against string, opts ...Option) (*CheckRep
 		return rep, nil
 	}
 	d := &CheckDiff{Live: []string{}, RestartRequired: []string{}}
-	for _, c := range reconf.Diff(baseCfg, cfg) {
+	for _, c := range configdiff.Paths(baseCfg, cfg) {
 		switch c.Class {
-		case reconf.Live:
+		case "live":
 			d.Live = append(d.Live, c.Path)
-		case reconf.Derived:
+		case "derived":
 		default:
 			d.RestartRequired = append(d.RestartRequired, c.Path)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/testetcd"
 	"github.com/reconfhq/reconf/internal/testkit"
 	"github.com/reconfhq/reconf/propagate"
@@ -88,13 +89,13 @@ func TestClusterRefusesLiteralSecrets(t *testing.T) {
 	_, err := New(context.Background(), path, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		WithCluster(ClusterOptions{Endpoints: etcd.Endpoints(), Prefix: "/test/literal"}))
 	var e *reconf.Error
-	if !errors.As(err, &e) || e.Reason != reconf.ReasonSecretNotPropagate {
+	if !errors.As(err, &e) || e.Reason != reasons.SecretNotPropagate {
 		t.Fatalf("got %v, want secret_not_propagatable", err)
 	}
 	// The same file through a dry cluster check, and through Check's
 	// detection of server.workers.
 	rep, err := Check(context.Background(), path, "", WithClusterCheck())
-	if err != nil || rep.Valid || rep.Reason != reconf.ReasonSecretNotPropagate || !rep.Cluster {
+	if err != nil || rep.Valid || rep.Reason != reasons.SecretNotPropagate || !rep.Cluster {
 		t.Errorf("check with WithClusterCheck: %v %+v", err, rep)
 	}
 	rep, err = Check(context.Background(), path, "")
@@ -103,7 +104,7 @@ func TestClusterRefusesLiteralSecrets(t *testing.T) {
 	}
 	writeAtomic(t, path, strings.Replace(cfg, "address: 127.0.0.1:0", "address: 127.0.0.1:0\n  workers: 3", 1))
 	rep, err = Check(context.Background(), path, "")
-	if err != nil || rep.Valid || rep.Reason != reconf.ReasonSecretNotPropagate || !rep.Cluster {
+	if err != nil || rep.Valid || rep.Reason != reasons.SecretNotPropagate || !rep.Cluster {
 		t.Errorf("check of workers: 3: %v %+v", err, rep)
 	}
 }

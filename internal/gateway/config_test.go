@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,10 +14,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fieldclass"
 )
 
 func TestEveryFieldClassified(t *testing.T) {
-	if err := reconf.CheckClassified[Config](); err != nil {
+	if err := fieldclass.Check(reflect.TypeFor[Config]()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -27,17 +29,17 @@ func TestEveryFieldClassified(t *testing.T) {
 // one of them by inheritance; this test makes a change of class a
 // deliberate edit.
 func TestClassesFollowTheContract(t *testing.T) {
-	for _, fc := range reconf.Classes[Config]() {
-		var want reconf.Class
+	for _, fc := range fieldclass.Of(reflect.TypeFor[Config]()) {
+		var want string
 		switch {
 		case strings.HasPrefix(fc.Path, "server.tls."), fc.Path == "server.max_connections", fc.Path == "server.max_connections_per_address":
-			want = reconf.Live
+			want = "live"
 		case strings.HasPrefix(fc.Path, "server."), fc.Path == "auth.mode":
-			want = reconf.Restart
+			want = "restart"
 		case fc.Path == "logging.level", strings.HasPrefix(fc.Path, "auth.api_keys"), strings.HasPrefix(fc.Path, "auth.keys"), strings.HasPrefix(fc.Path, "limits."),
 			strings.HasPrefix(fc.Path, "routing."), strings.HasPrefix(fc.Path, "backends"),
 			strings.HasPrefix(fc.Path, "model_aliases"), strings.HasPrefix(fc.Path, "rollout."), strings.HasPrefix(fc.Path, "observability."):
-			want = reconf.Live
+			want = "live"
 		default:
 			t.Errorf("%s: a path outside the known sections; add it to this test", fc.Path)
 			continue
@@ -54,8 +56,8 @@ var indexSeg = regexp.MustCompile(`\[[^\]]*\]`)
 // files and requires each to be a classified path of Config, and loads each
 // example with the real compiler.
 func TestExamplesFieldsClassified(t *testing.T) {
-	classes := map[string]reconf.Class{}
-	for _, fc := range reconf.Classes[Config]() {
+	classes := map[string]string{}
+	for _, fc := range fieldclass.Of(reflect.TypeFor[Config]()) {
 		classes[fc.Path] = fc.Class
 	}
 	files, _ := filepath.Glob("../../examples/*.yaml")
@@ -96,7 +98,7 @@ func TestExamplesFieldsClassified(t *testing.T) {
 						c, ok = classes[cand]
 					}
 				}
-				if !ok || c == reconf.Unclassified {
+				if !ok || c == "unclassified" {
 					t.Errorf("%s: no class (normalized %s)", p, norm)
 				}
 			}
@@ -236,8 +238,8 @@ func TestDocsListEveryClass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, fc := range reconf.Classes[Config]() {
-		row := "| `" + fc.Path + "` | " + fc.Class.String() + " |"
+	for _, fc := range fieldclass.Of(reflect.TypeFor[Config]()) {
+		row := "| `" + fc.Path + "` | " + fc.Class + " |"
 		if !strings.Contains(string(doc), row) {
 			t.Errorf("docs/reconfd.md lacks the row %q", row)
 		}

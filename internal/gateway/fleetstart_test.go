@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fieldclass"
 )
 
 // A worker started in place of one that died, while the file holds an
@@ -69,8 +70,8 @@ func TestRestartFieldsCoverEveryRestartField(t *testing.T) {
 	var c Config
 	RestartFields{Address: "a", Workers: 2, Cluster: []string{"c"}, ClusterPrefix: "p", AuthMode: "m"}.apply(&c)
 	covered := RestartFields{}.differ(&c)
-	for _, fc := range reconf.Classes[Config]() {
-		if fc.Class == reconf.Restart && !slices.Contains(covered, strings.TrimSuffix(fc.Path, "[*]")) {
+	for _, fc := range fieldclass.Of(reflect.TypeFor[Config]()) {
+		if fc.Class == "restart" && !slices.Contains(covered, strings.TrimSuffix(fc.Path, "[*]")) {
 			t.Errorf("%s is a restart field that RestartFields does not carry", fc.Path)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/certfile"
+	processhistory "github.com/reconfhq/reconf/internal/history"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/source"
 )
@@ -55,7 +56,7 @@ type Gateway struct {
 
 	// history is a single process's attempt history; a cluster worker's
 	// is the fleet's, in cluster.history.
-	history *reconf.History
+	history *processhistory.History
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -189,13 +190,13 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		}, log)
 	}
 	cons := &backendsConsumer{dir: filepath.Dir(src.Describe()), newTransport: o.newTransport, limiters: limiters, health: health, keys: keys}
-	var history *reconf.History
+	var history *processhistory.History
 	var observe reconf.Observer
 	if cl != nil {
 		cl.history = propagate.NewHistory(cl.ch, propagate.WithHistoryLogger(log))
 		observe = cl.history
 	} else {
-		history = reconf.NewHistory(0)
+		history = processhistory.New(0)
 		for _, e := range o.historySeed {
 			history.Add(e)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -42,7 +43,7 @@ func TestHostileReferencedFiles(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: the reload did not answer: %v", target, err)
 			}
-			if res.Outcome != reconf.Invalid || res.Reason != reconf.ReasonFileNotRegular || res.Generation != 1 {
+			if res.Outcome != reconf.Invalid || res.Reason != reasons.FileNotRegular || res.Generation != 1 {
 				t.Fatalf("%s: got %s (%s: %s) generation %d, want invalid (file_not_regular) on 1", target, res.Outcome, res.Reason, res.Message, res.Generation)
 			}
 			if r := tg.chat("gpt-4o-mini"); r.status != 200 {
@@ -55,7 +56,7 @@ func TestHostileReferencedFiles(t *testing.T) {
 			_, err = New(ctx, path, WithEnv(envWith(goodKey)))
 			cancel()
 			var e *reconf.Error
-			if !errors.As(err, &e) || e.Reason != reconf.ReasonFileNotRegular {
+			if !errors.As(err, &e) || e.Reason != reasons.FileNotRegular {
 				t.Fatalf("%s: New: got %v, want file_not_regular", target, err)
 			}
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // routesKey is the key the routing state is registered under; requests
@@ -518,9 +519,9 @@ func readPrompt(ctx context.Context, path string) (string, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", errPromptMissing
-	case errors.As(err, &refused) && refused.Reason == reconf.ReasonFileNotRegular:
+	case errors.As(err, &refused) && refused.Reason == reasons.FileNotRegular:
 		return "", errPromptIrregular
-	case errors.As(err, &refused) && refused.Reason == reconf.ReasonFileOversize:
+	case errors.As(err, &refused) && refused.Reason == reasons.FileOversize:
 		return "", errPromptLarge
 	case errors.Is(err, fs.ErrPermission):
 		return "", errPromptDenied

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -152,7 +153,7 @@ func TestTLSRefusals(t *testing.T) {
 		"expired":           {oldCert, oldKey, "server.tls.cert_file", oldCert, "expired at", reconf.ReasonValidation},
 		"missing":           {filepath.Join(f.dir, "absent.pem"), f.key, "server.tls.cert_file", "absent.pem", "does not exist", reconf.ReasonValidation},
 		"no key":            {f.cert, "", "server.tls.key_file", "", "is required with cert_file", reconf.ReasonValidation},
-		"fifo":              {fifo, f.key, "server.tls.cert_file", "", "", reconf.ReasonFileNotRegular},
+		"fifo":              {fifo, f.key, "server.tls.cert_file", "", "", reasons.FileNotRegular},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := f.config(tc.cert, tc.key)
