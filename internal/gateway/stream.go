@@ -49,6 +49,9 @@ type upstreamStream struct {
 	// latest text, so that it counts all of the text read.
 	outEst  int64
 	counted bool
+	// run is where the text estimate stands in an event passed on in
+	// pieces.
+	run textRun
 }
 
 // Stream buffer bounds: an event is held until whole up to maxEventHold;
@@ -101,8 +104,10 @@ func (s *upstreamStream) fill() {
 		// usageCarry bytes: a Responses stream's response.completed
 		// repeats the whole output and instructions, and its usage,
 		// near its end, must be read whole even when a read cut it.
-		s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
-		s.ready, s.begun = len(s.buf)-usageCarry, true
+		// The piece passed on ends where its text estimate was judged
+		// whole: a key cut at its end is held for the next piece.
+		safe := s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
+		s.ready, s.begun = s.ready+safe, true
 		s.scan = max(s.scan, s.ready)
 		return
 	}
@@ -140,6 +145,7 @@ func (s *upstreamStream) frame() {
 		}
 		ev := s.buf[s.ready:end]
 		s.count(ev, ev)
+		s.run = textRun{} // the event's end ends its strings
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]
@@ -153,9 +159,12 @@ func (s *upstreamStream) frame() {
 
 // count estimates the output tokens of text, and reads the usage in ev,
 // both of an event the upstream sent (text is ev, or the part of a long
-// event passed on).
-func (s *upstreamStream) count(text, ev []byte) {
-	if n := eventTokens(text, s.events.deltas); n > 0 {
+// event passed on). It returns the length of text's part whose estimate
+// is whole (see pieceTokens).
+func (s *upstreamStream) count(text, ev []byte) int {
+	n, run, safe := pieceTokens(text, s.events.deltas, s.run)
+	s.run = run
+	if n > 0 {
 		s.outEst += n
 		s.counted = false
 	}
@@ -163,6 +172,7 @@ func (s *upstreamStream) count(text, ev []byte) {
 		s.x.obs.readUsageAt(ev, i)
 		s.counted = true
 	}
+	return safe
 }
 
 // halfEvent reports whether what is held, or was begun, is part of an

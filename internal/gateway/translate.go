@@ -312,7 +312,7 @@ type messagesStream struct {
 	end     error // once pending is read: io.EOF or errStreamBroken
 	done    bool  // the upstream's answer came to its end (finish)
 	closed  bool
-	outEst  int64 // output tokens estimated from the text deltas (see estimate)
+	outEst  int64 // output tokens estimated from the upstream's text (see estimate)
 	counted bool  // input and output are the latest usage, and no text came after it
 }
 
@@ -348,6 +348,8 @@ func (s *messagesStream) fill() {
 	case err == nil && n > 0 && !time.Now().Before(s.c.deadline):
 		s.fail(os.ErrDeadlineExceeded)
 	case err == nil && len(s.buf) > maxEventHold:
+		// Its text, generated and billed, counts toward the estimate.
+		s.countText(s.buf)
 		s.fail(errors.New("an event over the bound"))
 	case err == nil:
 	case errors.Is(err, io.EOF) && s.stop != "" && len(bytes.TrimSpace(s.buf)) == 0:
@@ -370,6 +372,7 @@ func (s *messagesStream) event(ev []byte) {
 		s.finish()
 		return
 	}
+	s.countText(ev)
 	var a chatAnswer
 	if json.Unmarshal(data, &a) != nil {
 		return
@@ -386,8 +389,6 @@ func (s *messagesStream) event(ev []byte) {
 				text, s.stop = ch.Delta.Refusal, "refusal"
 			}
 			if text != nil && *text != "" {
-				s.outEst += int64(len(*text)+bytesPerToken-1) / bytesPerToken
-				s.counted = false
 				s.pending = append(s.pending, namedEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": *text}})...)
 			}
 		}
@@ -400,6 +401,18 @@ func (s *messagesStream) event(ev []byte) {
 	if a.Usage != nil {
 		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
 		s.counted = true
+	}
+}
+
+// countText adds the text of the upstream's event ev, whole or the
+// start of one, to the estimate: every string that carries an answer's
+// text (eventTokens), whether or not the translation passes it on. A
+// reasoning model's reasoning_content is billed as output, though a
+// Messages client never sees it.
+func (s *messagesStream) countText(ev []byte) {
+	if n, _, _ := pieceTokens(ev, false, textRun{}); n > 0 {
+		s.outEst += n
+		s.counted = false
 	}
 }
 
