@@ -71,11 +71,19 @@ func (o *observation) firstByte() {
 
 // answered reads the usage of a whole answer with status from its body,
 // once, for the GenAI metrics, the access log and the key's token charge,
-// whatever the endpoint's shape (see readUsage). A stream's usage was
-// read from its events as they passed.
+// whatever the endpoint's shape (see readUsage). An answer whose usage
+// gives no count is counted with the estimate a stream without one is
+// (see estimate): from the client's request and the answer's text, so
+// that a client of an upstream that sends none cannot escape its key's
+// tokens per minute by asking without stream. A stream's usage was read
+// from its events as they passed.
 func (x *exchange) answered(status int) {
 	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
-		x.obs.readUsage(x.ctx.Response.Body())
+		body := x.ctx.Response.Body()
+		x.obs.readUsage(body)
+		if !x.obs.usage {
+			x.obs.estimate(len(x.ctx.Request.Body()), eventTokens(body, false))
+		}
 	}
 }
 

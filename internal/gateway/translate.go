@@ -271,6 +271,10 @@ func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, cha
 	msg.StopReason = &stop
 	if a.Usage != nil {
 		msg.Usage = anthropicUsage{InputTokens: a.Usage.PromptTokens, OutputTokens: a.Usage.CompletionTokens}
+	} else {
+		// The message's usage says 0, which is no count: the estimate
+		// (see answered).
+		x.obs.estimate(len(chat), eventTokens(resp.Body(), false))
 	}
 	passHeaders(x.ctx, resp)
 	writeJSON(x.ctx, fasthttp.StatusOK, msg)
