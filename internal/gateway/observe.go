@@ -170,12 +170,13 @@ func (o *observation) readUsage(b []byte) {
 }
 
 // readUsageAt reads the usage object that starts at i in b (none when i
-// is negative).
-func (o *observation) readUsageAt(b []byte, i int) {
+// is negative). It reports whether it read one whose counts, if any, are
+// counts (see readCounts).
+func (o *observation) readUsageAt(b []byte, i int) bool {
 	if i < 0 {
-		return
+		return false
 	}
-	o.readCounts(b[i:min(len(b), i+maxUsageObject)])
+	return o.readCounts(b[i:min(len(b), i+maxUsageObject)])
 }
 
 // usageObject is the index of the object that is the value of a "usage"
@@ -246,25 +247,41 @@ func lastByte(b []byte, c byte) int {
 	return -1
 }
 
+// maxTokenCount bounds a count: far above any answer's tokens (a million
+// times a large context window's), and small enough that no sum of them
+// in a key's window overflows.
+const maxTokenCount = 1 << 32
+
 // readCounts reads the counts among the members of the object that starts
-// obj, in one walk: a member whose value is an object (details) is
-// skipped whole; usage objects hold no string with a brace or an escaped
-// quote in it. A count's key is compared in place, its closing quote
-// included; another key is skipped with the vectorised IndexByte. (A
-// byte-at-a-time walk was 790 instructions for OpenAI's three counts;
-// callgrind.)
-//
-// An object's input counts add up (Anthropic's input_tokens and its
-// cache counts) and replace the input held; an object with none keeps it
-// (an Anthropic stream's message_delta may carry its output count alone).
-func (o *observation) readCounts(obj []byte) {
-	var in int64
-	hasIn := false
-	defer func() {
-		if hasIn {
-			o.in, o.usage = in, true
-		}
-	}()
+// obj (see usageCounts). An object's input counts add up (Anthropic's
+// input_tokens and its cache counts) and replace the input held; an
+// object with none keeps it (an Anthropic stream's message_delta may
+// carry its output count alone). An object with a count that is not one
+// (negative, fractional, above maxTokenCount) gives no count at all, and
+// readCounts reports false: a negative or truncated count would leave the
+// answer's tokens uncharged, an enormous one lock its key out.
+func (o *observation) readCounts(obj []byte) bool {
+	in, out, hasIn, hasOut, ok := usageCounts(obj)
+	if !ok {
+		return false
+	}
+	if hasIn {
+		o.in, o.usage = in, true
+	}
+	if hasOut {
+		o.out, o.usage = out, true
+	}
+	return true
+}
+
+// usageCounts reads the counts of the object that starts obj, in one
+// walk: a member whose value is an object (details) is skipped whole;
+// usage objects hold no string with a brace or an escaped quote in it. A
+// count's key is compared in place, its closing quote included; another
+// key is skipped with the vectorised IndexByte. (A byte-at-a-time walk
+// was 790 instructions for OpenAI's three counts; callgrind.) A count
+// that is null is absent; ok is false when one is not a count.
+func usageCounts(obj []byte) (in, out int64, hasIn, hasOut, ok bool) {
 	depth := 0 // of the details object being skipped
 	for i := 1; i < len(obj); i++ {
 		switch obj[i] {
@@ -273,7 +290,7 @@ func (o *observation) readCounts(obj []byte) {
 			continue
 		case '}':
 			if depth == 0 {
-				return
+				return in, out, hasIn, hasOut, true
 			}
 			depth--
 			continue
@@ -293,7 +310,7 @@ func (o *observation) readCounts(obj []byte) {
 			// quote.
 			end := bytes.IndexByte(obj[i+1:], '"')
 			if end < 0 {
-				return
+				break
 			}
 			i += 1 + end
 			continue
@@ -312,7 +329,7 @@ func (o *observation) readCounts(obj []byte) {
 		}
 		start := k
 		var n int64
-		for k < len(obj) && k-start < 15 {
+		for k < len(obj) && k-start <= 10 {
 			c := obj[k] - '0'
 			if c > 9 {
 				break
@@ -321,13 +338,20 @@ func (o *observation) readCounts(obj []byte) {
 			k++
 		}
 		if k == start {
-			continue
+			if k < len(obj) && obj[k] == '-' {
+				return 0, 0, false, false, false
+			}
+			continue // null
+		}
+		if n > maxTokenCount || k < len(obj) && (obj[k]-'0' <= 9 || obj[k] == '.' || obj[k]|0x20 == 'e') {
+			return 0, 0, false, false, false
 		}
 		i = k - 1
 		if which == countOutput {
-			o.out, o.usage = n, true
+			out, hasOut = n, true
 		} else {
 			in, hasIn = in+n, true
 		}
 	}
+	return in, out, hasIn, hasOut, true
 }

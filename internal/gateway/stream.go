@@ -168,8 +168,7 @@ func (s *upstreamStream) count(text, ev []byte) int {
 		s.outEst += n
 		s.counted = false
 	}
-	if i := lastUsageAt(ev); i >= 0 {
-		s.x.obs.readUsageAt(ev, i)
+	if i := lastUsageAt(ev); i >= 0 && s.x.obs.readUsageAt(ev, i) {
 		s.counted = true
 	}
 	return safe

@@ -211,13 +211,23 @@ type chatAnswer struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *chatUsage `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// chatUsage is a chat completion's usage, as the translation reads it.
+type chatUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// counts reports whether u is a usage whose counts are counts (see
+// readCounts): none is negative or above maxTokenCount.
+func (u *chatUsage) counts() bool {
+	return u != nil && u.PromptTokens >= 0 && u.CompletionTokens >= 0 &&
+		int64(u.PromptTokens) <= maxTokenCount && int64(u.CompletionTokens) <= maxTokenCount
 }
 
 // messages sends the translated request to host + /chat/completions and
@@ -269,11 +279,12 @@ func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, cha
 		msg.Content = append(msg.Content, anthropicBlock{Type: "text", Text: *ch.Message.Content})
 	}
 	msg.StopReason = &stop
-	if a.Usage != nil {
+	if a.Usage.counts() {
 		msg.Usage = anthropicUsage{InputTokens: a.Usage.PromptTokens, OutputTokens: a.Usage.CompletionTokens}
 	} else {
-		// The message's usage says 0, which is no count: the estimate
-		// (see answered).
+		// No usage, or one whose counts are not counts: the message's
+		// usage says 0, which is no count, so the estimate (see
+		// answered).
 		x.obs.estimate(len(chat), eventTokens(resp.Body(), false))
 	}
 	passHeaders(x.ctx, resp)
@@ -402,7 +413,7 @@ func (s *messagesStream) event(ev []byte) {
 	}
 	// Read after the text: a chunk's usage counts its own text (an
 	// upstream may give one in every chunk).
-	if a.Usage != nil {
+	if a.Usage.counts() {
 		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
 		s.counted = true
 	}
