@@ -61,18 +61,21 @@ func eventTokens(ev []byte, deltas bool) int64 {
 }
 
 // textRun is where an event passed on in pieces (one longer than
-// maxEventHold) stands at the end of a piece: inside a text string
-// (open), its next byte escaped by a backslash the piece ended with
-// (escaped). An upstream can send a whole answer, or a tool call's whole
-// arguments, in one event, whose text must count however it was cut.
-type textRun struct{ open, escaped bool }
+// maxEventHold) stands at the end of a piece: after a text key's colon
+// (value), inside a text string (open), its next byte escaped by a
+// backslash the piece ended with (escaped). An upstream can send a whole
+// answer, or a tool call's whole arguments, in one event, whose text must
+// count however it was cut.
+type textRun struct{ value, open, escaped bool }
 
 // pieceTokens is eventTokens of ev, a whole event or a piece of a long
 // one that starts where run says. It returns the estimate, where the
 // piece ends, and safe: the length of the piece's part that was judged
 // whole. A piece that ends within maxTextKey bytes of a quote no colon
 // follows may have cut a key, so safe stops before that quote, and the
-// caller holds the rest for the next piece.
+// caller holds the rest for the next piece; safe is never more than
+// maxTextKey+2 bytes short of the piece's end, so a piece always moves
+// the stream on.
 //
 // It looks for the ends of keys (a quote, then a colon) rather than walk
 // every string: an event's keys are fewer than its strings, and a search
@@ -80,16 +83,26 @@ type textRun struct{ open, escaped bool }
 // so what ends with one there is never taken for a text key.
 func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, safe int) {
 	i := 0
+	if run.value {
+		v := skipSpace(ev, 0)
+		if v >= len(ev) {
+			return 0, run, len(ev)
+		}
+		run, i = textRun{open: ev[v] == '"'}, v
+		if run.open {
+			i++
+		}
+	}
 	if run.open {
-		from := 0
+		from := i
 		if run.escaped {
-			from = 1
+			from++
 		}
 		ve := stringEnd(ev, from)
 		if ve < 0 {
-			return textTokens(len(ev)), textRun{open: true, escaped: endsEscaped(ev, run.escaped)}, len(ev)
+			return textTokens(len(ev) - i), textRun{open: true, escaped: endsEscaped(ev[i:], run.escaped)}, len(ev)
 		}
-		n, i = textTokens(ve), ve+1
+		n, i = textTokens(ve-i), ve+1
 	}
 	for i < len(ev) {
 		c := bytes.IndexByte(ev[i:], ':')
@@ -115,7 +128,7 @@ func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, saf
 		}
 		v := skipSpace(ev, i)
 		if v >= len(ev) {
-			return n, textRun{}, keySafe(ev, ks-1)
+			return n, textRun{value: true}, len(ev) // its value starts in the next piece
 		}
 		if ev[v] != '"' {
 			continue // a key whose value is not a string

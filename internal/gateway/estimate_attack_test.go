@@ -79,6 +79,7 @@ func TestPieceTokensCutAnywhere(t *testing.T) {
 		{`data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\":\"content\"}"}}]}}]}`, false},
 		{"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"abcdefghijk\"}}", false},
 		{`data: {"type":"response.output_text.delta","delta":"abcdefgh \\\"q\"","text":"not counted"}`, true},
+		{`data: {"choices":[{"delta":{"content":` + strings.Repeat(" ", 64) + `"abcdefgh"}}]}`, false},
 	} {
 		ev := []byte(tc.ev)
 		whole := eventTokens(ev, tc.deltas)
@@ -87,7 +88,7 @@ func TestPieceTokensCutAnywhere(t *testing.T) {
 		}
 		for k := range len(ev) + 1 {
 			n1, run, safe := pieceTokens(ev[:k], tc.deltas, textRun{})
-			if safe > k {
+			if safe > k || safe < k-maxTextKey-2 {
 				t.Fatalf("%s cut at %d: judged %d bytes whole", ev, k, safe)
 			}
 			n2, _, _ := pieceTokens(ev[safe:], tc.deltas, run)
