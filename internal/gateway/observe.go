@@ -87,6 +87,22 @@ func (x *exchange) answered(status int) {
 	}
 }
 
+// overBound counts a whole answer its upstream made over the bound the
+// gateway holds (answered 502 upstream_answer_too_large) with the
+// estimate, from sent, the bytes of the request sent upstream: the
+// upstream made the answer and bills it, and a client could otherwise
+// spend any number of tokens past its key's limit on answers it never
+// gets (many choices with logprobs, a large batch of embeddings). Its
+// output is the bound's bytes over bytesPerToken, the most text such an
+// answer can hold that was read; an embedding has none.
+func (x *exchange) overBound(sent int) {
+	var out int64
+	if x.obs.op != opEmbeddings {
+		out = maxUpstreamBody / bytesPerToken
+	}
+	x.obs.estimate(sent, out)
+}
+
 // observe records the request's outcome everywhere the configuration has
 // it go: the GenAI metrics, its span, the access log. status is its
 // answer's, took its time from its start to its last byte, at now.

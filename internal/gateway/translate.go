@@ -236,7 +236,7 @@ func (u *chatUsage) counts() bool {
 func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, chat []byte) bool {
 	u := b.newRequest("/chat/completions", req.stream, b.authHeader()...)
 	u.req.SetBodyRaw(chat)
-	attempts, got := b.send(x.ctx, c, u, req.stream)
+	attempts, got := b.send(x, c, u, req.stream)
 	if !got || b.refused(x.ctx, c, u.resp.StatusCode(), attempts) {
 		return false
 	}
