@@ -98,3 +98,38 @@ func TestPieceTokensCutAnywhere(t *testing.T) {
 		}
 	}
 }
+
+// The text of an event the upstream began and never ended counts toward
+// a cut stream's estimate: an upstream that answers a stream with a whole
+// JSON answer (it does not stream), or breaks off mid-event, generated it.
+func TestCutEstimateCountsHalfEvent(t *testing.T) {
+	up := newPathUpstream(t)
+	tg, key, charged := startTokenLimitedGateway(t, up, "", 100_000_000)
+	text := strings.Repeat("abcd", 100)
+	for _, tc := range []struct{ name, answer string }{
+		{"whole answer to a stream", `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + text + `"},"finish_reason":"stop"}]}`},
+		{"broken mid-event", `data: {"choices":[{"index":0,"delta":{"content":"` + text},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.handle("/v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = io.WriteString(w, tc.answer)
+			})
+			before := charged()
+			body := chatBody("gpt-x", true)
+			req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set(key[0], key[1])
+			resp, err := tg.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			want := int64(len(body)+bytesPerToken-1)/bytesPerToken + int64(len(text)/bytesPerToken)
+			waitFor(t, "the stream's charge", func() bool { return charged() > before })
+			time.Sleep(20 * time.Millisecond)
+			if got := charged() - before; got < want {
+				t.Errorf("charged %d tokens, want at least %d", got, want)
+			}
+		})
+	}
+}

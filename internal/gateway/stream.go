@@ -187,6 +187,16 @@ func (s *upstreamStream) halfEvent() bool {
 // ends it without its last chunk, so that the stream is never taken for
 // a complete answer.
 func (s *upstreamStream) fail(err error) {
+	if held := s.buf[s.ready:]; len(held) > 0 {
+		// The text of an event begun and never ended (or of a whole
+		// answer to a stream, from an upstream that does not stream)
+		// was generated: it counts toward the estimate. Its usage, if
+		// any, may be cut and is not read.
+		if n, _, _ := pieceTokens(held, s.events.deltas, s.run); n > 0 {
+			s.outEst += n
+			s.counted = false
+		}
+	}
 	s.buf = s.buf[:s.ready]
 	var ev []byte
 	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
