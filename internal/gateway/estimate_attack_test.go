@@ -106,17 +106,18 @@ func TestCutEstimateCountsHalfEvent(t *testing.T) {
 	up := newPathUpstream(t)
 	tg, key, charged := startTokenLimitedGateway(t, up, "", 100_000_000)
 	text := strings.Repeat("abcd", 100)
-	for _, tc := range []struct{ name, answer string }{
-		{"whole answer to a stream", `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + text + `"},"finish_reason":"stop"}]}`},
-		{"broken mid-event", `data: {"choices":[{"index":0,"delta":{"content":"` + text},
+	for _, tc := range []struct{ name, path, body, answer string }{
+		{"whole answer to a stream", "/v1/chat/completions", chatBody("gpt-x", true), `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + text + `"},"finish_reason":"stop"}]}`},
+		{"broken mid-event", "/v1/chat/completions", chatBody("gpt-x", true), `data: {"choices":[{"index":0,"delta":{"content":"` + text},
+		{"messages translated, broken mid-event", "/v1/messages", msgBody("gpt-x", 50, true), `data: {"choices":[{"index":0,"delta":{"content":"` + text},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up.handle("/v1/chat/completions", func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, tc.answer)
 			})
 			before := charged()
-			body := chatBody("gpt-x", true)
-			req, _ := http.NewRequest("POST", tg.url+"/v1/chat/completions", strings.NewReader(body))
+			body := tc.body
+			req, _ := http.NewRequest("POST", tg.url+tc.path, strings.NewReader(body))
 			req.Header.Set(key[0], key[1])
 			resp, err := tg.client.Do(req)
 			if err != nil {

@@ -363,8 +363,6 @@ func (s *messagesStream) fill() {
 	case err == nil && n > 0 && !time.Now().Before(s.c.deadline):
 		s.fail(os.ErrDeadlineExceeded)
 	case err == nil && len(s.buf) > maxEventHold:
-		// Its text, generated and billed, counts toward the estimate.
-		s.countText(s.buf)
 		s.fail(errors.New("an event over the bound"))
 	case err == nil:
 	case errors.Is(err, io.EOF) && s.stop != "" && len(bytes.TrimSpace(s.buf)) == 0:
@@ -443,7 +441,12 @@ func (s *messagesStream) finish() {
 }
 
 // fail ends the stream with an error event (see upstreamStream.fail).
+// The text of an event begun and never ended (or over the bound) was
+// generated, and counts toward the estimate.
 func (s *messagesStream) fail(err error) {
+	if len(s.buf) > 0 {
+		s.countText(s.buf)
+	}
 	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
 		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.t.name)
 		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))
