@@ -85,11 +85,12 @@ func (k *namedKey) limitText() string {
 // chargeTokens charges the tokens of the exchange's answer to its key at
 // now, when the key has a token limit: its input plus output tokens, as
 // its usage reported them (a whole answer's, or a stream's, read from its
-// events as they passed, whatever the endpoint's shape). An answer whose
-// usage gave no count is not charged.
+// events as they passed, whatever the endpoint's shape), or as estimated.
+// A failed request is not charged, unless its upstream made an answer
+// that the gateway did not pass on (overBound).
 func (x *exchange) chargeTokens(status int, now time.Time) {
 	k := x.client
-	if k == nil || k.limits.Tokens == 0 || status != fasthttp.StatusOK || !x.obs.usage {
+	if k == nil || k.limits.Tokens == 0 || !x.obs.usage || status != fasthttp.StatusOK && !x.obs.estimated {
 		return
 	}
 	k.lim.charge(now, x.obs.in+x.obs.out)

@@ -55,17 +55,59 @@ func (o *observation) estimate(sent int, out int64) {
 // length over bytesPerToken, rounded up. Escapes count as their bytes.
 // A Responses stream (deltas) counts only "delta" strings: its later
 // events (output_text.done, output_item.done) repeat the text whole.
+func eventTokens(ev []byte, deltas bool) int64 {
+	n, _, _ := pieceTokens(ev, deltas, textRun{})
+	return n
+}
+
+// textRun is where an event passed on in pieces (one longer than
+// maxEventHold) stands at the end of a piece: after a text key's colon
+// (value), inside a text string (open), its next byte escaped by a
+// backslash the piece ended with (escaped). An upstream can send a whole
+// answer, or a tool call's whole arguments, in one event, whose text must
+// count however it was cut.
+type textRun struct{ value, open, escaped bool }
+
+// pieceTokens is eventTokens of ev, a whole event or a piece of a long
+// one that starts where run says. It returns the estimate, where the
+// piece ends, and safe: the length of the piece's part that was judged
+// whole. A piece that ends within maxTextKey bytes of a quote no colon
+// follows may have cut a key, so safe stops before that quote, and the
+// caller holds the rest for the next piece; safe is never more than
+// maxTextKey+2 bytes short of the piece's end, so a piece always moves
+// the stream on.
 //
 // It looks for the ends of keys (a quote, then a colon) rather than walk
 // every string: an event's keys are fewer than its strings, and a search
 // for a colon goes a vector at a time. A quote inside a string is escaped,
 // so what ends with one there is never taken for a text key.
-func eventTokens(ev []byte, deltas bool) int64 {
-	var n int64
-	for i := 0; i < len(ev); {
+func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, safe int) {
+	i := 0
+	if run.value {
+		v := skipSpace(ev, 0)
+		if v >= len(ev) {
+			return 0, run, len(ev)
+		}
+		run, i = textRun{open: ev[v] == '"'}, v
+		if run.open {
+			i++
+		}
+	}
+	if run.open {
+		from := i
+		if run.escaped {
+			from++
+		}
+		ve := stringEnd(ev, from)
+		if ve < 0 {
+			return textTokens(len(ev) - i), textRun{open: true, escaped: endsEscaped(ev[i:], run.escaped)}, len(ev)
+		}
+		n, i = textTokens(ve-i), ve+1
+	}
+	for i < len(ev) {
 		c := bytes.IndexByte(ev[i:], ':')
 		if c < 0 {
-			return n
+			break
 		}
 		c += i
 		i = c + 1
@@ -85,19 +127,56 @@ func eventTokens(ev []byte, deltas bool) int64 {
 			continue
 		}
 		v := skipSpace(ev, i)
-		if v >= len(ev) || ev[v] != '"' {
+		if v >= len(ev) {
+			return n, textRun{value: true}, len(ev) // its value starts in the next piece
+		}
+		if ev[v] != '"' {
 			continue // a key whose value is not a string
 		}
 		ve := stringEnd(ev, v+1)
 		if ve < 0 {
-			return n
+			// The text goes on in the next piece.
+			return n + textTokens(len(ev)-v-1), textRun{open: true, escaped: endsEscaped(ev[v+1:], false)}, len(ev)
 		}
-		if l := ve - v - 1; l > 0 {
-			n += int64(l+bytesPerToken-1) / bytesPerToken
-		}
+		n += textTokens(ve - v - 1)
 		i = ve + 1
 	}
-	return n
+	return n, textRun{}, keySafe(ev, len(ev))
+}
+
+// keySafe is where a piece that ends outside a text string may be cut
+// without cutting a key: before the first quote, within the last
+// maxTextKey+1 bytes before limit, that no colon follows.
+func keySafe(ev []byte, limit int) int {
+	from := max(0, len(ev)-maxTextKey-2)
+	if limit < from {
+		return limit
+	}
+	tail := ev[from:]
+	if bytes.IndexByte(tail, ':') >= 0 {
+		tail = tail[bytes.LastIndexByte(tail, ':')+1:]
+		from = len(ev) - len(tail)
+	}
+	if q := bytes.IndexByte(tail, '"'); q >= 0 {
+		return min(limit, from+q)
+	}
+	return min(limit, len(ev))
+}
+
+// textTokens is the estimate of l bytes of text.
+func textTokens(l int) int64 {
+	return int64(l+bytesPerToken-1) / bytesPerToken
+}
+
+// endsEscaped reports whether b, the rest of a string whose first byte
+// was escaped when escaped is set, ends with a backslash that escapes
+// the byte after it.
+func endsEscaped(b []byte, escaped bool) bool {
+	r := len(b) - len(bytes.TrimRight(b, `\`))
+	if r == len(b) && escaped && r > 0 {
+		r-- // the first was the escaped byte itself
+	}
+	return r%2 == 1
 }
 
 // maxTextKey is the longest text key's length with its opening quote.

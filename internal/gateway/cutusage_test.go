@@ -181,7 +181,7 @@ func TestEventTokens(t *testing.T) {
 		{"anthropic text", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"abcde\"}}", false, 2},
 		{"responses delta", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"abcd\"}", true, 1},
 		{"responses done", "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"text\":\"abcd efgh\"}", true, 0},
-		{"cut string", `data: {"choices":[{"delta":{"content":"abc`, false, 0},
+		{"cut string", `data: {"choices":[{"delta":{"content":"abc`, false, 1},
 		{"colons in the text", `data: {"choices":[{"delta":{"content":"at 10:30: \"go\": now"}}]}`, false, 6},
 		{"a key lookalike in another string", `data: {"instructions":"say \"content\":\"abcdefgh\"","delta":"ab"}`, true, 1},
 		{"spaces around the colon", `data: {"delta" : {"text" :  "abcdefgh"}}`, false, 2},

@@ -140,7 +140,7 @@ func (b *openaiBackend) authHeader() []string {
 // passWhole sends u and passes on the whole answer, or the upstream's
 // client error; the exchange's answer is set when it returns.
 func (t *upstreamTarget) passWhole(x *exchange, c *call, u *upstreamRequest) {
-	attempts, got := t.send(x.ctx, c, u, false)
+	attempts, got := t.send(x, c, u, false)
 	if !got || t.refused(x.ctx, c, u.resp.StatusCode(), attempts) {
 		return
 	}

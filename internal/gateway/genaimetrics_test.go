@@ -121,7 +121,7 @@ func TestReadUsage(t *testing.T) {
 	}{
 		{"openai", `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}}`, 12, 9, true},
 		{"responses", `{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":8,"total_tokens":11}}`, 3, 8, true},
-		{"anthropic", `{"type":"message","usage":{"input_tokens":25,"cache_creation_input_tokens":7,"output_tokens":4}}`, 25, 4, true},
+		{"anthropic", `{"type":"message","usage":{"input_tokens":25,"cache_creation_input_tokens":7,"output_tokens":4}}`, 32, 4, true}, // cached input counts
 		{"event", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":5}}\n\n", 2, 5, true},
 		{"null", `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, 0, 0, false},
 		{"in a string", `{"choices":[{"delta":{"content":"\"usage\":{\"prompt_tokens\":99}"}}]}`, 0, 0, false},

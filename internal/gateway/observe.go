@@ -71,12 +71,36 @@ func (o *observation) firstByte() {
 
 // answered reads the usage of a whole answer with status from its body,
 // once, for the GenAI metrics, the access log and the key's token charge,
-// whatever the endpoint's shape (see readUsage). A stream's usage was
-// read from its events as they passed.
+// whatever the endpoint's shape (see readUsage). An answer whose usage
+// gives no count is counted with the estimate a stream without one is
+// (see estimate): from the client's request and the answer's text, so
+// that a client of an upstream that sends none cannot escape its key's
+// tokens per minute by asking without stream. A stream's usage was read
+// from its events as they passed.
 func (x *exchange) answered(status int) {
 	if x.status == 0 && status == 200 && x.obs.op != "" && !x.obs.usage {
-		x.obs.readUsage(x.ctx.Response.Body())
+		body := x.ctx.Response.Body()
+		x.obs.readUsage(body)
+		if !x.obs.usage {
+			x.obs.estimate(len(x.ctx.Request.Body()), eventTokens(body, false))
+		}
 	}
+}
+
+// overBound counts a whole answer its upstream made over the bound the
+// gateway holds (answered 502 upstream_answer_too_large) with the
+// estimate, from sent, the bytes of the request sent upstream: the
+// upstream made the answer and bills it, and a client could otherwise
+// spend any number of tokens past its key's limit on answers it never
+// gets (many choices with logprobs, a large batch of embeddings). Its
+// output is the bound's bytes over bytesPerToken, the most text such an
+// answer can hold that was read; an embedding has none.
+func (x *exchange) overBound(sent int) {
+	var out int64
+	if x.obs.op != opEmbeddings {
+		out = maxUpstreamBody / bytesPerToken
+	}
+	x.obs.estimate(sent, out)
 }
 
 // observe records the request's outcome everywhere the configuration has
@@ -92,12 +116,21 @@ func (x *exchange) observe(status int, took time.Duration, now time.Time) {
 
 var usageKey = []byte(`"usage"`)
 
+// The counts countKey finds.
+const (
+	countInput  = 1 // prompt_tokens, input_tokens
+	countOutput = 2 // completion_tokens, output_tokens
+	// countCached is Anthropic's cache_creation_input_tokens and
+	// cache_read_input_tokens, input tokens that its input_tokens leaves
+	// out (OpenAI's prompt_tokens includes its cached tokens).
+	countCached = 3
+)
+
 // countKey reports whether rest starts with the key of a count, its
-// closing quote included: 1 for an input count (prompt_tokens,
-// input_tokens), 2 for an output count (completion_tokens,
-// output_tokens), 0 for another; and the key's length. The comparisons
-// are with constants of 16 bytes or less, which the compiler makes a few
-// word loads rather than calls.
+// closing quote included: countInput, countOutput or countCached, 0 for
+// another; and the key's length. The comparisons are with constants of
+// 16 bytes or less, which the compiler makes a few word loads rather than
+// calls.
 func countKey(rest []byte) (which, n int) {
 	if len(rest) < 13 {
 		return 0, 0
@@ -105,19 +138,27 @@ func countKey(rest []byte) (which, n int) {
 	switch rest[0] {
 	case 'p':
 		if len(rest) >= 14 && string(rest[:14]) == `prompt_tokens"` {
-			return 1, 14
+			return countInput, 14
 		}
 	case 'i':
 		if string(rest[:13]) == `input_tokens"` {
-			return 1, 13
+			return countInput, 13
 		}
 	case 'o':
 		if len(rest) >= 14 && string(rest[:14]) == `output_tokens"` {
-			return 2, 14
+			return countOutput, 14
 		}
 	case 'c':
 		if len(rest) >= 18 && string(rest[1:17]) == "ompletion_tokens" && rest[17] == '"' {
-			return 2, 18
+			return countOutput, 18
+		}
+		if len(rest) >= 24 && string(rest[:6]) == "cache_" {
+			if string(rest[6:17]) == "read_input_" && string(rest[17:24]) == `tokens"` {
+				return countCached, 24
+			}
+			if len(rest) >= 28 && string(rest[6:21]) == "creation_input_" && string(rest[21:28]) == `tokens"` {
+				return countCached, 28
+			}
 		}
 	}
 	return 0, 0
@@ -145,12 +186,13 @@ func (o *observation) readUsage(b []byte) {
 }
 
 // readUsageAt reads the usage object that starts at i in b (none when i
-// is negative).
-func (o *observation) readUsageAt(b []byte, i int) {
+// is negative). It reports whether it read one whose counts, if any, are
+// counts (see readCounts).
+func (o *observation) readUsageAt(b []byte, i int) bool {
 	if i < 0 {
-		return
+		return false
 	}
-	o.readCounts(b[i:min(len(b), i+maxUsageObject)])
+	return o.readCounts(b[i:min(len(b), i+maxUsageObject)])
 }
 
 // usageObject is the index of the object that is the value of a "usage"
@@ -221,14 +263,41 @@ func lastByte(b []byte, c byte) int {
 	return -1
 }
 
+// maxTokenCount bounds a count: far above any answer's tokens (a million
+// times a large context window's), and small enough that no sum of them
+// in a key's window overflows.
+const maxTokenCount = 1 << 32
+
 // readCounts reads the counts among the members of the object that starts
-// obj, in one walk: a member whose value is an object (details) is
-// skipped whole; usage objects hold no string with a brace or an escaped
-// quote in it. A count's key is compared in place, its closing quote
-// included; another key is skipped with the vectorised IndexByte. (A
-// byte-at-a-time walk was 790 instructions for OpenAI's three counts;
-// callgrind.)
-func (o *observation) readCounts(obj []byte) {
+// obj (see usageCounts). An object's input counts add up (Anthropic's
+// input_tokens and its cache counts) and replace the input held; an
+// object with none keeps it (an Anthropic stream's message_delta may
+// carry its output count alone). An object with a count that is not one
+// (negative, fractional, above maxTokenCount) gives no count at all, and
+// readCounts reports false: a negative or truncated count would leave the
+// answer's tokens uncharged, an enormous one lock its key out.
+func (o *observation) readCounts(obj []byte) bool {
+	in, out, hasIn, hasOut, ok := usageCounts(obj)
+	if !ok {
+		return false
+	}
+	if hasIn {
+		o.in, o.usage = in, true
+	}
+	if hasOut {
+		o.out, o.usage = out, true
+	}
+	return true
+}
+
+// usageCounts reads the counts of the object that starts obj, in one
+// walk: a member whose value is an object (details) is skipped whole;
+// usage objects hold no string with a brace or an escaped quote in it. A
+// count's key is compared in place, its closing quote included; another
+// key is skipped with the vectorised IndexByte. (A byte-at-a-time walk
+// was 790 instructions for OpenAI's three counts; callgrind.) A count
+// that is null is absent; ok is false when one is not a count.
+func usageCounts(obj []byte) (in, out int64, hasIn, hasOut, ok bool) {
 	depth := 0 // of the details object being skipped
 	for i := 1; i < len(obj); i++ {
 		switch obj[i] {
@@ -237,7 +306,7 @@ func (o *observation) readCounts(obj []byte) {
 			continue
 		case '}':
 			if depth == 0 {
-				return
+				return in, out, hasIn, hasOut, true
 			}
 			depth--
 			continue
@@ -257,7 +326,7 @@ func (o *observation) readCounts(obj []byte) {
 			// quote.
 			end := bytes.IndexByte(obj[i+1:], '"')
 			if end < 0 {
-				return
+				break
 			}
 			i += 1 + end
 			continue
@@ -276,7 +345,7 @@ func (o *observation) readCounts(obj []byte) {
 		}
 		start := k
 		var n int64
-		for k < len(obj) && k-start < 15 {
+		for k < len(obj) && k-start <= 10 {
 			c := obj[k] - '0'
 			if c > 9 {
 				break
@@ -285,13 +354,20 @@ func (o *observation) readCounts(obj []byte) {
 			k++
 		}
 		if k == start {
-			continue
+			if k < len(obj) && obj[k] == '-' {
+				return 0, 0, false, false, false
+			}
+			continue // null
+		}
+		if n > maxTokenCount || k < len(obj) && (obj[k]-'0' <= 9 || obj[k] == '.' || obj[k]|0x20 == 'e') {
+			return 0, 0, false, false, false
 		}
 		i = k - 1
-		if which == 1 {
-			o.in, o.usage = n, true
+		if which == countOutput {
+			out, hasOut = n, true
 		} else {
-			o.out, o.usage = n, true
+			in, hasIn = in+n, true
 		}
 	}
+	return in, out, hasIn, hasOut, true
 }

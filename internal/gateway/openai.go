@@ -239,7 +239,7 @@ func (b *openaiBackend) serve(x *exchange, c *call, timeout time.Duration) (hand
 		if c.fallsBack(r.fail) {
 			return false, true
 		}
-		b.answerFailure(ctx, r)
+		b.answerFailure(x, r)
 		return false, false
 	}
 	resp := &u.resp

@@ -55,6 +55,7 @@ type sendResult struct {
 	attempts int
 	got      bool
 	fail     attemptOutcome // outcomeConnectError, outcomeTimeout or outcomeTooLarge
+	sent     int            // the request's bytes, with outcomeTooLarge
 }
 
 // send sends u's request (its body set), retrying connection errors and
@@ -62,10 +63,10 @@ type sendResult struct {
 // the attempts made and whether an answer is in u.resp; when none is, it
 // has answered the client (504 upstream_timeout, 502
 // upstream_answer_too_large or upstream_unavailable).
-func (t *upstreamTarget) send(ctx *fasthttp.RequestCtx, c *call, u *upstreamRequest, stream bool) (int, bool) {
+func (t *upstreamTarget) send(x *exchange, c *call, u *upstreamRequest, stream bool) (int, bool) {
 	r := t.try(c, u, stream, c.deadline)
 	if !r.got {
-		t.answerFailure(ctx, r)
+		t.answerFailure(x, r)
 	}
 	return r.attempts, r.got
 }
@@ -109,7 +110,7 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 				// get the same answer, at the same cost.
 				c.attempted(t.name, t.health, outcomeTooLarge, 0, began)
 				c.log.Warn("upstream answer over the bound of a whole answer", "backend", t.name, "bound_bytes", maxUpstreamBody)
-				r.fail = outcomeTooLarge
+				r.fail, r.sent = outcomeTooLarge, len(u.req.Body())
 				return r
 			}
 			c.attempted(t.name, t.health, outcomeConnectError, 0, began)
@@ -134,11 +135,15 @@ func (t *upstreamTarget) try(c *call, u *upstreamRequest, stream bool, until tim
 }
 
 // answerFailure answers a request that got no answer from this upstream.
-func (t *upstreamTarget) answerFailure(ctx *fasthttp.RequestCtx, r sendResult) {
+// An answer over the bound was made, and is billed, by the upstream: it
+// is charged the estimate (see overBound).
+func (t *upstreamTarget) answerFailure(x *exchange, r sendResult) {
+	ctx := x.ctx
 	switch r.fail {
 	case outcomeTimeout:
 		timedOut(ctx, t.name)
 	case outcomeTooLarge:
+		x.overBound(r.sent)
 		writeError(ctx, fasthttp.StatusBadGateway, typeServer, codeUpstreamLarge,
 			fmt.Sprintf("backend %s answered with more than %d MiB, the bound of a whole answer (a streamed answer has none); not retried", t.name, maxUpstreamBody>>20))
 	default:

@@ -164,7 +164,7 @@ func (b *openaiBackend) responses(x *exchange, c *call, req *responsesRequest) b
 // answer that is not a stream (an error) is passed on whole. It reports
 // whether it handed the exchange to the stream.
 func (t *upstreamTarget) passStream(x *exchange, c *call, u *upstreamRequest, events errorEvents) bool {
-	attempts, got := t.send(x.ctx, c, u, true)
+	attempts, got := t.send(x, c, u, true)
 	if !got || t.refused(x.ctx, c, u.resp.StatusCode(), attempts) {
 		return false
 	}

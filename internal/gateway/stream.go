@@ -49,6 +49,9 @@ type upstreamStream struct {
 	// latest text, so that it counts all of the text read.
 	outEst  int64
 	counted bool
+	// run is where the text estimate stands in an event passed on in
+	// pieces.
+	run textRun
 }
 
 // Stream buffer bounds: an event is held until whole up to maxEventHold;
@@ -101,8 +104,10 @@ func (s *upstreamStream) fill() {
 		// usageCarry bytes: a Responses stream's response.completed
 		// repeats the whole output and instructions, and its usage,
 		// near its end, must be read whole even when a read cut it.
-		s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
-		s.ready, s.begun = len(s.buf)-usageCarry, true
+		// The piece passed on ends where its text estimate was judged
+		// whole: a key cut at its end is held for the next piece.
+		safe := s.count(s.buf[s.ready:len(s.buf)-usageCarry], s.buf[s.ready:])
+		s.ready, s.begun = s.ready+safe, true
 		s.scan = max(s.scan, s.ready)
 		return
 	}
@@ -140,6 +145,7 @@ func (s *upstreamStream) frame() {
 		}
 		ev := s.buf[s.ready:end]
 		s.count(ev, ev)
+		s.run = textRun{} // the event's end ends its strings
 		if s.dropUsage && !s.begun && isUsageChunk(ev) {
 			n := copy(s.buf[s.ready:], s.buf[end:])
 			s.buf = s.buf[:s.ready+n]
@@ -153,16 +159,19 @@ func (s *upstreamStream) frame() {
 
 // count estimates the output tokens of text, and reads the usage in ev,
 // both of an event the upstream sent (text is ev, or the part of a long
-// event passed on).
-func (s *upstreamStream) count(text, ev []byte) {
-	if n := eventTokens(text, s.events.deltas); n > 0 {
+// event passed on). It returns the length of text's part whose estimate
+// is whole (see pieceTokens).
+func (s *upstreamStream) count(text, ev []byte) int {
+	n, run, safe := pieceTokens(text, s.events.deltas, s.run)
+	s.run = run
+	if n > 0 {
 		s.outEst += n
 		s.counted = false
 	}
-	if i := lastUsageAt(ev); i >= 0 {
-		s.x.obs.readUsageAt(ev, i)
+	if i := lastUsageAt(ev); i >= 0 && s.x.obs.readUsageAt(ev, i) {
 		s.counted = true
 	}
+	return safe
 }
 
 // halfEvent reports whether what is held, or was begun, is part of an
@@ -178,6 +187,16 @@ func (s *upstreamStream) halfEvent() bool {
 // ends it without its last chunk, so that the stream is never taken for
 // a complete answer.
 func (s *upstreamStream) fail(err error) {
+	if held := s.buf[s.ready:]; len(held) > 0 {
+		// The text of an event begun and never ended (or of a whole
+		// answer to a stream, from an upstream that does not stream)
+		// was generated: it counts toward the estimate. Its usage, if
+		// any, may be cut and is not read.
+		if n, _, _ := pieceTokens(held, s.events.deltas, s.run); n > 0 {
+			s.outEst += n
+			s.counted = false
+		}
+	}
 	s.buf = s.buf[:s.ready]
 	var ev []byte
 	if !time.Now().Before(s.c.deadline) || isTimeout(err) {

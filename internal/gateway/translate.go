@@ -211,13 +211,23 @@ type chatAnswer struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *chatUsage `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// chatUsage is a chat completion's usage, as the translation reads it.
+type chatUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// counts reports whether u is a usage whose counts are counts (see
+// readCounts): none is negative or above maxTokenCount.
+func (u *chatUsage) counts() bool {
+	return u != nil && u.PromptTokens >= 0 && u.CompletionTokens >= 0 &&
+		int64(u.PromptTokens) <= maxTokenCount && int64(u.CompletionTokens) <= maxTokenCount
 }
 
 // messages sends the translated request to host + /chat/completions and
@@ -226,7 +236,7 @@ type chatAnswer struct {
 func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, chat []byte) bool {
 	u := b.newRequest("/chat/completions", req.stream, b.authHeader()...)
 	u.req.SetBodyRaw(chat)
-	attempts, got := b.send(x.ctx, c, u, req.stream)
+	attempts, got := b.send(x, c, u, req.stream)
 	if !got || b.refused(x.ctx, c, u.resp.StatusCode(), attempts) {
 		return false
 	}
@@ -269,8 +279,13 @@ func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, cha
 		msg.Content = append(msg.Content, anthropicBlock{Type: "text", Text: *ch.Message.Content})
 	}
 	msg.StopReason = &stop
-	if a.Usage != nil {
+	if a.Usage.counts() {
 		msg.Usage = anthropicUsage{InputTokens: a.Usage.PromptTokens, OutputTokens: a.Usage.CompletionTokens}
+	} else {
+		// No usage, or one whose counts are not counts: the message's
+		// usage says 0, which is no count, so the estimate (see
+		// answered).
+		x.obs.estimate(len(chat), eventTokens(resp.Body(), false))
 	}
 	passHeaders(x.ctx, resp)
 	writeJSON(x.ctx, fasthttp.StatusOK, msg)
@@ -312,7 +327,7 @@ type messagesStream struct {
 	end     error // once pending is read: io.EOF or errStreamBroken
 	done    bool  // the upstream's answer came to its end (finish)
 	closed  bool
-	outEst  int64 // output tokens estimated from the text deltas (see estimate)
+	outEst  int64 // output tokens estimated from the upstream's text (see estimate)
 	counted bool  // input and output are the latest usage, and no text came after it
 }
 
@@ -370,6 +385,7 @@ func (s *messagesStream) event(ev []byte) {
 		s.finish()
 		return
 	}
+	s.countText(ev)
 	var a chatAnswer
 	if json.Unmarshal(data, &a) != nil {
 		return
@@ -386,8 +402,6 @@ func (s *messagesStream) event(ev []byte) {
 				text, s.stop = ch.Delta.Refusal, "refusal"
 			}
 			if text != nil && *text != "" {
-				s.outEst += int64(len(*text)+bytesPerToken-1) / bytesPerToken
-				s.counted = false
 				s.pending = append(s.pending, namedEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "text_delta", "text": *text}})...)
 			}
 		}
@@ -397,9 +411,21 @@ func (s *messagesStream) event(ev []byte) {
 	}
 	// Read after the text: a chunk's usage counts its own text (an
 	// upstream may give one in every chunk).
-	if a.Usage != nil {
+	if a.Usage.counts() {
 		s.input, s.output = a.Usage.PromptTokens, a.Usage.CompletionTokens
 		s.counted = true
+	}
+}
+
+// countText adds the text of the upstream's event ev, whole or the
+// start of one, to the estimate: every string that carries an answer's
+// text (eventTokens), whether or not the translation passes it on. A
+// reasoning model's reasoning_content is billed as output, though a
+// Messages client never sees it.
+func (s *messagesStream) countText(ev []byte) {
+	if n, _, _ := pieceTokens(ev, false, textRun{}); n > 0 {
+		s.outEst += n
+		s.counted = false
 	}
 }
 
@@ -415,7 +441,12 @@ func (s *messagesStream) finish() {
 }
 
 // fail ends the stream with an error event (see upstreamStream.fail).
+// The text of an event begun and never ended (or over the bound) was
+// generated, and counts toward the estimate.
 func (s *messagesStream) fail(err error) {
+	if len(s.buf) > 0 {
+		s.countText(s.buf)
+	}
 	if !time.Now().Before(s.c.deadline) || isTimeout(err) {
 		s.c.log.Warn("upstream answer cut at the backend timeout", "backend", s.t.name)
 		_ = s.x.ctx.SetWriteDeadline(time.Now().Add(lateWrite))

@@ -186,6 +186,11 @@ func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
 // over the state file, the directory synced); nil removes the state file.
 func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 	if m == nil {
+		// A directory in the file's place is not the mark (LoadMark
+		// refuses it too), and os.Remove would take an empty one.
+		if fi, err := os.Lstat(s.path); err == nil && fi.IsDir() {
+			return fmt.Errorf("rollback mark %s: %w", s.path, private(fi, false))
+		}
 		err := os.Remove(s.path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

@@ -192,3 +192,19 @@ func TestLargestFleetMarkLoads(t *testing.T) {
 		t.Fatalf("LoadMark: %v", err)
 	}
 }
+
+// A directory in the state file's place is not the mark: clearing the
+// mark leaves it, and says why, as reading the mark refuses it. An empty
+// one was removed as if it were the state file.
+func TestClearLeavesADirectory(t *testing.T) {
+	s := newStore(t)
+	if err := os.Mkdir(s.Path(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveMark(nil); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("SaveMark(nil) = %v, want ErrUnsafe", err)
+	}
+	if fi, err := os.Lstat(s.Path()); err != nil || !fi.IsDir() {
+		t.Errorf("the directory in the state file's place is gone: %v", err)
+	}
+}
