@@ -309,9 +309,23 @@ func TestRoutedWorkerAllocatesNothing(t *testing.T) {
 	for range 50 {
 		serveOne()
 	}
-	if n := testing.AllocsPerRun(200, serveOne); n != 0 {
+	if n := fewestAllocs(3, 200, serveOne); n != 0 {
 		t.Fatalf("a cluster worker's routed request allocates %v times; want 0", n)
 	}
+}
+
+// fewestAllocs is the least of several AllocsPerRun counts. AllocsPerRun
+// counts the process's allocations, and a cluster worker's test shares
+// its process with an etcd member and the worker's own loops, which
+// allocate on their own schedule: a run they crowd can count one. An
+// allocation on the request's path is in every run, so the least count
+// still finds it.
+func fewestAllocs(tries, runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for i := 1; i < tries && least != 0; i++ {
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
 
 // BenchmarkKeyAdmit is one admission of a limited key: alone, and as a
