@@ -32,6 +32,7 @@ type rollout[T any] struct {
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
 	writeFailed  bool          // a decision could not be written to the channel; only the slot's holder touches it
 	shareTimer   *time.Timer   // gives the candidate its share at the step's start (storeSplitAt); under r.mu
+	waitingOn    []string      // the workers the pending step waits on, as the driver last read them; under r.mu
 	splitEnded   bool          // the split is gone (promoted, rolled back, closed): no timer stores one; under r.mu
 }
 
@@ -182,7 +183,13 @@ func (r *Runtime[T]) drive(ro *rollout[T]) {
 		var due <-chan time.Time
 		if st.Phase == Running {
 			wait := st.NextStep.Sub(r.o.now())
-			if _, fleet := r.rolloutChannel(); fleet && wait <= 0 {
+			rc, fleet := r.rolloutChannel()
+			switch {
+			case fleet && st.Pending != nil && rc.Driving(st.ID):
+				// A widening waits for the fleet's acknowledgements:
+				// look at them often, each one may be the last.
+				wait = ackPoll(st.stepLength())
+			case fleet && wait <= 0:
 				// Due, and not decided: another worker drives, or this
 				// one's write failed. Look again shortly.
 				wait = fleetPoll(st.stepLength())
@@ -225,16 +232,23 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 		return
 	}
 	defer r.releaseSlot()
-	if r.ro != ro || ro.state.Phase != Running || r.o.now().Before(ro.state.NextStep) {
+	rc, fleet := r.rolloutChannel()
+	pending := fleet && ro.state.Pending != nil
+	if r.ro != ro || ro.state.Phase != Running || !pending && r.o.now().Before(ro.state.NextStep) {
 		return
 	}
-	if rc, ok := r.rolloutChannel(); ok && !rc.Driving(ro.state.ID) {
+	if fleet && !rc.Driving(ro.state.ID) {
 		// Another worker drives. If no decision came for two step
-		// lengths past the step's time, the driver is lost: roll back
-		// to the active generation rather than stick or split.
+		// lengths past the step's time (for a pending widening, past
+		// the end of its wait), the driver is lost: roll back to the
+		// active generation rather than stick or split.
 		if r.o.now().Sub(ro.state.NextStep) > 2*ro.stepLength() {
 			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
 		}
+		return
+	}
+	if pending {
+		r.widenAcknowledged(ro, rc)
 		return
 	}
 	w, v := r.judge(ro)
@@ -302,7 +316,11 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 		r.promote(ro, DeciderRollout, v.Reason, w, v)
 		return
 	}
-	start := r.o.now().Add(r.settle(ro.state.Strategy))
+	if _, fleet := r.rolloutChannel(); fleet {
+		r.proposeWiden(ro, next, w, v)
+		return
+	}
+	start := r.o.now()
 	change := func(s *RolloutState) {
 		if !w.EarlierBaseline && w.Active.Requests > 0 {
 			s.Baseline = w.Active
@@ -323,6 +341,81 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	}
 	r.widenLocal(ro, next, start)
 	r.decide(ro, change, w, v)
+}
+
+// proposeWiden writes a fleet's widening to share as pending: no
+// worker gives the new share until every live one has acknowledged it
+// (widenAcknowledged), so an entity the step moves to the candidate never
+// meets a worker that still gives it the active generation. The current
+// step's window goes on meanwhile. It holds the slot.
+func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Verdict) {
+	now := r.o.now()
+	wait := ro.stepLength()
+	change := func(s *RolloutState) {
+		if !w.EarlierBaseline && w.Active.Requests > 0 {
+			s.Baseline = w.Active
+		}
+		s.Pending = &PendingStep{Step: s.Step + 1, Share: share, Decided: now, Reason: v.Reason}
+		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
+		s.NextStep = now.Add(wait)
+	}
+	change = judged(change, w, v)
+	if !r.fleetWrite(ro, change, nil) {
+		return
+	}
+	r.decide(ro, change, w, v)
+}
+
+// widenAcknowledged makes the pending widening the current step once
+// every live worker has acknowledged it, or once its wait is over: a
+// worker that has not acknowledged by then is named in the state and
+// gives the candidate to nobody (see RolloutState.Unacknowledged). The
+// step starts after the settle, or twice the slowest acknowledgement if
+// that is longer (at most a step), so that every worker, the slowest
+// too, learns of it before it starts. It holds the slot.
+func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
+	st := ro.state
+	p := st.Pending
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
+	waiting, slowest, err := rc.Unacknowledged(ctx, st)
+	cancel()
+	if err != nil {
+		r.o.logger.Warn("rollout: the fleet's acknowledgements could not be read; the widening waits", "rollout", st.ID, "error", err)
+		return
+	}
+	r.mu.Lock()
+	ro.waitingOn = waiting
+	r.mu.Unlock()
+	now := r.o.now()
+	if len(waiting) > 0 && now.Before(st.NextStep) {
+		return
+	}
+	length := st.Strategy.StepInterval
+	if p.Share == FullShare {
+		length = st.Strategy.FinalBake
+	}
+	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(length, r.settle(st.Strategy))))
+	change := func(s *RolloutState) {
+		s.Step, s.Share, s.Pending, s.Unacknowledged = p.Step, p.Share, nil, waiting
+		s.Extensions = 0
+		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, p.Reason
+		s.StepStarted, s.NextStep = start, start.Add(length)
+	}
+	if !r.fleetWrite(ro, change, nil) {
+		return
+	}
+	if len(waiting) > 0 {
+		r.o.logger.Warn("rollout: the step takes effect without the acknowledgement of some workers; they give the candidate to nobody",
+			"rollout", st.ID, "share", shareText(p.Share), "unacknowledged", waiting)
+	}
+	r.widenLocal(ro, p.Share, start)
+	r.decide(ro, change, st.LastWindow, st.LastVerdict)
+}
+
+// ackPoll is how often a driver reads the acknowledgements of a pending
+// widening.
+func ackPoll(step time.Duration) time.Duration {
+	return min(max(step/20, 10*time.Millisecond), 50*time.Millisecond)
 }
 
 // widenLocal starts a new window at share here, the share taking effect
@@ -442,7 +535,7 @@ func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window
 func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
 	now := r.o.now()
 	change := func(s *RolloutState) {
-		s.Phase, s.Share = Promoted, FullShare
+		s.Phase, s.Share, s.Pending, s.Unacknowledged = Promoted, FullShare, nil, nil
 		s.Decision, s.Decider, s.Reason = Promote, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
 	}
@@ -482,7 +575,7 @@ func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window,
 func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint64, w *Window, v *Verdict) {
 	now := r.o.now()
 	change := func(s *RolloutState) {
-		s.Phase = RolledBack
+		s.Phase, s.Pending, s.Unacknowledged = RolledBack, nil, nil
 		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, id
 	}
@@ -549,6 +642,9 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 	r.mu.Lock()
 	change(&ro.state)
 	st := ro.state
+	if st.Pending == nil {
+		ro.waitingOn = nil
+	}
 	if st.Done() {
 		r.ro = nil
 		r.lastRollout = ro.statusLocked()
@@ -568,6 +664,13 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 	level := slog.LevelInfo
 	if st.Decision == RollBack {
 		level = slog.LevelWarn
+	}
+	if st.Pending != nil && st.Decision == Widen {
+		// Decided, not yet in effect: the decision is told (and
+		// recorded) once its step starts.
+		r.o.logger.LogAttrs(context.Background(), level, "rollout decision waits for every worker's acknowledgement",
+			append(attrs, slog.String("pending_share", shareText(st.Pending.Share)))...)
+		return
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
 	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v, Adopted: r.adopting})
@@ -591,7 +694,7 @@ func (r *Runtime[T]) releaseSlot() {
 
 // statusLocked returns the rollout's status. r.mu must be held.
 func (ro *rollout[T]) statusLocked() *RolloutStatus {
-	return &RolloutStatus{RolloutState: ro.state, CutOff: ro.cutOff}
+	return &RolloutStatus{RolloutState: ro.state, CutOff: ro.cutOff, WaitingOn: ro.waitingOn}
 }
 
 // rolloutStatusLocked returns the running rollout's status, else the

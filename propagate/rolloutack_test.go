@@ -1,0 +1,148 @@
+package propagate
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf"
+)
+
+// slowRolloutFake is a fault-injecting runtime for a follower: it hands
+// the runtime each of the fleet's rollout states late by delay, as a
+// worker of an overloaded machine does (its watch and its loop fall
+// behind). Everything else goes straight to the runtime.
+type slowRolloutFake struct {
+	*reconf.Runtime[testConfig]
+	delay time.Duration
+}
+
+// FollowRollout adopts st after the delay.
+func (s slowRolloutFake) FollowRollout(ctx context.Context, st reconf.RolloutState) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Runtime.FollowRollout(ctx, st)
+}
+
+// startSlowFleetWorker starts a fleet worker whose follower hands its
+// runtime the rollout's states late by delay (slowRolloutFake).
+func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, delay time.Duration) fleetWorker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := &rolloutEvents{}
+	w := &worker{id: id, src: &memSource{}, env: newEnv("KEY1", canary, "KEY2", canary+"-2"), seen: make(chan stamp, 4096)}
+	w.src.Set(configYAML("gw", 1, "KEY1"))
+	cli, err := Connect(endpoints, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	w.cli = cli
+	if w.ch, err = NewChannel(cli, prefix, WithWorkerID(id)); err != nil {
+		t.Fatal(err)
+	}
+	w.rt, err = reconf.New[testConfig](ctx, w.src, reconf.WithChannel(w.ch), reconf.WithEnv(w.env.Lookup),
+		reconf.WithLogger(testLogger()), reconf.WithObserver(l))
+	if err != nil {
+		t.Fatalf("worker %s: New: %v", id, err)
+	}
+	t.Cleanup(func() { _ = w.rt.Close(context.Background()) })
+	if w.f, err = Follow(ctx, w.ch, slowRolloutFake{w.rt, delay}, WithLogger(testLogger()), WithResyncInterval(200*time.Millisecond)); err != nil {
+		t.Fatalf("worker %s: Follow: %v", id, err)
+	}
+	t.Cleanup(func() { _ = w.f.Close(context.Background()) })
+	return fleetWorker{w, l}
+}
+
+// TestFleetWideningWaitsForSlowWorker: one worker of three learns of
+// every rollout state later than the settle. The widening from 50% to
+// 100% takes effect only once it has acknowledged the step, far enough
+// ahead for it to learn of the start in time, so an entity that the step
+// moves to the candidate, asked of every worker in turn all through the
+// rollout, never gets the active generation again after the candidate.
+func TestFleetWideningWaitsForSlowWorker(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	ws = append(ws, startSlowFleetWorker(t, s.Endpoints(), prefix, "slow", 700*time.Millisecond))
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	waitFor(t, 10*time.Second, "three rows", func() bool {
+		f, err := ws[0].ch.Fleet(context.Background())
+		return err == nil && len(f.Workers) == 3
+	})
+	step := 1500 * time.Millisecond
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+
+	// The entities the widening moves: their point is in [50%, 100%).
+	var band []string
+	for i := 0; len(band) < 100; i++ {
+		e := fmt.Sprintf("tenant-%d", i)
+		if p := reconf.EntityPoint(cand, e); p >= 5000 {
+			band = append(band, e)
+		}
+	}
+	// Two workers that start a step at the same instant still run their
+	// timers a few milliseconds apart on a loaded machine: a switch back
+	// within jitter of the first candidate is the clocks', not the
+	// protocol's. Without the acknowledgement the slow worker switches
+	// the delay less the settle (450 ms) after the others.
+	const jitter = 100 * time.Millisecond
+	var (
+		seen = map[string][]uint64{}  // per entity, the generations met, changes only
+		got  = map[string]time.Time{} // per entity, when it first got the candidate
+		bad  []string
+	)
+	done := func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand || !ro.Done() {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !done(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollout did not end on every worker in 30s: %+v", ws[0].rollout())
+		}
+		for _, w := range ws {
+			for _, e := range band {
+				pin := w.rt.AcquireFor(e)
+				id := pin.ID()
+				pin.Release()
+				now := time.Now()
+				if id == cand && got[e].IsZero() {
+					got[e] = now
+				}
+				if id != cand && !got[e].IsZero() && now.Sub(got[e]) > jitter && len(bad) < 5 {
+					bad = append(bad, fmt.Sprintf("%s got %d from worker %s %s after the candidate", e, id, w.id, now.Sub(got[e]).Round(time.Millisecond)))
+				}
+				if s := seen[e]; len(s) == 0 || s[len(s)-1] != id {
+					seen[e] = append(s, id)
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("entities switched back from the candidate: %v", bad)
+	}
+	if ro := ws[0].rollout(); ro.Phase != reconf.Promoted {
+		t.Fatalf("the rollout ended %s (%s), want promoted", ro.Phase, ro.Reason)
+	}
+	moved := 0
+	for _, s := range seen {
+		if s[0] == cand-1 && s[len(s)-1] == cand {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no entity of the band moved from the active generation to the candidate")
+	}
+}
