@@ -146,3 +146,44 @@ func TestFleetWideningWaitsForSlowWorker(t *testing.T) {
 		t.Fatal("no entity of the band moved from the active generation to the candidate")
 	}
 }
+
+// TestFleetWideningNamesUnacknowledged: a worker that does not
+// acknowledge a widening within a step does not hold the fleet back: the
+// driver's status names it while the step waits, the step then takes
+// effect without it, the state names it, and it gives the candidate to
+// nobody.
+func TestFleetWideningNamesUnacknowledged(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	stuck := startSlowFleetWorker(t, s.Endpoints(), prefix, "stuck", 3*time.Second)
+	ws = append(ws, stuck)
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	waitFor(t, 10*time.Second, "three rows", func() bool {
+		f, err := ws[0].ch.Fleet(context.Background())
+		return err == nil && len(f.Workers) == 3
+	})
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	waitFor(t, 10*time.Second, "the driver waits on the stuck worker", func() bool {
+		ro := ws[0].rollout()
+		return ro != nil && ro.ID == cand && ro.Pending != nil && len(ro.WaitingOn) == 1 && ro.WaitingOn[0] == "stuck"
+	})
+	waitFor(t, 10*time.Second, "the step takes effect without it", func() bool {
+		ro := ws[0].rollout()
+		return ro != nil && ro.Pending == nil && ro.Share == reconf.FullShare
+	})
+	if ro := ws[0].rollout(); len(ro.Unacknowledged) != 1 || ro.Unacknowledged[0] != "stuck" || len(ro.WaitingOn) != 0 {
+		t.Fatalf("the step's state: unacknowledged %v, waiting on %v", ro.Unacknowledged, ro.WaitingOn)
+	}
+	waitFor(t, 15*time.Second, "the stuck worker gives the candidate to nobody", func() bool {
+		ro := stuck.rollout()
+		return ro != nil && ro.Share == reconf.FullShare && ro.CutOff
+	})
+	pin := stuck.rt.AcquireFor("tenant-0")
+	defer pin.Release()
+	if ro := stuck.rollout(); !ro.Done() && pin.ID() == cand {
+		t.Fatal("the unacknowledged worker gives the candidate")
+	}
+}
