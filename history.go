@@ -79,6 +79,9 @@ type RolloutEntry struct {
 	Candidate       *Figures `json:"candidate,omitempty"`
 	EarlierBaseline bool     `json:"earlier_baseline,omitempty"`
 	Health          Health   `json:"health,omitempty"`
+	// Unacknowledged names the workers a fleet's widening took effect
+	// without: they had not acknowledged it within a step.
+	Unacknowledged []string `json:"unacknowledged,omitempty"`
 }
 
 // HistoryEntryOfRollout returns the history entry of a rollout decision.
@@ -86,7 +89,8 @@ func HistoryEntryOfRollout(ev RolloutEvent) HistoryEntry {
 	st := ev.State
 	e := HistoryEntry{Time: ev.Time.UTC(), Trigger: st.Trigger, Actor: st.Decider, Outcome: st.Decision.String(), Reason: Reason(st.Reason),
 		PreviousGeneration: st.Active, Generation: st.Candidate,
-		Rollout: &RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision}}
+		Rollout: &RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision,
+			Unacknowledged: st.Unacknowledged}}
 	if st.Done() {
 		e.Generation = st.Result
 	}

@@ -177,6 +177,18 @@ func TestFleetWideningNamesUnacknowledged(t *testing.T) {
 	if ro := ws[0].rollout(); len(ro.Unacknowledged) != 1 || ro.Unacknowledged[0] != "stuck" || len(ro.WaitingOn) != 0 {
 		t.Fatalf("the step's state: unacknowledged %v, waiting on %v", ro.Unacknowledged, ro.WaitingOn)
 	}
+	// The driver's history entry of the widening names it too.
+	var named bool
+	ws[0].log.mu.Lock()
+	for _, ev := range ws[0].log.evs {
+		if e := reconf.HistoryEntryOfRollout(ev); e.Outcome == "widen" && len(e.Rollout.Unacknowledged) == 1 && e.Rollout.Unacknowledged[0] == "stuck" {
+			named = true
+		}
+	}
+	ws[0].log.mu.Unlock()
+	if !named {
+		t.Error("the driver's widen entry does not name the unacknowledged worker")
+	}
 	waitFor(t, 15*time.Second, "the stuck worker gives the candidate to nobody", func() bool {
 		ro := stuck.rollout()
 		return ro != nil && ro.Share == reconf.FullShare && ro.CutOff
