@@ -39,12 +39,22 @@ type rollout[T any] struct {
 // stepLength is how long the current step lasts before it is judged.
 func (ro *rollout[T]) stepLength() time.Duration { return ro.state.stepLength() }
 
-// stepLength is how long st's current step lasts before it is judged.
+// stepLength is how long st's current step lasts before it is judged;
+// with a pending step, how long that one lasts, which bounds the wait for
+// its acknowledgements.
 func (st RolloutState) stepLength() time.Duration {
-	if st.Share == FullShare {
-		return st.Strategy.FinalBake
+	if p := st.Pending; p != nil {
+		return st.Strategy.lengthAt(p.Share)
 	}
-	return st.Strategy.StepInterval
+	return st.Strategy.lengthAt(st.Share)
+}
+
+// lengthAt is how long a step at share lasts before it is judged.
+func (s Strategy) lengthAt(share uint32) time.Duration {
+	if share == FullShare {
+		return s.FinalBake
+	}
+	return s.StepInterval
 }
 
 // immediate reports whether the strategy publishes to every request at
@@ -120,15 +130,20 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 // in.
 func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
-	start := now.Add(r.settle(s))
 	ac, _ := r.rec.Counts(active)
-	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
+	first := s.Shares()[0]
+	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: first, Active: active, Candidate: candidate,
 		Baseline: ac.Figures(active),
 		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
-		Started: now, StepStarted: start}
-	st.NextStep = start.Add(st.Strategy.StepInterval)
-	if st.Share == FullShare {
-		st.NextStep = start.Add(st.Strategy.FinalBake)
+		Started: now, StepStarted: now, NextStep: now.Add(s.lengthAt(first))}
+	if _, fleet := r.rolloutChannel(); fleet {
+		// The first share widens from none, and waits like any widening
+		// for every worker to hold the candidate and acknowledge it: a
+		// worker slow to apply the candidate would otherwise give the
+		// active generation to entities the others give the candidate.
+		st.Share, st.StepStarted = 0, time.Time{}
+		st.Pending = &PendingStep{Step: 0, Share: first, Decided: now}
+		st.NextStep = now.Add(ackWait(s.lengthAt(first)))
 	}
 	return st
 }
@@ -350,7 +365,7 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 // step's window goes on meanwhile. It holds the slot.
 func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Verdict) {
 	now := r.o.now()
-	wait := ro.stepLength()
+	wait := ackWait(ro.state.Strategy.lengthAt(share))
 	change := func(s *RolloutState) {
 		if !w.EarlierBaseline && w.Active.Requests > 0 {
 			s.Baseline = w.Active
@@ -390,15 +405,15 @@ func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
 	if len(waiting) > 0 && now.Before(st.NextStep) {
 		return
 	}
-	length := st.Strategy.StepInterval
-	if p.Share == FullShare {
-		length = st.Strategy.FinalBake
-	}
+	length := st.Strategy.lengthAt(p.Share)
 	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(length, r.settle(st.Strategy))))
 	change := func(s *RolloutState) {
+		first := s.Decision == Start && p.Step == s.Step
 		s.Step, s.Share, s.Pending, s.Unacknowledged = p.Step, p.Share, nil, waiting
 		s.Extensions = 0
-		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, p.Reason
+		if !first {
+			s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, p.Reason
+		}
 		s.StepStarted, s.NextStep = start, start.Add(length)
 	}
 	if !r.fleetWrite(ro, change, nil) {
@@ -410,6 +425,15 @@ func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
 	}
 	r.widenLocal(ro, p.Share, start)
 	r.decide(ro, change, st.LastWindow, st.LastVerdict)
+}
+
+// ackWait bounds how long a pending step waits for the acknowledgements
+// of the live workers: its own length, and as much again up to 10 s, so
+// that a worker of a loaded machine, slow by about a step, is waited for
+// rather than cut off. A dead worker is not waited for that long: its row
+// goes with its lease.
+func ackWait(length time.Duration) time.Duration {
+	return length + min(length, 10*time.Second)
 }
 
 // ackPoll is how often a driver reads the acknowledgements of a pending
@@ -484,7 +508,7 @@ func (r *Runtime[T]) noteLate(ro *rollout[T], share uint32, at time.Time) {
 	if _, fleet := r.rolloutChannel(); !fleet {
 		return
 	}
-	if late := r.o.now().Sub(at); late > 0 {
+	if late := r.o.now().Sub(at); late > 0 && !at.IsZero() {
 		r.o.logger.Warn("rollout: this worker learned of the step after it began", "rollout", ro.state.ID, "share", shareText(share), "late_ms", millis.Of(late))
 	}
 }
@@ -665,11 +689,16 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 	if st.Decision == RollBack {
 		level = slog.LevelWarn
 	}
-	if st.Pending != nil && st.Decision == Widen {
+	switch {
+	case st.Pending != nil && st.Decision == Widen:
 		// Decided, not yet in effect: the decision is told (and
 		// recorded) once its step starts.
 		r.o.logger.LogAttrs(context.Background(), level, "rollout decision waits for every worker's acknowledgement",
 			append(attrs, slog.String("pending_share", shareText(st.Pending.Share)))...)
+		return
+	case st.Decision == Start:
+		// The first share took effect; the stage has its own entry.
+		r.o.logger.LogAttrs(context.Background(), level, "rollout: the first share takes effect", attrs...)
 		return
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)

@@ -691,7 +691,11 @@ type writeDone struct {
 
 // stepOf is how long st's current step lasts.
 func stepOf(st reconf.RolloutState) time.Duration {
-	if st.Share == reconf.FullShare {
+	share := st.Share
+	if st.Pending != nil {
+		share = st.Pending.Share
+	}
+	if share == reconf.FullShare {
 		return max(st.Strategy.FinalBake, st.Strategy.StepInterval)
 	}
 	return st.Strategy.StepInterval

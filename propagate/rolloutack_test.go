@@ -3,6 +3,7 @@ package propagate
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -10,16 +11,31 @@ import (
 )
 
 // slowRolloutFake is a fault-injecting runtime for a follower: it hands
-// the runtime each of the fleet's rollout states late by delay, as a
-// worker of an overloaded machine does (its watch and its loop fall
-// behind). Everything else goes straight to the runtime.
+// the runtime a rollout's candidate and each of the fleet's rollout
+// states late by delay, as a worker of an overloaded machine does (its
+// watch and its loops fall behind). Everything else goes straight to the
+// runtime.
 type slowRolloutFake struct {
 	*reconf.Runtime[testConfig]
 	delay time.Duration
 }
 
-// FollowRollout adopts st after the delay.
+// ApplyCandidate applies the candidate after the delay.
+func (s slowRolloutFake) ApplyCandidate(ctx context.Context, version uint64, rec reconf.Record, st reconf.RolloutState) (reconf.Result, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return reconf.Result{}, ctx.Err()
+	}
+	return s.Runtime.ApplyCandidate(ctx, version, rec, st)
+}
+
+// FollowRollout adopts st after the delay, if the runtime does not hold
+// it already.
 func (s slowRolloutFake) FollowRollout(ctx context.Context, st reconf.RolloutState) error {
+	if cur, _, _, ok := s.RolloutWindow(); ok && reflect.DeepEqual(cur, st) {
+		return s.Runtime.FollowRollout(ctx, st)
+	}
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
@@ -59,12 +75,13 @@ func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, d
 	return fleetWorker{w, l}
 }
 
-// TestFleetWideningWaitsForSlowWorker: one worker of three learns of
-// every rollout state later than the settle. The widening from 50% to
-// 100% takes effect only once it has acknowledged the step, far enough
-// ahead for it to learn of the start in time, so an entity that the step
-// moves to the candidate, asked of every worker in turn all through the
-// rollout, never gets the active generation again after the candidate.
+// TestFleetWideningWaitsForSlowWorker: one worker of three applies the
+// candidate and learns of every rollout state later than the settle. The
+// first share (0 to 50%) and the widening to 100% each take effect only
+// once it has acknowledged them, far enough ahead for it to learn of the
+// start in time, so an entity that a step moves to the candidate, asked
+// of every worker in turn all through the rollout, never gets the active
+// generation again after the candidate.
 func TestFleetWideningWaitsForSlowWorker(t *testing.T) {
 	s := startServer(t)
 	prefix := newPrefix()
@@ -80,11 +97,17 @@ func TestFleetWideningWaitsForSlowWorker(t *testing.T) {
 	step := 1500 * time.Millisecond
 	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
 
-	// The entities the widening moves: their point is in [50%, 100%).
+	// The entities each step moves: 100 whose point is in [0, 50%),
+	// 100 in [50%, 100%).
 	var band []string
-	for i := 0; len(band) < 100; i++ {
+	for i, first, second := 0, 0, 0; first+second < 200; i++ {
 		e := fmt.Sprintf("tenant-%d", i)
-		if p := reconf.EntityPoint(cand, e); p >= 5000 {
+		switch p := reconf.EntityPoint(cand, e); {
+		case p < 5000 && first < 100:
+			first++
+			band = append(band, e)
+		case p >= 5000 && second < 100:
+			second++
 			band = append(band, e)
 		}
 	}
@@ -156,7 +179,7 @@ func TestFleetWideningNamesUnacknowledged(t *testing.T) {
 	s := startServer(t)
 	prefix := newPrefix()
 	ws := startFleet(t, s.Endpoints(), prefix, 2)
-	stuck := startSlowFleetWorker(t, s.Endpoints(), prefix, "stuck", 3*time.Second)
+	stuck := startSlowFleetWorker(t, s.Endpoints(), prefix, "stuck", 1500*time.Millisecond)
 	ws = append(ws, stuck)
 	for _, w := range ws {
 		traffic(t, w.worker, func(uint64) bool { return false })
@@ -165,7 +188,7 @@ func TestFleetWideningNamesUnacknowledged(t *testing.T) {
 		f, err := ws[0].ch.Fleet(context.Background())
 		return err == nil && len(f.Workers) == 3
 	})
-	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(500*time.Millisecond))
 	waitFor(t, 10*time.Second, "the driver waits on the stuck worker", func() bool {
 		ro := ws[0].rollout()
 		return ro != nil && ro.ID == cand && ro.Pending != nil && len(ro.WaitingOn) == 1 && ro.WaitingOn[0] == "stuck"
