@@ -46,7 +46,7 @@ func (s slowRolloutFake) FollowRollout(ctx context.Context, st reconf.RolloutSta
 
 // startSlowFleetWorker starts a fleet worker whose follower hands its
 // runtime the rollout's states late by delay (slowRolloutFake).
-func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, delay time.Duration) fleetWorker {
+func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, delay time.Duration, opts ...Option) fleetWorker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -68,7 +68,8 @@ func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, d
 		t.Fatalf("worker %s: New: %v", id, err)
 	}
 	t.Cleanup(func() { _ = w.rt.Close(context.Background()) })
-	if w.f, err = Follow(ctx, w.ch, slowRolloutFake{w.rt, delay}, WithLogger(testLogger()), WithResyncInterval(200*time.Millisecond)); err != nil {
+	opts = append([]Option{WithLogger(testLogger()), WithResyncInterval(200 * time.Millisecond)}, opts...)
+	if w.f, err = Follow(ctx, w.ch, slowRolloutFake{w.rt, delay}, opts...); err != nil {
 		t.Fatalf("worker %s: Follow: %v", id, err)
 	}
 	t.Cleanup(func() { _ = w.f.Close(context.Background()) })
@@ -220,5 +221,43 @@ func TestFleetWideningNamesUnacknowledged(t *testing.T) {
 	defer pin.Release()
 	if ro := stuck.rollout(); !ro.Done() && pin.ID() == cand {
 		t.Fatal("the unacknowledged worker gives the candidate")
+	}
+}
+
+// TestFleetDriverKilledWhileWidening: the driver dies while a widening
+// waits for a slow worker's acknowledgement; another worker takes the
+// driving, finds the pending step in the state, makes it effective and
+// the fleet promotes together.
+func TestFleetDriverKilledWhileWidening(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2, WithLeaseTTL(time.Second))
+	ws = append(ws, startSlowFleetWorker(t, s.Endpoints(), prefix, "slow", 1200*time.Millisecond, WithLeaseTTL(time.Second)))
+	for _, w := range ws {
+		traffic(t, w.worker, func(uint64) bool { return false })
+	}
+	waitFor(t, 10*time.Second, "three rows", func() bool {
+		f, err := ws[0].ch.Fleet(context.Background())
+		return err == nil && len(f.Workers) == 3
+	})
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	waitFor(t, 15*time.Second, "the widening to 100% waits", func() bool {
+		ro := ws[0].rollout()
+		return ro != nil && ro.ID == cand && ro.Share == 5000 && ro.Pending != nil
+	})
+	_ = ws[0].cli.Close() // the driver dies
+	rest := ws[1:]
+	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
+		for _, w := range rest {
+			if ro := w.rollout(); ro == nil || !ro.Done() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, w := range rest {
+		if ro := w.rollout(); ro.Phase != reconf.Promoted || w.version() != cand {
+			t.Fatalf("worker %s ended %s (%s) at %d, want promoted at %d", w.id, ro.Phase, ro.Reason, w.version(), cand)
+		}
 	}
 }
