@@ -261,3 +261,37 @@ func TestFleetDriverKilledWhileWidening(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetAbortDoesNotWaitForAcknowledgement: an operator's abort
+// while a step waits on a stuck worker's acknowledgement rolls the fleet
+// back at once: only a widening waits.
+func TestFleetAbortDoesNotWaitForAcknowledgement(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	ws = append(ws, startSlowFleetWorker(t, s.Endpoints(), prefix, "stuck", 5*time.Second))
+	waitFor(t, 10*time.Second, "three rows", func() bool {
+		f, err := ws[0].ch.Fleet(context.Background())
+		return err == nil && len(f.Workers) == 3
+	})
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
+	waitFor(t, 10*time.Second, "the first share waits on the stuck worker", func() bool {
+		ro := ws[0].rollout()
+		return ro != nil && ro.ID == cand && ro.Pending != nil && len(ro.WaitingOn) == 1
+	})
+	deadline := ws[0].rollout().NextStep
+	if _, err := ws[1].rt.AbortRollout(reconf.WithActor(context.Background(), "ops")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the prompt workers roll back", func() bool {
+		for _, w := range ws[:2] {
+			if ro := w.rollout(); ro == nil || ro.Phase != reconf.RolledBack {
+				return false
+			}
+		}
+		return true
+	})
+	if !time.Now().Before(deadline) {
+		t.Fatalf("the rollback waited for the acknowledgements (until %s)", deadline.Format("15:04:05.000"))
+	}
+}
