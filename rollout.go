@@ -39,14 +39,22 @@ type rollout[T any] struct {
 // stepLength is how long the current step lasts before it is judged.
 func (ro *rollout[T]) stepLength() time.Duration { return ro.state.stepLength() }
 
-// stepLength is how long st's current step lasts before it is judged;
-// with a pending step, how long that one lasts, which bounds the wait for
-// its acknowledgements.
-func (st RolloutState) stepLength() time.Duration {
+// stepLength is how long st's current step lasts before it is judged.
+func (st RolloutState) stepLength() time.Duration { return st.Strategy.lengthAt(st.Share) }
+
+// waitBound is how long a fleet waits on st's current step (its pending
+// one, if any) before it gives up on a worker: the step's length, and at
+// 100% at least a step interval, since a last step with no bake lasts no
+// time at all.
+func (st RolloutState) waitBound() time.Duration {
+	share := st.Share
 	if p := st.Pending; p != nil {
-		return st.Strategy.lengthAt(p.Share)
+		share = p.Share
 	}
-	return st.Strategy.lengthAt(st.Share)
+	if share == FullShare {
+		return max(st.Strategy.FinalBake, st.Strategy.StepInterval)
+	}
+	return st.Strategy.StepInterval
 }
 
 // lengthAt is how long a step at share lasts before it is judged.
@@ -143,7 +151,7 @@ func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, activ
 		// active generation to entities the others give the candidate.
 		st.Share, st.StepStarted = 0, time.Time{}
 		st.Pending = &PendingStep{Step: 0, Share: first, Decided: now}
-		st.NextStep = now.Add(ackWait(s.lengthAt(first)))
+		st.NextStep = now.Add(ackWait(st.waitBound()))
 	}
 	return st
 }
@@ -257,13 +265,20 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 		// lengths past the step's time (for a pending widening, past
 		// the end of its wait), the driver is lost: roll back to the
 		// active generation rather than stick or split.
-		if r.o.now().Sub(ro.state.NextStep) > 2*ro.stepLength() {
+		if r.o.now().Sub(ro.state.NextStep) > 2*ro.state.waitBound() {
 			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
 		}
 		return
 	}
 	if pending {
 		r.widenAcknowledged(ro, rc)
+		return
+	}
+	if st := ro.state; st.Share == FullShare && st.Strategy.FinalBake == 0 && st.Step > 0 {
+		// A fleet's last widening with no bake, decided on a healthy
+		// window: every worker gives the candidate to every entity
+		// since the step's start; promote.
+		r.promote(ro, DeciderRollout, st.Reason, st.LastWindow, st.LastVerdict)
 		return
 	}
 	w, v := r.judge(ro)
@@ -327,12 +342,17 @@ func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
 // widen moves to the next step. It holds the slot.
 func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	next := ro.shares[ro.state.Step+1]
-	if next == FullShare && ro.state.Strategy.FinalBake == 0 {
-		r.promote(ro, DeciderRollout, v.Reason, w, v)
+	_, fleet := r.rolloutChannel()
+	if fleet {
+		// Reaching 100% with no bake too: the candidate serves every
+		// entity from a start every worker knows, and is promoted then
+		// (stepDue), so that no worker promotes while another still
+		// gives the active generation to entities outside the share.
+		r.proposeWiden(ro, next, w, v)
 		return
 	}
-	if _, fleet := r.rolloutChannel(); fleet {
-		r.proposeWiden(ro, next, w, v)
+	if next == FullShare && ro.state.Strategy.FinalBake == 0 {
+		r.promote(ro, DeciderRollout, v.Reason, w, v)
 		return
 	}
 	start := r.o.now()
@@ -365,14 +385,13 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 // step's window goes on meanwhile. It holds the slot.
 func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Verdict) {
 	now := r.o.now()
-	wait := ackWait(ro.state.Strategy.lengthAt(share))
 	change := func(s *RolloutState) {
 		if !w.EarlierBaseline && w.Active.Requests > 0 {
 			s.Baseline = w.Active
 		}
 		s.Pending = &PendingStep{Step: s.Step + 1, Share: share, Decided: now, Reason: v.Reason}
 		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
-		s.NextStep = now.Add(wait)
+		s.NextStep = now.Add(ackWait(s.waitBound()))
 	}
 	change = judged(change, w, v)
 	if !r.fleetWrite(ro, change, nil) {
@@ -406,7 +425,7 @@ func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
 		return
 	}
 	length := st.Strategy.lengthAt(p.Share)
-	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(length, r.settle(st.Strategy))))
+	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(st.waitBound(), r.settle(st.Strategy))))
 	change := func(s *RolloutState) {
 		first := s.Decision == Start && p.Step == s.Step
 		s.Step, s.Share, s.Pending, s.Unacknowledged = p.Step, p.Share, nil, waiting
@@ -779,6 +798,10 @@ func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
 		}
 		now := r.o.now()
 		step := ro.stepLength()
+		if ro.state.Pending != nil {
+			// The wait for the acknowledgements starts again.
+			step = ackWait(ro.state.waitBound())
+		}
 		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
 			s.NextStep = now.Add(step)

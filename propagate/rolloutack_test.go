@@ -78,8 +78,8 @@ func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, d
 
 // TestFleetWideningWaitsForSlowWorker: one worker of three applies the
 // candidate and learns of every rollout state later than the settle. The
-// first share (0 to 50%) and the widening to 100% each take effect only
-// once it has acknowledged them, far enough ahead for it to learn of the
+// first share (0 to 50%) and the widening to 100% (promoted at once: no
+// bake) each take effect only once it has acknowledged them, far enough ahead for it to learn of the
 // start in time, so an entity that a step moves to the candidate, asked
 // of every worker in turn all through the rollout, never gets the active
 // generation again after the candidate.
@@ -95,8 +95,11 @@ func TestFleetWideningWaitsForSlowWorker(t *testing.T) {
 		f, err := ws[0].ch.Fleet(context.Background())
 		return err == nil && len(f.Workers) == 3
 	})
-	step := 1500 * time.Millisecond
-	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+	// No bake: reaching 100% promotes, once every worker gives the
+	// candidate to everyone.
+	strategy := fleetStrategy(1500 * time.Millisecond)
+	strategy.FinalBake = 0
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), strategy)
 
 	// The entities each step moves: 100 whose point is in [0, 50%),
 	// 100 in [50%, 100%).
