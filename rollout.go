@@ -427,11 +427,15 @@ func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
 	length := st.Strategy.lengthAt(p.Share)
 	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(st.waitBound(), r.settle(st.Strategy))))
 	change := func(s *RolloutState) {
-		first := s.Decision == Start && p.Step == s.Step
+		first := p.Step == 0 // the stage's share: its decision stays the start
 		s.Step, s.Share, s.Pending, s.Unacknowledged = p.Step, p.Share, nil, waiting
 		s.Extensions = 0
 		if !first {
 			s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, p.Reason
+		} else if s.Decision != Start {
+			// Paused and resumed while the first share waited: it
+			// takes effect as the start it is.
+			s.Decision, s.Decider, s.Reason = Start, s.Actor, "operator"
 		}
 		s.StepStarted, s.NextStep = start, start.Add(length)
 	}
