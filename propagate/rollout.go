@@ -581,9 +581,11 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		case d := <-acks:
 			acking = false
 			if d.err == nil {
+				// A newer pending step may have come meanwhile; a failed
+				// write is tried again on the next tick, not at once.
 				ackDone = d.key
+				ack()
 			}
-			ack()
 		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				wcancel()
