@@ -212,6 +212,10 @@ func (r *Runtime[T]) drive(ro *rollout[T]) {
 				// A widening waits for the fleet's acknowledgements:
 				// look at them often, each one may be the last.
 				wait = ackPoll(st.stepLength())
+			case fleet && st.Pending != nil:
+				// Another worker waits for them; this one may take the
+				// driving over meanwhile and should go on waiting then.
+				wait = min(max(wait, 0), fleetPoll(st.stepLength()))
 			case fleet && wait <= 0:
 				// Due, and not decided: another worker drives, or this
 				// one's write failed. Look again shortly.
