@@ -71,6 +71,9 @@ type RolloutEntry struct {
 	Candidate       *Figures `json:"candidate,omitempty"`
 	EarlierBaseline bool     `json:"earlier_baseline,omitempty"`
 	Health          Health   `json:"health,omitempty"`
+	// Unacknowledged names the workers a fleet's widening took effect
+	// without: they had not acknowledged it within a step.
+	Unacknowledged []string `json:"unacknowledged,omitempty"`
 }
 
 // ApplyEntry is one worker's apply of a published version, folded into

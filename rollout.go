@@ -32,6 +32,7 @@ type rollout[T any] struct {
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
 	writeFailed  bool          // a decision could not be written to the channel; only the slot's holder touches it
 	shareTimer   *time.Timer   // gives the candidate its share at the step's start (storeSplitAt); under r.mu
+	waitingOn    []string      // the workers the pending step waits on, as the driver last read them; under r.mu
 	splitEnded   bool          // the split is gone (promoted, rolled back, closed): no timer stores one; under r.mu
 }
 
@@ -39,11 +40,29 @@ type rollout[T any] struct {
 func (ro *rollout[T]) stepLength() time.Duration { return ro.state.stepLength() }
 
 // stepLength is how long st's current step lasts before it is judged.
-func (st RolloutState) stepLength() time.Duration {
-	if st.Share == FullShare {
-		return st.Strategy.FinalBake
+func (st RolloutState) stepLength() time.Duration { return st.Strategy.lengthAt(st.Share) }
+
+// waitBound is how long a fleet waits on st's current step (its pending
+// one, if any) before it gives up on a worker: the step's length, and at
+// 100% at least a step interval, since a last step with no bake lasts no
+// time at all.
+func (st RolloutState) waitBound() time.Duration {
+	share := st.Share
+	if p := st.Pending; p != nil {
+		share = p.Share
+	}
+	if share == FullShare {
+		return max(st.Strategy.FinalBake, st.Strategy.StepInterval)
 	}
 	return st.Strategy.StepInterval
+}
+
+// lengthAt is how long a step at share lasts before it is judged.
+func (s Strategy) lengthAt(share uint32) time.Duration {
+	if share == FullShare {
+		return s.FinalBake
+	}
+	return s.StepInterval
 }
 
 // immediate reports whether the strategy publishes to every request at
@@ -119,15 +138,20 @@ func (r *Runtime[T]) inProgress(res *Result) (Result, bool) {
 // in.
 func (r *Runtime[T]) newRolloutState(ctx context.Context, trigger Trigger, active, candidate uint64, s Strategy) RolloutState {
 	now := r.o.now()
-	start := now.Add(r.settle(s))
 	ac, _ := r.rec.Counts(active)
-	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: s.Shares()[0], Active: active, Candidate: candidate,
+	first := s.Shares()[0]
+	st := RolloutState{ID: candidate, Strategy: s, Phase: Running, Share: first, Active: active, Candidate: candidate,
 		Baseline: ac.Figures(active),
 		Decision: Start, Decider: actorOf(ctx, trigger), Reason: "operator", Trigger: trigger, Actor: actorOf(ctx, trigger),
-		Started: now, StepStarted: start}
-	st.NextStep = start.Add(st.Strategy.StepInterval)
-	if st.Share == FullShare {
-		st.NextStep = start.Add(st.Strategy.FinalBake)
+		Started: now, StepStarted: now, NextStep: now.Add(s.lengthAt(first))}
+	if _, fleet := r.rolloutChannel(); fleet {
+		// The first share widens from none, and waits like any widening
+		// for every worker to hold the candidate and acknowledge it: a
+		// worker slow to apply the candidate would otherwise give the
+		// active generation to entities the others give the candidate.
+		st.Share, st.StepStarted = 0, time.Time{}
+		st.Pending = &PendingStep{Step: 0, Share: first, Decided: now}
+		st.NextStep = now.Add(ackWait(st.waitBound()))
 	}
 	return st
 }
@@ -182,7 +206,17 @@ func (r *Runtime[T]) drive(ro *rollout[T]) {
 		var due <-chan time.Time
 		if st.Phase == Running {
 			wait := st.NextStep.Sub(r.o.now())
-			if _, fleet := r.rolloutChannel(); fleet && wait <= 0 {
+			rc, fleet := r.rolloutChannel()
+			switch {
+			case fleet && st.Pending != nil && rc.Driving(st.ID):
+				// A widening waits for the fleet's acknowledgements:
+				// look at them often, each one may be the last.
+				wait = ackPoll(st.stepLength())
+			case fleet && st.Pending != nil:
+				// Another worker waits for them; this one may take the
+				// driving over meanwhile and should go on waiting then.
+				wait = min(max(wait, 0), fleetPoll(st.stepLength()))
+			case fleet && wait <= 0:
 				// Due, and not decided: another worker drives, or this
 				// one's write failed. Look again shortly.
 				wait = fleetPoll(st.stepLength())
@@ -225,16 +259,30 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 		return
 	}
 	defer r.releaseSlot()
-	if r.ro != ro || ro.state.Phase != Running || r.o.now().Before(ro.state.NextStep) {
+	rc, fleet := r.rolloutChannel()
+	pending := fleet && ro.state.Pending != nil
+	if r.ro != ro || ro.state.Phase != Running || !pending && r.o.now().Before(ro.state.NextStep) {
 		return
 	}
-	if rc, ok := r.rolloutChannel(); ok && !rc.Driving(ro.state.ID) {
+	if fleet && !rc.Driving(ro.state.ID) {
 		// Another worker drives. If no decision came for two step
-		// lengths past the step's time, the driver is lost: roll back
-		// to the active generation rather than stick or split.
-		if r.o.now().Sub(ro.state.NextStep) > 2*ro.stepLength() {
+		// lengths past the step's time (for a pending widening, past
+		// the end of its wait), the driver is lost: roll back to the
+		// active generation rather than stick or split.
+		if r.o.now().Sub(ro.state.NextStep) > 2*ro.state.waitBound() {
 			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
 		}
+		return
+	}
+	if pending {
+		r.widenAcknowledged(ro, rc)
+		return
+	}
+	if st := ro.state; st.Share == FullShare && st.Strategy.FinalBake == 0 && st.Step > 0 {
+		// A fleet's last widening with no bake, decided on a healthy
+		// window: every worker gives the candidate to every entity
+		// since the step's start; promote.
+		r.promote(ro, DeciderRollout, st.Reason, st.LastWindow, st.LastVerdict)
 		return
 	}
 	w, v := r.judge(ro)
@@ -298,11 +346,20 @@ func (r *Runtime[T]) judge(ro *rollout[T]) (Window, Verdict) {
 // widen moves to the next step. It holds the slot.
 func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	next := ro.shares[ro.state.Step+1]
+	_, fleet := r.rolloutChannel()
+	if fleet {
+		// Reaching 100% with no bake too: the candidate serves every
+		// entity from a start every worker knows, and is promoted then
+		// (stepDue), so that no worker promotes while another still
+		// gives the active generation to entities outside the share.
+		r.proposeWiden(ro, next, w, v)
+		return
+	}
 	if next == FullShare && ro.state.Strategy.FinalBake == 0 {
 		r.promote(ro, DeciderRollout, v.Reason, w, v)
 		return
 	}
-	start := r.o.now().Add(r.settle(ro.state.Strategy))
+	start := r.o.now()
 	change := func(s *RolloutState) {
 		if !w.EarlierBaseline && w.Active.Requests > 0 {
 			s.Baseline = w.Active
@@ -323,6 +380,93 @@ func (r *Runtime[T]) widen(ro *rollout[T], w *Window, v *Verdict) {
 	}
 	r.widenLocal(ro, next, start)
 	r.decide(ro, change, w, v)
+}
+
+// proposeWiden writes a fleet's widening to share as pending: no
+// worker gives the new share until every live one has acknowledged it
+// (widenAcknowledged), so an entity the step moves to the candidate never
+// meets a worker that still gives it the active generation. The current
+// step's window goes on meanwhile. It holds the slot.
+func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Verdict) {
+	now := r.o.now()
+	change := func(s *RolloutState) {
+		if !w.EarlierBaseline && w.Active.Requests > 0 {
+			s.Baseline = w.Active
+		}
+		s.Pending = &PendingStep{Step: s.Step + 1, Share: share, Decided: now, Reason: v.Reason}
+		s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, v.Reason
+		s.NextStep = now.Add(ackWait(s.waitBound()))
+	}
+	change = judged(change, w, v)
+	if !r.fleetWrite(ro, change, nil) {
+		return
+	}
+	r.decide(ro, change, w, v)
+}
+
+// widenAcknowledged makes the pending widening the current step once
+// every live worker has acknowledged it, or once its wait is over: a
+// worker that has not acknowledged by then is named in the state and
+// gives the candidate to nobody (see RolloutState.Unacknowledged). The
+// step starts after the settle, or twice the slowest acknowledgement if
+// that is longer (at most a step), so that every worker, the slowest
+// too, learns of it before it starts. It holds the slot.
+func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
+	st := ro.state
+	p := st.Pending
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
+	waiting, slowest, err := rc.Unacknowledged(ctx, st)
+	cancel()
+	if err != nil {
+		r.o.logger.Warn("rollout: the fleet's acknowledgements could not be read; the widening waits", "rollout", st.ID, "error", err)
+		return
+	}
+	r.mu.Lock()
+	ro.waitingOn = waiting
+	r.mu.Unlock()
+	now := r.o.now()
+	if len(waiting) > 0 && now.Before(st.NextStep) {
+		return
+	}
+	length := st.Strategy.lengthAt(p.Share)
+	start := now.Add(min(max(r.settle(st.Strategy), 2*slowest), max(st.waitBound(), r.settle(st.Strategy))))
+	change := func(s *RolloutState) {
+		first := p.Step == 0 // the stage's share: its decision stays the start
+		s.Step, s.Share, s.Pending, s.Unacknowledged = p.Step, p.Share, nil, waiting
+		s.Extensions = 0
+		if !first {
+			s.Decision, s.Decider, s.Reason = Widen, DeciderRollout, p.Reason
+		} else if s.Decision != Start {
+			// Paused and resumed while the first share waited: it
+			// takes effect as the start it is.
+			s.Decision, s.Decider, s.Reason = Start, s.Actor, "operator"
+		}
+		s.StepStarted, s.NextStep = start, start.Add(length)
+	}
+	if !r.fleetWrite(ro, change, nil) {
+		return
+	}
+	if len(waiting) > 0 {
+		r.o.logger.Warn("rollout: the step takes effect without the acknowledgement of some workers; they give the candidate to nobody",
+			"rollout", st.ID, "share", shareText(p.Share), "unacknowledged", waiting)
+	}
+	r.widenLocal(ro, p.Share, start)
+	r.decide(ro, change, st.LastWindow, st.LastVerdict)
+}
+
+// ackWait bounds how long a pending step waits for the acknowledgements
+// of the live workers: its own length, and as much again up to 10 s, so
+// that a worker of a loaded machine, slow by about a step, is waited for
+// rather than cut off. A dead worker is not waited for that long: its row
+// goes with its lease.
+func ackWait(length time.Duration) time.Duration {
+	return length + min(length, 10*time.Second)
+}
+
+// ackPoll is how often a driver reads the acknowledgements of a pending
+// widening.
+func ackPoll(step time.Duration) time.Duration {
+	return min(max(step/20, 10*time.Millisecond), 50*time.Millisecond)
 }
 
 // widenLocal starts a new window at share here, the share taking effect
@@ -391,7 +535,7 @@ func (r *Runtime[T]) noteLate(ro *rollout[T], share uint32, at time.Time) {
 	if _, fleet := r.rolloutChannel(); !fleet {
 		return
 	}
-	if late := r.o.now().Sub(at); late > 0 {
+	if late := r.o.now().Sub(at); late > 0 && !at.IsZero() {
 		r.o.logger.Warn("rollout: this worker learned of the step after it began", "rollout", ro.state.ID, "share", shareText(share), "late_ms", millis.Of(late))
 	}
 }
@@ -442,7 +586,7 @@ func (r *Runtime[T]) extend(ro *rollout[T], d Decision, reason string, w *Window
 func (r *Runtime[T]) promote(ro *rollout[T], decider, reason string, w *Window, v *Verdict) {
 	now := r.o.now()
 	change := func(s *RolloutState) {
-		s.Phase, s.Share = Promoted, FullShare
+		s.Phase, s.Share, s.Pending, s.Unacknowledged = Promoted, FullShare, nil, nil
 		s.Decision, s.Decider, s.Reason = Promote, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, ro.cand.id
 	}
@@ -482,7 +626,7 @@ func (r *Runtime[T]) rollBack(ro *rollout[T], decider, reason string, w *Window,
 func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint64, w *Window, v *Verdict) {
 	now := r.o.now()
 	change := func(s *RolloutState) {
-		s.Phase = RolledBack
+		s.Phase, s.Pending, s.Unacknowledged = RolledBack, nil, nil
 		s.Decision, s.Decider, s.Reason = RollBack, decider, reason
 		s.NextStep, s.Ended, s.Result = time.Time{}, now, id
 	}
@@ -549,6 +693,9 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 	r.mu.Lock()
 	change(&ro.state)
 	st := ro.state
+	if st.Pending == nil {
+		ro.waitingOn = nil
+	}
 	if st.Done() {
 		r.ro = nil
 		r.lastRollout = ro.statusLocked()
@@ -568,6 +715,18 @@ func (r *Runtime[T]) decide(ro *rollout[T], change func(*RolloutState), w *Windo
 	level := slog.LevelInfo
 	if st.Decision == RollBack {
 		level = slog.LevelWarn
+	}
+	switch {
+	case st.Pending != nil && st.Decision == Widen:
+		// Decided, not yet in effect: the decision is told (and
+		// recorded) once its step starts.
+		r.o.logger.LogAttrs(context.Background(), level, "rollout decision waits for every worker's acknowledgement",
+			append(attrs, slog.String("pending_share", shareText(st.Pending.Share)))...)
+		return
+	case st.Decision == Start:
+		// The first share took effect; the stage has its own entry.
+		r.o.logger.LogAttrs(context.Background(), level, "rollout: the first share takes effect", attrs...)
+		return
 	}
 	r.o.logger.LogAttrs(context.Background(), level, "rollout decision", attrs...)
 	r.events = append(r.events, RolloutEvent{Time: r.o.now(), State: st, Window: w, Verdict: v, Adopted: r.adopting})
@@ -591,7 +750,7 @@ func (r *Runtime[T]) releaseSlot() {
 
 // statusLocked returns the rollout's status. r.mu must be held.
 func (ro *rollout[T]) statusLocked() *RolloutStatus {
-	return &RolloutStatus{RolloutState: ro.state, CutOff: ro.cutOff}
+	return &RolloutStatus{RolloutState: ro.state, CutOff: ro.cutOff, WaitingOn: ro.waitingOn}
 }
 
 // rolloutStatusLocked returns the running rollout's status, else the
@@ -647,6 +806,10 @@ func (r *Runtime[T]) ResumeRollout(ctx context.Context) (RolloutStatus, error) {
 		}
 		now := r.o.now()
 		step := ro.stepLength()
+		if ro.state.Pending != nil {
+			// The wait for the acknowledgements starts again.
+			step = ackWait(ro.state.waitBound())
+		}
 		change := func(s *RolloutState) {
 			s.Phase, s.Decision, s.Decider, s.Reason = Running, Resume, actor, "operator"
 			s.NextStep = now.Add(step)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -459,7 +460,23 @@ func TestRolloutStateEncoding(t *testing.T) {
 		t.Errorf("encoding:\n%s\nwant\n%s", b, want)
 	}
 	var got RolloutState
-	if err := json.Unmarshal(b, &got); err != nil || got != st {
+	if err := json.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, st) {
+		t.Errorf("round trip: %+v, %v", got, err)
+	}
+	// A widening waiting for acknowledgements, and a step that took
+	// effect without some.
+	st.Pending = &PendingStep{Step: 2, Share: 6000, Decided: at.Add(12 * time.Minute), Reason: "healthy"}
+	st.Unacknowledged = []string{"host-b/2"}
+	b, err = json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tail = `"ended":"0001-01-01T00:00:00Z","pending":{"step":2,"share":6000,"decided":"2030-01-02T03:16:05Z","reason":"healthy"},"unacknowledged":["host-b/2"]}`
+	if !strings.HasSuffix(string(b), tail) {
+		t.Errorf("encoding with a pending step:\n%s\nwant the end\n%s", b, tail)
+	}
+	got = RolloutState{}
+	if err := json.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, st) {
 		t.Errorf("round trip: %+v, %v", got, err)
 	}
 }

@@ -42,6 +42,12 @@ type RolloutChannel interface {
 	// last wrote them, summed (Counts.Add), for the driver (or an
 	// operator's view) to add its own to.
 	FleetCounts(ctx context.Context, st RolloutState) (active, candidate Counts, err error)
+	// Unacknowledged returns the live workers, this one aside, whose
+	// runtime has not acknowledged st's pending step, sorted, and the
+	// longest any other took from the decision to its acknowledgement:
+	// the driver makes the step effective once none is left, far enough
+	// ahead for the slowest to learn of it first.
+	Unacknowledged(ctx context.Context, st RolloutState) (waiting []string, slowest time.Duration, err error)
 }
 
 // rolloutChannel returns the runtime's channel as a RolloutChannel, if it
@@ -166,10 +172,10 @@ func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	if changed {
 		r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)
 		if on {
-			r.o.logger.Warn("rollout: the cluster channel has not been read for longer than a step; this worker serves the active generation only until it reads the channel again",
+			r.o.logger.Warn("rollout: this worker is cut off from the fleet's rollout (it has not read the cluster channel for longer than a step, or a step took effect without its acknowledgement); it serves the active generation only until it follows again",
 				"rollout", ro.state.ID, "active_generation", ro.state.Active, "candidate_generation", ro.state.Candidate)
 		} else {
-			r.o.logger.Info("rollout: the cluster channel is read again; the candidate serves its share", "rollout", ro.state.ID, "share", shareText(ro.state.Share))
+			r.o.logger.Info("rollout: this worker follows the fleet's rollout again; the candidate serves its share", "rollout", ro.state.ID, "share", shareText(ro.state.Share))
 		}
 	}
 	return nil

@@ -155,6 +155,29 @@ type RolloutState struct {
 	// with the state, so every worker shows them.
 	LastWindow  *Window  `json:"last_window,omitempty"`
 	LastVerdict *Verdict `json:"last_verdict,omitempty"`
+	// Pending is a widening a fleet's driver decided that takes effect
+	// only once every live worker has acknowledged it (nil when none):
+	// meanwhile Step and Share hold, and NextStep is when the driver
+	// stops waiting.
+	Pending *PendingStep `json:"pending,omitempty"`
+	// Unacknowledged names the workers that had not acknowledged the
+	// current step when it took effect: each gives the candidate to
+	// nobody until a later state no longer names it.
+	Unacknowledged []string `json:"unacknowledged,omitempty"`
+}
+
+// PendingStep is a step a fleet's driver decided to widen to, waiting
+// for every live worker's acknowledgement before its share takes effect.
+// A worker whose runtime holds it acknowledges it in the channel; when
+// all have (or NextStep passes), the driver makes it the current step,
+// with a start time every worker then learns before it comes.
+type PendingStep struct {
+	Step  int    `json:"step"`
+	Share uint32 `json:"share"`
+	// Decided is when the widening was decided, Reason the verdict's
+	// reason that the step keeps when it takes effect.
+	Decided time.Time `json:"decided"`
+	Reason  string    `json:"reason,omitempty"`
 }
 
 // Done reports whether the rollout has ended.
@@ -168,6 +191,10 @@ type RolloutStatus struct {
 	// channel for longer than a step: it gives the candidate to nobody
 	// until it reads the channel again (see Runtime.SetCutOff).
 	CutOff bool `json:"cut_off,omitempty"`
+	// WaitingOn names the live workers that have not yet acknowledged
+	// the pending step, as the driver last read them; empty on a worker
+	// that does not drive, and without a pending step.
+	WaitingOn []string `json:"waiting_on,omitempty"`
 }
 
 // RolloutEvent is one decision of a rollout, told to every observer that

@@ -141,7 +141,7 @@ func TestStagedRolloutFleetFaults(t *testing.T) {
 		ro := settle(l, cand, reconf.Promoted)
 		t.Logf("etcd stopped for 3.5s; promoted %v after it started again; %d requests",
 			ro.Ended.Sub(stopped.Add(3500*time.Millisecond)).Round(time.Millisecond), l.total.Load())
-		if !strings.Contains(s.logs.String(), "this worker serves the active generation only until it reads the channel again") {
+		if !strings.Contains(s.logs.String(), "this worker is cut off from the fleet's rollout") {
 			t.Errorf("no worker said it was cut off")
 		}
 		if n := l.failed.Load(); n != 0 {

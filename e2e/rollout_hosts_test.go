@@ -90,7 +90,7 @@ func TestStagedRolloutTwoHosts(t *testing.T) {
 		if n := l.failed.Load(); n != 0 {
 			t.Fatalf("%d of %d requests failed", n, l.total.Load())
 		}
-		checkTenants(t, l, prev, cand)
+		checkTenants(t, l, prev, cand, hosts...)
 		t.Logf("promoted %d after %d requests, %d tenants seen", cand, l.total.Load(), len(l.seen))
 	})
 }

@@ -163,13 +163,22 @@ func longRuns() int {
 }
 
 // checkTenants checks that each tenant saw the active generation prev,
-// then perhaps the candidate cand, and never went back.
-func checkTenants(t *testing.T, l *tenantLoad, prev, cand uint64) {
+// then perhaps the candidate cand, and never went back. On a failure it
+// shows what the servers logged of the rollout's steps reaching their
+// workers.
+func checkTenants(t *testing.T, l *tenantLoad, prev, cand uint64, servers ...*server) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for tenant, gens := range l.seen {
 		if len(gens) > 2 || len(gens) == 2 && (uint64(gens[0]) != prev || uint64(gens[1]) != cand) {
+			for _, s := range servers {
+				for _, line := range strings.Split(s.logs.String(), "\n") {
+					if strings.Contains(line, "rollout") && (strings.Contains(line, "WARN") || strings.Contains(line, "takes effect")) {
+						t.Log(line)
+					}
+				}
+			}
 			t.Fatalf("tenant %s saw generations %v (active %d, candidate %d)", tenant, gens, prev, cand)
 		}
 	}
@@ -320,7 +329,7 @@ func stagedRollout(t *testing.T, workers int) {
 			if n := l.failed.Load(); n != 0 {
 				t.Fatalf("run %d: %d of %d requests failed", run, n, l.total.Load())
 			}
-			checkTenants(t, l, prev, cand)
+			checkTenants(t, l, prev, cand, s)
 			t.Logf("run %d: promoted %d (%s) after %d requests, %d tenants seen", run, cand, target, l.total.Load(), len(l.seen))
 
 			promoted = cand

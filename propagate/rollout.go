@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/millis"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/millis"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,6 +34,9 @@ import (
 //     over the current step, on its row lease, written every quarter step
 //     and once more just before the step is judged; the driver sums them,
 //     and so does an operator's view (reconf.Runtime.FleetRolloutWindow).
+//   - P/rollout/acks/<worker>: the pending widening this worker's runtime
+//     holds (rollout and step), on its row lease: the driver makes the
+//     step effective once every live worker's row has one.
 //   - P/records/<version, 20 digits>: a copy of each of the last
 //     RecordedVersions records (references, never resolved secrets),
 //     written in the transaction that writes the record, for a worker
@@ -61,6 +67,7 @@ var _ reconf.RolloutChannel = (*Channel)(nil)
 func (c *Channel) rolloutKey() string   { return c.prefix + "/rollout/state" }
 func (c *Channel) driverKey() string    { return c.prefix + "/rollout/driver" }
 func (c *Channel) countsPrefix() string { return c.prefix + "/rollout/counts/" }
+func (c *Channel) acksPrefix() string   { return c.prefix + "/rollout/acks/" }
 func (c *Channel) recordsPrefix() string {
 	return c.prefix + "/records/"
 }
@@ -282,6 +289,69 @@ func (c *Channel) writeCounts(ctx context.Context, st reconf.RolloutState, activ
 	return nil
 }
 
+// ackWire is one worker's acknowledgement of a pending widening.
+type ackWire struct {
+	Rollout uint64    `json:"rollout"`
+	Step    int       `json:"step"`
+	At      time.Time `json:"at"`
+}
+
+// writeAck acknowledges st's pending step: this worker's runtime holds
+// it, and will hold its start time as soon as the channel carries it.
+func (c *Channel) writeAck(ctx context.Context, st reconf.RolloutState) error {
+	lease := clientv3.LeaseID(c.rowLease.Load())
+	if lease == 0 || st.Pending == nil {
+		return fmt.Errorf("%w: acknowledge: this worker's row is not written yet", ErrUnreachable)
+	}
+	b, err := json.Marshal(ackWire{Rollout: st.ID, Step: st.Pending.Step, At: c.now().UTC()})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	if _, err := c.cli.Put(ctx, c.acksPrefix()+c.id, string(b), clientv3.WithLease(lease)); err != nil {
+		return c.unreachable("acknowledge the rollout's step", err)
+	}
+	return nil
+}
+
+// Unacknowledged implements reconf.RolloutChannel: the rows and the
+// acknowledgements are read in one transaction, so a worker whose row
+// is there is waited on, and a dead worker (its row gone with its lease)
+// is not.
+func (c *Channel) Unacknowledged(ctx context.Context, st reconf.RolloutState) (waiting []string, slowest time.Duration, err error) {
+	if st.Pending == nil {
+		return nil, 0, nil
+	}
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	tx, err := c.cli.Txn(ctx).Then(clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(c.acksPrefix(), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, 0, c.unreachable("read the acknowledgements of the rollout's step", err)
+	}
+	acked := map[string]bool{}
+	for _, kv := range tx.Responses[1].GetResponseRange().Kvs {
+		var a ackWire
+		if json.Unmarshal(kv.Value, &a) != nil || a.Rollout != st.ID || a.Step != st.Pending.Step {
+			continue
+		}
+		id := strings.TrimPrefix(string(kv.Key), c.acksPrefix())
+		acked[id] = true
+		if id != c.id {
+			slowest = max(slowest, a.At.Sub(st.Pending.Decided))
+		}
+	}
+	for _, kv := range tx.Responses[0].GetResponseRange().Kvs {
+		id := strings.TrimPrefix(string(kv.Key), c.WorkersPrefix())
+		if id != c.id && !acked[id] {
+			waiting = append(waiting, id)
+		}
+	}
+	slices.Sort(waiting)
+	return waiting, slowest, nil
+}
+
 // rolloutRead is the state key and the driver key at one revision.
 type rolloutRead struct {
 	st     reconf.RolloutState
@@ -422,14 +492,17 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		contact    = time.Now()
 		following  bool // the last tick found a rollout here
 		cut        bool
+		unacked    bool   // the current step took effect without this worker's acknowledgement
 		countsDone string // the step whose counts were written
+		ackDone    string // the pending step this worker acknowledged
 		// The channel's reads and writes run beside the loop, one at a
 		// time, so that a stalled etcd (each request waits up to the
 		// request timeout) never delays the cut-off: the loop keeps
 		// ticking and takes the candidate out of service on time.
-		reading, writing bool
-		reads            = make(chan readDone, 1)
-		writes           = make(chan writeDone, 1)
+		reading, writing, acking bool
+		reads                    = make(chan readDone, 1)
+		writes                   = make(chan writeDone, 1)
+		acks                     = make(chan writeDone, 1)
 	)
 	defer func() { wcancel() }()
 	tick := time.NewTicker(rolloutTick)
@@ -443,6 +516,24 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			defer f.wg.Done()
 			r, err := f.ch.readRollout(f.ctx)
 			reads <- readDone{r, err, time.Now()}
+		}()
+	}
+	// ack acknowledges the pending widening the runtime holds, once:
+	// the driver makes it effective when every live worker has.
+	ack := func() {
+		st, _, _, ok := rr.RolloutWindow()
+		if !ok || st.Done() || st.Pending == nil || acking {
+			return
+		}
+		key := fmt.Sprintf("%d/%d", st.ID, st.Pending.Step)
+		if ackDone == key {
+			return
+		}
+		acking = true
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			acks <- writeDone{key, f.ch.writeAck(f.ctx, st)}
 		}()
 	}
 	synced := func(d readDone) {
@@ -487,6 +578,14 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 			if d.err == nil {
 				countsDone = d.key
 			}
+		case d := <-acks:
+			acking = false
+			if d.err == nil {
+				// A newer pending step may have come meanwhile; a failed
+				// write is tried again on the next tick, not at once.
+				ackDone = d.key
+				ack()
+			}
 		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				wcancel()
@@ -503,6 +602,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 				}
 			}
 			f.pushRollout(rr)
+			ack()
 		case <-tick.C:
 			st, active, cand, ok := rr.RolloutWindow()
 			if now := ok && !st.Done(); now != following {
@@ -525,7 +625,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					wcancel()
 					wch, wcancel = nil, func() {}
 				}
-				if !reading && !writing && time.Since(woken) >= rolloutLinger {
+				if !reading && !writing && !acking && time.Since(woken) >= rolloutLinger {
 					tick.Stop()
 				}
 				continue
@@ -538,7 +638,15 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 				read()
 			}
 			f.pushRollout(rr)
-			switch off := time.Since(contact) > step; {
+			ack()
+			if now := slices.Contains(st.Unacknowledged, f.ch.id); now != unacked {
+				unacked = now
+				if now {
+					f.o.logger.Warn("propagate: the rollout's step took effect without this worker's acknowledgement; it gives the candidate to nobody until the fleet's next step",
+						"rollout", st.ID, "step", st.Step)
+				}
+			}
+			switch off := time.Since(contact) > step || unacked; {
 			case off && !cut:
 				if rr.SetCutOff(f.ctx, true) == nil {
 					cut = true
@@ -585,7 +693,11 @@ type writeDone struct {
 
 // stepOf is how long st's current step lasts.
 func stepOf(st reconf.RolloutState) time.Duration {
-	if st.Share == reconf.FullShare {
+	share := st.Share
+	if st.Pending != nil {
+		share = st.Pending.Share
+	}
+	if share == reconf.FullShare {
 		return max(st.Strategy.FinalBake, st.Strategy.StepInterval)
 	}
 	return st.Strategy.StepInterval

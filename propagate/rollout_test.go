@@ -463,17 +463,30 @@ func TestFleetRevert(t *testing.T) {
 	}
 }
 
-// TestFleetShareTakesEffectTogether: a share takes effect at the step's
-// start, a moment after the decision, on the stager as on the others, so
-// that no worker gives an entity the candidate while another, not yet
-// told, gives it the active generation.
+// TestFleetShareTakesEffectTogether: the first share waits for every
+// worker's acknowledgement, then takes effect at the step's start, a
+// moment after, on the stager as on the others, so that no worker gives
+// an entity the candidate while another, not yet told, gives it the
+// active generation.
 func TestFleetShareTakesEffectTogether(t *testing.T) {
 	s := startServer(t)
 	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
 	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(2*time.Second))
-	st := ws[0].rollout()
-	if st == nil || !st.StepStarted.After(st.Started) {
+	if st := ws[0].rollout(); st == nil || st.Pending == nil || st.Share != 0 || !st.StepStarted.IsZero() {
 		t.Fatalf("the first share takes effect at the stage itself: %+v", st)
+	}
+	for i := range 200 {
+		pin := ws[0].rt.AcquireFor(fmt.Sprintf("client-%d", i))
+		id := pin.ID()
+		pin.Release()
+		if ro := ws[0].rollout(); ro.Pending != nil && id == cand {
+			t.Fatalf("the stager gave client-%d the candidate before every worker acknowledged the share", i)
+		}
+	}
+	waitFor(t, 10*time.Second, "the first share is acknowledged", func() bool { return ws[0].rollout().Pending == nil })
+	st := ws[0].rollout()
+	if st.Share != 5000 || len(st.Unacknowledged) != 0 {
+		t.Fatalf("the first step: %+v", st.RolloutState)
 	}
 	for i := range 200 {
 		pin := ws[0].rt.AcquireFor(fmt.Sprintf("client-%d", i))

@@ -173,6 +173,16 @@ func printRollout(w io.Writer, ro *reconf.RolloutStatus, now time.Time) {
 	} else {
 		fmt.Fprintf(w, "  next step:          none until resumed\n")
 	}
+	if p := ro.Pending; p != nil && !ro.Done() {
+		fmt.Fprintf(w, "  pending:            widening to %s decided %s, waits for every worker's acknowledgement", sharePercent(p.Share), p.Decided.Format(time.RFC3339))
+		if len(ro.WaitingOn) > 0 {
+			fmt.Fprintf(w, "; waiting on %s", strings.Join(ro.WaitingOn, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(ro.Unacknowledged) > 0 && !ro.Done() {
+		fmt.Fprintf(w, "  unacknowledged:     %s (the step took effect without them; they give the candidate to nobody)\n", strings.Join(ro.Unacknowledged, ", "))
+	}
 	if win := ro.LastWindow; win != nil {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "  last window\tgeneration\trequests\tfailures\tfailure rate\tp99\n")

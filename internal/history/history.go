@@ -22,7 +22,8 @@ func OfRollout(ev reconf.RolloutEvent) reconf.HistoryEntry {
 	st := ev.State
 	e := reconf.HistoryEntry{Time: ev.Time.UTC(), Trigger: st.Trigger, Actor: st.Decider, Outcome: st.Decision.String(), Reason: reconf.Reason(st.Reason),
 		PreviousGeneration: st.Active, Generation: st.Candidate,
-		Rollout: &reconf.RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision}}
+		Rollout: &reconf.RolloutEntry{ID: st.ID, Strategy: st.Strategy.Name, Step: st.Step, Share: st.Share, Phase: st.Phase, Decision: st.Decision,
+			Unacknowledged: st.Unacknowledged}}
 	if st.Done() {
 		e.Generation = st.Result
 	}
