@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
 
 	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
@@ -293,6 +294,13 @@ func (s *Server) configLocked() *embed.Config {
 	// second on each watch, well inside the followers' two-second resync
 	// interval. The setting is process-wide in etcd's server package.
 	c.WatchProgressNotifyInterval = ProgressNotifyInterval
+	// Fixed flow-control windows, as propagate.Connect's: gRPC's bandwidth
+	// estimator answers nearly every small message on an idle connection
+	// (a notification, a renewal) with a ping and its acknowledgement.
+	c.GRPCAdditionalServerOptions = []grpc.ServerOption{
+		grpc.StaticStreamWindowSize(4 << 20),
+		grpc.StaticConnWindowSize(8 << 20),
+	}
 	// Presence heartbeats write a little every second; keep history short.
 	c.AutoCompactionMode = embed.CompactorModePeriodic
 	c.AutoCompactionRetention = "5m"
