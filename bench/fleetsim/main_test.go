@@ -44,7 +44,7 @@ func TestFleetSmoke(t *testing.T) {
 			if res.IdleWritesPerS != 0 {
 				t.Errorf("the fleet wrote %.1f times a second at rest, want 0 (rows and host records live on leases)", res.IdleWritesPerS)
 			}
-			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 {
+			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 || res.IdleSwitches <= 0 {
 				t.Errorf("a figure was not measured: %+v", res)
 			}
 		})
@@ -68,6 +68,21 @@ func TestVariantsGrow(t *testing.T) {
 		}
 		if string(docs[0]) == string(docs[1]) || len(docs[0]) != len(docs[1]) {
 			t.Errorf("size %d: the variants must differ in max_attempts alone", size)
+		}
+	}
+}
+
+// TestGRPCMessages reads etcd's per-method message counters by name.
+func TestGRPCMessages(t *testing.T) {
+	for _, c := range []struct{ line, dir, method string }{
+		{`grpc_server_msg_received_total{grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`, "recv", "LeaseKeepAlive"},
+		{`grpc_server_msg_sent_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}`, "sent", "Watch"},
+		{`grpc_server_handled_total{grpc_code="OK",grpc_method="Txn"}`, "", ""},
+		{`grpc_server_msg_sent_total`, "", ""},
+	} {
+		dir, method, ok := grpcMessages(c.line)
+		if dir != c.dir || method != c.method || ok != (c.dir != "") {
+			t.Errorf("%s: got %q %q %v, want %q %q", c.line, dir, method, ok, c.dir, c.method)
 		}
 	}
 }
