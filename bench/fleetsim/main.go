@@ -80,6 +80,7 @@ type config struct {
 	clients       int // runtime mode: etcd clients shared by the fleet (0: one each)
 	size          int
 	gate          bool          // keep the example's concurrency limits
+	keys          int           // named client keys with fleet-wide limits (0: none, auth off)
 	gateTTL       time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
 	reloads       int
 	warmup        int
@@ -97,6 +98,7 @@ type result struct {
 	Mode                  string  `json:"mode"`
 	Clients               int     `json:"clients"`
 	Gate                  bool    `json:"gate"`
+	Keys                  int     `json:"keys,omitempty"`
 	ConfigBytes           int     `json:"config_bytes"`
 	RecordBytes           int     `json:"record_bytes"`
 	Reloads               int     `json:"reloads"`
@@ -145,6 +147,7 @@ func main() {
 	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
 	flag.IntVar(&c.clients, "clients", 0, "etcd clients (connections) the fleet shares (0: one per follower)")
 	flag.DurationVar(&c.gateTTL, "gate-ttl", 0, "gateway mode: the concurrency gate's lease time, which the presence row shares (0: the default, gate.DefaultTTL, 10s; renewals every eighth of it)")
+	flag.IntVar(&c.keys, "keys", 0, "named client keys, each with a fleet-wide request and token limit (api_keys authentication), so that every worker runs the key limiter's fleet loop")
 	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
 	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
 	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
@@ -239,6 +242,16 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if c.followers < 1 || c.reloads < 1 {
 		return res, errors.New("at least one follower and one reload")
 	}
+	if c.keys > 0 {
+		if example, err = withKeys(example, c.keys); err != nil {
+			return res, err
+		}
+		for k := range c.keys {
+			if err := os.Setenv(keyEnv(k), fmt.Sprintf("fleetsim-secret-%03d", k)); err != nil {
+				return res, err
+			}
+		}
+	}
 	docs, err := variants(example, c.size, c.gate)
 	if err != nil {
 		return res, err
@@ -262,7 +275,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	defer etcd.Stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, ConfigBytes: len(docs[0]), Reloads: c.reloads}
+	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, Keys: c.keys, ConfigBytes: len(docs[0]), Reloads: c.reloads}
 	if c.clients == 0 || c.clients > c.followers+1 {
 		res.Clients = c.followers + 1
 	}

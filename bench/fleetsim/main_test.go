@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,25 @@ func TestGRPCMessages(t *testing.T) {
 		if dir != c.dir || method != c.method || ok != (c.dir != "") {
 			t.Errorf("%s: got %q %q %v, want %q %q", c.line, dir, method, ok, c.dir, c.method)
 		}
+	}
+}
+
+// TestWithKeys turns authentication on with the keys asked, each secret a
+// reference, and keeps the variants' one live difference.
+func TestWithKeys(t *testing.T) {
+	example, err := exampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := withKeys(example, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	if !strings.Contains(s, "\n  mode: api_keys\n") || strings.Count(s, "- name: fleet-key-") != 3 || strings.Count(s, "${env:FLEETSIM_KEY_") != 3 || strings.Contains(s, "mode: none") {
+		t.Errorf("the keyed configuration lacks its keys:\n%s", s)
+	}
+	if _, err := variants(doc, 0, false); err != nil {
+		t.Error(err)
 	}
 }
