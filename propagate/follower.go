@@ -189,8 +189,8 @@ type Follower struct {
 	rowGone    atomic.Bool                 // a resync found no row: write it again
 	hostGone   atomic.Bool                 // a resync found no host record: write it again
 	reads      atomic.Int64                // resync reads, for tests of the resync's cost
-	ownAnswer  atomic.Pointer[leaseAnswer] // the last answer to a renewal of the follower's own lease
 	asks       atomic.Int64                // progress requests, for the same tests
+	ownAnswer  atomic.Pointer[leaseAnswer] // the last answer to a renewal of the follower's own lease
 
 	// Owned by the presence goroutine (and Follow before it starts).
 	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted

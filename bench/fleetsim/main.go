@@ -11,6 +11,7 @@
 //	go run ./fleetsim -followers 10,100,1000 -runs 3
 //	go run ./fleetsim -followers 10 -sizes 0,10k,100k,1m     # the curve over configuration size
 //	go run ./fleetsim -followers 1000 -mode runtime -clients 50
+//	go run ./fleetsim -followers 1000 -keys 100 -idle 20s -settle 5s   # with 100 limited client keys
 //
 // It starts one etcd member in a child process (the member a reconfd
 // supervisor embeds: loopback, no fsync), then in this process a publisher
