@@ -43,11 +43,12 @@ type Gate struct {
 	period, grace, late time.Duration
 
 	epoch       time.Time
-	lease       atomic.Int64 // clientv3.LeaseID
-	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
-	rejoins     atomic.Int64 // times contact came back after a cut (or with a new lease)
-	workers     atomic.Int64 // most workers seen on any backend (share fallback)
-	cutLogged   atomic.Bool  // the current cut was logged: log its end too
+	lease       atomic.Int64           // clientv3.LeaseID
+	lastContact atomic.Int64           // since epoch: send time of the last keep-alive that succeeded
+	rejoins     atomic.Int64           // times contact came back after a cut (or with a new lease)
+	workers     atomic.Int64           // most workers seen on any backend (share fallback)
+	cutLogged   atomic.Bool            // the current cut was logged: log its end too
+	answered    atomic.Pointer[Answer] // the last renewal etcd answered
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -140,6 +141,26 @@ func (g *Gate) ID() string { return g.id }
 // that one keep-alive per process keeps all of them; they go with the
 // claims when the Gate closes or the process dies.
 func (g *Gate) Lease() clientv3.LeaseID { return clientv3.LeaseID(g.lease.Load()) }
+
+// Answer is etcd's answer to a renewal of the lease: when it arrived and
+// the store revision it carried (that of the member which answered).
+type Answer struct {
+	At       time.Time
+	Revision int64
+}
+
+// LastAnswer returns etcd's last answer to a renewal of the lease; the
+// zero Answer before the first. A revision that a watch of the same
+// member has already reached proves that the watch missed nothing up to
+// the answer: the store has not changed since. propagate.WithLeaseAnswers
+// so takes the renewals, which the gate sends anyway, as proof of a
+// follower's watch at rest.
+func (g *Gate) LastAnswer() Answer {
+	if a := g.answered.Load(); a != nil {
+		return *a
+	}
+	return Answer{}
+}
 
 // Degraded reports whether the worker has lost contact with etcd and runs
 // its limiters on local shares.

@@ -344,6 +344,37 @@ func TestWatchdogSleepsInContact(t *testing.T) {
 	}
 }
 
+// TestLastAnswerCarriesTheRevision: each renewal's answer gives its time
+// and the store's revision, which a follower compares with its watch's.
+func TestLastAnswerCarriesTheRevision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	w := startWorker(t, c.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	put, err := w.cli.Put(ctx, "/answer-test", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := time.Now()
+	deadline := time.Now().Add(4 * w.g.period)
+	for {
+		a := w.g.LastAnswer()
+		if a.At.After(wrote) {
+			if a.Revision != put.Header.Revision {
+				t.Errorf("a renewal answered after a put at revision %d carries revision %d", put.Header.Revision, a.Revision)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewal answered within 4 periods (last %v)", a)
+		}
+		time.Sleep(w.g.period / 4)
+	}
+}
+
 // TestGateClose: Close releases the worker's claims at once (the others
 // need not wait for the lease) and fails its limiter's callers.
 func TestGateClose(t *testing.T) {

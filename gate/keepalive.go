@@ -171,6 +171,7 @@ func (rs *renewals) receive() {
 			kick(g.kaLost)
 			continue
 		}
+		g.answered.Store(&Answer{At: time.Now(), Revision: resp.Header.GetRevision()})
 		g.contact(r.sent, 0)
 	}
 }

@@ -56,9 +56,27 @@ func ConnectWith(cc ClientConfig, logger *slog.Logger) (*clientv3.Client, error)
 		MaxCallSendMsgSize:   8 << 20,
 		MaxCallRecvMsgSize:   8 << 20,
 		Logger:               zlog.New(logger, "etcd-client", slog.LevelError),
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: time.Second,
-		})},
+		DialOptions: []grpc.DialOption{
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: time.Second,
+			}),
+			grpc.WithStaticStreamWindowSize(streamWindow),
+			grpc.WithStaticConnWindowSize(connWindow),
+		},
 	})
 }
+
+// Flow-control windows of a client's connection (the embedded member
+// fixes its own alike). Fixed windows turn off gRPC's bandwidth
+// estimator, which answers nearly every message received on an idle
+// connection with a ping of its own and its acknowledgement: at rest,
+// when every message is a small notification or lease renewal, that
+// doubled the frames (and the wake-ups and system calls) on both sides.
+// A stream's window holds half of the largest message (8 MiB), more than
+// the estimator reaches on a LAN; across a 50 ms round trip it still
+// moves 80 MB/s per stream.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 8 << 20
+)

@@ -36,9 +36,11 @@
 // A Follower reads the key, then watches it from the read's revision, and
 // applies every version newer than the one its runtime holds through
 // reconf.Runtime.Apply. Every resync interval (2s) it makes sure the watch
-// missed nothing, as a safety net: by etcd's progress notifications on the
-// watch while they come (the embedded member sends one a second), by a
-// progress request when they stop and a read when that goes unanswered,
+// missed nothing, as a safety net: at rest by its lease renewals' answers
+// (WithLeaseAnswers: the store's revision is one the watch has reached),
+// by etcd's progress notifications on the watch (the embedded member
+// sends one every 5 s), by a progress request when neither comes and a
+// read when that goes unanswered,
 // by a read every fifth interval, and by one every interval while the
 // watch is broken. A failed apply keeps the runtime's generation whole;
 // the follower records the reason in its row and retries with backoff

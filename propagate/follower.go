@@ -64,8 +64,9 @@ type options struct {
 	logger     *slog.Logger
 	noWatch    bool // tests: rely on the resync alone
 	history    *History
-	lease      func() clientv3.LeaseID // WithSharedLease; nil: the follower keeps its own
-	timing     *Timing                 // WithFollowerTiming
+	lease      func() clientv3.LeaseID   // WithSharedLease; nil: the follower keeps its own
+	answers    func() (time.Time, int64) // WithLeaseAnswers
+	timing     *Timing                   // WithFollowerTiming
 }
 
 // WithResyncInterval sets how often the follower makes sure its watch
@@ -134,6 +135,20 @@ func WithSharedLease(lease func() clientv3.LeaseID) Option {
 	return func(o *options) { o.lease = lease }
 }
 
+// WithLeaseAnswers gives the follower the last answer etcd sent to a
+// renewal of the shared lease (WithSharedLease): when it arrived and the
+// store revision it carried, as gate.Gate.LastAnswer returns them. An
+// answer whose revision the follower's watch has already reached proves
+// the watch missed nothing up to it, as a progress notification would:
+// the store has not changed since. So a fleet at rest proves its watches
+// by the renewals it sends anyway, and the member's notifications and the
+// follower's progress requests are needed only after the store changed
+// under other keys. A follower with its own lease so uses its own
+// renewals.
+func WithLeaseAnswers(answers func() (at time.Time, revision int64)) Option {
+	return func(o *options) { o.answers = answers }
+}
+
 // WithHistory folds each of this worker's applies of a version (not the
 // busy ones) into the version's entry of the fleet's history. The entry
 // is written in the same transaction as the row the apply changed, and so
@@ -171,11 +186,12 @@ type Follower struct {
 	wg     sync.WaitGroup
 	dirty  chan struct{} // the row changed; presence writes it
 
-	rowVersion atomic.Uint64 // applied version in the row last written
-	rowGone    atomic.Bool   // a resync found no row: write it again
-	hostGone   atomic.Bool   // a resync found no host record: write it again
-	reads      atomic.Int64  // resync reads, for tests of the resync's cost
-	asks       atomic.Int64  // progress requests, for the same tests
+	rowVersion atomic.Uint64               // applied version in the row last written
+	rowGone    atomic.Bool                 // a resync found no row: write it again
+	hostGone   atomic.Bool                 // a resync found no host record: write it again
+	reads      atomic.Int64                // resync reads, for tests of the resync's cost
+	asks       atomic.Int64                // progress requests, for the same tests
+	ownAnswer  atomic.Pointer[leaseAnswer] // the last answer to a renewal of the follower's own lease
 
 	// Owned by the presence goroutine (and Follow before it starts).
 	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
@@ -225,6 +241,7 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 		f.host = f.o.host
 	}
 	if f.o.lease == nil {
+		f.o.answers = f.lastOwnAnswer
 		if err := f.grant(ctx); err != nil {
 			return nil, err
 		}
@@ -354,6 +371,10 @@ func (f *Follower) run() {
 	retry.Stop()
 	defer func() { wcancel() }()
 	keyOnly := false // etcd refused the watch of the record's range: the record's key alone
+	// watchRev is the newest store revision the watch has reached: every
+	// event up to it was delivered (a watch response's header revision).
+	// 0 until the watch's first response.
+	var watchRev int64
 	plan := resyncPlan{interval: f.o.resync}
 	due := time.NewTimer(f.o.resync)
 	defer due.Stop()
@@ -403,7 +424,7 @@ func (f *Follower) run() {
 			if !keyOnly {
 				opts = append(opts, f.ch.recordRange())
 			}
-			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.Key(), opts...), cancel
+			wch, wcancel, watchRev = f.ch.cli.Watch(wctx, f.ch.Key(), opts...), cancel, 0
 		}
 	}
 	denied := false // the watch was refused to this worker's etcd user, and that was logged
@@ -411,7 +432,7 @@ func (f *Follower) run() {
 		if !ok || wr.Canceled || wr.Err() != nil {
 			// Watch again after the next resync read, from its revision.
 			wcancel()
-			wch, wcancel = nil, func() {}
+			wch, wcancel, watchRev = nil, func() {}, 0
 			switch err := wr.Err(); {
 			case !permissionDenied(err):
 			case !keyOnly:
@@ -435,6 +456,7 @@ func (f *Follower) run() {
 		denied = false
 		at := time.Now()
 		plan.proved(at)
+		watchRev = max(watchRev, wr.Header.Revision)
 		if wr.IsProgressNotify() {
 			f.readOK()
 			return
@@ -493,6 +515,13 @@ func (f *Follower) run() {
 			}
 			rearm()
 		case now := <-due.C:
+			if wch != nil && watchRev > 0 && f.o.answers != nil {
+				// A renewal answered at a revision the watch has reached
+				// proves it as a notification would (WithLeaseAnswers).
+				if at, rev := f.o.answers(); rev > 0 && rev <= watchRev && !at.After(now) {
+					plan.proved(at)
+				}
+			}
 			switch plan.next(now, wch != nil) {
 			case stepRead:
 				resync()
@@ -910,8 +939,11 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	err := func() error {
 		if keepAlive && f.o.lease == nil && f.lease != 0 {
 			ctx, cancel := f.ch.reqCtx(f.ctx)
-			_, err := f.ch.cli.KeepAliveOnce(ctx, f.lease)
+			resp, err := f.ch.cli.KeepAliveOnce(ctx, f.lease)
 			cancel()
+			if err == nil {
+				f.ownAnswer.Store(&leaseAnswer{time.Now(), resp.Revision})
+			}
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				f.lease = 0 // expired while etcd was away: a new lease below
 			} else if err != nil {
@@ -947,6 +979,21 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	if err == nil && was {
 		f.markDirty() // the row just written still said degraded
 	}
+}
+
+// leaseAnswer is etcd's answer to a renewal: when it arrived, and the
+// store revision it carried.
+type leaseAnswer struct {
+	at  time.Time
+	rev int64
+}
+
+// lastOwnAnswer is WithLeaseAnswers for the follower's own lease.
+func (f *Follower) lastOwnAnswer() (time.Time, int64) {
+	if a := f.ownAnswer.Load(); a != nil {
+		return a.at, a.rev
+	}
+	return time.Time{}, 0
 }
 
 func (f *Follower) grant(ctx context.Context) error {

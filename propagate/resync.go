@@ -19,7 +19,12 @@ const readEvery = 5
 // (the embedded member: every second), and only once every event up to
 // its current revision was delivered on the stream, which proves what a
 // read finding nothing newer proves. Any response of the watch, an event
-// or a notification, is such a proof of the moment it arrives.
+// or a notification, is such a proof of the moment it arrives. So is the
+// answer to a lease renewal that carries a store revision the watch has
+// already reached (WithLeaseAnswers): nothing was written since, so
+// nothing was missed. At rest the renewals, which the lease needs anyway,
+// are the proofs, and the member sends a notification only every five
+// seconds, for a watch whose store changed under other keys.
 //
 // While proofs keep coming the follower sets no timer but the one for
 // the periodic read. A watch silent for two thirds of an interval (an

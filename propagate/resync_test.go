@@ -1,8 +1,12 @@
 package propagate
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // simulate runs a plan for the given span, stepping from one due time
@@ -189,26 +193,88 @@ func TestLiveWatchNeedsNoResyncReads(t *testing.T) {
 	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
 }
 
-// TestNotifiedWatchAsksNothing: on the embedded member, whose progress
-// notifications arrive every second, a follower at the default resync
-// interval sends no progress request and makes no read at rest, and still
-// applies a version at once.
-func TestNotifiedWatchAsksNothing(t *testing.T) {
+// TestRenewedWatchAsksNothing: on the embedded member, whose progress
+// notifications come only every ProgressNotifyInterval (5 s), a follower
+// at the default resync interval proves its watch by its own lease
+// renewals' answers (the store's revision unchanged): no progress request
+// and no read at rest, and a version still applied at once.
+func TestRenewedWatchAsksNothing(t *testing.T) {
 	s := startServer(t)
 	p := newPrefix()
 	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
 	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
-	time.Sleep(DefaultResyncInterval) // the first notifications
-	reads, asks := b.f.reads.Load(), b.f.asks.Load()
-	time.Sleep(2 * DefaultResyncInterval)
-	if n := b.f.reads.Load() - reads; n != 0 {
-		t.Errorf("%d resync reads in two intervals at rest, want none", n)
-	}
-	// A loaded machine may hold a notification past two thirds of an
-	// interval once; more is the follower asking on its own.
-	if n := b.f.asks.Load() - asks; n > 1 {
-		t.Errorf("%d progress requests in two intervals at rest, want none", n)
-	}
+	restsWithoutAsking(t, b)
 	a.reload(t, configYAML("gw", 2, "KEY1"))
 	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
+}
+
+// TestSharedLeaseAnswersProveTheWatch: a follower on a lease another
+// part of the process renews (a gate's) takes that owner's answers
+// (WithLeaseAnswers) as its proofs at rest.
+func TestSharedLeaseAnswersProveTheWatch(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := cli.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease's owner: a renewal every 500 ms, its answer kept.
+	var last atomic.Pointer[leaseAnswer]
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := cli.KeepAliveOnce(rctx, l.ID)
+			cancel()
+			if err == nil {
+				last.Store(&leaseAnswer{time.Now(), resp.Revision})
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	answers := func() (time.Time, int64) {
+		if a := last.Load(); a != nil {
+			return a.at, a.rev
+		}
+		return time.Time{}, 0
+	}
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{follow: []Option{
+		WithSharedLease(func() clientv3.LeaseID { return l.ID }), WithLeaseAnswers(answers),
+	}})
+	restsWithoutAsking(t, b)
+	a.reload(t, configYAML("gw", 2, "KEY1"))
+	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
+}
+
+// restsWithoutAsking checks that w, once the start's writes are behind it,
+// sends no progress request and makes no resync read in two intervals.
+func restsWithoutAsking(t *testing.T, w *worker) {
+	t.Helper()
+	time.Sleep(DefaultResyncInterval) // the start's writes moved the revision: one request catches up
+	reads, asks := w.f.reads.Load(), w.f.asks.Load()
+	time.Sleep(2 * DefaultResyncInterval)
+	if n := w.f.reads.Load() - reads; n != 0 {
+		t.Errorf("%d resync reads in two intervals at rest, want none", n)
+	}
+	// A loaded machine may answer a renewal past two thirds of an
+	// interval once; more is the follower asking on its own.
+	if n := w.f.asks.Load() - asks; n > 1 {
+		t.Errorf("%d progress requests in two intervals at rest, want at most one", n)
+	}
 }

@@ -50,6 +50,33 @@ func variants(example []byte, size int, gate bool) ([2][]byte, error) {
 
 var limitRe = regexp.MustCompile(`(?m)^(\s*max_concurrency:\s*)\d+`)
 
+// withKeys turns on api_keys authentication with n named client keys, each
+// with a fleet-wide request and token limit, so that every worker runs
+// the key limiter's fleet loop (its reports and its sleep at rest). A
+// fleet's secrets travel as references, so each key's secret is an
+// environment variable, FLEETSIM_KEY_<k>, which the caller sets.
+func withKeys(example []byte, n int) ([]byte, error) {
+	const auth = "auth:\n  mode: none"
+	i := bytes.Index(example, []byte(auth))
+	if i < 0 {
+		return nil, errors.New("examples/local-stub.yaml no longer starts its auth section with mode: none")
+	}
+	end := bytes.Index(example[i:], []byte("\nlimits:"))
+	if end < 0 {
+		return nil, errors.New("examples/local-stub.yaml no longer has a limits section after auth")
+	}
+	var keys bytes.Buffer
+	keys.WriteString("auth:\n  mode: api_keys\n  keys:\n")
+	for k := range n {
+		fmt.Fprintf(&keys, "    - name: fleet-key-%03d\n      secret: ${env:%s}\n      limits: { requests: 6000, tokens: 1000000, per: 1m }\n", k, keyEnv(k))
+	}
+	var out bytes.Buffer
+	out.Write(example[:i])
+	out.Write(bytes.TrimSuffix(keys.Bytes(), []byte("\n")))
+	out.Write(example[i+end:])
+	return out.Bytes(), nil
+}
+
 func grow(example []byte, size int) []byte {
 	if len(example) >= size {
 		return example
@@ -82,3 +109,6 @@ func writeAtomic(path string, data []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// keyEnv names the environment variable holding client key k's secret.
+func keyEnv(k int) string { return fmt.Sprintf("FLEETSIM_KEY_%03d", k) }

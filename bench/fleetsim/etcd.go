@@ -17,6 +17,9 @@ import (
 type etcdCounters struct {
 	grpcSent, grpcRecv float64 // gRPC message bytes to and from clients
 	proposals          float64 // raft proposals committed (writes)
+	// messages counts gRPC messages by direction and method ("recv
+	// LeaseKeepAlive", "sent Watch"): what each mechanism sends at rest.
+	messages map[string]float64
 }
 
 // scrape reads the member's metrics endpoint.
@@ -42,12 +45,17 @@ func scrape(ctx context.Context, endpoint string) (etcdCounters, error) {
 		return etcdCounters{}, err
 	}
 	defer resp.Body.Close()
-	var c etcdCounters
+	c := etcdCounters{messages: make(map[string]float64)}
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
 		if !ok {
+			continue
+		}
+		if dir, method, ok := grpcMessages(name); ok {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			c.messages[dir+" "+method] += v
 			continue
 		}
 		var dst *float64
@@ -64,4 +72,24 @@ func scrape(ctx context.Context, endpoint string) (etcdCounters, error) {
 		*dst, _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
 	}
 	return c, sc.Err()
+}
+
+// grpcMessages recognizes a per-method message counter of etcd's gRPC
+// server, such as grpc_server_msg_received_total{grpc_method="Watch",...}.
+func grpcMessages(name string) (dir, method string, ok bool) {
+	var labels string
+	switch {
+	case strings.HasPrefix(name, "grpc_server_msg_received_total{"):
+		dir, labels = "recv", strings.TrimPrefix(name, "grpc_server_msg_received_total")
+	case strings.HasPrefix(name, "grpc_server_msg_sent_total{"):
+		dir, labels = "sent", strings.TrimPrefix(name, "grpc_server_msg_sent_total")
+	default:
+		return "", "", false
+	}
+	_, rest, found := strings.Cut(labels, `grpc_method="`)
+	if !found {
+		return "", "", false
+	}
+	method, _, found = strings.Cut(rest, `"`)
+	return dir, method, found
 }

@@ -11,6 +11,7 @@
 //	go run ./fleetsim -followers 10,100,1000 -runs 3
 //	go run ./fleetsim -followers 10 -sizes 0,10k,100k,1m     # the curve over configuration size
 //	go run ./fleetsim -followers 1000 -mode runtime -clients 50
+//	go run ./fleetsim -followers 1000 -keys 100 -idle 20s -settle 5s   # with 100 limited client keys
 //
 // It starts one etcd member in a child process (the member a reconfd
 // supervisor embeds: loopback, no fsync), then in this process a publisher
@@ -41,7 +42,11 @@
 //   - idle_*: the steady state of the fleet doing nothing (lease
 //     keep-alives, resync reads): CPU percent of one core, etcd writes and
 //     wire bytes per second; the lower of two windows, one before the
-//     reloads and one after;
+//     reloads and one after; per follower and second, gRPC messages by
+//     direction and method (etcd's counters: "sent Watch" is progress
+//     notifications, "recv LeaseKeepAlive" renewals, "recv Txn" resync
+//     reads) and context switches of both processes (wake-ups, which the
+//     machine's other load distorts less than CPU time);
 //   - noisy: a figure less its idle rate came out below zero (reported
 //     as zero): the machine's other load is larger than the figure;
 //   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory.
@@ -54,6 +59,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -75,6 +81,7 @@ type config struct {
 	clients       int // runtime mode: etcd clients shared by the fleet (0: one each)
 	size          int
 	gate          bool          // keep the example's concurrency limits
+	keys          int           // named client keys with fleet-wide limits (0: none, auth off)
 	gateTTL       time.Duration // gateway mode: the gate's lease time (0: gate.DefaultTTL)
 	reloads       int
 	warmup        int
@@ -92,6 +99,7 @@ type result struct {
 	Mode                  string  `json:"mode"`
 	Clients               int     `json:"clients"`
 	Gate                  bool    `json:"gate"`
+	Keys                  int     `json:"keys,omitempty"`
 	ConfigBytes           int     `json:"config_bytes"`
 	RecordBytes           int     `json:"record_bytes"`
 	Reloads               int     `json:"reloads"`
@@ -113,12 +121,18 @@ type result struct {
 	IdleEtcdCPU           float64 `json:"idle_etcd_cpu_pct"`
 	IdleWritesPerS        float64 `json:"idle_etcd_writes_per_s"`
 	IdleWirePerS          float64 `json:"idle_wire_bytes_per_s"`
-	ProcessRSS            float64 `json:"process_rss_mb"`
-	ProcessPeak           float64 `json:"process_peak_rss_mb"`
-	EtcdRSS               float64 `json:"etcd_rss_mb"`
-	EtcdPeak              float64 `json:"etcd_peak_rss_mb"`
-	StartupS              float64 `json:"startup_s"`
-	FirstFailureReason    string  `json:"first_failure_reason,omitempty"`
+	// IdleMessages is gRPC messages per second and follower at rest, by
+	// direction and method as etcd counts them, from the quieter window.
+	IdleMessages map[string]float64 `json:"idle_messages_per_follower_s,omitempty"`
+	// IdleSwitches is context switches (wake-ups) of both processes per
+	// second and follower at rest.
+	IdleSwitches       float64 `json:"idle_switches_per_follower_s"`
+	ProcessRSS         float64 `json:"process_rss_mb"`
+	ProcessPeak        float64 `json:"process_peak_rss_mb"`
+	EtcdRSS            float64 `json:"etcd_rss_mb"`
+	EtcdPeak           float64 `json:"etcd_peak_rss_mb"`
+	StartupS           float64 `json:"startup_s"`
+	FirstFailureReason string  `json:"first_failure_reason,omitempty"`
 }
 
 func main() {
@@ -134,6 +148,7 @@ func main() {
 	flag.StringVar(&c.mode, "mode", modeGateway, "gateway: whole reconfd workers; runtime: runtime and follower only")
 	flag.IntVar(&c.clients, "clients", 0, "etcd clients (connections) the fleet shares (0: one per follower)")
 	flag.DurationVar(&c.gateTTL, "gate-ttl", 0, "gateway mode: the concurrency gate's lease time, which the presence row shares (0: the default, gate.DefaultTTL, 10s; renewals every eighth of it)")
+	flag.IntVar(&c.keys, "keys", 0, "named client keys, each with a fleet-wide request and token limit (api_keys authentication), so that every worker runs the key limiter's fleet loop")
 	flag.BoolVar(&c.gate, "gate", false, "keep the example's max_concurrency limits, so that the fleet-wide gate moves slots among every worker")
 	flag.IntVar(&c.reloads, "reloads", 100, "measured reloads per run")
 	flag.IntVar(&c.warmup, "warmup", 3, "reloads before measuring")
@@ -228,6 +243,16 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if c.followers < 1 || c.reloads < 1 {
 		return res, errors.New("at least one follower and one reload")
 	}
+	if c.keys > 0 {
+		if example, err = withKeys(example, c.keys); err != nil {
+			return res, err
+		}
+		for k := range c.keys {
+			if err := os.Setenv(keyEnv(k), fmt.Sprintf("fleetsim-secret-%03d", k)); err != nil {
+				return res, err
+			}
+		}
+	}
 	docs, err := variants(example, c.size, c.gate)
 	if err != nil {
 		return res, err
@@ -251,7 +276,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	defer etcd.Stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, ConfigBytes: len(docs[0]), Reloads: c.reloads}
+	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, Keys: c.keys, ConfigBytes: len(docs[0]), Reloads: c.reloads}
 	if c.clients == 0 || c.clients > c.followers+1 {
 		res.Clients = c.followers + 1
 	}
@@ -353,6 +378,11 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	res.IdleEtcdCPU = pct(rate.etcdCPU, rate.wall)
 	res.IdleWritesPerS = rate.writes / rate.wall.Seconds()
 	res.IdleWirePerS = rate.wire / rate.wall.Seconds()
+	res.IdleSwitches = math.Round(100*rate.switches/rate.wall.Seconds()/float64(c.followers+1)) / 100
+	res.IdleMessages = make(map[string]float64, len(rate.messages))
+	for k, v := range rate.messages {
+		res.IdleMessages[k] = math.Round(1000*v/rate.wall.Seconds()/float64(c.followers+1)) / 1000
+	}
 	applies, failed := fl.track.takeApplies()
 	res.FailedApplies = len(failed)
 	if len(failed) > 0 {
@@ -407,6 +437,8 @@ type meter struct {
 type sample struct {
 	wall, cpu, etcdCPU time.Duration
 	wire, writes       float64
+	switches           float64 // context switches of both processes
+	messages           map[string]float64
 }
 
 func (m *meter) sample(ctx context.Context) (sample, error) {
@@ -422,11 +454,25 @@ func (m *meter) sample(ctx context.Context) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{wall: time.Duration(time.Now().UnixNano()), cpu: cpu, etcdCPU: ecpu, wire: c.grpcSent + c.grpcRecv, writes: c.proposals}, nil
+	sw, err := switches(os.Getpid())
+	if err != nil {
+		return sample{}, err
+	}
+	esw, err := switches(m.etcdPID)
+	if err != nil {
+		return sample{}, err
+	}
+	return sample{wall: time.Duration(time.Now().UnixNano()), cpu: cpu, etcdCPU: ecpu, wire: c.grpcSent + c.grpcRecv, writes: c.proposals, switches: sw + esw, messages: c.messages}, nil
 }
 
 func (s sample) sub(o sample) sample {
-	return sample{wall: s.wall - o.wall, cpu: s.cpu - o.cpu, etcdCPU: s.etcdCPU - o.etcdCPU, wire: s.wire - o.wire, writes: s.writes - o.writes}
+	d := sample{wall: s.wall - o.wall, cpu: s.cpu - o.cpu, etcdCPU: s.etcdCPU - o.etcdCPU, wire: s.wire - o.wire, writes: s.writes - o.writes, switches: s.switches - o.switches, messages: make(map[string]float64)}
+	for k, v := range s.messages {
+		if n := v - o.messages[k]; n > 0 {
+			d.messages[k] = n
+		}
+	}
+	return d
 }
 
 // less removes what the idle rate would have used over s's wall time.
@@ -436,6 +482,7 @@ func (s sample) less(rate sample) sample {
 	s.etcdCPU -= time.Duration(float64(rate.etcdCPU) * f)
 	s.wire -= rate.wire * f
 	s.writes -= rate.writes * f
+	s.switches -= rate.switches * f
 	return s
 }
 
@@ -447,6 +494,13 @@ func (s sample) lower(o sample) sample {
 	s.etcdCPU = min(s.etcdCPU, time.Duration(float64(o.etcdCPU)*f))
 	s.wire = min(s.wire, o.wire*f)
 	s.writes = min(s.writes, o.writes*f)
+	s.switches = min(s.switches, o.switches*f)
+	if o.cpu+o.etcdCPU < s.cpu+s.etcdCPU {
+		s.messages = make(map[string]float64, len(o.messages))
+		for k, v := range o.messages {
+			s.messages[k] = v * f
+		}
+	}
 	return s
 }
 

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestFleetSmoke(t *testing.T) {
 			if res.IdleWritesPerS != 0 {
 				t.Errorf("the fleet wrote %.1f times a second at rest, want 0 (rows and host records live on leases)", res.IdleWritesPerS)
 			}
-			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 {
+			if res.P50 <= 0 || res.Max < res.P99 || res.ApplyP50 <= 0 || res.RecordBytes == 0 || res.WirePerReload <= 0 || res.EtcdRSS <= 0 || res.ProcessRSS <= 0 || res.IdleSwitches <= 0 {
 				t.Errorf("a figure was not measured: %+v", res)
 			}
 		})
@@ -69,5 +70,40 @@ func TestVariantsGrow(t *testing.T) {
 		if string(docs[0]) == string(docs[1]) || len(docs[0]) != len(docs[1]) {
 			t.Errorf("size %d: the variants must differ in max_attempts alone", size)
 		}
+	}
+}
+
+// TestGRPCMessages reads etcd's per-method message counters by name.
+func TestGRPCMessages(t *testing.T) {
+	for _, c := range []struct{ line, dir, method string }{
+		{`grpc_server_msg_received_total{grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`, "recv", "LeaseKeepAlive"},
+		{`grpc_server_msg_sent_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}`, "sent", "Watch"},
+		{`grpc_server_handled_total{grpc_code="OK",grpc_method="Txn"}`, "", ""},
+		{`grpc_server_msg_sent_total`, "", ""},
+	} {
+		dir, method, ok := grpcMessages(c.line)
+		if dir != c.dir || method != c.method || ok != (c.dir != "") {
+			t.Errorf("%s: got %q %q %v, want %q %q", c.line, dir, method, ok, c.dir, c.method)
+		}
+	}
+}
+
+// TestWithKeys turns authentication on with the keys asked, each secret a
+// reference, and keeps the variants' one live difference.
+func TestWithKeys(t *testing.T) {
+	example, err := exampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := withKeys(example, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	if !strings.Contains(s, "\n  mode: api_keys\n") || strings.Count(s, "- name: fleet-key-") != 3 || strings.Count(s, "${env:FLEETSIM_KEY_") != 3 || strings.Contains(s, "mode: none") {
+		t.Errorf("the keyed configuration lacks its keys:\n%s", s)
+	}
+	if _, err := variants(doc, 0, false); err != nil {
+		t.Error(err)
 	}
 }

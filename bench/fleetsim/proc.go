@@ -73,3 +73,35 @@ func memory(pid int) (rss, peak float64, err error) {
 	}
 	return rss, peak, nil
 }
+
+// switches returns a process's context switches so far, voluntary and
+// not, over all its threads: a count of wake-ups that the machine's other
+// load moves less than it moves CPU time.
+func switches(pid int) (float64, error) {
+	if pid == os.Getpid() {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return 0, err
+		}
+		return float64(ru.Nvcsw + ru.Nivcsw), nil
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				c, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				n += c
+			}
+		}
+	}
+	return n, nil
+}

@@ -204,12 +204,21 @@ func WorkerID(slot string, pid int) string {
 	return fmt.Sprintf("%s-w%s-%d", clean(host), clean(slot), pid)
 }
 
+// gateAnswer is the gate's last renewal answer, for
+// propagate.WithLeaseAnswers.
+func (c *clusterState) gateAnswer() (time.Time, int64) {
+	a := c.gate.LastAnswer()
+	return a.At, a.Revision
+}
+
 // follow starts the follower once the runtime has joined.
 func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], log *slog.Logger) error {
 	// The row lives on the gate's lease: one keep-alive per worker, no
 	// second lease, and the row goes with the claims when the worker dies.
+	// Its renewals' answers prove the follower's watch at rest.
 	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
-		propagate.WithSharedLease(c.gate.Lease), propagate.WithFollowerTiming(c.timing))
+		propagate.WithSharedLease(c.gate.Lease), propagate.WithLeaseAnswers(c.gateAnswer),
+		propagate.WithFollowerTiming(c.timing))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
 	}

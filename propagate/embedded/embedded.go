@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
 
 	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
@@ -116,11 +117,14 @@ type TLSFiles struct {
 }
 
 // ProgressNotifyInterval is how often a member sends a progress
-// notification on each watch that asks for them (etcd's
-// --watch-progress-notify-interval). A propagate follower on an external
-// cluster with a longer setting asks for progress itself when a
-// notification is late.
-const ProgressNotifyInterval = time.Second
+// notification on each watch that asks for them and had no event since
+// the last (etcd's --watch-progress-notify-interval). At rest a
+// propagate follower proves its watch by its lease renewals' answers
+// (propagate.WithLeaseAnswers); a notification serves after the store
+// changed under other keys (presence rows, gate claims), and when one is
+// late the follower asks for progress itself, as it does on an external
+// cluster with a longer setting.
+const ProgressNotifyInterval = 5 * time.Second
 
 // ErrStopped is returned when a member is used after it stopped.
 var ErrStopped = errors.New("embedded: member stopped")
@@ -288,11 +292,18 @@ func (s *Server) configLocked() *embed.Config {
 	// (propagate.Connect's client sends up to 8 MiB).
 	c.MaxRequestBytes = 8 << 20
 	c.Metrics = "basic"
-	// Followers prove their watches live by the member's progress
-	// notifications instead of asking (propagate's resync): one message a
-	// second on each watch, well inside the followers' two-second resync
-	// interval. The setting is process-wide in etcd's server package.
+	// Followers prove their watches live by their lease renewals' answers
+	// at rest, and by the member's progress notifications after other
+	// keys changed (propagate's resync). The setting is process-wide in
+	// etcd's server package.
 	c.WatchProgressNotifyInterval = ProgressNotifyInterval
+	// Fixed flow-control windows, as propagate.Connect's: gRPC's bandwidth
+	// estimator answers nearly every small message on an idle connection
+	// (a notification, a renewal) with a ping and its acknowledgement.
+	c.GRPCAdditionalServerOptions = []grpc.ServerOption{
+		grpc.StaticStreamWindowSize(4 << 20),
+		grpc.StaticConnWindowSize(8 << 20),
+	}
 	// Presence heartbeats write a little every second; keep history short.
 	c.AutoCompactionMode = embed.CompactorModePeriodic
 	c.AutoCompactionRetention = "5m"
