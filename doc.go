@@ -156,10 +156,11 @@
 // # Staged rollout
 //
 // Stage offers a change to a share of entities under a Strategy (a
-// preset such as Canary10Percent20Minutes, or one declared in the
+// preset such as canary_10_percent_20_minutes, or one declared in the
 // service's configuration) instead of publishing it to all:
 //
-//	res, err := rt.Stage(ctx, reconf.TriggerAPI, reconf.Canary10Percent20Minutes())
+//	canary, _ := reconf.Preset("canary_10_percent_20_minutes")
+//	res, err := rt.Stage(ctx, reconf.TriggerAPI, canary)
 //
 //	pin := rt.AcquireFor(clientKey) // the candidate or the active generation, sticky
 //	defer pin.Release()
