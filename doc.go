@@ -212,7 +212,7 @@
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/history internal/safefile
+//	                          > reconf internal/certfile internal/history internal/restartapi internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
@@ -251,6 +251,8 @@
 //	                          > -
 //	internal/redact           credentials out of URL-like text
 //	                          > -
+//	internal/restartapi       the restart endpoint's answers, outcomes and reasons, outside the API
+//	                          > reconf
 //	internal/restartopt       a replacing process's runtime options, outside the API
 //	                          > -
 //	internal/safefile         bounded reads of regular files only
@@ -274,7 +276,7 @@
 //	internal/serve            the body of reconfd serve: one process, a worker, a supervisor
 //	                          > reconf admin handoff metrics propagate internal/...
 //	internal/adminclient      the management API client of reconfd's commands
-//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
+//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/restartapi internal/safefile
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
 //	internal/rollmark         a single reconfd's rollback mark, in its state file

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // slowRestarter is a Restarter whose one restart finishes when release
@@ -20,19 +20,19 @@ type slowRestarter struct {
 	once    sync.Once
 }
 
-func (r *slowRestarter) Restart(context.Context, string) (admin.RestartResult, error) {
-	return admin.RestartResult{ID: "r1", Outcome: admin.RestartRunning}, nil
+func (r *slowRestarter) Restart(context.Context, string) (restartapi.Result, error) {
+	return restartapi.Result{ID: "r1", Outcome: restartapi.Running}, nil
 }
 
-func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (restartapi.Result, bool) {
 	if id != "r1" {
-		return admin.RestartResult{}, false
+		return restartapi.Result{}, false
 	}
 	select {
 	case <-r.release:
-		return admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted, Reason: admin.ReasonRestarted, NewPIDs: []int{42}}, true
+		return restartapi.Result{ID: id, Done: true, Outcome: restartapi.Restarted, Reason: restartapi.ReasonRestarted, NewPIDs: []int{42}}, true
 	case <-ctx.Done():
-		return admin.RestartResult{ID: id, Outcome: admin.RestartRunning}, true
+		return restartapi.Result{ID: id, Outcome: restartapi.Running}, true
 	}
 }
 
@@ -43,14 +43,14 @@ func TestRestartEndpoint(t *testing.T) {
 	r := &slowRestarter{release: make(chan struct{})}
 	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
 	a := e.do(http.MethodPost, admin.RestartPath+"?wait=50ms", "{}")
-	var res admin.RestartResult
+	var res restartapi.Result
 	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusAccepted ||
-		res.Outcome != admin.RestartRunning || a.header.Get("Location") != admin.RestartPath+"/r1" {
+		res.Outcome != restartapi.Running || a.header.Get("Location") != admin.RestartPath+"/r1" {
 		t.Fatalf("got %d %s (Location %q), want 202 restart-running", a.status, a.body, a.header.Get("Location"))
 	}
 	close(r.release)
 	a = e.do(http.MethodGet, admin.RestartPath+"/r1?wait=5s", "")
-	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != admin.Restarted || !res.Done {
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != restartapi.Restarted || !res.Done {
 		t.Fatalf("follow: got %d %s, want 200 restarted", a.status, a.body)
 	}
 	// An unknown id is not an unknown path.
@@ -68,17 +68,6 @@ func TestRestartEndpoint(t *testing.T) {
 	} {
 		if a := e.do(c.method, c.path, c.body); a.status != c.status {
 			t.Errorf("%s %s: got %d, want %d (%s)", c.method, c.path, a.status, c.status, a.body)
-		}
-	}
-}
-
-func TestRestartOutcomeStatus(t *testing.T) {
-	for o, want := range map[admin.RestartOutcome]int{
-		admin.Restarted: 200, admin.RestartFailed: 503, admin.RestartRunning: 202, admin.RestartRefused: 409,
-		admin.RestartOutcome(reconf.Busy.String()): 409, admin.RestartOutcome(reconf.Invalid.String()): 422,
-	} {
-		if got := o.HTTPStatus(); got != want {
-			t.Errorf("%s: got %d, want %d", o, got, want)
 		}
 	}
 }

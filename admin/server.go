@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // Runtime is what the management API needs from a runtime. Every
@@ -71,7 +72,7 @@ type options struct {
 	history      HistoryFunc
 	logger       *slog.Logger
 	timeouts     Timeouts
-	restarter    Restarter
+	restarter    restartapi.Restarter
 	tls          *TLS
 	rollouts     RolloutControls
 }

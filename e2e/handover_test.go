@@ -19,6 +19,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // versionedConfig is the stub configuration whose only model alias is
@@ -125,15 +126,15 @@ func TestHandoverTwoRestartsOnOneConnection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the first restart: %v\n%s", err, r.logs.String())
 	}
-	var res admin.RestartResult
+	var res restartapi.Result
 	_ = json.NewDecoder(first.Body).Decode(&res)
 	first.Body.Close()
 	r.pids = appendNew(r.pids, res.NewPIDs...)
-	if res.Outcome != admin.Restarted || !first.Close {
+	if res.Outcome != restartapi.Restarted || !first.Close {
 		t.Errorf("the first restart: %d %+v (Connection: close %v), want restarted with Connection: close", first.StatusCode, res, first.Close)
 	}
 	if second, err := http.ReadResponse(br, nil); err == nil {
-		var res2 admin.RestartResult
+		var res2 restartapi.Result
 		_ = json.NewDecoder(second.Body).Decode(&res2)
 		second.Body.Close()
 		r.pids = appendNew(r.pids, res2.NewPIDs...)
@@ -239,12 +240,12 @@ func restartStorm(t *testing.T, r *restartable, rounds int) stormResult {
 				if err != nil {
 					continue
 				}
-				var res admin.RestartResult
+				var res restartapi.Result
 				_ = json.NewDecoder(resp.Body).Decode(&res)
 				resp.Body.Close()
 				mu.Lock()
 				r.pids = appendNew(r.pids, res.NewPIDs...)
-				if res.Outcome == admin.Restarted {
+				if res.Outcome == restartapi.Restarted {
 					out.restarts++
 				}
 				mu.Unlock()
