@@ -105,9 +105,9 @@ func TestHandingOver(t *testing.T) {
 		a := do(c.method, c.path)
 		var body admin.ErrorBody
 		_ = json.Unmarshal(a.body, &body)
-		if a.status != http.StatusConflict || body.Error.Reason != admin.ReasonHandoverInProgress || !a.closed {
+		if a.status != http.StatusConflict || body.Error.Reason != restartapi.ReasonHandoverInProgress || !a.closed {
 			t.Errorf("%s %s while handing over: %d %s (closed %v), want 409 %s with Connection: close",
-				c.method, c.path, a.status, a.body, a.closed, admin.ReasonHandoverInProgress)
+				c.method, c.path, a.status, a.body, a.closed, restartapi.ReasonHandoverInProgress)
 		}
 	}
 	if a := do(http.MethodGet, admin.RestartPath+"/r1?wait=5s"); a.status != http.StatusOK || !a.closed {

@@ -208,7 +208,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s.handing.Load() && !followsRestart(r) {
 				w.Header().Set("Connection", "close")
-				s.answer(w, r, ErrHandoverInProgress)
+				s.answer(w, r, restartapi.ErrHandoverInProgress)
 				return
 			}
 			routes.ServeHTTP(&closingWriter{ResponseWriter: w, s: s}, r)
@@ -279,7 +279,7 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) Undrain() { s.draining.Store(false) }
 
 // SetHandingOver, while on, answers every request with 409
-// ReasonHandoverInProgress and Connection: close, except GET
+// restartapi.ReasonHandoverInProgress and Connection: close, except GET
 // RestartPath/{id} (following the restart that hands over); a request
 // already in progress is answered with Connection: close. A process turns
 // it on when it begins handing its listeners to a successor, and off

@@ -153,9 +153,9 @@ func TestHandoverTwoRestartsOnOneConnection(t *testing.T) {
 			if !r.servesVersion(1) {
 				t.Errorf("a reload answered %d %s, but the process that serves never applied it", resp.StatusCode, b)
 			}
-		} else if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), admin.ReasonHandoverInProgress) || !resp.Close {
+		} else if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), restartapi.ReasonHandoverInProgress) || !resp.Close {
 			t.Errorf("a reload on a connection kept from before the hand-over: %d %s (Connection: close %v), want 409 %s with Connection: close",
-				resp.StatusCode, b, resp.Close, admin.ReasonHandoverInProgress)
+				resp.StatusCode, b, resp.Close, restartapi.ReasonHandoverInProgress)
 		}
 	}
 	pid := r.oneOwner(60 * time.Second)

@@ -624,8 +624,8 @@ func TestRestartInProgressIsBusy(t *testing.T) {
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), admin.ReasonHandoverInProgress) || !resp.Close {
-					t.Errorf("%s during a hand-over: %d %s (Connection: close %v), want 409 %s", path, resp.StatusCode, b, resp.Close, admin.ReasonHandoverInProgress)
+				if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), restartapi.ReasonHandoverInProgress) || !resp.Close {
+					t.Errorf("%s during a hand-over: %d %s (Connection: close %v), want 409 %s", path, resp.StatusCode, b, resp.Close, restartapi.ReasonHandoverInProgress)
 				}
 			}
 			_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGHUP)

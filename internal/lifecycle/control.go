@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
@@ -79,7 +78,7 @@ func (c *controlServer) restart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.handingOver != nil && c.handingOver() {
-		writeControl(w, restartapi.Result{Done: true, Reason: admin.ReasonHandoverInProgress,
+		writeControl(w, restartapi.Result{Done: true, Reason: restartapi.ReasonHandoverInProgress,
 			Message: "this supervisor has handed the fleet to a new one", PreviousGeneration: req.PreviousGeneration,
 			Generation: req.PreviousGeneration, Started: time.Now()})
 		return

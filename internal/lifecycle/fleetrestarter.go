@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/restartapi"
 )
@@ -71,10 +70,10 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (restartapi.
 	if err := f.call(ctx, http.MethodPost, "/restart", body, &res); err != nil {
 		return restartapi.Result{}, err
 	}
-	if res.Reason == admin.ReasonHandoverInProgress {
+	if res.Reason == restartapi.ReasonHandoverInProgress {
 		// This worker's supervisor handed the fleet over: the client
 		// sends it again on a new connection, to the new fleet.
-		return restartapi.Result{}, admin.ErrHandoverInProgress
+		return restartapi.Result{}, restartapi.ErrHandoverInProgress
 	}
 	if !res.Done {
 		f.recorded.Store(res.ID, actor)

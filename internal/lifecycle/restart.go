@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/restartapi"
@@ -65,7 +64,7 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (restartapi.R
 	// that reaches this process once it handed over, is refused here and
 	// never starts a second successor.
 	if err := r.handover.begin(); err != nil {
-		if errors.Is(err, admin.ErrHandoverInProgress) {
+		if errors.Is(err, restartapi.ErrHandoverInProgress) {
 			return restartapi.Result{}, err
 		}
 		return restartapi.Result{Done: true, Outcome: restartapi.Outcome(reconf.Busy.String()), Reason: string(reconf.ReasonInFlight),

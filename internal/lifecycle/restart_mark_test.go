@@ -136,7 +136,7 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 // A supervisor that is handing its fleet to a new supervisor, or has
 // handed it, begins no restart, whichever of its old workers asks: the
 // answer is handover_in_progress, which a worker turns into
-// admin.ErrHandoverInProgress (409, the client sends it again on a new
+// restartapi.ErrHandoverInProgress (409, the client sends it again on a new
 // connection), and no roll or second successor starts.
 func TestControlRefusesRestartAfterHandover(t *testing.T) {
 	rolls := 0
@@ -163,7 +163,7 @@ func TestControlRefusesRestartAfterHandover(t *testing.T) {
 		if err := w.call(context.Background(), http.MethodPost, "/restart", body, &res); err != nil {
 			t.Fatal(err)
 		}
-		if res.Reason != admin.ReasonHandoverInProgress || !res.Done || rolls != 0 || ctl.track.running() {
+		if res.Reason != restartapi.ReasonHandoverInProgress || !res.Done || rolls != 0 || ctl.track.running() {
 			t.Fatalf("a restart while %s: %+v, %d rolls; want handover_in_progress and none", step, res, rolls)
 		}
 		h.handedOver(nil)

@@ -7,6 +7,7 @@ package restartapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -110,3 +111,17 @@ type Restarter interface {
 	// stands when ctx ends; ok is false for an id it does not know.
 	WaitRestart(ctx context.Context, id string) (res Result, ok bool)
 }
+
+// ErrHandoverInProgress is returned by a Runtime's Reload or a
+// Restarter's Restart when this process is handing its listeners to a
+// successor, or has handed them: it will not serve what it would publish.
+// The management API answers it 409 ReasonHandoverInProgress with
+// Connection: close, so that the client's next connection reaches the
+// process that serves.
+var ErrHandoverInProgress = errors.New("admin: this process is handing over to a successor")
+
+// ReasonHandoverInProgress (409): this process is handing its listeners
+// to a successor (a restart) or has handed them; the answer carries
+// Connection: close: send the request again on a new connection, which
+// the process that serves accepts.
+const ReasonHandoverInProgress = "handover_in_progress"
