@@ -14,12 +14,6 @@ import (
 // (GET).
 const RestartPath = "/admin/config/restart"
 
-// WithRestarter serves POST RestartPath and GET RestartPath/{id} with r,
-// behind the same checks as reload. Replacing a service's processes is
-// reconfd's: the Restarter and its results are reconfd's internal
-// vocabulary, so only reconfd passes this option.
-func WithRestarter(r restartapi.Restarter) Option { return func(o *options) { o.restarter = r } }
-
 // restart answers POST /admin/config/restart[?wait=DURATION].
 func (s *Server) restart(w http.ResponseWriter, r *http.Request) error {
 	if err := readEmptyBody(w, r); err != nil {

@@ -41,7 +41,7 @@ func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (restartapi.
 // body with content and an unknown id are refused.
 func TestRestartEndpoint(t *testing.T) {
 	r := &slowRestarter{release: make(chan struct{})}
-	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	e := start(t, setup{restarter: r})
 	a := e.do(http.MethodPost, admin.RestartPath+"?wait=50ms", "{}")
 	var res restartapi.Result
 	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusAccepted ||
@@ -80,7 +80,7 @@ func TestRestartEndpoint(t *testing.T) {
 func TestHandingOver(t *testing.T) {
 	r := &slowRestarter{release: make(chan struct{})}
 	close(r.release)
-	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	e := start(t, setup{restarter: r})
 	// A client that keeps connections alive: the server's Connection:
 	// close is then its own.
 	keep := &http.Client{Transport: &http.Transport{}}

@@ -21,7 +21,9 @@ import (
 
 // Runtime is what the management API needs from a runtime. Every
 // *reconf.Runtime[T] satisfies it. Both methods must be safe for concurrent
-// use.
+// use. A Runtime that also carries out process restarts (reconfd's, whose
+// restart vocabulary is internal) is served POST RestartPath and GET
+// RestartPath/{id} too, behind the same checks as reload.
 type Runtime interface {
 	// Reload runs one attempt with the given trigger (see reconf.Runtime.Reload).
 	Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error)
@@ -72,7 +74,7 @@ type options struct {
 	history      HistoryFunc
 	logger       *slog.Logger
 	timeouts     Timeouts
-	restarter    restartapi.Restarter
+	restarter    restartapi.Restarter // the Runtime, when it restarts
 	tls          *TLS
 	rollouts     RolloutControls
 }
@@ -157,6 +159,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&s.o)
 	}
+	s.o.restarter, _ = rt.(restartapi.Restarter)
 	if err := checkToken(s.o.token); err != nil {
 		return nil, err
 	}

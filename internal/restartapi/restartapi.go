@@ -1,8 +1,9 @@
 // Package restartapi is the vocabulary of the management API's restart
 // endpoint: what a restart answers, how it ended and why, and the
 // interface that carries restarts out. Only reconfd restarts processes,
-// so the vocabulary is internal; package admin serves the endpoint when
-// given a Restarter, and reconfd's lifecycle implements one.
+// so the vocabulary is internal; package admin serves the endpoint for a
+// runtime that is also a Restarter, and reconfd's lifecycle implements
+// one.
 package restartapi
 
 import (
@@ -98,8 +99,9 @@ type Result struct {
 	DurationMS         float64   `json:"duration_ms"`
 }
 
-// Restarter carries out restarts for the management API
-// (admin.WithRestarter). Its methods must be safe for concurrent use.
+// Restarter carries out restarts for the management API: admin serves
+// the restart endpoint when the admin.Runtime given to admin.New is also
+// a Restarter. Its methods must be safe for concurrent use.
 type Restarter interface {
 	// Restart checks the source like a reload and, when the check allows
 	// a restart (published, no-op or restart-required), begins one that
