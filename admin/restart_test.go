@@ -72,6 +72,19 @@ func TestRestartEndpoint(t *testing.T) {
 	}
 }
 
+// A library service's runtime does not restart processes: its
+// management API has no restart endpoint, whatever the request.
+func TestNoRestartEndpointWithoutARestarter(t *testing.T) {
+	e := start(t, setup{})
+	for _, p := range []string{admin.RestartPath, admin.RestartPath + "/r1"} {
+		for _, m := range []string{http.MethodPost, http.MethodGet} {
+			if a := e.do(m, p, ""); a.status != http.StatusNotFound {
+				t.Errorf("%s %s: got %d, want 404 (%s)", m, p, a.status, a.body)
+			}
+		}
+	}
+}
+
 // TestHandingOver: while a process hands over, every request but the
 // restart's own follow-up is answered 409 handover_in_progress with
 // Connection: close (so the client's next connection reaches the process
