@@ -175,7 +175,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	stop()
 	live := len(changed)
 	res.Changed = live
-	res.ChangedFields = changed[:min(live, MaxListedPaths)]
+	res.ChangedFields = changed[:min(live, maxListedPaths)]
 	if len(restart) > 0 {
 		return restartRequired(res, changes, restart)
 	}
@@ -318,7 +318,7 @@ func restartRequired(res *Result, changes []fieldChange, restart []string) Resul
 		}
 	}
 	res.RestartRequiredCount = len(restart)
-	res.RestartRequiredFields = restart[:min(len(restart), MaxListedPaths)]
+	res.RestartRequiredFields = restart[:min(len(restart), maxListedPaths)]
 	res.Message = fmt.Sprintf("%d field(s) that need a restart changed (%s); restart the service to apply them, or revert them to reload the rest",
 		len(restart), strings.Join(res.RestartRequiredFields, ", "))
 	if res.Reason == ReasonUnclassified {

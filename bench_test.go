@@ -432,7 +432,7 @@ func BenchmarkAcquireFor(b *testing.B) {
 			b.Cleanup(func() { _ = rt.Close(context.Background()) })
 			if staged {
 				src.set(baseYAML(2))
-				s := Linear50PercentEvery30Seconds()
+				s := linear50PercentEvery30Seconds()
 				s.StepInterval = time.Hour
 				if res, _ := rt.Stage(context.Background(), TriggerSDK, s); res.Reason != ReasonRolloutStarted {
 					b.Fatal(res.Reason)

@@ -151,7 +151,7 @@ func (c *compiler[T]) pinRestart(root *node, v reflect.Value) error {
 		return nil
 	}
 	return &Error{Reason: ReasonInternal, Message: fmt.Sprintf("the restart values changed %d field(s) that are not restart-class (%s); it may set restart-class fields only",
-		len(wrong), strings.Join(wrong[:min(len(wrong), MaxListedPaths)], ", "))}
+		len(wrong), strings.Join(wrong[:min(len(wrong), maxListedPaths)], ", "))}
 }
 
 // resolver is the visitor that resolves secret references and digests the

@@ -160,7 +160,7 @@ func (d *decoder) result() error {
 }
 
 func (d *decoder) problem(list *problemList, y *yaml.Node, path, detail string) {
-	if len(list.list) >= MaxListedProblems {
+	if len(list.list) >= maxListedProblems {
 		list.n++ // counted, not listed: no path built
 		return
 	}

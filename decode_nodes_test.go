@@ -138,7 +138,7 @@ func TestUnknownKeyNotContent(t *testing.T) {
 }
 
 // TestProblemsCapped: ten thousand unknown keys make a short error that
-// lists MaxListedProblems of them and counts them all.
+// lists maxListedProblems of them and counts them all.
 func TestProblemsCapped(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("routing:\n  default_route: stub\n")
@@ -146,10 +146,10 @@ func TestProblemsCapped(t *testing.T) {
 		fmt.Fprintf(&b, "k%d: 1\n", i)
 	}
 	e := wantReason(t, mustFail(compileTest(b.String())), ReasonUnknownField)
-	if len(e.Problems) != MaxListedProblems || e.Count() != 10000 {
-		t.Fatalf("listed %d, count %d; want %d and 10000", len(e.Problems), e.Count(), MaxListedProblems)
+	if len(e.Problems) != maxListedProblems || e.Count() != 10000 {
+		t.Fatalf("listed %d, count %d; want %d and 10000", len(e.Problems), e.Count(), maxListedProblems)
 	}
-	if !strings.HasSuffix(e.Error(), fmt.Sprintf("; and %d more", 10000-MaxListedProblems)) {
+	if !strings.HasSuffix(e.Error(), fmt.Sprintf("; and %d more", 10000-maxListedProblems)) {
 		t.Errorf("error does not give the rest's count: ...%s", e.Error()[len(e.Error())-60:])
 	}
 	if n := len(e.Error()); n > 8<<10 {

@@ -276,7 +276,7 @@ func checkRefusal(t *testing.T, c *compiler[testConfig], data []byte, err error,
 	if !slices.Contains(Reasons(), e.Reason) || e.Reason.Outcome() != Invalid || e.Message == "" {
 		t.Fatalf("reason %q (outcome %s, message %q) is not an invalid outcome's reason of the closed set", e.Reason, e.Reason.Outcome(), e.Message)
 	}
-	if len(e.Problems) > MaxListedProblems || e.Count() < len(e.Problems) {
+	if len(e.Problems) > maxListedProblems || e.Count() < len(e.Problems) {
 		t.Fatalf("%d problems listed, count %d", len(e.Problems), e.Count())
 	}
 	_, err2 := c.compile(context.Background(), data)

@@ -156,10 +156,11 @@
 // # Staged rollout
 //
 // Stage offers a change to a share of entities under a Strategy (a
-// preset such as Canary10Percent20Minutes, or one declared in the
+// preset such as canary_10_percent_20_minutes, or one declared in the
 // service's configuration) instead of publishing it to all:
 //
-//	res, err := rt.Stage(ctx, reconf.TriggerAPI, reconf.Canary10Percent20Minutes())
+//	canary, _ := reconf.Preset("canary_10_percent_20_minutes")
+//	res, err := rt.Stage(ctx, reconf.TriggerAPI, canary)
 //
 //	pin := rt.AcquireFor(clientKey) // the candidate or the active generation, sticky
 //	defer pin.Release()
@@ -211,7 +212,7 @@
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/history internal/safefile
+//	                          > reconf internal/certfile internal/history internal/restartapi internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
@@ -250,6 +251,8 @@
 //	                          > -
 //	internal/redact           credentials out of URL-like text
 //	                          > -
+//	internal/restartapi       the restart endpoint's answers, outcomes and reasons, outside the API
+//	                          > reconf
 //	internal/restartopt       a replacing process's runtime options, outside the API
 //	                          > -
 //	internal/safefile         bounded reads of regular files only
@@ -273,7 +276,7 @@
 //	internal/serve            the body of reconfd serve: one process, a worker, a supervisor
 //	                          > reconf admin handoff metrics propagate internal/...
 //	internal/adminclient      the management API client of reconfd's commands
-//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/safefile
+//	                          > reconf admin internal/certfile internal/discovery internal/exitcode internal/restartapi internal/safefile
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
 //	internal/rollmark         a single reconfd's rollback mark, in its state file

@@ -156,10 +156,10 @@ func Reasons() []Reason {
 	return out
 }
 
-// MaxListedProblems is how many problems an Error, a Result and every
+// maxListedProblems is how many problems an Error, a Result and every
 // answer built from them list; ProblemCount gives the full number, so a
 // file with ten thousand unknown keys makes a short answer.
-const MaxListedProblems = 64
+const maxListedProblems = 64
 
 // Problem is one located defect in a candidate: a field path and, where the
 // YAML source is known, the line and column. It never carries file content.
@@ -203,7 +203,7 @@ func (p Problem) String() string {
 type Error struct {
 	Reason  Reason
 	Message string
-	// Problems lists at most MaxListedProblems defects (errors built by
+	// Problems lists at most 64 defects (errors built by
 	// reconf; one built elsewhere is cut to that length when it becomes a
 	// Result).
 	Problems []Problem
@@ -243,19 +243,19 @@ func (e *Error) Error() string {
 // Count returns the number of problems found, listed or not.
 func (e *Error) Count() int { return max(e.ProblemCount, len(e.Problems)) }
 
-// capped returns e with at most MaxListedProblems problems listed and the
+// capped returns e with at most maxListedProblems problems listed and the
 // full count kept. It copies e when it must cut the list.
 func (e *Error) capped() *Error {
-	if len(e.Problems) <= MaxListedProblems {
+	if len(e.Problems) <= maxListedProblems {
 		return e
 	}
 	c := *e
 	c.ProblemCount = e.Count()
-	c.Problems = e.Problems[:MaxListedProblems:MaxListedProblems]
+	c.Problems = e.Problems[:maxListedProblems:maxListedProblems]
 	return &c
 }
 
-// problemList collects problems up to MaxListedProblems and counts them
+// problemList collects problems up to maxListedProblems and counts them
 // all, so that memory stays bounded whatever the input.
 type problemList struct {
 	list []Problem
@@ -264,7 +264,7 @@ type problemList struct {
 
 func (l *problemList) add(p Problem) {
 	l.n++
-	if len(l.list) < MaxListedProblems {
+	if len(l.list) < maxListedProblems {
 		l.list = append(l.list, p)
 	}
 }

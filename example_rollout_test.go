@@ -61,7 +61,7 @@ func ExampleRuntime_Stage() {
 	defer func() { close(stop); wg.Wait() }()
 
 	// Steps of minutes in production; milliseconds here.
-	canary := reconf.Canary10Percent20Minutes()
+	canary, _ := reconf.Preset("canary_10_percent_20_minutes")
 	canary.StepInterval, canary.FinalBake = 20*time.Millisecond, 20*time.Millisecond
 	canary.Health.MinRequests = 5
 	canary.NoData, canary.MaxExtensions = reconf.HoldForData, 0

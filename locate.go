@@ -16,7 +16,7 @@ import (
 // the problems in document order (those without a place last, by path),
 // so that the same file always gives the same answer whatever order a
 // validator found them in (a Validate ranging over a map), then cuts the
-// list to MaxListedProblems, keeping the count.
+// list to maxListedProblems, keeping the count.
 func locateAll(doc *yaml.Node, e *Error) *Error {
 	if doc != nil {
 		idx := indexNodes(doc)

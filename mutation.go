@@ -64,7 +64,7 @@ func (m *MutationMode) UnmarshalText(b []byte) error {
 // names paths, never values.
 type Mutation struct {
 	Generation uint64 `json:"generation"`
-	// Paths lists at most MaxListedPaths sorted paths that differ from the
+	// Paths lists at most 32 sorted paths that differ from the
 	// configuration as published; PathCount is the full number, 0 when the
 	// paths could not be determined.
 	Paths     []string `json:"paths"`
@@ -134,7 +134,7 @@ func (r *Runtime[T]) reportMutation(g *Generation[T], foundAt string) {
 	m := Mutation{Generation: g.id, FoundAt: foundAt, Time: r.o.now()}
 	if paths := r.mutatedPaths(g); len(paths) > 0 {
 		m.PathCount = len(paths)
-		m.Paths = paths[:min(len(paths), MaxListedPaths)]
+		m.Paths = paths[:min(len(paths), maxListedPaths)]
 	}
 	r.mu.Lock()
 	r.mutations++

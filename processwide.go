@@ -45,7 +45,7 @@ func unsplittable(changes []fieldChange, declared []string) []string {
 func notSplittable(paths []string) *Error {
 	e := &Error{Reason: ReasonNotSplittable, Message: fmt.Sprintf(
 		"%d changed field(s) are process-wide and cannot be rolled out by request (%s); publish them without a rollout, then stage the rest",
-		len(paths), strings.Join(paths[:min(len(paths), MaxListedPaths)], ", "))}
+		len(paths), strings.Join(paths[:min(len(paths), maxListedPaths)], ", "))}
 	for _, p := range paths {
 		e.Problems = append(e.Problems, Problem{Path: p, Detail: "process-wide: one value for every request"})
 	}

@@ -7,9 +7,9 @@ import (
 	"github.com/reconfhq/reconf/internal/millis"
 )
 
-// MaxListedPaths is how many restart-required paths a Result lists; the full
+// maxListedPaths is how many restart-required paths a Result lists; the full
 // count is always given.
-const MaxListedPaths = 32
+const maxListedPaths = 32
 
 // Trigger names what started an attempt. It is recorded in results, status,
 // logs and metrics.
@@ -48,17 +48,17 @@ type Result struct {
 	// PreviousGeneration unless Outcome is Published and DryRun is false).
 	Generation uint64 `json:"generation"`
 
-	// RestartRequiredFields lists at most MaxListedPaths sorted paths;
+	// RestartRequiredFields lists at most 32 sorted paths;
 	// RestartRequiredCount is the full number.
 	RestartRequiredFields []string `json:"restart_required_fields"`
 	RestartRequiredCount  int      `json:"restart_required_field_count"`
 	// Changed counts the live paths that changed (published or would be);
-	// ChangedFields lists at most MaxListedPaths of them, sorted. Paths
+	// ChangedFields lists at most 32 of them, sorted. Paths
 	// only: a value is never in a Result.
 	Changed       int      `json:"changed_field_count"`
 	ChangedFields []string `json:"changed_fields,omitempty"`
 
-	// Problems lists at most MaxListedProblems defects of an invalid
+	// Problems lists at most 64 defects of an invalid
 	// candidate; ProblemCount is the full number when more were found.
 	Problems     []Problem `json:"problems,omitempty"`
 	ProblemCount int       `json:"problem_count,omitempty"`

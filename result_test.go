@@ -37,3 +37,11 @@ func TestResultJSON(t *testing.T) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", out, in)
 	}
 }
+
+// The bounds are not exported: the docs of Result, Error and Mutation
+// state them as numbers, so a change of either must change those docs.
+func TestListBoundsMatchTheDocs(t *testing.T) {
+	if maxListedProblems != 64 || maxListedPaths != 32 {
+		t.Fatalf("%d problems and %d paths listed; the docs say 64 and 32", maxListedProblems, maxListedPaths)
+	}
+}

@@ -371,7 +371,7 @@ func TestNoSilentReapply(t *testing.T) {
 		t.Fatalf("active %d a=%d", g.ID(), g.Config().Routing.A)
 	}
 	// A deliberate re-apply stages it again, numbered after the rollback.
-	res, err := rt.Reapply(context.Background(), TriggerSDK, AllAtOnce().withBake(0))
+	res, err := rt.Reapply(context.Background(), TriggerSDK, allAtOnce().withBake(0))
 	if err != nil || res.Outcome != Published || res.Generation != 4 || rt.Current().Config().Routing.A != 2 {
 		t.Fatalf("Reapply = %+v, %v", res, err)
 	}
@@ -407,7 +407,7 @@ func TestRolloutControls(t *testing.T) {
 		t.Errorf("pause without a rollout: %v", err)
 	}
 	src.set(baseYAML(2))
-	slow := Canary10Percent20Minutes()
+	slow := canary10Percent20Minutes()
 	mustStage(t, rt, slow, ReasonRolloutStarted)
 	s := rt.Status().Rollout
 	if s == nil || s.Phase != Running || s.Share != 1000 || s.Active != 1 || s.Candidate != 2 || s.NextStep.IsZero() || s.Strategy.Name != slow.Name {
@@ -434,22 +434,22 @@ func TestStageRefusals(t *testing.T) {
 	if res, _ := rt.Stage(context.Background(), TriggerSDK, Strategy{Name: "x"}); res.Outcome != Invalid || res.Reason != ReasonStrategyInvalid {
 		t.Errorf("invalid strategy: %s/%s", res.Outcome, res.Reason)
 	}
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Outcome != NoOp {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes()); res.Outcome != NoOp {
 		t.Errorf("unchanged source: %s", res.Outcome)
 	}
 	src.set(baseYAML(2))
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Outcome != RetentionBlocked {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes()); res.Outcome != RetentionBlocked {
 		t.Errorf("budget 2 with one retained: %s, want retention-blocked (a rollout needs two more)", res.Outcome)
 	}
 	src.set(baseYAML(1) + "  extra: x\n")
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Outcome != Invalid {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes()); res.Outcome != Invalid {
 		t.Errorf("bad file: %s", res.Outcome)
 	}
 }
 
 func TestRolloutStateEncoding(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := RolloutState{ID: 7, Strategy: Linear20PercentEvery6Minutes(), Phase: Running, Step: 1, Share: 4000, Active: 6, Candidate: 7,
+	st := RolloutState{ID: 7, Strategy: linear20PercentEvery6Minutes(), Phase: Running, Step: 1, Share: 4000, Active: 6, Candidate: 7,
 		Decision: Widen, Decider: DeciderRollout, Reason: "healthy", Trigger: TriggerAPI, Actor: "ops", Started: at, StepStarted: at.Add(6 * time.Minute), NextStep: at.Add(12 * time.Minute)}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -558,7 +558,7 @@ func TestCloseDuringRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.set(baseYAML(2))
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Reason != ReasonRolloutStarted {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes()); res.Reason != ReasonRolloutStarted {
 		t.Fatal(res.Reason)
 	}
 	p := rt.AcquireFor("x")
@@ -609,18 +609,18 @@ func TestProcessWideFieldsRefuseARollout(t *testing.T) {
 	src := newMem(baseYAML(1))
 	rt := newTestRuntime(t, src, WithProcessWide("routing.max_attempts", "backends[*].weight"))
 	src.set(strings.Replace(baseYAML(1), "  b: 1\n", "  b: 1\n  max_attempts: 3\n", 1))
-	res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes())
+	res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes())
 	if res.Outcome != Invalid || res.Reason != ReasonNotSplittable || len(res.Problems) != 1 || res.Problems[0].Path != "routing.max_attempts" {
 		t.Fatalf("stage of a process-wide change: %s/%s %+v", res.Outcome, res.Reason, res.Problems)
 	}
 	src.set(strings.Replace(baseYAML(1), "    weight: 3", "    weight: 4", 1))
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, Canary10Percent20Minutes()); res.Reason != ReasonNotSplittable || res.Problems[0].Path != "backends[other].weight" {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, canary10Percent20Minutes()); res.Reason != ReasonNotSplittable || res.Problems[0].Path != "backends[other].weight" {
 		t.Fatalf("element field: %s %+v", res.Reason, res.Problems)
 	}
 	// Reload publishes it; so does a strategy with nothing to split.
 	mustReload(t, rt, Published)
 	src.set(strings.Replace(baseYAML(1), "    weight: 3", "    weight: 5", 1))
-	if res, _ := rt.Stage(context.Background(), TriggerSDK, AllAtOnce().withBake(0)); res.Reason != ReasonPublished {
+	if res, _ := rt.Stage(context.Background(), TriggerSDK, allAtOnce().withBake(0)); res.Reason != ReasonPublished {
 		t.Errorf("all at once without bake: %s", res.Reason)
 	}
 	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithProcessWide("routing.max_attempt")); !errors.Is(err, ErrUnknownPath) {
@@ -652,7 +652,7 @@ func TestRevertToARecordedGeneration(t *testing.T) {
 	if res := mustReload(t, rt, Invalid); res.Reason != ReasonRolledBack {
 		t.Errorf("reload after revert: %s", res.Reason)
 	}
-	if res, _ := rt.Reapply(context.Background(), TriggerSDK, AllAtOnce().withBake(0)); res.Outcome != Published || res.Generation != 7 {
+	if res, _ := rt.Reapply(context.Background(), TriggerSDK, allAtOnce().withBake(0)); res.Outcome != Published || res.Generation != 7 {
 		t.Errorf("reapply after revert: %+v", res)
 	}
 }

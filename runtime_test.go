@@ -96,7 +96,7 @@ func TestRestartPathsAreCappedAndSorted(t *testing.T) {
 	defer rt.Close(context.Background())
 	src.set(strings.ReplaceAll(b.String(), ": 1", ": 2") + "live: 5\n")
 	res, _ := rt.Reload(context.Background(), TriggerSDK)
-	if res.Outcome != RestartRequired || res.RestartRequiredCount != 40 || len(res.RestartRequiredFields) != MaxListedPaths {
+	if res.Outcome != RestartRequired || res.RestartRequiredCount != 40 || len(res.RestartRequiredFields) != maxListedPaths {
 		t.Fatalf("result = %s count %d listed %d", res.Outcome, res.RestartRequiredCount, len(res.RestartRequiredFields))
 	}
 	for i := 1; i < len(res.RestartRequiredFields); i++ {

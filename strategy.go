@@ -290,48 +290,67 @@ func (s *Strategy) UnmarshalJSON(b []byte) error {
 // increases under 5 ms), and 100 requests per generation per window.
 var standardHealth = Thresholds{MaxFailureIncrease: 1, MaxP99Ratio: 1.5, P99Tolerance: 5 * time.Millisecond, MinRequests: 100}
 
-// AllAtOnce gives the candidate every request at once, bakes 10 minutes
+// allAtOnce gives the candidate every request at once, bakes 10 minutes
 // while comparing it with the active generation's figures from before the
 // rollout, and then promotes. A bake without enough data is extended
 // twice, then rolled back.
-func AllAtOnce() Strategy {
+func allAtOnce() Strategy {
 	return Strategy{Name: "all_at_once", Growth: AllAtOnceGrowth, FinalBake: 10 * time.Minute,
 		Health: standardHealth, NoData: ExtendThenRollBack, MaxExtensions: 2}
 }
 
-// Canary10Percent20Minutes widens exponentially from 10% (10, 20, 40,
+// canary10Percent20Minutes widens exponentially from 10% (10, 20, 40,
 // 80, 100) over 20 minutes, then bakes 10 minutes. A step without enough
 // data is extended up to 3 times, then rolled back: a canary that sees no
 // traffic proves nothing.
-func Canary10Percent20Minutes() Strategy {
+func canary10Percent20Minutes() Strategy {
 	return Strategy{Name: "canary_10_percent_20_minutes", Growth: ExponentialGrowth, GrowthFactor: 10,
 		StepInterval: 4 * time.Minute, FinalBake: 10 * time.Minute, Health: standardHealth, NoData: ExtendThenRollBack, MaxExtensions: 3}
 }
 
-// Linear20PercentEvery6Minutes widens by 20% every 6 minutes (20, 40,
+// linear20PercentEvery6Minutes widens by 20% every 6 minutes (20, 40,
 // 60, 80, 100), then bakes 30 minutes. A step without enough data holds
 // its share until there is (a quiet service waits for traffic instead of
 // rolling back).
-func Linear20PercentEvery6Minutes() Strategy {
+func linear20PercentEvery6Minutes() Strategy {
 	return Strategy{Name: "linear_20_percent_every_6_minutes", Growth: LinearGrowth, GrowthFactor: 20,
 		StepInterval: 6 * time.Minute, FinalBake: 30 * time.Minute, Health: standardHealth, NoData: HoldForData}
 }
 
-// Linear50PercentEvery30Seconds is the quick test strategy: 50%, then
+// linear50PercentEvery30Seconds is the quick test strategy: 50%, then
 // 100% after 30 seconds, a 1-minute bake. A step without enough data is
 // extended once, then rolled back.
-func Linear50PercentEvery30Seconds() Strategy {
+func linear50PercentEvery30Seconds() Strategy {
 	return Strategy{Name: "linear_50_percent_every_30_seconds", Growth: LinearGrowth, GrowthFactor: 50,
 		StepInterval: 30 * time.Second, FinalBake: time.Minute, Health: standardHealth, NoData: ExtendThenRollBack, MaxExtensions: 1}
 }
 
-// Presets returns every named strategy, for a service that lets an
-// operator pick one by name.
+// Presets returns every preset strategy, for a service that lets an
+// operator pick one by name. Preset returns one of them:
+//
+//   - all_at_once: every request at once, a 10-minute bake, then promote;
+//     a bake without enough data is extended twice, then rolled back.
+//   - canary_10_percent_20_minutes: 10, 20, 40, 80, 100% over 20
+//     minutes, a 10-minute bake; a step without enough data is extended
+//     up to 3 times, then rolled back.
+//   - linear_20_percent_every_6_minutes: 20, 40, 60, 80, 100%, a step
+//     each 6 minutes, a 30-minute bake; a step without enough data holds
+//     its share until there is.
+//   - linear_50_percent_every_30_seconds: 50%, then 100% after 30
+//     seconds, a 1-minute bake: the quick test strategy.
+//
+// Each judges by one percentage point of failures over the baseline and
+// a p99 at most 1.5 times the baseline's (increases under 5 ms ignored),
+// with 100 requests per generation per window.
 func Presets() []Strategy {
-	return []Strategy{AllAtOnce(), Canary10Percent20Minutes(), Linear20PercentEvery6Minutes(), Linear50PercentEvery30Seconds()}
+	return []Strategy{allAtOnce(), canary10Percent20Minutes(), linear20PercentEvery6Minutes(), linear50PercentEvery30Seconds()}
 }
 
-// Preset returns the preset named name, and false when there is none.
+// Preset returns the preset named name (see Presets), and false when
+// there is none. A preset is a plain Strategy: copy it and change a field
+// to derive one.
+//
+//	canary, _ := reconf.Preset("canary_10_percent_20_minutes")
 func Preset(name string) (Strategy, bool) {
 	for _, s := range Presets() {
 		if s.Name == name {

@@ -9,14 +9,14 @@ import (
 )
 
 func TestStrategyShares(t *testing.T) {
-	lin := Linear20PercentEvery6Minutes()
-	exp := Canary10Percent20Minutes()
+	lin := linear20PercentEvery6Minutes()
+	exp := canary10Percent20Minutes()
 	odd := Strategy{Name: "odd", Growth: ExponentialGrowth, GrowthFactor: 7.5, StepInterval: time.Second, NoData: HoldForData}
 	for _, c := range []struct {
 		s    Strategy
 		want []uint32
 	}{
-		{AllAtOnce(), []uint32{FullShare}},
+		{allAtOnce(), []uint32{FullShare}},
 		{lin, []uint32{2000, 4000, 6000, 8000, FullShare}},
 		{exp, []uint32{1000, 2000, 4000, 8000, FullShare}},
 		{odd, []uint32{750, 1500, 3000, 6000, FullShare}},
@@ -95,7 +95,7 @@ func TestStrategyJSONRoundTrip(t *testing.T) {
 			t.Errorf("round trip of %s = %+v, want %+v", b, got, s)
 		}
 	}
-	b, _ := json.Marshal(Canary10Percent20Minutes())
+	b, _ := json.Marshal(canary10Percent20Minutes())
 	const want = `{"name":"canary_10_percent_20_minutes","growth":"exponential","growth_factor":10,"step_interval":"4m0s","final_bake":"10m0s","health":{"max_failure_increase":1,"max_p99_ratio":1.5,"p99_tolerance":"5ms","min_requests":100},"no_data":"extend_then_roll_back","max_extensions":3}`
 	if string(b) != want {
 		t.Errorf("encoding = %s\nwant %s", b, want)

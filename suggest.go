@@ -35,7 +35,7 @@ func plausibleKey(s string) bool {
 // unknownField records key k (text name), not a field of struct n. mark is
 // where the parent's path ends in d.buf.
 func (d *decoder) unknownField(n *node, k *yaml.Node, name string, mark int) {
-	if len(d.unknown.list) >= MaxListedProblems {
+	if len(d.unknown.list) >= maxListedProblems {
 		d.unknown.n++
 		return
 	}

@@ -57,13 +57,6 @@ var (
 	// ErrBadOrigin is wrapped by New when an allowed origin is not of the
 	// form scheme://host[:port].
 	ErrBadOrigin = errors.New("admin: allowed origin must be scheme://host[:port]")
-	// ErrHandoverInProgress is returned by a Runtime's Reload or a
-	// Restarter's Restart when this process is handing its listeners to a
-	// successor, or has handed them: it will not serve what it would
-	// publish. It is answered 409 ReasonHandoverInProgress with
-	// Connection: close, so that the client's next connection reaches the
-	// process that serves.
-	ErrHandoverInProgress = errors.New("admin: this process is handing over to a successor")
 	// ErrStarted is returned by Start and Serve on a server already serving.
 	ErrStarted = errors.New("admin: server already started")
 	// ErrClosed is returned by Start and Serve after Shutdown.
@@ -119,11 +112,6 @@ const (
 	// ReasonBadIfMatch (400): a reload's If-Match is not one quoted
 	// "sha256:" digest of 64 hex digits.
 	ReasonBadIfMatch = "bad_if_match"
-	// ReasonHandoverInProgress (409): this process is handing its
-	// listeners to a successor (a restart) or has handed them; the answer
-	// carries Connection: close: send the request again on a new
-	// connection, which the process that serves accepts.
-	ReasonHandoverInProgress = "handover_in_progress"
 	// ReasonInternal (500): a bug in the management API; see the service log.
 	ReasonInternal = "internal_error"
 )

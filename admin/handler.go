@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // The management paths.
@@ -258,7 +259,7 @@ var answers = []struct {
 	{errBadIfMatch, apiError{http.StatusBadRequest, ReasonBadIfMatch, `If-Match must be one quoted digest: "sha256:" and 64 hex digits`}},
 	{errHistoryUnavailable, apiError{http.StatusServiceUnavailable, ReasonHistoryUnavailable, "the history could not be read; see the service log"}},
 	{errBadWait, apiError{http.StatusBadRequest, ReasonBadWait, "?wait= must be a duration such as 30s"}},
-	{ErrHandoverInProgress, apiError{http.StatusConflict, ReasonHandoverInProgress, "this process is handing over to a successor; send the request again on a new connection"}},
+	{restartapi.ErrHandoverInProgress, apiError{http.StatusConflict, restartapi.ReasonHandoverInProgress, "this process is handing over to a successor; send the request again on a new connection"}},
 	{errPending, apiError{http.StatusAccepted, ReasonAttemptPending, "the attempt is still running; its result will show in GET " + StatusPath}},
 }
 
@@ -392,7 +393,7 @@ func readEmptyBody(w http.ResponseWriter, r *http.Request) error {
 
 // status answers GET /admin/config/status.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	doc := NewStatusResponse(s.rt.Status())
+	doc := newStatusResponse(s.rt.Status())
 	if s.o.statusFields != nil {
 		doc.Extra = s.o.statusFields()
 	}

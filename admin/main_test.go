@@ -19,6 +19,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/history"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // syncBuffer collects output that several goroutines write.
@@ -149,6 +150,16 @@ type setup struct {
 	token    string
 	history  bool // keep an in-memory history and serve it (env.history)
 	rollouts bool // serve the rollout controls of the runtime
+	// restarter, when set, carries out restarts for the runtime given
+	// to admin.New, as reconfd's does.
+	restarter restartapi.Restarter
+}
+
+// restartingRuntime is a runtime that restarts, the shape reconfd gives
+// admin.New.
+type restartingRuntime struct {
+	admin.Runtime
+	restartapi.Restarter
 }
 
 func newRuntime(t *testing.T, s setup) *env {
@@ -199,7 +210,11 @@ func start(t *testing.T, s setup) *env {
 	if s.rollouts {
 		opts = append(opts, admin.WithRollouts(e.rt))
 	}
-	srv, err := admin.New(e.rt, opts...)
+	var rt admin.Runtime = e.rt
+	if s.restarter != nil {
+		rt = restartingRuntime{e.rt, s.restarter}
+	}
+	srv, err := admin.New(rt, opts...)
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}

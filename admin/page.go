@@ -207,7 +207,7 @@ type statusExtra struct {
 func (s *Server) page(w http.ResponseWriter, r *http.Request) error {
 	d := pageData{Now: time.Now(), LoggedIn: s.hasToken && !s.authorized(r), HasHistory: s.o.history != nil}
 	st := s.rt.Status()
-	d.Status = NewStatusResponse(st)
+	d.Status = newStatusResponse(st)
 	if s.o.statusFields != nil {
 		d.Status.Extra = s.o.statusFields()
 	}

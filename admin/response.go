@@ -39,9 +39,9 @@ var statusKeys = func() map[string]bool {
 	return keys
 }()
 
-// NewStatusResponse returns the status document for st. It is a pure
+// newStatusResponse returns the status document for st. It is a pure
 // function.
-func NewStatusResponse(st reconf.Status) StatusResponse {
+func newStatusResponse(st reconf.Status) StatusResponse {
 	return StatusResponse{Status: st}
 }
 

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // slowRestarter is a Restarter whose one restart finishes when release
@@ -20,19 +20,19 @@ type slowRestarter struct {
 	once    sync.Once
 }
 
-func (r *slowRestarter) Restart(context.Context, string) (admin.RestartResult, error) {
-	return admin.RestartResult{ID: "r1", Outcome: admin.RestartRunning}, nil
+func (r *slowRestarter) Restart(context.Context, string) (restartapi.Result, error) {
+	return restartapi.Result{ID: "r1", Outcome: restartapi.Running}, nil
 }
 
-func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (restartapi.Result, bool) {
 	if id != "r1" {
-		return admin.RestartResult{}, false
+		return restartapi.Result{}, false
 	}
 	select {
 	case <-r.release:
-		return admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted, Reason: admin.ReasonRestarted, NewPIDs: []int{42}}, true
+		return restartapi.Result{ID: id, Done: true, Outcome: restartapi.Restarted, Reason: restartapi.ReasonRestarted, NewPIDs: []int{42}}, true
 	case <-ctx.Done():
-		return admin.RestartResult{ID: id, Outcome: admin.RestartRunning}, true
+		return restartapi.Result{ID: id, Outcome: restartapi.Running}, true
 	}
 }
 
@@ -41,16 +41,16 @@ func (r *slowRestarter) WaitRestart(ctx context.Context, id string) (admin.Resta
 // body with content and an unknown id are refused.
 func TestRestartEndpoint(t *testing.T) {
 	r := &slowRestarter{release: make(chan struct{})}
-	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	e := start(t, setup{restarter: r})
 	a := e.do(http.MethodPost, admin.RestartPath+"?wait=50ms", "{}")
-	var res admin.RestartResult
+	var res restartapi.Result
 	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusAccepted ||
-		res.Outcome != admin.RestartRunning || a.header.Get("Location") != admin.RestartPath+"/r1" {
+		res.Outcome != restartapi.Running || a.header.Get("Location") != admin.RestartPath+"/r1" {
 		t.Fatalf("got %d %s (Location %q), want 202 restart-running", a.status, a.body, a.header.Get("Location"))
 	}
 	close(r.release)
 	a = e.do(http.MethodGet, admin.RestartPath+"/r1?wait=5s", "")
-	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != admin.Restarted || !res.Done {
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || res.Outcome != restartapi.Restarted || !res.Done {
 		t.Fatalf("follow: got %d %s, want 200 restarted", a.status, a.body)
 	}
 	// An unknown id is not an unknown path.
@@ -72,13 +72,15 @@ func TestRestartEndpoint(t *testing.T) {
 	}
 }
 
-func TestRestartOutcomeStatus(t *testing.T) {
-	for o, want := range map[admin.RestartOutcome]int{
-		admin.Restarted: 200, admin.RestartFailed: 503, admin.RestartRunning: 202, admin.RestartRefused: 409,
-		admin.RestartOutcome(reconf.Busy.String()): 409, admin.RestartOutcome(reconf.Invalid.String()): 422,
-	} {
-		if got := o.HTTPStatus(); got != want {
-			t.Errorf("%s: got %d, want %d", o, got, want)
+// A library service's runtime does not restart processes: its
+// management API has no restart endpoint, whatever the request.
+func TestNoRestartEndpointWithoutARestarter(t *testing.T) {
+	e := start(t, setup{})
+	for _, p := range []string{admin.RestartPath, admin.RestartPath + "/r1"} {
+		for _, m := range []string{http.MethodPost, http.MethodGet} {
+			if a := e.do(m, p, ""); a.status != http.StatusNotFound {
+				t.Errorf("%s %s: got %d, want 404 (%s)", m, p, a.status, a.body)
+			}
 		}
 	}
 }
@@ -91,7 +93,7 @@ func TestRestartOutcomeStatus(t *testing.T) {
 func TestHandingOver(t *testing.T) {
 	r := &slowRestarter{release: make(chan struct{})}
 	close(r.release)
-	e := start(t, setup{admin: []admin.Option{admin.WithRestarter(r)}})
+	e := start(t, setup{restarter: r})
 	// A client that keeps connections alive: the server's Connection:
 	// close is then its own.
 	keep := &http.Client{Transport: &http.Transport{}}
@@ -116,9 +118,9 @@ func TestHandingOver(t *testing.T) {
 		a := do(c.method, c.path)
 		var body admin.ErrorBody
 		_ = json.Unmarshal(a.body, &body)
-		if a.status != http.StatusConflict || body.Error.Reason != admin.ReasonHandoverInProgress || !a.closed {
+		if a.status != http.StatusConflict || body.Error.Reason != restartapi.ReasonHandoverInProgress || !a.closed {
 			t.Errorf("%s %s while handing over: %d %s (closed %v), want 409 %s with Connection: close",
-				c.method, c.path, a.status, a.body, a.closed, admin.ReasonHandoverInProgress)
+				c.method, c.path, a.status, a.body, a.closed, restartapi.ReasonHandoverInProgress)
 		}
 	}
 	if a := do(http.MethodGet, admin.RestartPath+"/r1?wait=5s"); a.status != http.StatusOK || !a.closed {

@@ -16,11 +16,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // Runtime is what the management API needs from a runtime. Every
 // *reconf.Runtime[T] satisfies it. Both methods must be safe for concurrent
-// use.
+// use. A Runtime that also carries out process restarts (reconfd's, whose
+// restart vocabulary is internal) is served POST RestartPath and GET
+// RestartPath/{id} too, behind the same checks as reload.
 type Runtime interface {
 	// Reload runs one attempt with the given trigger (see reconf.Runtime.Reload).
 	Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error)
@@ -71,7 +74,7 @@ type options struct {
 	history      HistoryFunc
 	logger       *slog.Logger
 	timeouts     Timeouts
-	restarter    Restarter
+	restarter    restartapi.Restarter // the Runtime, when it restarts
 	tls          *TLS
 	rollouts     RolloutControls
 }
@@ -156,6 +159,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&s.o)
 	}
+	s.o.restarter, _ = rt.(restartapi.Restarter)
 	if err := checkToken(s.o.token); err != nil {
 		return nil, err
 	}
@@ -207,7 +211,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s.handing.Load() && !followsRestart(r) {
 				w.Header().Set("Connection", "close")
-				s.answer(w, r, ErrHandoverInProgress)
+				s.answer(w, r, restartapi.ErrHandoverInProgress)
 				return
 			}
 			routes.ServeHTTP(&closingWriter{ResponseWriter: w, s: s}, r)
@@ -278,7 +282,7 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) Undrain() { s.draining.Store(false) }
 
 // SetHandingOver, while on, answers every request with 409
-// ReasonHandoverInProgress and Connection: close, except GET
+// restartapi.ReasonHandoverInProgress and Connection: close, except GET
 // RestartPath/{id} (following the restart that hands over); a request
 // already in progress is answered with Connection: close. A process turns
 // it on when it begins handing its listeners to a successor, and off

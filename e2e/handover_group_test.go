@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // TestHandoverFailedSuccessorLeavesNoOrphan restarts into a fake successor
@@ -52,7 +52,7 @@ func TestHandoverFailedSuccessorLeavesNoOrphan(t *testing.T) {
 			began := time.Now()
 			res, code := r.restart()
 			took := time.Since(began)
-			if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady ||
+			if code != 1 || res.Outcome != restartapi.Failed || res.Reason != restartapi.ReasonNotReady ||
 				!strings.Contains(res.Message, "exited before it was ready (exit status 3)") {
 				t.Fatalf("restart into a successor that exits 3: exit %d, %+v", code, res)
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // TestHandoverSuccessorKilledJustAfterReady kills a single process's
@@ -33,7 +34,7 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 	gen := r.status()["active_generation"].(float64)
 
 	res, code := r.restart()
-	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 {
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
 		t.Fatalf("restart: exit %d, %+v", code, res)
 	}
 	if err := syscall.Kill(res.NewPIDs[0], syscall.SIGKILL); err != nil {
@@ -62,15 +63,15 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 	}
 	st := r.status()
 	last, _ := st["restart"].(map[string]any)["last"].(map[string]any)
-	if last["reason"] != admin.ReasonRestartNewExited || last["generation"].(float64) != gen {
-		t.Errorf("status's last restart after the take-back: %v; want %s at generation %v", last, admin.ReasonRestartNewExited, gen)
+	if last["reason"] != restartapi.ReasonNewExited || last["generation"].(float64) != gen {
+		t.Errorf("status's last restart after the take-back: %v; want %s at generation %v", last, restartapi.ReasonNewExited, gen)
 	}
 	found := false
 	for _, e := range r.history() {
-		found = found || string(e.Reason) == admin.ReasonRestartNewExited
+		found = found || string(e.Reason) == restartapi.ReasonNewExited
 	}
 	if !found {
-		t.Errorf("the history has no %s entry", admin.ReasonRestartNewExited)
+		t.Errorf("the history has no %s entry", restartapi.ReasonNewExited)
 	}
 
 	writeAtomic(t, r.path, versionedConfig(2))
@@ -82,7 +83,7 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 	}
 
 	res, code = r.restart()
-	if code != 0 || res.Outcome != admin.Restarted || !strings.Contains(res.Message, "drains and exits") {
+	if code != 0 || res.Outcome != restartapi.Restarted || !strings.Contains(res.Message, "drains and exits") {
 		t.Fatalf("a restart after the take-back: exit %d, %+v", code, res)
 	}
 	r.waitGone(first, 30*time.Second)
@@ -123,7 +124,7 @@ func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var started admin.RestartResult
+	var started restartapi.Result
 	err = json.NewDecoder(resp.Body).Decode(&started)
 	resp.Body.Close()
 	if err != nil || started.ID == "" {
@@ -139,7 +140,7 @@ func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	if err := syscall.Kill(oldSup, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var res admin.RestartResult
+	var res restartapi.Result
 	for {
 		if time.Now().After(deadline) {
 			t.Fatalf("the restart did not finish on the new fleet: %+v", res)
@@ -157,7 +158,7 @@ func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	}
 	r.pids = appendNew(r.pids, res.NewPIDs...)
 	r.pids = appendNew(r.pids, res.NewSupervisorPID)
-	if res.Outcome != admin.Restarted || res.NewSupervisorPID == 0 {
+	if res.Outcome != restartapi.Restarted || res.NewSupervisorPID == 0 {
 		t.Fatalf("the restart on the new fleet: %+v", res)
 	}
 	if res.OldSupervisorPID != oldSup || float64(res.PreviousGeneration) != gen {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // versionedConfig is the stub configuration whose only model alias is
@@ -125,15 +126,15 @@ func TestHandoverTwoRestartsOnOneConnection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the first restart: %v\n%s", err, r.logs.String())
 	}
-	var res admin.RestartResult
+	var res restartapi.Result
 	_ = json.NewDecoder(first.Body).Decode(&res)
 	first.Body.Close()
 	r.pids = appendNew(r.pids, res.NewPIDs...)
-	if res.Outcome != admin.Restarted || !first.Close {
+	if res.Outcome != restartapi.Restarted || !first.Close {
 		t.Errorf("the first restart: %d %+v (Connection: close %v), want restarted with Connection: close", first.StatusCode, res, first.Close)
 	}
 	if second, err := http.ReadResponse(br, nil); err == nil {
-		var res2 admin.RestartResult
+		var res2 restartapi.Result
 		_ = json.NewDecoder(second.Body).Decode(&res2)
 		second.Body.Close()
 		r.pids = appendNew(r.pids, res2.NewPIDs...)
@@ -152,9 +153,9 @@ func TestHandoverTwoRestartsOnOneConnection(t *testing.T) {
 			if !r.servesVersion(1) {
 				t.Errorf("a reload answered %d %s, but the process that serves never applied it", resp.StatusCode, b)
 			}
-		} else if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), admin.ReasonHandoverInProgress) || !resp.Close {
+		} else if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), restartapi.ReasonHandoverInProgress) || !resp.Close {
 			t.Errorf("a reload on a connection kept from before the hand-over: %d %s (Connection: close %v), want 409 %s with Connection: close",
-				resp.StatusCode, b, resp.Close, admin.ReasonHandoverInProgress)
+				resp.StatusCode, b, resp.Close, restartapi.ReasonHandoverInProgress)
 		}
 	}
 	pid := r.oneOwner(60 * time.Second)
@@ -239,12 +240,12 @@ func restartStorm(t *testing.T, r *restartable, rounds int) stormResult {
 				if err != nil {
 					continue
 				}
-				var res admin.RestartResult
+				var res restartapi.Result
 				_ = json.NewDecoder(resp.Body).Decode(&res)
 				resp.Body.Close()
 				mu.Lock()
 				r.pids = appendNew(r.pids, res.NewPIDs...)
-				if res.Outcome == admin.Restarted {
+				if res.Outcome == restartapi.Restarted {
 					out.restarts++
 				}
 				mu.Unlock()

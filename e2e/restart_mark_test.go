@@ -19,6 +19,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // reloadSeen is one management reload of a hammer: when the test sent it,
@@ -108,7 +109,7 @@ func (h *reloadHammer) halt() {
 // guard before the restart began may still end after; that is the
 // guarantee the guard gives, with or without the mark. It also fails if
 // no reload answered busy in the window (the hammer missed the restart).
-func (h *reloadHammer) check(t *testing.T, what string, began time.Time, res admin.RestartResult, more ...admin.RestartResult) {
+func (h *reloadHammer) check(t *testing.T, what string, began time.Time, res restartapi.Result, more ...restartapi.Result) {
 	t.Helper()
 	h.halt()
 	end := res.Started.Add(time.Duration(res.DurationMS * float64(time.Millisecond)))
@@ -150,7 +151,7 @@ func startRestart(t *testing.T, r *restartable) (string, time.Time) {
 			t.Fatal(err)
 		}
 		began := time.Now()
-		var res admin.RestartResult
+		var res restartapi.Result
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusConflict && strings.Contains(string(b), `"busy"`) {
@@ -174,7 +175,7 @@ func startRestart(t *testing.T, r *restartable) (string, time.Time) {
 // a fault. The hammer renames every 30 ms, so a restart meets one now and
 // then (seen once in CI: a roll's check, 1.9 ms after it began); the test
 // then starts it again, as an operator would.
-func metRename(t *testing.T, res admin.RestartResult) bool {
+func metRename(t *testing.T, res restartapi.Result) bool {
 	t.Helper()
 	unstable := string(reconf.ReasonSourceUnstable)
 	if res.Reason != unstable && !strings.Contains(res.Message, "("+unstable+")") {
@@ -188,7 +189,7 @@ func metRename(t *testing.T, res admin.RestartResult) bool {
 // and returns its id, when its 202 reached the test and its result,
 // failing the test unless it restarted. A restart that met a rename is
 // started again (see metRename), at most 5 times.
-func restartThrough(t *testing.T, r *restartable, during func()) (string, time.Time, admin.RestartResult) {
+func restartThrough(t *testing.T, r *restartable, during func()) (string, time.Time, restartapi.Result) {
 	t.Helper()
 	for try := 1; ; try++ {
 		id, began := startRestart(t, r)
@@ -196,10 +197,10 @@ func restartThrough(t *testing.T, r *restartable, during func()) (string, time.T
 			during()
 		}
 		res := awaitRestart(t, r, id)
-		if try < 5 && res.Outcome == admin.RestartFailed && metRename(t, res) {
+		if try < 5 && res.Outcome == restartapi.Failed && metRename(t, res) {
 			continue
 		}
-		if res.Outcome != admin.Restarted {
+		if res.Outcome != restartapi.Restarted {
 			t.Fatalf("restart %s: %+v", id, res)
 		}
 		return id, began, res
@@ -208,10 +209,10 @@ func restartThrough(t *testing.T, r *restartable, during func()) (string, time.T
 
 // followRestart waits for the restart id to finish and returns it,
 // failing the test unless it restarted.
-func followRestart(t *testing.T, r *restartable, id string) admin.RestartResult {
+func followRestart(t *testing.T, r *restartable, id string) restartapi.Result {
 	t.Helper()
 	res := awaitRestart(t, r, id)
-	if res.Outcome != admin.Restarted {
+	if res.Outcome != restartapi.Restarted {
 		t.Fatalf("restart %s: %+v", id, res)
 	}
 	return res
@@ -219,7 +220,7 @@ func followRestart(t *testing.T, r *restartable, id string) admin.RestartResult 
 
 // awaitRestart waits for the restart id to finish and returns it,
 // whatever its outcome.
-func awaitRestart(t *testing.T, r *restartable, id string) admin.RestartResult {
+func awaitRestart(t *testing.T, r *restartable, id string) restartapi.Result {
 	t.Helper()
 	long := &http.Client{Timeout: 90 * time.Second}
 	resp, err := long.Get("http://" + r.mgmt + admin.RestartPath + "/" + id + "?wait=60s")
@@ -227,7 +228,7 @@ func awaitRestart(t *testing.T, r *restartable, id string) admin.RestartResult {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var res admin.RestartResult
+	var res restartapi.Result
 	b, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(b, &res); err != nil || !res.Done {
 		t.Fatalf("follow restart %s: %d %s", id, resp.StatusCode, b)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // restartable is a reconfd whose stderr is a real pipe, so that the
@@ -87,10 +88,10 @@ func startRestartable(t *testing.T, exe, cfg string, args ...string) *restartabl
 }
 
 // restart runs `reconfd restart` and returns the result and exit code.
-func (r *restartable) restart() (admin.RestartResult, int) {
+func (r *restartable) restart() (restartapi.Result, int) {
 	r.t.Helper()
 	code, out, errOut := reconfd(r.t, nil, "restart", "--address", r.mgmt, "--output", "json", "--wait", "60s")
-	var res admin.RestartResult
+	var res restartapi.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		r.t.Fatalf("reconfd restart: exit %d, not a result: %s %s\n%s", code, out, errOut, r.logs.String())
 	}
@@ -213,7 +214,7 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 		t.Fatalf("reload of an auth.mode change: exit %d\n%s", code, out)
 	}
 	res, code := r.restart()
-	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 || res.NewPIDs[0] == first ||
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 || res.NewPIDs[0] == first ||
 		res.OldPIDs[0] != first || res.Generation != res.PreviousGeneration+1 || !res.Done {
 		t.Fatalf("restart: exit %d, %+v", code, res)
 	}
@@ -250,7 +251,7 @@ func TestRestartSingleProcessUnderLoad(t *testing.T) {
 	// A second restart with nothing changed still replaces the process
 	// and the numbering goes on.
 	res2, code := r.restart()
-	if code != 0 || res2.Outcome != admin.Restarted || res2.OldPIDs[0] != newPID || res2.Generation != res.Generation+1 {
+	if code != 0 || res2.Outcome != restartapi.Restarted || res2.OldPIDs[0] != newPID || res2.Generation != res.Generation+1 {
 		t.Fatalf("second restart: exit %d, %+v", code, res2)
 	}
 	r.waitGone(newPID, 30*time.Second)
@@ -296,7 +297,7 @@ func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, code = r.restart()
-	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
+	if code != 1 || res.Outcome != restartapi.Failed || res.Reason != restartapi.ReasonNotReady {
 		t.Fatalf("restart with a broken executable: exit %d, %+v", code, res)
 	}
 	if !alive(first) {
@@ -318,7 +319,7 @@ func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, code = r.restart()
-	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady ||
+	if code != 1 || res.Outcome != restartapi.Failed || res.Reason != restartapi.ReasonNotReady ||
 		!strings.Contains(res.Message, "exited before it was ready (exit status 2): unknown flag: --no-such-flag") {
 		t.Fatalf("restart with an executable that refuses a flag: exit %d, %+v; want its reason in the message", code, res)
 	}
@@ -328,7 +329,7 @@ func TestRestartRefusedOrFailedChangesNothing(t *testing.T) {
 
 	copyExe()
 	res, code = r.restart()
-	if code != 0 || res.Outcome != admin.Restarted {
+	if code != 0 || res.Outcome != restartapi.Restarted {
 		t.Fatalf("restart with the executable back: exit %d, %+v", code, res)
 	}
 	r.waitGone(first, 30*time.Second)
@@ -350,8 +351,8 @@ func TestRestartFleetUnderLoad(t *testing.T) {
 	next := strings.Replace(strings.Replace(cfg, "workers: 2", "workers: 3", 1), "level: info", "level: debug", 1)
 	writeAtomic(t, s.config, next)
 	code, out, errOut := reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
-	var res admin.RestartResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != admin.Restarted ||
+	var res restartapi.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != restartapi.Restarted ||
 		len(res.OldPIDs) != 2 || len(res.NewPIDs) != 3 {
 		t.Fatalf("restart: exit %d, %+v %s", code, res, errOut)
 	}
@@ -379,9 +380,9 @@ func TestRestartFleetUnderLoad(t *testing.T) {
 	moved := strings.Replace(next, "127.0.0.1:0", "127.0.0.1:1", 1)
 	writeAtomic(t, s.config, moved)
 	code, out, _ = reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
-	res = admin.RestartResult{}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || res.Outcome != admin.RestartRefused ||
-		res.Reason != admin.ReasonAddressChanged {
+	res = restartapi.Result{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || res.Outcome != restartapi.Refused ||
+		res.Reason != restartapi.ReasonAddressChanged {
 		t.Fatalf("restart with a new address: exit %d, %s", code, out)
 	}
 	s.waitConverged(f.ActiveGeneration, 3, 10*time.Second)
@@ -397,7 +398,7 @@ func TestRestartSingleToFleet(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	writeAtomic(t, r.path, strings.Replace(cfg, "server:\n", "server:\n  workers: 2\n", 1))
 	res, code := r.restart()
-	if code != 0 || res.Outcome != admin.Restarted || len(res.NewPIDs) != 1 {
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
 		t.Fatalf("restart to a fleet: exit %d, %+v", code, res)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -489,7 +490,7 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, code := r.restart()
-	if code != 1 || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady || !alive(oldSup) {
+	if code != 1 || res.Outcome != restartapi.Failed || res.Reason != restartapi.ReasonNotReady || !alive(oldSup) {
 		t.Fatalf("restart with a new supervisor that fails: exit %d, %+v", code, res)
 	}
 	if !strings.Contains(res.Message, "exited before it was ready (exit status 1): control socket: ") || !strings.Contains(res.Message, "/nonexistent/reconfd-e2e") {
@@ -502,7 +503,7 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 
 	installExe(t, upgraded, exe)
 	res, code = r.restart()
-	if code != 0 || res.Outcome != admin.Restarted || res.OldSupervisorPID != oldSup || res.NewSupervisorPID == 0 ||
+	if code != 0 || res.Outcome != restartapi.Restarted || res.OldSupervisorPID != oldSup || res.NewSupervisorPID == 0 ||
 		res.NewSupervisorPID == oldSup || len(res.OldPIDs) != 2 || len(res.NewPIDs) != 2 || res.Generation < 3 {
 		t.Fatalf("restart with a new binary: exit %d, %+v", code, res)
 	}
@@ -539,7 +540,7 @@ func TestRestartFleetBinaryUpgradeUnderLoad(t *testing.T) {
 
 	newSup := res.NewSupervisorPID
 	res2, code := r.restart()
-	if code != 0 || res2.Outcome != admin.Restarted || res2.NewSupervisorPID != 0 || !alive(newSup) {
+	if code != 0 || res2.Outcome != restartapi.Restarted || res2.NewSupervisorPID != 0 || !alive(newSup) {
 		t.Fatalf("a restart with the same binary: exit %d, %+v (want a roll under supervisor %d)", code, res2, newSup)
 	}
 }
@@ -623,8 +624,8 @@ func TestRestartInProgressIsBusy(t *testing.T) {
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), admin.ReasonHandoverInProgress) || !resp.Close {
-					t.Errorf("%s during a hand-over: %d %s (Connection: close %v), want 409 %s", path, resp.StatusCode, b, resp.Close, admin.ReasonHandoverInProgress)
+				if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), restartapi.ReasonHandoverInProgress) || !resp.Close {
+					t.Errorf("%s during a hand-over: %d %s (Connection: close %v), want 409 %s", path, resp.StatusCode, b, resp.Close, restartapi.ReasonHandoverInProgress)
 				}
 			}
 			_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGHUP)
@@ -641,11 +642,11 @@ func TestRestartInProgressIsBusy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var done admin.RestartResult
+			var done restartapi.Result
 			json.NewDecoder(resp.Body).Decode(&done)
 			resp.Body.Close()
 			r.pids = append(append(r.pids, done.NewPIDs...), done.NewSupervisorPID)
-			if done.Outcome != admin.Restarted {
+			if done.Outcome != restartapi.Restarted {
 				t.Fatalf("the restart: %+v", done)
 			}
 			if !regexp.MustCompile(`SIGHUP[^\n]*busy`).MatchString(r.logs.String()) {
@@ -703,8 +704,8 @@ func TestRestartFleetSwitchesAuthMode(t *testing.T) {
 	}{{keys, http.StatusUnauthorized}, {cfg, http.StatusOK}} {
 		writeAtomic(t, s.config, step.file)
 		code, out, errOut := reconfd(t, nil, "restart", "--address", s.mgmt, "--output", "json")
-		var res admin.RestartResult
-		if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != admin.Restarted {
+		var res restartapi.Result
+		if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.Outcome != restartapi.Restarted {
 			t.Fatalf("restart %d: exit %d, %s %s\n%s", i, code, out, errOut, s.logs.String())
 		}
 		for _, pid := range res.OldPIDs { // the roll ends when the old workers are gone

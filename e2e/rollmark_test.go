@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // TestRollbackSurvivesRestart: a single reconfd rolls a change back, is
@@ -81,7 +81,7 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 	// reconfd restart checks the file first: the rolled-back content is
 	// refused there, and the process serves on.
 	code, out, errOut := reconfd(t, menv, "restart", "--output", "json", "--wait", "60s")
-	var rr admin.RestartResult
+	var rr restartapi.Result
 	if err := json.Unmarshal([]byte(out), &rr); err != nil || code == 0 || rr.Reason != string(reconf.ReasonRolledBack) {
 		t.Fatalf("reconfd restart on the rolled-back file: exit %d: %s %s", code, out, errOut)
 	}

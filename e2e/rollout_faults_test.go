@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // faultStrategy is a rollout in two steps of 2.5 s (50%, then 100% baked
@@ -163,7 +163,7 @@ func TestStagedRolloutFleetFaults(t *testing.T) {
 			t.Errorf("a reload during the rollout: exit %d %s", code, out)
 		}
 		code, out, _ = reconfd(t, menv, "restart", "--output", "json")
-		var rr admin.RestartResult
+		var rr restartapi.Result
 		if code == 0 || json.Unmarshal([]byte(out), &rr) != nil || rr.Reason != string(reconf.ReasonRolloutInProgress) {
 			t.Errorf("a restart during the rollout: exit %d %s", code, out)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 func newRestartCmd(stdout io.Writer, lookup env) *cobra.Command {
@@ -49,7 +50,7 @@ cannot be reached, 2 usage.`,
 			}
 			status, body, err := f.Call(cmd.Context(), http.MethodPost, base+admin.RestartPath+"?wait="+url.QueryEscape(wait.String()), []byte("{}"))
 			for err == nil && status == http.StatusAccepted {
-				var res admin.RestartResult
+				var res restartapi.Result
 				if json.Unmarshal(body, &res) != nil || res.ID == "" {
 					break
 				}
@@ -58,7 +59,7 @@ cannot be reached, 2 usage.`,
 			if err != nil {
 				return exitcode.Fail("%v", err)
 			}
-			var res admin.RestartResult
+			var res restartapi.Result
 			if json.Unmarshal(body, &res) != nil || res.Outcome == "" {
 				return f.Refused(status, body)
 			}
@@ -67,18 +68,18 @@ cannot be reached, 2 usage.`,
 			} else {
 				printRestart(stdout, res)
 			}
-			if res.Outcome != admin.Restarted {
+			if res.Outcome != restartapi.Restarted {
 				return exitcode.Failed
 			}
 			return nil
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().DurationVar(&wait, "wait", admin.DefaultRestartWait, "how long each request waits for the restart to finish")
+	cmd.Flags().DurationVar(&wait, "wait", restartapi.DefaultWait, "how long each request waits for the restart to finish")
 	return cmd
 }
 
-func printRestart(w io.Writer, r admin.RestartResult) {
+func printRestart(w io.Writer, r restartapi.Result) {
 	fmt.Fprintf(w, "%s (%s): %s\n", r.Outcome, r.Reason, r.Message)
 	fmt.Fprintf(w, "  id %s, generation %d -> %d, %.1f ms\n", r.ID, r.PreviousGeneration, r.Generation, r.DurationMS)
 	if len(r.OldPIDs)+len(r.NewPIDs) > 0 {

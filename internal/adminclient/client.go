@@ -21,6 +21,7 @@ import (
 	"github.com/reconfhq/reconf/internal/certfile"
 	"github.com/reconfhq/reconf/internal/discovery"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // Client is the management API's client as reconfd's commands use it:
@@ -106,7 +107,7 @@ func retryable(method, url string, status int, body []byte, err error) bool {
 		return false
 	}
 	var e admin.ErrorBody
-	return json.Unmarshal(body, &e) == nil && e.Error.Reason == admin.ReasonHandoverInProgress
+	return json.Unmarshal(body, &e) == nil && e.Error.Reason == restartapi.ReasonHandoverInProgress
 }
 
 // callOnce sends one management request on a new connection.

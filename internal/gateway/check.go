@@ -23,7 +23,7 @@ type CheckReport struct {
 	Outcome reconf.Outcome `json:"outcome"`
 	Reason  reconf.Reason  `json:"reason"`
 	Message string         `json:"message"`
-	// Problems lists at most reconf.MaxListedProblems defects;
+	// Problems lists at most 64 defects (reconf.Result's bound);
 	// ProblemCount is the full number when more were found. Both have the
 	// management API's shape (lowercase keys).
 	Problems     []reconf.Problem `json:"problems,omitempty"`

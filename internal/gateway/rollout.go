@@ -71,7 +71,7 @@ func (g *Gateway) ReloadStaged(ctx context.Context, t reconf.Trigger) (reconf.Re
 	}
 	if name == "" || name == PublishAtOnce {
 		if admin.Reapplying(ctx) {
-			now := reconf.AllAtOnce()
+			now, _ := reconf.Preset("all_at_once")
 			now.FinalBake = 0 // publishes at once, as a plain reload would
 			return g.rt.Reapply(ctx, t, now)
 		}

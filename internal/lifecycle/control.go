@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // maxControlBody bounds a control answer.
@@ -78,7 +78,7 @@ func (c *controlServer) restart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.handingOver != nil && c.handingOver() {
-		writeControl(w, admin.RestartResult{Done: true, Reason: admin.ReasonHandoverInProgress,
+		writeControl(w, restartapi.Result{Done: true, Reason: restartapi.ReasonHandoverInProgress,
 			Message: "this supervisor has handed the fleet to a new one", PreviousGeneration: req.PreviousGeneration,
 			Generation: req.PreviousGeneration, Started: time.Now()})
 		return

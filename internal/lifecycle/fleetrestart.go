@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // restart carries out a fleet restart whose check passed on the worker
@@ -22,7 +22,7 @@ import (
 // when this supervisor is told to stop.
 func (s *Supervisor) restart(track *restartTracker, run *restartRun) {
 	ctx := s.rollCtx
-	finish := func(fn func(*admin.RestartResult)) admin.RestartResult {
+	finish := func(fn func(*restartapi.Result)) restartapi.Result {
 		res := track.finish(run, fn)
 		s.log.Info("restart finished", "id", res.ID, "outcome", string(res.Outcome), "reason", res.Reason,
 			"old_pids", res.OldPIDs, "new_pids", res.NewPIDs, "generation", res.Generation, "duration_ms", res.DurationMS)
@@ -30,22 +30,22 @@ func (s *Supervisor) restart(track *restartTracker, run *restartRun) {
 	}
 	plan, err := s.cfg.Load(ctx)
 	if err != nil {
-		finish(func(r *admin.RestartResult) {
-			r.Outcome, r.Reason, r.Message = admin.RestartFailed, admin.ReasonRestartNotStarted, "the configuration cannot be loaded: "+err.Error()
+		finish(func(r *restartapi.Result) {
+			r.Outcome, r.Reason, r.Message = restartapi.Failed, restartapi.ReasonNotStarted, "the configuration cannot be loaded: "+err.Error()
 		})
 		return
 	}
 	next, nextFields, nm, m := plan.Server, plan.Fields, plan.Shape, s.cfg.Shape
 	switch {
 	case next.Address != s.server.Address:
-		finish(func(r *admin.RestartResult) {
-			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonAddressChanged
+		finish(func(r *restartapi.Result) {
+			r.Outcome, r.Reason = restartapi.Refused, restartapi.ReasonAddressChanged
 			r.Message = "server.address changed: a restart keeps the fleet's listening sockets, so it cannot move them; stop the fleet and start it again to change the address"
 		})
 		return
 	case !slices.Equal(nm.Cluster, m.Cluster) || nm.Prefix != m.Prefix:
-		finish(func(r *admin.RestartResult) {
-			r.Outcome, r.Reason = admin.RestartRefused, admin.ReasonClusterChanged
+		finish(func(r *restartapi.Result) {
+			r.Outcome, r.Reason = restartapi.Refused, restartapi.ReasonClusterChanged
 			r.Message = "server.cluster or server.cluster_prefix changed: a restart keeps the fleet's channel; stop the fleet and start it again to join another"
 		})
 		return
@@ -67,8 +67,8 @@ func (s *Supervisor) restart(track *restartTracker, run *restartRun) {
 			finished = true
 			s.procs.resized(nm.Workers) // a slot that restarts later gets the new share
 			s.fleetFields.Store(&nextFields)
-			finish(func(r *admin.RestartResult) {
-				r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+			finish(func(r *restartapi.Result) {
+				r.Outcome, r.Reason = restartapi.Restarted, restartapi.ReasonRestarted
 				r.OldPIDs, r.NewPIDs = rr.OldPIDs, rr.NewPIDs
 				if n := len(rr.Statuses); n > 0 {
 					r.Generation = generationOf(rr.Statuses[n-1], r.PreviousGeneration)
@@ -79,14 +79,14 @@ func (s *Supervisor) restart(track *restartTracker, run *restartRun) {
 		DrainTimeout: s.cfg.ShutdownTimeout + workerStopGrace,
 	})
 	if err != nil && !finished {
-		finish(func(r *admin.RestartResult) {
+		finish(func(r *restartapi.Result) {
 			switch {
 			case errors.Is(err, ErrRolling):
-				r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
+				r.Outcome, r.Reason = restartapi.Outcome(reconf.Busy.String()), restartapi.ReasonRunning
 			case errors.Is(err, ErrStopping), ctx.Err() != nil:
-				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartCanceled
+				r.Outcome, r.Reason = restartapi.Failed, restartapi.ReasonCanceled
 			default:
-				r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
+				r.Outcome, r.Reason = restartapi.Failed, restartapi.ReasonNotReady
 			}
 			r.Message = err.Error() + "; the old workers keep serving"
 		})
@@ -96,7 +96,7 @@ func (s *Supervisor) restart(track *restartTracker, run *restartRun) {
 // replace replaces this supervisor and its workers with a new supervisor
 // of the executable on disk (see supervisorSuccessor) and finishes the
 // restart with the result.
-func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(func(*admin.RestartResult)) admin.RestartResult) {
+func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(func(*restartapi.Result)) restartapi.Result) {
 	var old []int
 	for _, w := range s.pool.Workers() {
 		old = append(old, w.PID)
@@ -105,8 +105,8 @@ func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(f
 	// control socket refuses a restart once one began; this holds it
 	// under the hand-over's lock).
 	if err := s.succ.handover.begin(); err != nil {
-		finish(func(r *admin.RestartResult) {
-			r.Outcome, r.Reason = admin.RestartOutcome(reconf.Busy.String()), admin.ReasonRestartRunning
+		finish(func(r *restartapi.Result) {
+			r.Outcome, r.Reason = restartapi.Outcome(reconf.Busy.String()), restartapi.ReasonRunning
 			r.Message = err.Error()
 		})
 		return
@@ -115,21 +115,21 @@ func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(f
 	res, err := s.succ.replace(ctx, run)
 	if err != nil {
 		s.succ.handover.abort()
-		finish(func(r *admin.RestartResult) {
-			r.Outcome, r.Reason = admin.RestartFailed, admin.ReasonRestartNotReady
+		finish(func(r *restartapi.Result) {
+			r.Outcome, r.Reason = restartapi.Failed, restartapi.ReasonNotReady
 			switch {
 			case errors.Is(err, errNotStarted):
-				r.Reason = admin.ReasonRestartNotStarted
+				r.Reason = restartapi.ReasonNotStarted
 			case ctx.Err() != nil:
-				r.Reason = admin.ReasonRestartCanceled
+				r.Reason = restartapi.ReasonCanceled
 			}
 			r.OldSupervisorPID, r.NewSupervisorPID = os.Getpid(), res.pid
 			r.Message = err.Error() + "; this supervisor and its workers keep serving"
 		})
 		return
 	}
-	finish(func(r *admin.RestartResult) {
-		r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+	finish(func(r *restartapi.Result) {
+		r.Outcome, r.Reason = restartapi.Restarted, restartapi.ReasonRestarted
 		r.OldPIDs, r.NewPIDs = old, res.workers
 		r.OldSupervisorPID, r.NewSupervisorPID = os.Getpid(), res.pid
 		r.Generation = max(res.generation, r.PreviousGeneration)

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
-// FleetRestarter is a worker's admin.Restarter: it checks the file like a
+// FleetRestarter is a worker's restartapi.Restarter: it checks the file like a
 // reload, then asks its supervisor to restart the fleet.
 type FleetRestarter struct {
 	g        *gateway.Gateway
@@ -47,10 +47,10 @@ func controlClient(path string) *http.Client {
 }
 
 // Restart checks, then hands the restart to the supervisor.
-func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
+func (f *FleetRestarter) Restart(ctx context.Context, actor string) (restartapi.Result, error) {
 	prev := f.rt.Current().ID()
 	if f.Running() {
-		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
+		return restartapi.Result{Done: true, Outcome: restartapi.Outcome(reconf.Busy.String()), Reason: restartapi.ReasonRunning,
 			Message: "a restart is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
 	if res, busy := rolloutBusy(f.rt); busy {
@@ -58,7 +58,7 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 	}
 	chk, err := f.rt.Check(ctx)
 	if err != nil {
-		return admin.RestartResult{}, err
+		return restartapi.Result{}, err
 	}
 	if !checkAllows(chk.Outcome) {
 		res := refusedByCheck(chk)
@@ -66,14 +66,14 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 		return res, nil
 	}
 	body, _ := json.Marshal(restartRequest{PreviousGeneration: prev, Actor: actor})
-	var res admin.RestartResult
+	var res restartapi.Result
 	if err := f.call(ctx, http.MethodPost, "/restart", body, &res); err != nil {
-		return admin.RestartResult{}, err
+		return restartapi.Result{}, err
 	}
-	if res.Reason == admin.ReasonHandoverInProgress {
+	if res.Reason == restartapi.ReasonHandoverInProgress {
 		// This worker's supervisor handed the fleet over: the client
 		// sends it again on a new connection, to the new fleet.
-		return admin.RestartResult{}, admin.ErrHandoverInProgress
+		return restartapi.Result{}, restartapi.ErrHandoverInProgress
 	}
 	if !res.Done {
 		f.recorded.Store(res.ID, actor)
@@ -82,16 +82,16 @@ func (f *FleetRestarter) Restart(ctx context.Context, actor string) (admin.Resta
 }
 
 // WaitRestart asks the supervisor, waiting as long as ctx allows.
-func (f *FleetRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (f *FleetRestarter) WaitRestart(ctx context.Context, id string) (restartapi.Result, bool) {
 	wait := time.Duration(0)
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl) - 100*time.Millisecond
 	}
-	var res admin.RestartResult
+	var res restartapi.Result
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(wait, 0)+5*time.Second)
 	defer cancel()
 	if err := f.call(cctx, http.MethodGet, "/restart/"+url.PathEscape(id)+"?wait="+max(wait, 0).String(), nil, &res); err != nil {
-		return admin.RestartResult{}, false
+		return restartapi.Result{}, false
 	}
 	if actor, ok := f.recorded.Load(id); ok && res.Done {
 		// The worker that asked records the restart in the fleet's

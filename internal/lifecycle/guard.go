@@ -17,14 +17,14 @@ type Guard struct {
 	// FleetRestarter.Running).
 	Running func() bool
 	// Handover, when set, is this process's hand-over: a reload runs only
-	// while the process serves, and fails with admin.ErrHandoverInProgress
-	// once a hand-over began (a process that will not serve what it
-	// publishes acknowledges nothing).
+	// while the process serves, and fails with
+	// restartapi.ErrHandoverInProgress once a hand-over began (a process
+	// that will not serve what it publishes acknowledges nothing).
 	Handover *Handover
 }
 
 // Reload answers busy while a restart runs, and fails with
-// admin.ErrHandoverInProgress once this process began handing over.
+// restartapi.ErrHandoverInProgress once this process began handing over.
 func (g Guard) Reload(ctx context.Context, t reconf.Trigger) (reconf.Result, error) {
 	if g.Handover != nil {
 		release, err := g.Handover.enterReload()

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // successorReadyTimeout bounds a successor's start: one not ready by then
@@ -78,14 +78,14 @@ func (h *Handover) Watch(fn func(handing bool)) {
 }
 
 // begin moves a serving process to handing over. It fails with
-// admin.ErrHandoverInProgress when a hand-over began already (running or
+// restartapi.ErrHandoverInProgress when a hand-over began already (running or
 // done), and errReloadRunning while a reload runs.
 func (h *Handover) begin() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.state != serving:
-		return admin.ErrHandoverInProgress
+		return restartapi.ErrHandoverInProgress
 	case h.reloads > 0:
 		return errReloadRunning
 	}
@@ -112,12 +112,12 @@ func (h *Handover) abort() {
 
 // enterReload lets a reload run while this process serves, and keeps a
 // hand-over from beginning until release is called; otherwise it fails
-// with admin.ErrHandoverInProgress.
+// with restartapi.ErrHandoverInProgress.
 func (h *Handover) enterReload() (release func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != serving {
-		return nil, admin.ErrHandoverInProgress
+		return nil, restartapi.ErrHandoverInProgress
 	}
 	h.reloads++
 	var once sync.Once

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // A hand-over has one owner: only a serving process begins one, a reload
@@ -27,10 +27,10 @@ func TestHandoverStates(t *testing.T) {
 	if err := h.begin(); err != nil {
 		t.Fatalf("a hand-over while serving: %v", err)
 	}
-	if err := h.begin(); !errors.Is(err, admin.ErrHandoverInProgress) {
+	if err := h.begin(); !errors.Is(err, restartapi.ErrHandoverInProgress) {
 		t.Fatalf("a second hand-over: %v, want ErrHandoverInProgress", err)
 	}
-	if _, err := h.enterReload(); !errors.Is(err, admin.ErrHandoverInProgress) {
+	if _, err := h.enterReload(); !errors.Is(err, restartapi.ErrHandoverInProgress) {
 		t.Fatalf("a reload while handing over: %v, want ErrHandoverInProgress", err)
 	}
 	h.abort() // the successor failed: serving again
@@ -43,7 +43,7 @@ func TestHandoverStates(t *testing.T) {
 	h.handedOver(nil)
 	h.abort() // too late: nothing changes
 	for _, try := range []func() error{h.begin, func() error { _, err := h.enterReload(); return err }} {
-		if err := try(); !errors.Is(err, admin.ErrHandoverInProgress) {
+		if err := try(); !errors.Is(err, restartapi.ErrHandoverInProgress) {
 			t.Fatalf("after the hand-over: %v, want ErrHandoverInProgress", err)
 		}
 	}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/millis"
+	"github.com/reconfhq/reconf/internal/restartapi"
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
@@ -69,14 +69,14 @@ type handedHistory struct {
 	Entries []reconf.HistoryEntry `json:"entries"`
 	Restart reconf.HistoryEntry   `json:"restart"`
 	// Restarts are the predecessor's restart counts (RestartState.Counts).
-	Restarts map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
+	Restarts map[restartapi.Outcome]uint64 `json:"restarts,omitempty"`
 	// RestartID names the restart that starts the successor.
 	RestartID string `json:"restart_id,omitempty"`
 }
 
 // writeHistory writes g's history and the restart's entry to a new
 // private file and returns its path.
-func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.HistoryEntry, id string, counts map[admin.RestartOutcome]uint64) (string, error) {
+func writeHistory(ctx context.Context, g *gateway.Gateway, restart reconf.HistoryEntry, id string, counts map[restartapi.Outcome]uint64) (string, error) {
 	entries, err := g.History(ctx, 0)
 	if err != nil {
 		return "", err

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // RestartCollector exports the restart state (this process's tracker, or
@@ -43,7 +43,7 @@ func (c RestartCollector) Collect(ch chan<- prometheus.Metric) {
 	if !ok {
 		return
 	}
-	for _, o := range []admin.RestartOutcome{admin.Restarted, admin.RestartFailed, admin.RestartRefused} {
+	for _, o := range []restartapi.Outcome{restartapi.Restarted, restartapi.Failed, restartapi.Refused} {
 		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(st.Counts[o]), string(o))
 	}
 	running := 0.0

@@ -12,15 +12,15 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // SelfRestarter restarts a single process: it hands the listening sockets
 // to a new process started from the executable on disk with the same
 // arguments (Handover), waits until that one is ready, then has this
-// process drain and exit. It implements admin.Restarter and is safe for
+// process drain and exit. It implements restartapi.Restarter and is safe for
 // concurrent use.
 type SelfRestarter struct {
 	g        *gateway.Gateway
@@ -51,10 +51,10 @@ func NewSelfRestarter(g *gateway.Gateway, log *slog.Logger, exe string, args []s
 }
 
 // Restart checks the file like a reload and begins the hand-off.
-func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.RestartResult, error) {
+func (r *SelfRestarter) Restart(ctx context.Context, actor string) (restartapi.Result, error) {
 	prev := r.g.Runtime().Current().ID()
 	if r.notReady.Load() {
-		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
+		return restartapi.Result{Done: true, Outcome: restartapi.Outcome(reconf.Busy.String()), Reason: restartapi.ReasonRunning,
 			Message: "the restart that started this process is in progress; try again when it ends", PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
 	if res, busy := rolloutBusy(r.g.Runtime()); busy {
@@ -64,10 +64,10 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 	// that reaches this process once it handed over, is refused here and
 	// never starts a second successor.
 	if err := r.handover.begin(); err != nil {
-		if errors.Is(err, admin.ErrHandoverInProgress) {
-			return admin.RestartResult{}, err
+		if errors.Is(err, restartapi.ErrHandoverInProgress) {
+			return restartapi.Result{}, err
 		}
-		return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: string(reconf.ReasonInFlight),
+		return restartapi.Result{Done: true, Outcome: restartapi.Outcome(reconf.Busy.String()), Reason: string(reconf.ReasonInFlight),
 			Message: err.Error(), PreviousGeneration: prev, Generation: prev, Started: time.Now()}, nil
 	}
 	run, res, ok := r.track.begin(prev)
@@ -81,10 +81,10 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 	}
 	if err != nil || !checkAllows(chk.Outcome) {
 		defer r.handover.abort()
-		res = r.track.finish(run, func(res *admin.RestartResult) {
+		res = r.track.finish(run, func(res *restartapi.Result) {
 			id := res.ID
 			if err != nil {
-				res.Outcome, res.Reason, res.Message = admin.RestartFailed, admin.ReasonRestartCanceled, "the configuration check did not finish: "+err.Error()
+				res.Outcome, res.Reason, res.Message = restartapi.Failed, restartapi.ReasonCanceled, "the configuration check did not finish: "+err.Error()
 				return
 			}
 			*res = refusedByCheck(chk)
@@ -99,7 +99,7 @@ func (r *SelfRestarter) Restart(ctx context.Context, actor string) (admin.Restar
 }
 
 // WaitRestart follows a restart by id.
-func (r *SelfRestarter) WaitRestart(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (r *SelfRestarter) WaitRestart(ctx context.Context, id string) (restartapi.Result, bool) {
 	return r.track.wait(ctx, id)
 }
 
@@ -134,7 +134,7 @@ func (r *SelfRestarter) HandedOver() bool { return r.handover.HandedOver() }
 func (r *SelfRestarter) TookBack(pid int, end string) {
 	ctx := context.Background()
 	msg := fmt.Sprintf("the new process (pid %d) exited just after it took over (%s); pid %d took the listeners back and serves on", pid, end, os.Getpid())
-	if res, ok := r.track.failLast(admin.ReasonRestartNewExited, msg); ok {
+	if res, ok := r.track.failLast(restartapi.ReasonNewExited, msg); ok {
 		res.Started = time.Now()
 		_ = r.g.RecordHistory(ctx, historyOf(res, ""))
 	}
@@ -155,7 +155,7 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 	// restart's own entry first (it is known once the successor is ready,
 	// so the successor records it from the result it is handed).
 	histFile, err := writeHistory(ctx, r.g, reconf.HistoryEntry{Time: run.started(&r.track), Trigger: TriggerRestart, Actor: actor,
-		Outcome: string(admin.Restarted), Reason: admin.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
+		Outcome: string(restartapi.Restarted), Reason: restartapi.ReasonRestarted, PreviousGeneration: prev, Generation: prev + 1,
 		Message: fmt.Sprintf("pid %d handed its listeners to a new process", os.Getpid())}, run.id(&r.track), r.track.state().Counts)
 	if err != nil {
 		r.log.Warn("restart: the history cannot be handed on; the new process starts with its own", "error", err)
@@ -164,8 +164,8 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 		defer os.Remove(histFile)
 	}
 	fail := func(reason, msg string) {
-		res := r.track.finish(run, func(res *admin.RestartResult) {
-			res.Outcome, res.Reason, res.Message = admin.RestartFailed, reason, msg
+		res := r.track.finish(run, func(res *restartapi.Result) {
+			res.Outcome, res.Reason, res.Message = restartapi.Failed, reason, msg
 		})
 		r.handover.abort()
 		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
@@ -173,16 +173,16 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 	}
 	p, err := r.handover.start(cmd)
 	if err != nil {
-		fail(admin.ReasonRestartNotStarted, err.Error())
+		fail(restartapi.ReasonNotStarted, err.Error())
 		return
 	}
 	status, err := r.handover.await(context.Background(), p)
 	if err != nil {
-		fail(admin.ReasonRestartNotReady, fmt.Sprintf("the new process (pid %d) %v; this process keeps serving", p.PID(), err))
+		fail(restartapi.ReasonNotReady, fmt.Sprintf("the new process (pid %d) %v; this process keeps serving", p.PID(), err))
 		return
 	}
-	res := r.track.finish(run, func(res *admin.RestartResult) {
-		res.Outcome, res.Reason = admin.Restarted, admin.ReasonRestarted
+	res := r.track.finish(run, func(res *restartapi.Result) {
+		res.Outcome, res.Reason = restartapi.Restarted, restartapi.ReasonRestarted
 		res.OldPIDs, res.NewPIDs = []int{os.Getpid()}, []int{p.PID()}
 		res.Generation = generationOf(status, res.PreviousGeneration)
 		res.Message = fmt.Sprintf("pid %d serves generation %d; pid %d drains and exits", p.PID(), res.Generation, os.Getpid())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // The supervisor's mark exists exactly while a restart runs: made before
@@ -25,10 +26,10 @@ func TestRestartMarkFollowsTheRestart(t *testing.T) {
 	if !ok || !marked() {
 		t.Fatalf("begin: ok %v, marked %v", ok, marked())
 	}
-	if _, res, ok := track.begin(7); ok || res.Reason != admin.ReasonRestartRunning || !marked() {
+	if _, res, ok := track.begin(7); ok || res.Reason != restartapi.ReasonRunning || !marked() {
 		t.Fatalf("second begin: ok %v, %s, marked %v", ok, res.Reason, marked())
 	}
-	track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Restarted })
 	if marked() {
 		t.Fatal("the mark outlived the restart")
 	}
@@ -43,7 +44,7 @@ func TestRestartUnmarkableDoesNotBegin(t *testing.T) {
 	if ok || run != nil {
 		t.Fatal("a restart began without its mark")
 	}
-	if res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonInternal || res.Generation != 3 || !res.Done {
+	if res.Outcome != restartapi.Failed || res.Reason != admin.ReasonInternal || res.Generation != 3 || !res.Done {
 		t.Fatalf("result %+v, want a finished restart-failed internal_error at generation 3", res)
 	}
 	if track.running() {
@@ -83,7 +84,7 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 		t.Fatal("the worker asked the supervisor although there was no mark")
 	}
 	// A mark left behind: the supervisor answers for it.
-	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	ctl.track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Restarted })
 	if err := os.WriteFile(ctl.track.mark, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestFleetRestarterAsksOnlyWhenMarked(t *testing.T) {
 	if !old.Running() {
 		t.Fatal("a worker without the mark's path did not ask")
 	}
-	ctl.track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	ctl.track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Restarted })
 }
 
 // A supervisor that a restart started runs that restart, marked, until it
@@ -107,7 +108,7 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 	var track restartTracker
 	track.mark = filepath.Join(t.TempDir(), "restart-running")
 	started := time.Now().Add(-time.Second)
-	run, err := track.inherit(map[admin.RestartOutcome]uint64{admin.Restarted: 2, admin.RestartFailed: 1}, "r1-9", started, 42, 7)
+	run, err := track.inherit(map[restartapi.Outcome]uint64{restartapi.Restarted: 2, restartapi.Failed: 1}, "r1-9", started, 42, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +118,10 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 	if _, _, ok := track.begin(4); ok {
 		t.Fatal("a restart began during the hand-over")
 	}
-	track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+	track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Restarted })
 	st := track.state()
 	if _, err := os.Lstat(track.mark); err == nil || st.InProgress || st.Last == nil || st.Last.ID != "r1-9" || !st.Last.Started.Equal(started) ||
-		st.Counts[admin.Restarted] != 3 || st.Counts[admin.RestartFailed] != 1 {
+		st.Counts[restartapi.Restarted] != 3 || st.Counts[restartapi.Failed] != 1 {
 		t.Fatalf("after the hand-over: mark %v, state %+v", err, st)
 	}
 	if res, ok := track.wait(t.Context(), "r1-9"); !ok || !res.Done {
@@ -135,13 +136,13 @@ func TestRestartInheritedIsMarkedUntilFinished(t *testing.T) {
 // A supervisor that is handing its fleet to a new supervisor, or has
 // handed it, begins no restart, whichever of its old workers asks: the
 // answer is handover_in_progress, which a worker turns into
-// admin.ErrHandoverInProgress (409, the client sends it again on a new
+// restartapi.ErrHandoverInProgress (409, the client sends it again on a new
 // connection), and no roll or second successor starts.
 func TestControlRefusesRestartAfterHandover(t *testing.T) {
 	rolls := 0
 	ctl, err := startControl(func(track *restartTracker, run *restartRun) {
 		rolls++
-		track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.Restarted })
+		track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Restarted })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +159,11 @@ func TestControlRefusesRestartAfterHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, step := range []string{"handing over", "handed over"} {
-		var res admin.RestartResult
+		var res restartapi.Result
 		if err := w.call(context.Background(), http.MethodPost, "/restart", body, &res); err != nil {
 			t.Fatal(err)
 		}
-		if res.Reason != admin.ReasonHandoverInProgress || !res.Done || rolls != 0 || ctl.track.running() {
+		if res.Reason != restartapi.ReasonHandoverInProgress || !res.Done || rolls != 0 || ctl.track.running() {
 			t.Fatalf("a restart while %s: %+v, %d rolls; want handover_in_progress and none", step, res, rolls)
 		}
 		h.handedOver(nil)

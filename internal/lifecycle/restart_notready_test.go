@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // envTestChild turns the test binary into the new process of a restart
@@ -106,14 +106,14 @@ func TestRestartNewProcessNotReady(t *testing.T) {
 		defer g.Shutdown(ctx)
 		r := &SelfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, handover: newHandover(nil, c.timeout)}
 		begun, err := r.Restart(ctx, "test")
-		if err != nil || begun.Outcome != admin.RestartRunning {
+		if err != nil || begun.Outcome != restartapi.Running {
 			t.Fatalf("Restart: %+v, %v; want it running", begun, err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		res, ok := r.WaitRestart(wctx, begun.ID)
-		if !ok || !res.Done || res.Outcome != admin.RestartFailed || res.Reason != admin.ReasonRestartNotReady {
-			t.Fatalf("result %+v; want a finished restart-failed %s", res, admin.ReasonRestartNotReady)
+		if !ok || !res.Done || res.Outcome != restartapi.Failed || res.Reason != restartapi.ReasonNotReady {
+			t.Fatalf("result %+v; want a finished restart-failed %s", res, restartapi.ReasonNotReady)
 		}
 		checkNotReady(t, res.Message, c.want, c.exited)
 		if !strings.HasSuffix(res.Message, "; this process keeps serving") {
@@ -129,7 +129,7 @@ func TestHandoverNewSupervisorNotReady(t *testing.T) {
 		if !ok {
 			t.Fatal("the restart did not begin")
 		}
-		defer track.finish(run, func(res *admin.RestartResult) { res.Outcome = admin.RestartFailed })
+		defer track.finish(run, func(res *restartapi.Result) { res.Outcome = restartapi.Failed })
 		s := &supervisorSuccessor{exe: exe, args: []string{"-test.run=^$"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			fleet: "test", track: track, handover: newHandover(nil, c.timeout)}
 		res, err := s.replace(context.Background(), run)

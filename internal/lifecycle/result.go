@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // TriggerRestart names the attempt with which a restart's first new
@@ -18,14 +18,14 @@ func checkAllows(o reconf.Outcome) bool {
 }
 
 // refusedByCheck is the result of a restart that its check ended.
-func refusedByCheck(res reconf.Result) admin.RestartResult {
-	return admin.RestartResult{Done: true, Outcome: admin.RestartOutcome(res.Outcome.String()), Reason: string(res.Reason),
+func refusedByCheck(res reconf.Result) restartapi.Result {
+	return restartapi.Result{Done: true, Outcome: restartapi.Outcome(res.Outcome.String()), Reason: string(res.Reason),
 		Message: fmt.Sprintf("the configuration check ended the restart: %s", res.Message), Check: &res,
 		PreviousGeneration: res.PreviousGeneration, Generation: res.PreviousGeneration, Started: res.Started}
 }
 
 // historyOf is the history entry of a finished restart.
-func historyOf(res admin.RestartResult, actor string) reconf.HistoryEntry {
+func historyOf(res restartapi.Result, actor string) reconf.HistoryEntry {
 	return reconf.HistoryEntry{Time: res.Started, Trigger: TriggerRestart, Actor: actor, Outcome: string(res.Outcome),
 		Reason: reconf.Reason(res.Reason), Message: res.Message, PreviousGeneration: res.PreviousGeneration,
 		Generation: res.Generation, DurationMS: res.DurationMS}

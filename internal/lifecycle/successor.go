@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/restartapi"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -42,9 +43,9 @@ type supervisorHandover struct {
 	// Restarts are the predecessor's restart counts (RestartState.Counts);
 	// RestartID and RestartStarted name the restart that starts the
 	// successor.
-	Restarts       map[admin.RestartOutcome]uint64 `json:"restarts,omitempty"`
-	RestartID      string                          `json:"restart_id,omitempty"`
-	RestartStarted time.Time                       `json:"restart_started"`
+	Restarts       map[restartapi.Outcome]uint64 `json:"restarts,omitempty"`
+	RestartID      string                        `json:"restart_id,omitempty"`
+	RestartStarted time.Time                     `json:"restart_started"`
 	// PID and Generation are the predecessor's pid and the generation
 	// its fleet served when the restart began, for the restart's result:
 	// the successor's parent is someone else once the predecessor is

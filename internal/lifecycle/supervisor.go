@@ -23,6 +23,7 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/ownerdir"
+	"github.com/reconfhq/reconf/internal/restartapi"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -506,8 +507,8 @@ func (s *Supervisor) ready() error {
 		// reached a draining old worker just then started while the
 		// restart still ran here (TestRestartMarkHoldsAcrossRestarts
 		// caught one, under a loaded machine).
-		s.ctl.track.finish(s.handedRun, func(r *admin.RestartResult) {
-			r.Outcome, r.Reason = admin.Restarted, admin.ReasonRestarted
+		s.ctl.track.finish(s.handedRun, func(r *restartapi.Result) {
+			r.Outcome, r.Reason = restartapi.Restarted, restartapi.ReasonRestarted
 			// OldSupervisorPID and PreviousGeneration came with the
 			// hand-over (inherit): not os.Getppid, which names init once
 			// the predecessor was killed.

@@ -12,6 +12,7 @@ import (
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/internal/millis"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // keptRestarts is how many finished restarts stay known by id.
@@ -29,7 +30,7 @@ type restartTracker struct {
 	order []string
 	// counts holds the restarts that began (their check passed), by how
 	// they ended; a successor carries its predecessor's on (seed).
-	counts map[admin.RestartOutcome]uint64
+	counts map[restartapi.Outcome]uint64
 	// mark, when set, is a file that exists while a restart runs: the
 	// supervisor's workers look for it before every reload (see
 	// fleetRestarter.running) instead of asking over the control socket,
@@ -38,28 +39,28 @@ type restartTracker struct {
 }
 
 type restartRun struct {
-	res  admin.RestartResult // guarded by restartTracker.mu
+	res  restartapi.Result // guarded by restartTracker.mu
 	done chan struct{}
 }
 
 // begin registers a new running restart, or returns a busy result when
 // one runs already.
-func (t *restartTracker) begin(prev uint64) (*restartRun, admin.RestartResult, bool) {
+func (t *restartTracker) begin(prev uint64) (*restartRun, restartapi.Result, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
 	if t.cur != nil {
-		return nil, admin.RestartResult{ID: "", Done: true, Outcome: admin.RestartOutcome(reconf.Busy.String()), Reason: admin.ReasonRestartRunning,
+		return nil, restartapi.Result{ID: "", Done: true, Outcome: restartapi.Outcome(reconf.Busy.String()), Reason: restartapi.ReasonRunning,
 			Message: "a restart is in progress (" + t.cur.res.ID + "); try again when it ends", PreviousGeneration: prev, Generation: prev, Started: now}, false
 	}
 	if err := t.markRunning(); err != nil {
-		return nil, admin.RestartResult{Done: true, Outcome: admin.RestartFailed, Reason: admin.ReasonInternal,
+		return nil, restartapi.Result{Done: true, Outcome: restartapi.Failed, Reason: admin.ReasonInternal,
 			Message: err.Error(), PreviousGeneration: prev, Generation: prev, Started: now}, false
 	}
 	t.seq++
-	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{
-		ID: "r" + strconv.FormatInt(now.Unix(), 36) + "-" + strconv.Itoa(t.seq), Outcome: admin.RestartRunning,
-		Reason: admin.ReasonRestartRunning, PreviousGeneration: prev, Generation: prev, Started: now}}
+	r := &restartRun{done: make(chan struct{}), res: restartapi.Result{
+		ID: "r" + strconv.FormatInt(now.Unix(), 36) + "-" + strconv.Itoa(t.seq), Outcome: restartapi.Running,
+		Reason: restartapi.ReasonRunning, PreviousGeneration: prev, Generation: prev, Started: now}}
 	t.run(r)
 	return r, r.res, true
 }
@@ -93,16 +94,16 @@ func (t *restartTracker) run(r *restartRun) {
 }
 
 // finish ends r with its final result.
-func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) admin.RestartResult {
+func (t *restartTracker) finish(r *restartRun, fn func(*restartapi.Result)) restartapi.Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fn(&r.res)
 	r.res.Done = true
 	r.res.DurationMS = float64(time.Since(r.res.Started).Microseconds()) / 1000
 	switch r.res.Outcome {
-	case admin.Restarted, admin.RestartFailed, admin.RestartRefused:
+	case restartapi.Restarted, restartapi.Failed, restartapi.Refused:
 		if t.counts == nil {
-			t.counts = map[admin.RestartOutcome]uint64{}
+			t.counts = map[restartapi.Outcome]uint64{}
 		}
 		t.counts[r.res.Outcome]++
 	}
@@ -122,17 +123,17 @@ func (t *restartTracker) finish(r *restartRun, fn func(*admin.RestartResult)) ad
 // restart-failed with reason and msg, and moves its count: the new process
 // exited just after it took over. It returns the amended result, or false
 // when the last restart is not one that restarted.
-func (t *restartTracker) failLast(reason, msg string) (admin.RestartResult, bool) {
+func (t *restartTracker) failLast(reason, msg string) (restartapi.Result, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.last == nil || t.last.res.Outcome != admin.Restarted {
-		return admin.RestartResult{}, false
+	if t.last == nil || t.last.res.Outcome != restartapi.Restarted {
+		return restartapi.Result{}, false
 	}
 	r := &t.last.res
-	r.Outcome, r.Reason, r.Message = admin.RestartFailed, reason, msg
+	r.Outcome, r.Reason, r.Message = restartapi.Failed, reason, msg
 	r.Generation = r.PreviousGeneration
-	t.counts[admin.Restarted]--
-	t.counts[admin.RestartFailed]++
+	t.counts[restartapi.Restarted]--
+	t.counts[restartapi.Failed]++
 	return *r, true
 }
 
@@ -158,12 +159,12 @@ func (r *restartRun) previous(t *restartTracker) uint64 {
 }
 
 // wait returns the restart with id once done or when ctx ends.
-func (t *restartTracker) wait(ctx context.Context, id string) (admin.RestartResult, bool) {
+func (t *restartTracker) wait(ctx context.Context, id string) (restartapi.Result, bool) {
 	t.mu.Lock()
 	r := t.runs[id]
 	t.mu.Unlock()
 	if r == nil {
-		return admin.RestartResult{}, false
+		return restartapi.Result{}, false
 	}
 	select {
 	case <-r.done:
@@ -184,23 +185,23 @@ func (t *restartTracker) running() bool {
 // RestartState is the restart part of the status document: a process's
 // own book, or, for a worker, its supervisor's.
 type RestartState struct {
-	InProgress bool                 `json:"in_progress"`
-	Current    *admin.RestartResult `json:"current,omitempty"`
-	Last       *admin.RestartResult `json:"last,omitempty"`
+	InProgress bool               `json:"in_progress"`
+	Current    *restartapi.Result `json:"current,omitempty"`
+	Last       *restartapi.Result `json:"last,omitempty"`
 	// Counts holds the restarts that began, by outcome (restarted,
 	// restart-failed, restart-refused), this process's predecessors'
 	// included.
-	Counts map[admin.RestartOutcome]uint64 `json:"counts"`
+	Counts map[restartapi.Outcome]uint64 `json:"counts"`
 }
 
 // seed adds a predecessor's counts, and one restarted: the restart that
 // started this process, which its predecessor finishes after handing on;
 // it becomes the last restart, begun at started and finished now.
-func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string, started time.Time) {
+func (t *restartTracker) seed(counts map[restartapi.Outcome]uint64, id string, started time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.last = &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Done: true, Outcome: admin.Restarted,
-		Reason: admin.ReasonRestarted, Message: "this process was started by the restart", Started: started,
+	t.last = &restartRun{done: make(chan struct{}), res: restartapi.Result{ID: id, Done: true, Outcome: restartapi.Restarted,
+		Reason: restartapi.ReasonRestarted, Message: "this process was started by the restart", Started: started,
 		DurationMS: millis.Of(time.Since(started))}}
 	close(t.last.done)
 	if id != "" {
@@ -211,7 +212,7 @@ func (t *restartTracker) seed(counts map[admin.RestartOutcome]uint64, id string,
 		t.cur = nil
 	}
 	t.addCounts(counts)
-	t.counts[admin.Restarted]++
+	t.counts[restartapi.Restarted]++
 }
 
 // named completes the seeded restart id with what a process started by it
@@ -225,9 +226,9 @@ func (t *restartTracker) named(id string, pid int, prev, gen uint64) {
 }
 
 // addCounts adds a predecessor's restart counts. t.mu is held.
-func (t *restartTracker) addCounts(counts map[admin.RestartOutcome]uint64) {
+func (t *restartTracker) addCounts(counts map[restartapi.Outcome]uint64) {
 	if t.counts == nil {
-		t.counts = map[admin.RestartOutcome]uint64{}
+		t.counts = map[restartapi.Outcome]uint64{}
 	}
 	for o, n := range counts {
 		t.counts[o] += n
@@ -242,15 +243,15 @@ func (t *restartTracker) addCounts(counts map[admin.RestartOutcome]uint64) {
 // restart) and published, and could supersede the first worker's publish
 // of the file's live part, failing the restart. The counts are the
 // predecessor's; finish adds this restart's outcome.
-func (t *restartTracker) inherit(counts map[admin.RestartOutcome]uint64, id string, started time.Time, oldPID int, prev uint64) (*restartRun, error) {
+func (t *restartTracker) inherit(counts map[restartapi.Outcome]uint64, id string, started time.Time, oldPID int, prev uint64) (*restartRun, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.markRunning(); err != nil {
 		return nil, err
 	}
 	t.addCounts(counts)
-	r := &restartRun{done: make(chan struct{}), res: admin.RestartResult{ID: id, Outcome: admin.RestartRunning,
-		Reason: admin.ReasonRestartRunning, Message: "this process was started by the restart", Started: started,
+	r := &restartRun{done: make(chan struct{}), res: restartapi.Result{ID: id, Outcome: restartapi.Running,
+		Reason: restartapi.ReasonRunning, Message: "this process was started by the restart", Started: started,
 		OldSupervisorPID: oldPID, PreviousGeneration: prev}}
 	t.run(r)
 	return r, nil

@@ -18,6 +18,8 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/discovery"
 	"github.com/reconfhq/reconf/internal/gateway"
+	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
 // managementSettings decides the management address and token from the
@@ -113,6 +115,14 @@ func (m *managementServer) Shutdown(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// restarting is the runtime management serves: reloads go through the
+// guard, and restarts (which admin serves for a runtime that is also a
+// restartapi.Restarter) through the process's restarter.
+type restarting struct {
+	lifecycle.Guard
+	restartapi.Restarter
 }
 
 // startManagement opens the management API when an address is set. A

@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
@@ -98,7 +97,7 @@ func (s *single) startRestarter(inherited lifecycle.Inheritance) {
 // startManagement opens management on a predecessor's socket or a new
 // one, which a restart then hands on too.
 func (s *single) startManagement() error {
-	mgmt, err := startManagement(s.g, s.guard, s.f, s.log, s.lookup, s.reg, func(addr string) (net.Listener, error) {
+	mgmt, err := startManagement(s.g, restarting{s.guard, s.rs}, s.f, s.log, s.lookup, s.reg, func(addr string) (net.Listener, error) {
 		mln := s.lns[lifecycle.ListenerManagement]
 		if mln == nil {
 			var err error
@@ -107,7 +106,7 @@ func (s *single) startManagement() error {
 			}
 		}
 		return mln, s.sockets.Add(lifecycle.ListenerManagement, mln)
-	}, func() map[string]any { return withRestart(s.g.StatusFields(), s.rs.State(), s.f.Version) }, admin.WithRestarter(s.rs))
+	}, func() map[string]any { return withRestart(s.g.StatusFields(), s.rs.State(), s.f.Version) })
 	if err != nil {
 		return err
 	}

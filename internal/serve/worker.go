@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reconfhq/reconf"
-	"github.com/reconfhq/reconf/admin"
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/earlysignal"
 	"github.com/reconfhq/reconf/internal/exitcode"
@@ -185,7 +184,7 @@ func (w *worker) start() error {
 	w.ln = handoff.NewDrainListener(w.lns[lifecycle.ListenerData])
 	w.served = make(chan error, 1)
 	go func() { w.served <- g.Serve(w.ln) }()
-	mgmt, err := startManagement(g, w.guard, f, w.log, w.lookup, w.reg, func(addr string) (net.Listener, error) {
+	mgmt, err := startManagement(g, restarting{w.guard, w.rs}, f, w.log, w.lookup, w.reg, func(addr string) (net.Listener, error) {
 		if ln := w.lns[lifecycle.ListenerManagement]; ln != nil {
 			return ln, nil
 		}
@@ -193,7 +192,7 @@ func (w *worker) start() error {
 	}, func() map[string]any {
 		st, _ := w.rs.State()
 		return withRestart(g.StatusFields(), st, f.Version)
-	}, admin.WithRestarter(w.rs))
+	})
 	if err != nil {
 		_ = g.Shutdown(context.Background())
 		<-w.served
