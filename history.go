@@ -21,7 +21,7 @@ type HistoryEntry struct {
 	Reason  Reason `json:"reason"`
 	// Message is the attempt's safe human message.
 	Message string `json:"message,omitempty"`
-	// ChangedFields lists at most MaxListedPaths changed live paths;
+	// ChangedFields lists at most 32 changed live paths;
 	// ChangedFieldCount is their full number.
 	ChangedFields     []string `json:"changed_fields,omitempty"`
 	ChangedFieldCount int      `json:"changed_field_count"`
