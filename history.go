@@ -25,7 +25,7 @@ type HistoryEntry struct {
 	// ChangedFieldCount is their full number.
 	ChangedFields     []string `json:"changed_fields,omitempty"`
 	ChangedFieldCount int      `json:"changed_field_count"`
-	// RestartRequiredFields lists at most MaxListedPaths changed paths
+	// RestartRequiredFields lists at most 32 changed paths
 	// that need a restart; RestartRequiredFieldCount is their full number.
 	RestartRequiredFields     []string `json:"restart_required_fields,omitempty"`
 	RestartRequiredFieldCount int      `json:"restart_required_field_count"`
