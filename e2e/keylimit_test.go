@@ -154,6 +154,13 @@ const (
 	keyLimitLowAtKill = 75
 )
 
+// keyLimitLowAtKillHosts is keyLimitLowAtKill across two hosts, whose
+// workers learn of the kill from the other host's supervisor through the
+// external etcd: a loaded run held 72 in the second by the kill (its
+// seconds held 100 each). It still fails a static quarter (65), and over
+// the 60 s window a dip of 30 is within its 570-630.
+const keyLimitLowAtKillHosts = 70
+
 // TestKeyLimitHoldsAcrossHosts runs the fleet key limit on two hosts of
 // two workers each (two serve --workers 2 processes on one etcd): a key
 // limited to 100 requests a second, 80% of the load on the first host's
@@ -196,5 +203,5 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 		}
 		return keyload.Target{URL: b.url, Slot: "2"}
 	})
-	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, dur/2, keyLimitLow, keyLimitLowAtKill, 110)
+	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, dur/2, keyLimitLow, keyLimitLowAtKillHosts, 110)
 }
