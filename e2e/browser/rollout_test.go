@@ -68,11 +68,16 @@ type rolloutState struct {
 		Decision  string `json:"decision"`
 		Decider   string `json:"decider"`
 		Candidate uint64 `json:"candidate_generation"`
+		Pending   *struct {
+			Share uint32 `json:"share"`
+		} `json:"pending"`
 	} `json:"rollout"`
 }
 
-// waitRollout polls GET /admin/rollout until the rollout is in phase:
-// the answering worker may not have read the fleet's last decision yet.
+// waitRollout polls GET /admin/rollout until the rollout is in phase
+// with no widening pending: the answering worker may not have read the
+// fleet's last decision yet, and a fleet's share takes effect only once
+// every worker has acknowledged it.
 func waitRollout(t *testing.T, mgmt, phase string) rolloutState {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -82,7 +87,7 @@ func waitRollout(t *testing.T, mgmt, phase string) rolloutState {
 		if code != http.StatusOK || json.Unmarshal(b, &st) != nil {
 			t.Fatalf("GET /admin/rollout: %d %s", code, b)
 		}
-		if st.Rollout != nil && st.Rollout.Phase == phase {
+		if st.Rollout != nil && st.Rollout.Phase == phase && st.Rollout.Pending == nil {
 			return st
 		}
 		if time.Now().After(deadline) {
