@@ -164,6 +164,7 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if st != nil {
 		ro.state = *st
+		ro.cutOff, r.cutOffNext = r.cutOffNext, false
 	} else {
 		ro.state = r.newRolloutState(ctx, res.Trigger, prev.id, next.id, s)
 	}
