@@ -629,10 +629,10 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					// taking the candidate from entities that other
 					// workers give it.
 					contact = time.Now()
-					// A worker that started serving without the candidate
-					// may hold it out of service from its start (see
-					// rolloutStep): have the switch below say so either way.
-					cut = f.late.Load() != nil
+					// The candidate may be out of service from its start
+					// (see rolloutStep): have the switch below set it
+					// either way.
+					cut = true
 				}
 			}
 			if !ok || st.Done() {
@@ -789,13 +789,11 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 		}
 		return f.applyPlain(a, seen)
 	}
-	if f.late.Load() != nil {
-		// This worker started serving without a rollout's candidate: it
-		// gives the candidate to nobody until a step that began after,
-		// from the candidate's first moment here (the rollout loop keeps
-		// it so), and to its share otherwise.
-		_ = rr.SetCutOff(f.ctx, f.leftOut(st))
-	}
+	// A worker that started serving without this rollout's candidate
+	// gives it to nobody until a step that began after, from the
+	// candidate's first moment here (the rollout loop keeps it so); any
+	// other candidate starts in service.
+	_ = rr.SetCutOff(f.ctx, f.leftOut(st))
 	res, err := rr.ApplyCandidate(f.ctx, u.Version, u.Record, st)
 	f.ch.wakeRollout()
 	switch {
