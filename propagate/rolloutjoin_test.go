@@ -1,6 +1,7 @@
 package propagate
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -91,4 +92,25 @@ func TestFleetJoinerLeftOutWhenLate(t *testing.T) {
 		return ro != nil && ro.ID == cand && ro.CutOff
 	})
 	ask()
+}
+
+// TestFleetCandidateNotCutOffByStaleArm: a cut-off the runtime was told
+// of while it followed no rollout (the rollout loop's call just after a
+// rollout ended here) does not hold the next rollout's candidate out of
+// service: every worker splits alike at its first share.
+func TestFleetCandidateNotCutOffByStaleArm(t *testing.T) {
+	s := startServer(t)
+	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
+	if err := ws[1].rt.SetCutOff(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Minute))
+	waitFor(t, 10*time.Second, "both workers give the candidate its first share alike", func() bool {
+		for _, w := range ws {
+			if ro := w.rollout(); ro == nil || ro.ID != cand || ro.Share != 5000 || ro.Pending != nil || ro.CutOff {
+				return false
+			}
+		}
+		return len(candidateBand(ws[1], cand, 200)) > 0 && sameSplit(ws)
+	})
 }
