@@ -164,9 +164,13 @@ func (r *Runtime[T]) begin(ctx context.Context, res *Result, prev, next *Generat
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if st != nil {
 		ro.state = *st
+		// Armed by SetCutOff for a candidate applied from the fleet; a
+		// stage on this worker begins a rollout of its own.
+		ro.cutOff = r.cutOffNext && res.Trigger == TriggerCluster
 	} else {
 		ro.state = r.newRolloutState(ctx, res.Trigger, prev.id, next.id, s)
 	}
+	r.cutOffNext = false
 	r.rec.Track(prev.id, next.id)
 	ac, _ := r.rec.Counts(prev.id)
 	ro.base[0] = ac

@@ -156,6 +156,11 @@ func (r *Runtime[T]) FollowRollout(ctx context.Context, st RolloutState) error {
 // that has not read the channel for longer than a step cannot know the
 // fleet's decisions, so it stops giving out the candidate; Status says
 // so (Rollout.CutOff).
+//
+// With no rollout, it says whether the next candidate this worker
+// applies (ApplyCandidate) starts out of service: a worker that began
+// serving without the candidate of a running rollout gives it to nobody
+// from the start, not after the active generation.
 func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	if err := r.takeSlot(ctx); err != nil {
 		return err
@@ -163,7 +168,8 @@ func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	defer r.releaseSlot()
 	ro := r.ro
 	if ro == nil {
-		return ErrNoRollout
+		r.cutOffNext = on
+		return nil
 	}
 	r.mu.Lock()
 	changed := ro.cutOff != on

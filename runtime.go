@@ -83,6 +83,7 @@ type Runtime[T any] struct {
 	queue        *queued         // the Reload waiting for the slot, which later ones fold into
 	ro           *rollout[T]     // the rollout in progress; written under the slot too
 	lastRollout  *RolloutStatus  // the last one that ended
+	cutOffNext   bool            // the next candidate applied starts out of service (SetCutOff with no rollout); under the slot
 	drivers      []chan struct{} // rollout drivers' done channels, waited for by Close
 	recorded     []recorded      // the latest published generations' content, for Revert; written under the slot too
 	events       []RolloutEvent  // decisions taken under the slot, told when it is released; only its holder touches them

@@ -116,6 +116,13 @@ func TestStagedRolloutFleetFaults(t *testing.T) {
 		if !strings.Contains(s.logs.String(), "this worker drives the rollout now") {
 			t.Errorf("no worker took the driving over")
 		}
+		// The killed worker's replacement joined mid-rollout: it took
+		// requests only once it followed the rollout, so no tenant met
+		// the active generation after the candidate.
+		if !strings.Contains(s.logs.String(), "this worker joined mid-rollout and follows it") {
+			t.Errorf("the killed worker's replacement did not follow the rollout before it served")
+		}
+		checkTenants(t, l, cand-1, cand, s)
 		if n := l.failed.Load(); n > loadWorkers {
 			t.Errorf("%d requests failed; at most the %d in flight on the killed worker may", n, loadWorkers)
 		}

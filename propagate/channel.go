@@ -57,6 +57,7 @@ type Channel struct {
 	rowLease atomic.Int64                // the lease of this worker's row as last written; the driver key and counts live on it
 	seen     atomic.Pointer[seenRollout] // the newest rollout state read or written, which a decision is compared with
 	driving  atomic.Uint64               // the rollout this worker drives (holds the driver key of), or 0
+	midJoin  atomic.Pointer[midJoin]     // Join started this worker on a rollout's active version; a Follower waits to follow it
 	// rolloutWake wakes a Follower's rollout loop, which sleeps while
 	// this worker follows no rollout (see Channel.wakeRollout).
 	rolloutWake chan struct{}

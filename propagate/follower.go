@@ -67,6 +67,7 @@ type options struct {
 	lease      func() clientv3.LeaseID   // WithSharedLease; nil: the follower keeps its own
 	answers    func() (time.Time, int64) // WithLeaseAnswers
 	timing     *Timing                   // WithFollowerTiming
+	joinWait   time.Duration             // WithJoinWait
 }
 
 // WithResyncInterval sets how often the follower makes sure its watch
@@ -192,6 +193,10 @@ type Follower struct {
 	reads      atomic.Int64                // resync reads, for tests of the resync's cost
 	asks       atomic.Int64                // progress requests, for the same tests
 	ownAnswer  atomic.Pointer[leaseAnswer] // the last answer to a renewal of the follower's own lease
+	joining    atomic.Pointer[midJoin]     // the rollout Follow waits to follow (see awaitJoin)
+	joinRead   atomic.Int64                // the state's revision read first while following it
+	candFailed atomic.Uint64               // the last candidate this worker's runtime refused
+	late       atomic.Pointer[lateJoin]    // the rollout this worker started serving without following
 
 	// Owned by the presence goroutine (and Follow before it starts).
 	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
@@ -224,10 +229,20 @@ type Follower struct {
 // reconf.WithChannel(ch), so that it joined the cluster and publishes
 // through it. Follow grants the row's lease and writes the row before it
 // returns; a failure returns an error and starts nothing.
+//
+// A runtime that joined while a rollout runs started on the active
+// version: Follow then returns once the runtime holds the candidate
+// beside it and the fleet's current state, or the rollout has ended, so
+// that a service that starts serving when Follow returns gives each
+// entity the generation the rest of the fleet gives it from its first
+// request. It waits at most WithJoinWait; past that (or when the
+// candidate is refused here) the worker starts left out of the rollout's
+// current step, giving the candidate to nobody, and logs it.
 func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Follower, error) {
 	f := &Follower{
 		ch: ch, rt: rt, pid: os.Getpid(), dirty: make(chan struct{}, 1),
-		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL, hostTTL: DefaultHostTTL},
+		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL, hostTTL: DefaultHostTTL,
+			joinWait: DefaultJoinWait},
 	}
 	for _, opt := range opts {
 		opt(&f.o)
@@ -274,6 +289,10 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	if f.o.timing != nil {
 		f.wg.Add(1)
 		go f.convergence()
+	}
+	if err := f.awaitJoin(ctx); err != nil {
+		_ = f.Close(context.WithoutCancel(ctx))
+		return nil, err
 	}
 	return f, nil
 }

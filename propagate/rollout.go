@@ -454,7 +454,15 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 	if err != nil {
 		return 0, reconf.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
 	}
+	c.midJoin.Store(&midJoin{rollout: st.ID, candidate: u.Version})
 	return a.Version, a.Record, nil
+}
+
+// midJoin is a rollout a worker joined in the middle of: it started on
+// the active version, and the candidate is still to be applied beside it.
+type midJoin struct {
+	rollout   uint64
+	candidate uint64
 }
 
 // rolloutTick is how often a follower looks at the rollout it follows:
@@ -547,6 +555,12 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 		}
 		if r.stRev != 0 {
 			f.noteRollout(r.st, r.stRev)
+			if j := f.joining.Load(); j != nil && r.st.ID == j.rollout {
+				// Issued while the runtime followed the rollout: once it
+				// has adopted this state, it follows the fleet's.
+				f.joinRead.CompareAndSwap(0, r.stRev)
+				f.pushRollout(rr)
+			}
 		}
 		if r.driver != f.ch.id && f.ch.driving.Load() != 0 {
 			f.ch.driving.Store(0)
@@ -615,6 +629,10 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 					// taking the candidate from entities that other
 					// workers give it.
 					contact = time.Now()
+					// The candidate may be out of service from its start
+					// (see rolloutStep): have the switch below set it
+					// either way.
+					cut = true
 				}
 			}
 			if !ok || st.Done() {
@@ -646,7 +664,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 						"rollout", st.ID, "step", st.Step)
 				}
 			}
-			switch off := time.Since(contact) > step || unacked; {
+			switch off := time.Since(contact) > step || unacked || f.leftOut(st); {
 			case off && !cut:
 				if rr.SetCutOff(f.ctx, true) == nil {
 					cut = true
@@ -771,12 +789,18 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 		}
 		return f.applyPlain(a, seen)
 	}
+	// A worker that started serving without this rollout's candidate
+	// gives it to nobody until a step that began after, from the
+	// candidate's first moment here (the rollout loop keeps it so); any
+	// other candidate starts in service.
+	_ = rr.SetCutOff(f.ctx, f.leftOut(st))
 	res, err := rr.ApplyCandidate(f.ctx, u.Version, u.Record, st)
 	f.ch.wakeRollout()
 	switch {
 	case f.ctx.Err() != nil:
 		return settled
 	case err != nil:
+		f.candFailed.Store(u.Version)
 		f.failed(u.Version, reconf.ReasonInternal, err.Error())
 		return retryBackoff
 	case res.Outcome == reconf.Published || res.Outcome == reconf.NoOp:
@@ -790,6 +814,7 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 	case res.Outcome == reconf.Busy:
 		return retryBusy
 	default:
+		f.candFailed.Store(u.Version)
 		f.failed(u.Version, res.Reason, res.Message)
 		return retryBackoff
 	}
