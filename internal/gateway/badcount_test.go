@@ -1,9 +1,6 @@
 package gateway
 
 import (
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -41,16 +38,8 @@ func TestBadUsageCountsEstimated(t *testing.T) {
 					up.events("/v1/chat/completions", chunk, `data: {"choices":[],"usage":`+bad+`}`, "data: [DONE]")
 				}
 				before := charged()
-				req, _ := http.NewRequest("POST", tg.url+tc.path, strings.NewReader(tc.body))
-				req.Header.Set(key[0], key[1])
-				resp, err := tg.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					t.Fatalf("got %d", resp.StatusCode)
+				if code := tg.drain(tc.path, tc.body, key...); code != 200 {
+					t.Fatalf("got %d", code)
 				}
 				low := int64(len(tc.body)+bytesPerToken-1)/bytesPerToken + 9
 				waitFor(t, "the answer's charge", func() bool { return charged() > before })

@@ -45,16 +45,8 @@ func TestCutEstimateCountsAllText(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up.events("/v1/chat/completions", tc.events...)
 			before := charged()
-			req, _ := http.NewRequest("POST", tg.url+tc.path, strings.NewReader(tc.body))
-			req.Header.Set(key[0], key[1])
-			resp, err := tg.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body) // broken off: the read's error is expected
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("got %d", resp.StatusCode)
+			if code := tg.drain(tc.path, tc.body, key...); code != 200 {
+				t.Fatalf("got %d", code)
 			}
 			want := reqTokens() + tc.out
 			waitFor(t, "the stream's charge", func() bool { return charged() > before })
@@ -117,14 +109,7 @@ func TestCutEstimateCountsHalfEvent(t *testing.T) {
 			})
 			before := charged()
 			body := tc.body
-			req, _ := http.NewRequest("POST", tg.url+tc.path, strings.NewReader(body))
-			req.Header.Set(key[0], key[1])
-			resp, err := tg.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			tg.drain(tc.path, body, key...)
 			want := int64(len(body)+bytesPerToken-1)/bytesPerToken + int64(len(text)/bytesPerToken)
 			waitFor(t, "the stream's charge", func() bool { return charged() > before })
 			time.Sleep(20 * time.Millisecond)

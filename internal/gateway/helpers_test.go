@@ -182,6 +182,27 @@ func (tg *testGateway) do(method, path, body string, hdr ...string) response {
 	return response{resp.StatusCode, resp.Header, b}
 }
 
+// drain sends body to path and reads the answer to its end, a read error
+// included: a stream the upstream broke off ends without its last chunk.
+// It returns the status.
+func (tg *testGateway) drain(path, body string, hdr ...string) int {
+	tg.t.Helper()
+	req, err := http.NewRequest("POST", tg.url+path, strings.NewReader(body))
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := tg.client.Do(req)
+	if err != nil {
+		tg.t.Fatalf("POST %s: %v", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func chatBody(model string, stream bool) string {
 	b, _ := json.Marshal(map[string]any{
 		"model":    model,
