@@ -19,7 +19,7 @@ import (
 const mgmtToken = "dataplane-bench-management-token-0123"
 
 // stageRollout stages a candidate on t with the strategy that holds at
-// 50%, pauses it there, and checks that both generations serve: the
+// 50%, pauses it once both generations serve, and checks that both generations serve: the
 // candidate adds an alias no client asks for, so it routes every request
 // as the active generation does and only the split differs.
 func stageRollout(w io.Writer, t *target) error {
@@ -43,11 +43,11 @@ func stageRollout(w io.Writer, t *target) error {
 	if err := mgmtPost(t, "/admin/config/reload?rollout="+rolloutStrategy); err != nil {
 		return fmt.Errorf("staging the rollout: %w", err)
 	}
-	if err := mgmtPost(t, "/admin/rollout/pause"); err != nil {
-		return fmt.Errorf("pausing the rollout: %w", err)
-	}
 	// Every key once, on a new connection each, so both workers answer;
-	// the fleet's workers may take a moment to follow.
+	// the fleet's workers may take a moment to follow, and a fleet's
+	// first share takes effect once every worker has acknowledged it. The
+	// pause comes after: a rollout paused before its first share holds at
+	// none.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		gens, err := generationsByKey(t)
@@ -55,6 +55,9 @@ func stageRollout(w io.Writer, t *target) error {
 			return err
 		}
 		if len(gens) == 2 {
+			if err := mgmtPost(t, "/admin/rollout/pause"); err != nil {
+				return fmt.Errorf("pausing the rollout: %w", err)
+			}
 			printSplit(w, t, gens, "staged")
 			return nil
 		}
