@@ -63,6 +63,16 @@ func TestStreamsChargeTheirUsage(t *testing.T) {
 	}
 }
 
+// chargeOf waits for a request's charge to show and returns it: the
+// tokens charged since before. It waits a moment more, so that a second
+// charge of the same request shows too.
+func chargeOf(t *testing.T, charged func() int64, before int64) int64 {
+	t.Helper()
+	waitFor(t, "the request's charge", func() bool { return charged() > before })
+	time.Sleep(20 * time.Millisecond)
+	return charged() - before
+}
+
 // startChargedGateway starts a gateway on up (its Anthropic backend at
 // anthropicHost, "" for none) whose client key a, given as key, has a
 // token limit far above the tests' use; charged reads the tokens charged

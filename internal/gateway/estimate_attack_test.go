@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // A stream cut before its usage is charged at least the text its
@@ -49,9 +48,7 @@ func TestCutEstimateCountsAllText(t *testing.T) {
 				t.Fatalf("got %d", code)
 			}
 			want := reqTokens() + tc.out
-			waitFor(t, "the stream's charge", func() bool { return charged() > before })
-			time.Sleep(20 * time.Millisecond)
-			if got := charged() - before; got < want {
+			if got := chargeOf(t, charged, before); got < want {
 				t.Errorf("charged %d tokens, want at least %d", got, want)
 			}
 		})
@@ -111,9 +108,7 @@ func TestCutEstimateCountsHalfEvent(t *testing.T) {
 			body := tc.body
 			tg.drain(tc.path, body, key...)
 			want := int64(len(body)+bytesPerToken-1)/bytesPerToken + int64(len(text)/bytesPerToken)
-			waitFor(t, "the stream's charge", func() bool { return charged() > before })
-			time.Sleep(20 * time.Millisecond)
-			if got := charged() - before; got < want {
+			if got := chargeOf(t, charged, before); got < want {
 				t.Errorf("charged %d tokens, want at least %d", got, want)
 			}
 		})

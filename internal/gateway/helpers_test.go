@@ -161,7 +161,9 @@ func code(e apiErrorBody) string {
 	return *e.Code
 }
 
-func (tg *testGateway) do(method, path, body string, hdr ...string) response {
+// send sends body to path with the header pairs hdr and returns the
+// answer with its body unread.
+func (tg *testGateway) send(method, path, body string, hdr ...string) *http.Response {
 	tg.t.Helper()
 	req, err := http.NewRequest(method, tg.url+path, strings.NewReader(body))
 	if err != nil {
@@ -174,6 +176,12 @@ func (tg *testGateway) do(method, path, body string, hdr ...string) response {
 	if err != nil {
 		tg.t.Fatalf("%s %s: %v", method, path, err)
 	}
+	return resp
+}
+
+func (tg *testGateway) do(method, path, body string, hdr ...string) response {
+	tg.t.Helper()
+	resp := tg.send(method, path, body, hdr...)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -187,17 +195,7 @@ func (tg *testGateway) do(method, path, body string, hdr ...string) response {
 // It returns the status.
 func (tg *testGateway) drain(path, body string, hdr ...string) int {
 	tg.t.Helper()
-	req, err := http.NewRequest("POST", tg.url+path, strings.NewReader(body))
-	if err != nil {
-		tg.t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := tg.client.Do(req)
-	if err != nil {
-		tg.t.Fatalf("POST %s: %v", path, err)
-	}
+	resp := tg.send("POST", path, body, hdr...)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
