@@ -244,14 +244,7 @@ func TestFleetRolloutDriverKilled(t *testing.T) {
 	})
 	_ = ws[0].cli.Close() // the driver dies
 	rest := ws[1:]
-	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
-		for _, w := range rest {
-			if ro := w.rollout(); ro == nil || !ro.Done() {
-				return false
-			}
-		}
-		return true
-	})
+	waitRolloutsEnded(t, rest)
 	a, b := rest[0].rollout(), rest[1].rollout()
 	if a.Phase != b.Phase || rest[0].version() != rest[1].version() {
 		t.Fatalf("the workers disagree: %+v at %d, %+v at %d", a.RolloutState, rest[0].version(), b.RolloutState, rest[1].version())
@@ -596,19 +589,26 @@ func TestFleetRolloutTakeoverInFinalBake(t *testing.T) {
 		return true
 	})
 	_ = ws[0].cli.Close() // the driver dies
+	waitRolloutsEnded(t, rest)
+	for _, w := range rest {
+		if ro := w.rollout(); ro.Phase != reconf.Promoted || w.version() != cand {
+			t.Fatalf("worker %s: %s (%s) at %d, want the takeover to promote", w.id, ro.Phase, ro.Reason, w.version())
+		}
+	}
+}
+
+// waitRolloutsEnded waits until every worker of ws has ended its
+// rollout, as a fleet whose driver died must.
+func waitRolloutsEnded(t *testing.T, ws []fleetWorker) {
+	t.Helper()
 	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
-		for _, w := range rest {
+		for _, w := range ws {
 			if ro := w.rollout(); ro == nil || !ro.Done() {
 				return false
 			}
 		}
 		return true
 	})
-	for _, w := range rest {
-		if ro := w.rollout(); ro.Phase != reconf.Promoted || w.version() != cand {
-			t.Fatalf("worker %s: %s (%s) at %d, want the takeover to promote", w.id, ro.Phase, ro.Reason, w.version())
-		}
-	}
 }
 
 // lookCounter is a worker's runtime that counts how often its follower's

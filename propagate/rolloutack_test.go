@@ -251,14 +251,7 @@ func TestFleetDriverKilledWhileWidening(t *testing.T) {
 	})
 	_ = ws[0].cli.Close() // the driver dies
 	rest := ws[1:]
-	waitFor(t, 30*time.Second, "the rest end the rollout", func() bool {
-		for _, w := range rest {
-			if ro := w.rollout(); ro == nil || !ro.Done() {
-				return false
-			}
-		}
-		return true
-	})
+	waitRolloutsEnded(t, rest)
 	for _, w := range rest {
 		if ro := w.rollout(); ro.Phase != reconf.Promoted || w.version() != cand {
 			t.Fatalf("worker %s ended %s (%s) at %d, want promoted at %d", w.id, ro.Phase, ro.Reason, w.version(), cand)
