@@ -42,8 +42,12 @@ import (
 // others' reports, below half its fair share) the loop sleeps instead of
 // ticking: it reports that it holds its fair share of every key (so the
 // others count the whole of it as used) and admits on that share. An
-// admission that brings a window to half the fair share, a peer joining
-// or leaving, or another worker's report near a limit wakes it.
+// admission that brings a window to half the fair share, or another
+// worker's report near a limit, wakes it. A peer joining or leaving does
+// not: the fair share is the limit divided by the workers known now, on
+// both sides (a sleeping worker admits on it, the others count a sleeping
+// report as it), so a join changes every sleeping share with no write,
+// and costs the fleet the joiner's one report, not one per worker.
 type keyFleet struct {
 	cli    *clientv3.Client
 	prefix string // KeyUsePrefix
@@ -77,9 +81,17 @@ type keyFleet struct {
 	// every tick, and a watch slower than a tick would never catch up.
 	wroteRev, seenRev, fenceRev int64
 
+	// sleepers are the workers whose report says they sleep, holding
+	// their fair share of every limited key.
+	sleepers map[string]bool
+
 	// asleep is set while the loop sleeps; wakeC wakes it.
 	asleep atomic.Bool
 	wakeC  chan struct{}
+	// livePeers is peersLocked as of the last change of the workers
+	// known: a sleeping share's fair share divides by it, so that a join
+	// or a leave moves it without waking the loop.
+	livePeers atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -121,10 +133,12 @@ func ghostLeft(v keyCounts, age, per time.Duration) float64 {
 	return left / total
 }
 
-// keyGhost is the report of a worker gone at time gone.
+// keyGhost is the report of a worker gone at time gone; asleep, its
+// fair share as it slept.
 type keyGhost struct {
-	r    keyReport
-	gone time.Time
+	r      keyReport
+	gone   time.Time
+	asleep bool
 }
 
 // KeyUsePrefix is the etcd prefix of the workers' key use reports under a
@@ -142,17 +156,27 @@ const staleAfter = 10 * defaultKeyTick
 // enough for every worker to report and read the others' reports.
 const growFence = 6 * defaultKeyTick
 
-// asleepAsked marks a sleeping worker's report: in place of the
-// requests asked, it says that the counts are the fair share the worker
-// holds, and that the report stands unwritten while it sleeps.
+// asleepAsked marks the counts a gone sleeping worker leaves behind:
+// in place of the requests asked, it says that the counts are the fair
+// share the worker held, with no parts of the window.
 const asleepAsked = -1
 
-// asleepReport reports whether r is a sleeping worker's report.
-func asleepReport(r keyReport) bool {
-	for _, v := range r {
-		return v[2] == asleepAsked
+// asleepValue is a sleeping worker's report: it holds its fair share,
+// the limit over the workers known, of every limited key, and the report
+// stands unwritten while it sleeps. It names no key and no count, so it
+// stays true as workers join and leave and as reloads change the limits,
+// and costs its watchers a few bytes whatever the number of keys.
+const asleepValue = `"asleep"`
+
+// fairReport is the counts a sleeping worker holds under limits among
+// peers workers: its fair share of each key.
+func fairReport(limits map[string]KeyLimits, peers int64) keyReport {
+	r := make(keyReport, len(limits))
+	for name, lim := range limits {
+		fr, ft := lim.Requests/peers, lim.Tokens/peers
+		r[name] = keyCounts{fr, ft, asleepAsked, fr, ft}
 	}
-	return false
+	return r
 }
 
 // emptyReport reports whether a report counts nothing in any window.
@@ -169,7 +193,7 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 	limits func() map[string]KeyLimits, log *slog.Logger) *keyFleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &keyFleet{cli: cli, prefix: KeyUsePrefix(prefix), id: id, lease: lease, keys: keys, limits: limits,
-		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{}),
+		tick: defaultKeyTick, log: log, others: map[string]keyReport{}, seen: map[string]time.Time{}, peerIDs: map[string]bool{}, sleepers: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(), cancel: cancel, done: make(chan struct{}),
 		workersPrefix: strings.TrimRight(prefix, "/") + "/workers/", wakeC: make(chan struct{}, 1)}
 	rev := f.load(ctx)
 	// A key first used before the first rebalance admits on its fair
@@ -180,7 +204,7 @@ func startKeyFleet(cli *clientv3.Client, prefix, id string, lease func() clientv
 			// reload): its share is the loop's to set.
 			f.wake()
 		}
-		return &keyShare{peers: f.peers(), grown: time.Now().UnixNano(), wake: f.wake}
+		return &keyShare{peers: f.peers(), grown: time.Now().UnixNano(), wake: f.wake, live: &f.livePeers}
 	}
 	go f.run(ctx, rev)
 	return f
@@ -200,6 +224,12 @@ func (f *keyFleet) peersLocked(now time.Time) int64 {
 		n = max(n, f.rows)
 	}
 	return n
+}
+
+// syncPeersLocked publishes the workers known to the sleeping shares;
+// f.mu must be held.
+func (f *keyFleet) syncPeersLocked(now time.Time) {
+	f.livePeers.Store(f.peersLocked(now))
 }
 
 // wake wakes the sleeping loop; it is called with a limiter's lock held,
@@ -238,10 +268,13 @@ func (f *keyFleet) run(ctx context.Context, rev int64) {
 			}
 		case now := <-t.C:
 			f.rebalance(now)
-			f.report(ctx)
+			// A quiet worker goes to sleep with the one report that
+			// says so; the report of its counts would be stale at once.
 			if f.quiet(now) && f.sleep(ctx, now) {
 				t.Stop()
+				continue
 			}
+			f.report(ctx)
 		}
 	}
 }
@@ -269,12 +302,13 @@ func (f *keyFleet) load(ctx context.Context) int64 {
 	for _, kv := range resp.Kvs {
 		f.putLocked(string(kv.Key), kv.Value, kv.ModRevision)
 	}
+	f.syncPeersLocked(now)
 	return resp.Header.Revision
 }
 
 // apply applies watched events and reports whether a sleeping loop
-// should wake for them: a peer joined or left, or another worker's
-// report is near a limit.
+// should wake for them: another worker's report is near a limit. A peer
+// joining or leaving changes the sleeping shares (livePeers) instead.
 func (f *keyFleet) apply(evs []*clientv3.Event) (wake bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -289,43 +323,54 @@ func (f *keyFleet) apply(evs []*clientv3.Event) (wake bool) {
 			continue
 		}
 		id := strings.TrimPrefix(key, f.prefix)
-		if f.peerIDs[id] {
-			wake = true
+		if f.sleepers[id] {
+			// Its fair share among the workers it was counted with
+			// fades as its admissions leave the window.
+			f.ghosts[id] = keyGhost{r: fairReport(f.limits(), f.peersLocked(now)), gone: now, asleep: true}
 		}
 		delete(f.peerIDs, id)
+		delete(f.sleepers, id)
 		if r, ok := f.others[id]; ok {
-			f.ghosts[id] = keyGhost{r, now}
+			f.ghosts[id] = keyGhost{r: r, gone: now}
 			delete(f.others, id)
 			delete(f.seen, id)
 		}
 	}
+	f.syncPeersLocked(now)
 	return wake
 }
 
 // putLocked takes a report written at rev; it reports whether a sleeping
-// loop should wake for it (a new peer, or a report near a limit).
+// loop should wake for it (a report near a limit).
 func (f *keyFleet) putLocked(key string, v []byte, rev int64) (wake bool) {
 	id := strings.TrimPrefix(key, f.prefix)
 	if id == f.id {
 		f.seenRev = max(f.seenRev, rev)
 		return false
 	}
+	if string(v) == asleepValue {
+		f.peerIDs[id], f.sleepers[id] = true, true
+		delete(f.ghosts, id)
+		delete(f.others, id)
+		delete(f.seen, id)
+		return false
+	}
 	var r keyReport
 	if json.Unmarshal(v, &r) != nil {
 		return false
 	}
-	wake = !f.peerIDs[id]
 	f.peerIDs[id] = true
+	delete(f.sleepers, id)
 	delete(f.ghosts, id)
 	// An idle worker's report ("{}") counts as a peer, and costs the
 	// rebalance nothing.
 	if emptyReport(r) {
 		delete(f.others, id)
 		delete(f.seen, id)
-		return wake
+		return false
 	}
 	f.others[id], f.seen[id] = r, time.Now()
-	return wake || (!asleepReport(r) && f.nearLocked(r, f.limits(), f.peersLocked(time.Now())))
+	return f.nearLocked(r, f.limits(), f.peersLocked(time.Now()))
 }
 
 // nearLocked reports whether report r holds, for some key, half its
@@ -362,14 +407,15 @@ func (f *keyFleet) rebalance(now time.Time) {
 	// is taken as gone (killed: its lease has not expired yet), from when
 	// it last wrote.
 	for id, r := range f.others {
-		if at := f.seen[id]; now.Sub(at) > staleAfter && !emptyReport(r) && !asleepReport(r) {
-			f.ghosts[id] = keyGhost{r, at}
+		if at := f.seen[id]; now.Sub(at) > staleAfter && !emptyReport(r) {
+			f.ghosts[id] = keyGhost{r: r, gone: at}
 			delete(f.others, id)
 			delete(f.seen, id)
 			delete(f.peerIDs, id)
 		}
 	}
 	peers := f.peersLocked(now)
+	f.syncPeersLocked(now)
 	// Every report before this worker's own since it last grew is
 	// applied: the counts it divides are no older than that report.
 	visible := f.fenceRev != 0 && f.seenRev >= f.fenceRev
@@ -386,6 +432,10 @@ func (f *keyFleet) rebalance(now time.Time) {
 	sums := make(map[string]sum, len(limits))
 	for name, lim := range limits {
 		var s sum
+		// A sleeping worker holds its fair share, whatever the workers
+		// were when it fell asleep (it divides by the same count).
+		s.used[0] = lim.Requests / peers * int64(len(f.sleepers))
+		s.used[1] = lim.Tokens / peers * int64(len(f.sleepers))
 		for _, r := range f.others {
 			if v, ok := r[name]; ok {
 				s.used[0] += v[0]
@@ -519,11 +569,16 @@ func (f *keyFleet) quiet(now time.Time) bool {
 	limits := f.limits()
 	f.mu.Lock()
 	peers := f.peersLocked(now)
-	if now.Sub(f.lastOK) > 2*f.tick || (f.wroteRev == 0 && len(limits) != 0) {
+	if now.Sub(f.lastOK) > 2*f.tick {
 		f.mu.Unlock()
 		return false
 	}
 	for _, g := range f.ghosts {
+		if g.asleep {
+			// A sleeper's window held less than half its fair share:
+			// its fading count is no reason to stay awake.
+			continue
+		}
 		for name := range g.r {
 			if lim, ok := limits[name]; ok && now.Sub(g.gone) < lim.Per {
 				f.mu.Unlock()
@@ -532,7 +587,7 @@ func (f *keyFleet) quiet(now time.Time) bool {
 		}
 	}
 	for _, r := range f.others {
-		if !asleepReport(r) && f.nearLocked(r, limits, peers) {
+		if f.nearLocked(r, limits, peers) {
 			f.mu.Unlock()
 			return false
 		}
@@ -559,15 +614,9 @@ func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 		f.sleepShares(limits, peers, now)
 		return true
 	}
-	r := make(keyReport, len(limits))
-	for name, lim := range limits {
-		fr, ft := lim.Requests/peers, lim.Tokens/peers
-		r[name] = keyCounts{fr, ft, asleepAsked, fr, ft}
-	}
-	b, _ := json.Marshal(r)
 	wctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
 	defer cancel()
-	if !f.put(wctx, b) {
+	if !f.put(wctx, []byte(asleepValue)) {
 		return false
 	}
 	f.asleep.Store(true)

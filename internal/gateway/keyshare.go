@@ -1,5 +1,7 @@
 package gateway
 
+import "sync/atomic"
+
 // keyShare is this worker's part of a fleet-wide key limit: how many
 // requests and tokens its own sliding window may hold (keyFleet sets it
 // every tick from what every worker reports). Admission below it needs no
@@ -22,6 +24,10 @@ type keyShare struct {
 	// its window to half of it calls wake.
 	asleep bool
 	wake   func()
+	// live, when set, is the workers the fleet knows now: a sleeping
+	// share's fair share divides by it, so that it follows joins and
+	// leaves with no rebalance.
+	live *atomic.Int64
 }
 
 // paceFactor bounds how fast a worker may fill its share: at most
@@ -45,7 +51,10 @@ func (s *keyShare) take(used [2]int64, inBucket int64, limits [2]int64) bool {
 			continue
 		}
 		allow := s.allow[i]
-		if s.fair || !s.set || s.asleep {
+		switch {
+		case s.asleep && s.live != nil:
+			allow = limits[i] / max(s.live.Load(), 1)
+		case s.fair || !s.set || s.asleep:
 			allow = limits[i] / max(s.peers, 1)
 		}
 		if s.asleep && used[i]+1 >= allow/2 {

@@ -115,7 +115,7 @@ func TestKeyShareGrowsPastTheFence(t *testing.T) {
 // With nothing near a limit the loop sleeps: the worker reports that it
 // holds its fair share and stops ticking. An admission that brings the
 // window to half that share wakes it, as does another worker's report
-// near the limit.
+// near the limit; a new peer does not, but halves the share it holds.
 func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
 	cli, lease := leasedClient(t)
 	limits := map[string]KeyLimits{"k": {Requests: 100, Per: time.Second}}
@@ -129,7 +129,7 @@ func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the report: %v, %v", resp, err)
 	}
-	if got, want := string(resp.Kvs[0].Value), `{"k":[100,0,-1,100,0,0,0,0,0,0,0]}`; got != want {
+	if got, want := string(resp.Kvs[0].Value), asleepValue; got != want {
 		t.Fatalf("the sleeping report is %s; want %s", got, want)
 	}
 	lim := limits["k"]
@@ -147,8 +147,10 @@ func TestKeyFleetSleepsWhenNothingIsNear(t *testing.T) {
 	if _, err := cli.Put(context.Background(), KeyUsePrefix(prefix)+"w2", `{}`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a new peer waking the loop", func() bool { return !f.asleep.Load() })
-	waitFor(t, "the loop sleeping again", f.asleep.Load)
+	waitFor(t, "the new peer counted", func() bool { return f.livePeers.Load() == 2 })
+	if !f.asleep.Load() {
+		t.Fatal("a new peer woke the loop")
+	}
 	if _, err := cli.Put(context.Background(), KeyUsePrefix(prefix)+"w2", `{"k":[40,0,40,50,0]}`); err != nil {
 		t.Fatal(err)
 	}

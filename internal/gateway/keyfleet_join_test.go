@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A worker joining a sleeping fleet writes its own report and nothing
+// else: the sleeping workers' reports already count their fair shares,
+// so none of them wakes to write again, and a join costs the fleet a
+// bounded number of writes, not one per worker. The sleepers then hold
+// the new, smaller fair share without writing.
+func TestKeyFleetJoinWritesOnlyItsOwnReport(t *testing.T) {
+	cli, lease := leasedClient(t)
+	limits := make(map[string]KeyLimits, 10)
+	for i := range 10 {
+		limits[fmt.Sprintf("k%d", i)] = KeyLimits{Requests: 900, Tokens: 90000, Per: time.Minute}
+	}
+	prefix := "/test/" + t.Name()
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func(id string) (*keyFleet, *keyLimiters) {
+		keys := &keyLimiters{}
+		f := startKeyFleet(cli, prefix, id, func() clientv3.LeaseID { return lease }, keys,
+			func() map[string]KeyLimits { return limits }, discard)
+		t.Cleanup(func() { f.Close(context.Background()) })
+		return f, keys
+	}
+	const sleepers = 8
+	var fleet []*keyFleet
+	var keys []*keyLimiters
+	for i := range sleepers {
+		f, k := start(fmt.Sprintf("w%d", i))
+		fleet, keys = append(fleet, f), append(keys, k)
+		keys[i].limiter("k0") // the key in use, as a compiled route holds it
+	}
+	waitFor(t, "every worker seeing the others, asleep", func() bool {
+		for _, f := range fleet {
+			if f.peers() != sleepers || !f.asleep.Load() {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(4 * defaultKeyTick) // any write still on its way lands
+
+	var writes atomic.Int64
+	wctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	rev, err := cli.Get(wctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cli.Watch(wctx, KeyUsePrefix(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev.Header.Revision+1))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for resp := range w {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					writes.Add(1)
+				}
+			}
+		}
+	}()
+
+	joiner, _ := start("joiner")
+	waitFor(t, "the joiner asleep", joiner.asleep.Load)
+	waitFor(t, "every worker seeing the joiner", func() bool {
+		for _, f := range fleet {
+			if f.peers() != sleepers+1 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(10 * defaultKeyTick) // a woken worker would have written by now
+	stop()
+	<-watched
+	if n := writes.Load(); n > 1 {
+		t.Errorf("a join into %d sleeping workers cost %d writes; want 1, the joiner's own", sleepers, n)
+	}
+	for i, f := range fleet {
+		if !f.asleep.Load() {
+			t.Errorf("worker %d woke for the join", i)
+		}
+	}
+	// A sleeper now holds the limit over the nine workers: 100 of 900.
+	l := keys[0].limiter("k0")
+	lim := limits["k0"]
+	now := time.Now()
+	admitted := 0
+	for i := range 300 {
+		// One a bucket, so that the pace bound stays out of the way.
+		if ok, _ := l.admit(now.Add(time.Duration(i)*time.Second/windowBuckets), &lim); ok {
+			admitted++
+		}
+	}
+	if admitted > int(lim.Requests)/(sleepers+1) {
+		t.Errorf("a sleeper admitted %d in its window after the join; want at most %d, its fair share of %d workers",
+			admitted, lim.Requests/(sleepers+1), sleepers+1)
+	}
+}
