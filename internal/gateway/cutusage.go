@@ -1,6 +1,9 @@
 package gateway
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // A streamed answer reports its usage at its end (OpenAI's usage chunk,
 // Anthropic's message_delta, the Responses API's response.completed). A
@@ -21,14 +24,15 @@ import "bytes"
 // The estimate errs high, never low:
 //   - input: the upstream's own count when the stream gave one before it
 //     ended (an Anthropic stream's message_start), otherwise the bytes of
-//     the request sent upstream over bytesPerToken, rounded up. The body's
-//     JSON framing counts as text, and an inline image counts by its
-//     encoded size, far above what it costs.
+//     the request sent upstream over bytesPerToken, rounded up, with each
+//     image in it counted as imageTokens in place of its bytes
+//     (requestTokens). The body's JSON framing counts as text.
 //   - output: the upstream's own count when it is higher, otherwise, for
 //     each event the upstream sent, the bytes of the strings that carry
-//     the answer's text (eventTokens) over bytesPerToken, each event
-//     rounded up: a stream of one token an event counts at least one a
-//     text event. Every event the gateway read counts, whether or not the
+//     the answer's text (eventTokens) over bytesPerToken, and of those
+//     that carry its audio over audioBytesPerToken, each event rounded
+//     up: a stream of one token an event counts at least one a text
+//     event. Every event the gateway read counts, whether or not the
 //     client got it.
 //
 // The answer's usage then counts as reported everywhere (the key's charge,
@@ -38,16 +42,95 @@ import "bytes"
 // characters of English text a token, as OpenAI's guidance has it.
 const bytesPerToken = 4
 
+// audioBytesPerToken is the estimate's bytes of base64 audio per token:
+// chat completions stream their audio as base64 pcm16 at 24 kHz, 64,000
+// bytes a second, so this counts 40 tokens a second, twice the 20 a
+// second that OpenAI's price of output audio by the minute implies.
+const audioBytesPerToken = 1600
+
+// imageTokens is the estimate of one image in a request, inline or by
+// URL: above what the providers' published formulas give for one image
+// at their size bounds (Anthropic's width times height over 750, about
+// 1,600 at its 1.15 megapixels; OpenAI's 1,445 for a high-detail image
+// in tiles, 1,536 patches before a model's multiplier). Its base64 over
+// bytesPerToken would charge a 200 KB image 50,000 tokens.
+const imageTokens = 3000
+
 // estimate sets the usage of a streamed answer that ended without its
-// whole usage, from sent, the bytes of the request sent upstream, and
-// out, the output tokens estimated from the events the upstream sent.
-func (o *observation) estimate(sent int, out int64) {
-	in := int64(sent+bytesPerToken-1) / bytesPerToken
+// whole usage, from sent, the request sent upstream, and out, the output
+// tokens estimated from the events the upstream sent.
+func (o *observation) estimate(sent []byte, out int64) {
+	o.estimateTokens(requestTokens(sent), out)
+}
+
+// estimateTokens is estimate with the request's tokens estimated as in.
+func (o *observation) estimateTokens(in, out int64) {
 	if o.usage && o.in > 0 {
 		in = o.in
 	}
 	o.in, o.out = in, max(o.out, out)
 	o.usage, o.estimated = true, true
+}
+
+// requestTokens estimates the input tokens of body, a request: its bytes
+// over bytesPerToken, rounded up, with each image part (chat completions'
+// image_url, the Responses API's input_image, Anthropic's image) counted
+// as imageTokens in place of its strings' bytes. A body that names no
+// image is not decoded; one that does is, once, on this path only (a
+// stream cut before its usage).
+func requestTokens(body []byte) int64 {
+	text := textTokens(len(body))
+	if !bytes.Contains(body, []byte(`image`)) {
+		return text
+	}
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return text
+	}
+	var images, imageBytes int
+	walkImages(v, &images, &imageBytes)
+	return textTokens(max(0, len(body)-imageBytes)) + int64(images)*imageTokens
+}
+
+// walkImages counts the image parts in v, a decoded request, and the
+// bytes of their strings.
+func walkImages(v any, images, imageBytes *int) {
+	switch v := v.(type) {
+	case map[string]any:
+		if t, _ := v["type"].(string); t == "image_url" || t == "input_image" || t == "image" {
+			*images++
+			*imageBytes += stringBytes(v)
+			return
+		}
+		for _, e := range v {
+			walkImages(e, images, imageBytes)
+		}
+	case []any:
+		for _, e := range v {
+			walkImages(e, images, imageBytes)
+		}
+	}
+}
+
+// stringBytes is the bytes of the strings in v, a decoded value.
+func stringBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case map[string]any:
+		n := 0
+		for _, e := range v {
+			n += stringBytes(e)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range v {
+			n += stringBytes(e)
+		}
+		return n
+	}
+	return 0
 }
 
 // eventTokens estimates the output tokens of the stream event ev: for
@@ -63,10 +146,14 @@ func eventTokens(ev []byte, deltas bool) int64 {
 // textRun is where an event passed on in pieces (one longer than
 // maxEventHold) stands at the end of a piece: after a text key's colon
 // (value), inside a text string (open), its next byte escaped by a
-// backslash the piece ended with (escaped). An upstream can send a whole
+// backslash the piece ended with (escaped), the string's bytes per token
+// (per, see keyRate). An upstream can send a whole
 // answer, or a tool call's whole arguments, in one event, whose text must
 // count however it was cut.
-type textRun struct{ value, open, escaped bool }
+type textRun struct {
+	value, open, escaped bool
+	per                  int
+}
 
 // pieceTokens is eventTokens of ev, a whole event or a piece of a long
 // one that starts where run says. It returns the estimate, where the
@@ -88,7 +175,7 @@ func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, saf
 		if v >= len(ev) {
 			return 0, run, len(ev)
 		}
-		run, i = textRun{open: ev[v] == '"'}, v
+		run, i = textRun{open: ev[v] == '"', per: run.per}, v
 		if run.open {
 			i++
 		}
@@ -100,9 +187,9 @@ func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, saf
 		}
 		ve := stringEnd(ev, from)
 		if ve < 0 {
-			return textTokens(len(ev) - i), textRun{open: true, escaped: endsEscaped(ev[i:], run.escaped)}, len(ev)
+			return tokensOf(len(ev)-i, run.per), textRun{open: true, per: run.per, escaped: endsEscaped(ev[i:], run.escaped)}, len(ev)
 		}
-		n, i = textTokens(ve-i), ve+1
+		n, i = tokensOf(ve-i, run.per), ve+1
 	}
 	for i < len(ev) {
 		c := bytes.IndexByte(ev[i:], ':')
@@ -123,12 +210,13 @@ func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, saf
 			continue // a key too long to be a text key
 		}
 		ks += max(0, c-maxTextKey) + 1
-		if !textKey(ev[ks:c], deltas) {
+		per := keyRate(ev[ks:c], deltas)
+		if per == 0 {
 			continue
 		}
 		v := skipSpace(ev, i)
 		if v >= len(ev) {
-			return n, textRun{value: true}, len(ev) // its value starts in the next piece
+			return n, textRun{value: true, per: per}, len(ev) // its value starts in the next piece
 		}
 		if ev[v] != '"' {
 			continue // a key whose value is not a string
@@ -136,9 +224,9 @@ func pieceTokens(ev []byte, deltas bool, run textRun) (n int64, end textRun, saf
 		ve := stringEnd(ev, v+1)
 		if ve < 0 {
 			// The text goes on in the next piece.
-			return n + textTokens(len(ev)-v-1), textRun{open: true, escaped: endsEscaped(ev[v+1:], false)}, len(ev)
+			return n + tokensOf(len(ev)-v-1, per), textRun{open: true, per: per, escaped: endsEscaped(ev[v+1:], false)}, len(ev)
 		}
-		n += textTokens(ve - v - 1)
+		n += tokensOf(ve-v-1, per)
 		i = ve + 1
 	}
 	return n, textRun{}, keySafe(ev, len(ev))
@@ -164,8 +252,14 @@ func keySafe(ev []byte, limit int) int {
 }
 
 // textTokens is the estimate of l bytes of text.
-func textTokens(l int) int64 {
-	return int64(l+bytesPerToken-1) / bytesPerToken
+func textTokens(l int) int64 { return tokensOf(l, bytesPerToken) }
+
+// tokensOf is the estimate of l bytes at per bytes a token, rounded up.
+func tokensOf(l, per int) int64 {
+	if per <= 0 {
+		per = bytesPerToken
+	}
+	return int64(l+per-1) / int64(per)
 }
 
 // endsEscaped reports whether b, the rest of a string whose first byte
@@ -182,20 +276,27 @@ func endsEscaped(b []byte, escaped bool) bool {
 // maxTextKey is the longest text key's length with its opening quote.
 const maxTextKey = len(`"reasoning_content`)
 
-// textKey reports whether a string under key is an answer's text: chat
-// completions' content, refusal, tool-call arguments and reasoning;
-// Anthropic's text, partial_json and thinking deltas; the Responses API's
-// deltas only (deltas set).
-func textKey(key []byte, deltas bool) bool {
+// keyRate is the bytes per token of a string under key, or 0 when it is
+// not part of an answer: bytesPerToken for text (chat completions'
+// content, refusal, tool-call arguments, reasoning and audio transcript;
+// Anthropic's text, partial_json and thinking deltas; the Responses
+// API's deltas only, with deltas set, its audio's base64 among them),
+// audioBytesPerToken for chat completions' base64 audio (data).
+func keyRate(key []byte, deltas bool) int {
 	if deltas {
-		return string(key) == "delta"
+		if string(key) == "delta" {
+			return bytesPerToken
+		}
+		return 0
 	}
 	switch string(key) {
 	case "content", "refusal", "arguments", "reasoning_content", "reasoning",
-		"text", "partial_json", "thinking":
-		return true
+		"text", "partial_json", "thinking", "transcript":
+		return bytesPerToken
+	case "data":
+		return audioBytesPerToken
 	}
-	return false
+	return 0
 }
 
 // stringEnd returns the index of the quote that closes the JSON string

@@ -153,12 +153,12 @@ func TestGoneClientChargedWholeAnswer(t *testing.T) {
 func TestCutEstimate(t *testing.T) {
 	var o observation
 	o.readUsage([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n"))
-	o.estimate(400, 30)
+	o.estimate(make([]byte, 400), 30)
 	if !o.estimated || o.in != 10 || o.out != 30 {
 		t.Errorf("after message_start: got in=%d out=%d estimated=%v, want 10 30 true", o.in, o.out, o.estimated)
 	}
 	o = observation{}
-	o.estimate(401, 3)
+	o.estimate(make([]byte, 401), 3)
 	if !o.usage || o.in != 101 || o.out != 3 {
 		t.Errorf("with no count: got usage=%v in=%d out=%d, want true 101 3", o.usage, o.in, o.out)
 	}

@@ -82,7 +82,7 @@ func (x *exchange) answered(status int) {
 		body := x.ctx.Response.Body()
 		x.obs.readUsage(body)
 		if !x.obs.usage {
-			x.obs.estimate(len(x.ctx.Request.Body()), eventTokens(body, false))
+			x.obs.estimate(x.ctx.Request.Body(), eventTokens(body, false))
 		}
 	}
 }
@@ -100,7 +100,7 @@ func (x *exchange) overBound(sent int) {
 	if x.obs.op != opEmbeddings {
 		out = maxUpstreamBody / bytesPerToken
 	}
-	x.obs.estimate(sent, out)
+	x.obs.estimateTokens(textTokens(sent), out)
 }
 
 // observe records the request's outcome everywhere the configuration has

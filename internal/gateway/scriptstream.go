@@ -81,7 +81,7 @@ func (st *scriptStream) Close() error {
 		if !st.tailed || !st.x.obs.usage {
 			// Cut before its usage: the tokens sent so far, as an
 			// upstream's stream is charged (see estimate).
-			st.x.obs.estimate(len(st.x.ctx.PostBody()), int64(st.next))
+			st.x.obs.estimate(st.x.ctx.PostBody(), int64(st.next))
 		}
 		st.x.end()
 	}

@@ -224,7 +224,7 @@ func (s *upstreamStream) Close() error {
 		// Cut before its usage (the client hung up, the upstream broke
 		// off, the timeout passed), or an upstream that sends none: the
 		// usage read, if any, does not count the text that followed it.
-		s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+		s.x.obs.estimate(s.u.req.Body(), s.outEst)
 	}
 	s.u.streamBuf = s.buf[:0]
 	s.u.release() // a body not read to its end closes the connection

@@ -285,7 +285,7 @@ func (b *openaiBackend) messages(x *exchange, c *call, req *messagesRequest, cha
 		// No usage, or one whose counts are not counts: the message's
 		// usage says 0, which is no count, so the estimate (see
 		// answered).
-		x.obs.estimate(len(chat), eventTokens(resp.Body(), false))
+		x.obs.estimate(chat, eventTokens(resp.Body(), false))
 	}
 	passHeaders(x.ctx, resp)
 	writeJSON(x.ctx, fasthttp.StatusOK, msg)
@@ -463,7 +463,7 @@ func (s *messagesStream) Close() error {
 		switch {
 		case !s.counted || s.input+s.output == 0:
 			// Cut before the upstream's usage, or it sent none.
-			s.x.obs.estimate(len(s.u.req.Body()), s.outEst)
+			s.x.obs.estimate(s.u.req.Body(), s.outEst)
 		case !s.done:
 			// Cut after the usage, before message_delta could carry
 			// it: the upstream's own counts.
