@@ -37,7 +37,7 @@ var configDocs = map[string]string{
 	"KeyLimits":                             "KeyLimits bound one client key's use over a sliding window of length Per. In a fleet each limit holds for the fleet as a whole.",
 	"KeyLimits.Per":                         "Per is the window's length.",
 	"KeyLimits.Requests":                    "Requests bounds the requests admitted per window; 0 is unlimited.",
-	"KeyLimits.Tokens":                      "Tokens bounds the tokens (input plus output, from the answers' usage, streams included) per window; 0 is unlimited. A request is admitted while the window's tokens are below the limit, so the overshoot is at most what the requests in flight then use.",
+	"KeyLimits.Tokens":                      "Tokens bounds the tokens (input plus output, from the answers' usage, streams included) per window; 0 is unlimited. Each request in flight holds a reservation (the mean tokens of the key's answers) and a request is admitted while the window's tokens and the reservations are below the limit, so the requests in flight are bounded, and the overshoot is what they use beyond their reservations.",
 	"LimitsConfig":                          "LimitsConfig bounds requests.",
 	"LoggingConfig":                         "LoggingConfig sets the service log.",
 	"LoggingConfig.Level":                   "Level is live: an operator raises it to debug during an incident and lowers it again, each with a reload.",

@@ -56,8 +56,9 @@ func (x *exchange) keyAdmits(model []byte) bool {
 	if !k.limited() {
 		return true
 	}
-	ok, wait := k.lim.admit(x.start, &k.limits)
+	ok, wait, held := k.lim.admitHolding(x.start, &k.limits, len(x.ctx.PostBody()))
 	if ok {
+		x.keyHeld = held
 		return true
 	}
 	secs := int64((wait + time.Second - 1) / time.Second)
@@ -90,8 +91,14 @@ func (k *namedKey) limitText() string {
 // that the gateway did not pass on (overBound).
 func (x *exchange) chargeTokens(status int, now time.Time) {
 	k := x.client
-	if k == nil || k.limits.Tokens == 0 || !x.obs.usage || status != fasthttp.StatusOK && !x.obs.estimated {
+	if k == nil || k.limits.Tokens == 0 {
 		return
 	}
-	k.lim.charge(now, x.obs.in+x.obs.out)
+	if x.obs.usage && (status == fasthttp.StatusOK || x.obs.estimated) {
+		k.lim.charge(now, x.obs.in+x.obs.out)
+	}
+	// After the charge: the window counts the answer before its
+	// reservation goes.
+	k.lim.release(x.keyHeld)
+	x.keyHeld = 0
 }

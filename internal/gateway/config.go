@@ -108,9 +108,12 @@ type KeyLimits struct {
 	// Requests bounds the requests admitted per window; 0 is unlimited.
 	Requests int64 `yaml:"requests" validate:"min=0"`
 	// Tokens bounds the tokens (input plus output, from the answers'
-	// usage, streams included) per window; 0 is unlimited. A request is
-	// admitted while the window's tokens are below the limit, so the
-	// overshoot is at most what the requests in flight then use.
+	// usage, streams included) per window; 0 is unlimited. Each request
+	// in flight holds a reservation (the mean tokens of the key's
+	// answers) and a request is admitted while the window's tokens and
+	// the reservations are below the limit, so the requests in flight
+	// are bounded, and the overshoot is what they use beyond their
+	// reservations.
 	Tokens int64 `yaml:"tokens" validate:"min=0"`
 	// Per is the window's length.
 	Per time.Duration `yaml:"per" default:"1m" validate:"min=1s,max=1h"`

@@ -66,7 +66,10 @@ type exchange struct {
 	digested bool
 
 	client *namedKey // the named key the request carries, or nil
-	keyIdx int       // the index of the client's key in its generation's keys
+	// keyHeld is the reservation the request holds against its key's
+	// tokens limit while it runs (see keyLimiter.admitHolding).
+	keyHeld int64
+	keyIdx  int // the index of the client's key in its generation's keys
 
 	obs observation // what its trace, GenAI metrics and access log need
 }

@@ -96,6 +96,14 @@ type keyLimiter struct {
 	pending   atomic.Int64
 	chargedAt atomic.Int64
 
+	// A tokens limit counts an answer only when it ends, so the requests
+	// in flight would be unbounded below it: each holds a reservation
+	// (see hold) while it runs. reserved is their sum, perAnswer a
+	// running mean of the tokens charged an answer (0: none yet). Both
+	// change without the lock; admissions read them under it.
+	reserved  atomic.Int64
+	perAnswer atomic.Int64
+
 	// share, when set, gives this worker's allowance of a fleet-wide
 	// limit; nil admits up to the whole limit.
 	share *keyShare
@@ -117,45 +125,96 @@ func (l *keyLimiter) setWindowLocked(per time.Duration) {
 	}
 }
 
+// coldInFlight bounds a tokens-limited key's requests in flight before
+// any of its answers was charged: each holds a coldInFlight-th of the
+// limit until the mean of its answers is known.
+const coldInFlight = 16
+
+// hold is the reservation a request of sent bytes holds against a tokens
+// limit while it runs: the mean tokens of the key's answers, or its own
+// bytes over bytesPerToken when more; before any answer, at least
+// limit/coldInFlight.
+func (l *keyLimiter) hold(limit int64, sent int) int64 {
+	h := max(l.perAnswer.Load(), textTokens(sent), 1)
+	if l.perAnswer.Load() == 0 {
+		h = max(h, limit/coldInFlight)
+	}
+	return h
+}
+
 // admit counts a request at now if the key is within its limits (lim)
 // and reports whether it did; when it did not, wait is how long until the
-// window has room again.
+// window has room again. It holds no reservation (see admitHolding).
 func (l *keyLimiter) admit(now time.Time, lim *KeyLimits) (ok bool, wait time.Duration) {
 	l.mu.Lock()
-	ok, wait = l.admitLocked(now, lim)
+	ok, wait = l.admitLocked(now, lim, 0)
 	l.mu.Unlock()
 	return ok, wait
 }
 
-// admitLocked is admit with l.mu held.
-func (l *keyLimiter) admitLocked(now time.Time, lim *KeyLimits) (ok bool, wait time.Duration) {
+// admitHolding is admit for a request of sent bytes that, under a tokens
+// limit, holds a reservation while it runs: it is admitted while the
+// window's tokens and the reservations held are below the limit, so the
+// requests in flight are bounded. held is the reservation, which the
+// caller gives back with release when the request ends.
+func (l *keyLimiter) admitHolding(now time.Time, lim *KeyLimits, sent int) (ok bool, wait time.Duration, held int64) {
+	if lim.Tokens > 0 {
+		held = l.hold(lim.Tokens, sent)
+	}
+	l.mu.Lock()
+	ok, wait = l.admitLocked(now, lim, held)
+	l.mu.Unlock()
+	if !ok {
+		held = 0
+	}
+	return ok, wait, held
+}
+
+// release gives back a reservation admitHolding returned.
+func (l *keyLimiter) release(held int64) {
+	if held != 0 {
+		l.reserved.Add(-held)
+	}
+}
+
+// admitLocked is admit with l.mu held, taking a reservation of held
+// tokens when it admits.
+func (l *keyLimiter) admitLocked(now time.Time, lim *KeyLimits, held int64) (ok bool, wait time.Duration) {
 	l.setWindowLocked(lim.Per)
 	b := now.UnixNano() / int64(l.bucket)
 	l.reqs.advance(b)
 	l.toks.advance(b)
 	l.foldLocked()
 	reqLimit, tokLimit := lim.Requests, lim.Tokens
+	reserved := l.reserved.Load()
 	if l.share != nil {
 		// A fleet's limit: this worker's share decides; the window is
 		// counted for the reports, and for Retry-After.
 		l.share.asked.add(b, 1)
 		inBucket := l.reqs.buckets[b%windowBuckets]
-		if !l.share.take([2]int64{l.reqs.sum, l.toks.sum}, inBucket, [2]int64{reqLimit, tokLimit}) {
+		if !l.share.take([2]int64{l.reqs.sum, l.toks.sum + reserved}, inBucket, [2]int64{reqLimit, tokLimit}) {
 			l.denied++
 			return false, l.bucket * 2
 		}
 		l.reqs.add(b, 1)
+		l.reserved.Add(held)
 		return true, 0
 	}
 	if lim.Requests > 0 && l.reqs.sum >= reqLimit {
 		l.denied++
 		return false, l.waitLocked(now, b, l.reqs.freeAt(b, reqLimit))
 	}
-	if lim.Tokens > 0 && l.toks.sum >= tokLimit {
+	if lim.Tokens > 0 && l.toks.sum+reserved >= tokLimit {
 		l.denied++
+		if l.toks.sum < tokLimit {
+			// Room held by requests in flight: it comes back as they
+			// end, long before the window slides.
+			return false, 2 * l.bucket
+		}
 		return false, l.waitLocked(now, b, l.toks.freeAt(b, tokLimit))
 	}
 	l.reqs.add(b, 1)
+	l.reserved.Add(held)
 	return true, 0
 }
 
@@ -184,6 +243,14 @@ func (l *keyLimiter) charge(now time.Time, tokens int64) {
 		}
 	}
 	l.pending.Add(tokens)
+	// The mean an answer, an eighth of the way to each new one; an
+	// update lost to a concurrent one only slows it.
+	m := l.perAnswer.Load()
+	if m == 0 {
+		l.perAnswer.Store(tokens)
+	} else {
+		l.perAnswer.Store(max(1, m+(tokens-m)/8))
+	}
 }
 
 // foldLocked counts the pending charges in toks, whose window has been
