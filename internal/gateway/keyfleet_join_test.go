@@ -107,3 +107,59 @@ func TestKeyFleetJoinWritesOnlyItsOwnReport(t *testing.T) {
 			admitted, lim.Requests/(sleepers+1), sleepers+1)
 	}
 }
+
+// BenchmarkKeyFleetJoin is a worker joining a sleeping fleet of 50
+// workers or more (100 limited keys, one etcd client): the time until
+// every worker counts it and sleeps, and the fleet's report writes per
+// join.
+func BenchmarkKeyFleetJoin(b *testing.B) {
+	cli, lease := leasedClient(b)
+	limits := make(map[string]KeyLimits, 100)
+	for i := range 100 {
+		limits[fmt.Sprintf("key-%03d", i)] = KeyLimits{Requests: 6000, Tokens: 1000000, Per: time.Minute}
+	}
+	prefix := "/bench/" + b.Name()
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func(id string) *keyFleet {
+		return startKeyFleet(cli, prefix, id, func() clientv3.LeaseID { return lease }, &keyLimiters{},
+			func() map[string]KeyLimits { return limits }, discard)
+	}
+	const sleepers = 50
+	var fleet []*keyFleet
+	for i := range sleepers {
+		fleet = append(fleet, start(fmt.Sprintf("w%d", i)))
+	}
+	defer func() {
+		for _, f := range fleet {
+			f.Close(context.Background())
+		}
+	}()
+	counted := func(n int64) func() bool {
+		return func() bool {
+			for _, f := range fleet[:n] {
+				if f.peers() != n || !f.asleep.Load() {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(b, "the fleet asleep", counted(sleepers))
+	var writes atomic.Int64
+	wctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for resp := range cli.Watch(wctx, KeyUsePrefix(prefix), clientv3.WithPrefix()) {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					writes.Add(1)
+				}
+			}
+		}
+	}()
+	for b.Loop() {
+		fleet = append(fleet, start(fmt.Sprintf("joiner-%d", len(fleet))))
+		waitFor(b, "every worker counting the joiner, asleep", counted(int64(len(fleet))))
+	}
+	b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/join")
+}
