@@ -57,16 +57,7 @@ func TestCutStreamsChargedAcrossWorkers(t *testing.T) {
 		_ = rc.Flush()
 	}))
 	t.Cleanup(up.Close)
-	cfg := fmt.Sprintf(`
-server: {address: 127.0.0.1:0}
-auth:
-  mode: api_keys
-  keys:
-    - {name: a, secret: "${env:KEY_A}", limits: {tokens: %d, per: 1m}}
-routing: {default_route: up}
-backends:
-  - {name: up, kind: openai, model: m, host: %q, timeout: 10s}
-`, limit, up.URL+"/v1")
+	cfg := tokenLimitedConfig(limit, up.URL+"/v1", "")
 	s := startServer(t, cfg, []string{"--workers", "2", "--management-address", "127.0.0.1:0"}, keyEnv...)
 	s.waitConverged(1, 2, 20*time.Second)
 
@@ -116,4 +107,27 @@ backends:
 		t.Errorf("admitted %d streams cut at half, billed %d tokens (refused: %d); want a refusal within %d tokens of a limit of %d",
 			admitted, billed.Load(), refused, bound, limit)
 	}
+}
+
+// tokenLimitedConfig is a reconfd configuration whose one named client
+// key, a (secret KEY_A, see keyEnv), is limited to limit tokens a
+// minute and nothing else, routed by default to the openai backend up
+// (model m) at openaiHost; with anthropicHost, also the anthropic
+// backend claude (model c) there, which the alias claude-x names.
+func tokenLimitedConfig(limit int, openaiHost, anthropicHost string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `
+server: {address: 127.0.0.1:0}
+auth:
+  mode: api_keys
+  keys:
+    - {name: a, secret: "${env:KEY_A}", limits: {tokens: %d, per: 1m}}
+routing: {default_route: up}
+backends:
+  - {name: up, kind: openai, model: m, host: %q, timeout: 10s}
+`, limit, openaiHost)
+	if anthropicHost != "" {
+		fmt.Fprintf(&b, "  - {name: claude, kind: anthropic, model: c, host: %q, timeout: 10s}\nmodel_aliases: {claude-x: claude}\n", anthropicHost)
+	}
+	return b.String()
 }

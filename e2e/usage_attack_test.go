@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,18 +29,7 @@ func TestTokenLimitHoldsWithoutUsage(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	const limit = 1000
-	cfg := fmt.Sprintf(`
-server: {address: 127.0.0.1:0}
-auth:
-  mode: api_keys
-  keys:
-    - {name: a, secret: "${env:KEY_A}", limits: {tokens: %d, per: 1m}}
-routing: {default_route: up}
-backends:
-  - {name: up, kind: openai, model: m, host: %q, timeout: 10s}
-  - {name: claude, kind: anthropic, model: c, host: %q, timeout: 10s}
-model_aliases: {claude-x: claude}
-`, limit, up.URL+"/v1", up.URL+"/v1/")
+	cfg := tokenLimitedConfig(limit, up.URL+"/v1", up.URL+"/v1/")
 	for _, tc := range []struct{ name, path, body string }{
 		{"whole answers without usage", "/v1/chat/completions", chatBody("up", false)},
 		{"anthropic cached input", "/v1/messages", `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`},
