@@ -607,7 +607,12 @@ func (f *keyFleet) quiet(now time.Time) bool {
 // it did (a failed write leaves the loop ticking).
 func (f *keyFleet) sleep(ctx context.Context, now time.Time) bool {
 	limits := f.limits()
-	peers := f.peers()
+	f.mu.Lock()
+	peers := f.peersLocked(now)
+	// The sleeping shares divide by what this worker knows as it falls
+	// asleep, even when it has never rebalanced (nothing was limited).
+	f.syncPeersLocked(now)
+	f.mu.Unlock()
 	if len(limits) == 0 && f.last == nil {
 		// Nothing limited and nothing ever reported: nothing to hold.
 		f.asleep.Store(true)
