@@ -471,7 +471,8 @@ func (c *chatRequest) decodeMessages() []chatMessage {
 
 // skipSpace returns the index of the first non-space byte at or after i.
 func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+	// One comparison for the usual byte, which is no white space.
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
 	return i

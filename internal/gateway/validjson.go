@@ -9,6 +9,10 @@ import (
 // that both accept the same bodies.
 const maxJSONDepth = 10000
 
+// shallowJSONDepth is the nesting scanJSON tracks before it makes room
+// for maxJSONDepth.
+const shallowJSONDepth = 128
+
 // validJSON reports whether b is exactly one JSON value with optional
 // white space around it: what json.Valid reports (the same grammar, no
 // UTF-8 check inside strings, the same nesting limit; FuzzValidJSON
@@ -22,7 +26,13 @@ func validJSON(b []byte) bool { return scanJSON(b, nil) }
 // parseChat reads of a top-level object on the way (see chatScan), so a
 // chat completion's body is walked once.
 func scanJSON(b []byte, t *chatScan) bool {
-	var objects [maxJSONDepth/64 + 1]uint64 // bit d: the container at depth d is an object
+	// Bit d of objects: the container at depth d is an object. Bodies
+	// nest a few levels, so the bits start in a small array (zeroing
+	// room for encoding/json's whole limit cost every request more than
+	// the rest of the scan's bookkeeping) and move to a whole one only
+	// past it.
+	var shallow [shallowJSONDepth / 64]uint64
+	objects := shallow[:]
 	depth := 0
 	i := skipSpace(b, 0)
 	for {
@@ -37,6 +47,11 @@ func scanJSON(b []byte, t *chatScan) bool {
 		case c == '{' || c == '[':
 			if depth == maxJSONDepth {
 				return false
+			}
+			if depth == len(objects)*64 {
+				var deep [maxJSONDepth/64 + 1]uint64
+				copy(deep[:], objects)
+				objects = deep[:]
 			}
 			if c == '{' {
 				objects[depth/64] |= 1 << (depth % 64)

@@ -12,6 +12,12 @@ var validJSONCases = []string{
 	`"\x"`, `"\/\b\f\n\r\t\\\""`, "\"a\x1fb\"", "\"a\x7fb\"", "\"\xff\xfe\"", `0`, `-0`, `01`, `-`, `1.`, `1.5`, `.5`, `1e`, `1e+`,
 	`1E-7`, `-12.5e+10`, `1.5e3.2`, `tru`, `true`, `truex`, `nul`, `null`, `fals`, `false`, `[1 2]`, `[1, 2]`, `{"a":{"b":[{}]}}`,
 	`[[[]]]`, `[[[]]`, `NaN`, `Infinity`, `+1`, `[-]`, `{"a":1 "b":2}`, "{\"a\":\x00}", `[1]x`, `{"model":"gpt","messages":[{"role":"user","content":"hi"}]}`,
+	// Objects and arrays nested across shallowJSONDepth, closed right
+	// and crossed.
+	strings.Repeat(`{"a":[`, shallowJSONDepth) + "1" + strings.Repeat("]}", shallowJSONDepth),
+	strings.Repeat(`{"a":[`, shallowJSONDepth) + "1" + strings.Repeat("}]", shallowJSONDepth),
+	strings.Repeat(`[`, shallowJSONDepth-1) + `{"a":1}` + strings.Repeat("]", shallowJSONDepth-1),
+	strings.Repeat(`[`, shallowJSONDepth-1) + `{"a":[1}]` + strings.Repeat("]", shallowJSONDepth-1),
 	strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth),
 	strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1),
 	strings.Repeat(`{"a":`, maxJSONDepth) + "1" + strings.Repeat("}", maxJSONDepth),
