@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -162,4 +163,45 @@ func BenchmarkKeyFleetJoin(b *testing.B) {
 		waitFor(b, "every worker counting the joiner, asleep", counted(int64(len(fleet))))
 	}
 	b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/join")
+}
+
+// An awake worker counts each sleeping worker at the fair share of the
+// workers known now, whatever they were when it fell asleep, as the
+// sleeper itself admits; a sleeper that leaves wakes nobody and fades
+// from the sums as a gone worker's count does.
+func TestKeyShareCountsSleepersAtTheFairShareNow(t *testing.T) {
+	f, l := rebalanceFleet()
+	f.prefix = "/p/"
+	now := time.Now()
+	for _, id := range []string{"s1", "s2", "s3"} {
+		f.putLocked(f.prefix+id, []byte(asleepValue), 1)
+	}
+	lim := &KeyLimits{Requests: 100, Per: time.Second}
+	for range 100 {
+		l.admit(now, lim)
+	}
+	f.rebalance(now)
+	if got := l.allowed(); got != 25 {
+		t.Fatalf("beside 3 sleepers the share is %d; want 25", got)
+	}
+	for _, id := range []string{"s4", "s5"} {
+		f.putLocked(f.prefix+id, []byte(asleepValue), 2)
+	}
+	f.rebalance(now.Add(time.Millisecond))
+	if got := l.allowed(); got != 100-5*(100/6) {
+		t.Fatalf("beside 5 sleepers of 6 workers the share is %d; want %d", got, 100-5*(100/6))
+	}
+	if got := f.livePeers.Load(); got != 6 {
+		t.Fatalf("the sleeping shares divide by %d; want 6", got)
+	}
+	gone := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.prefix + "s5")}}
+	if f.apply([]*clientv3.Event{gone}) {
+		t.Fatal("a sleeper leaving would wake the loop")
+	}
+	if g, ok := f.ghosts["s5"]; !ok || !g.asleep || g.r["k"][0] != 100/6 {
+		t.Fatalf("the sleeper left %+v; want an asleep ghost holding %d", g, 100/6)
+	}
+	if got := f.livePeers.Load(); got != 5 {
+		t.Fatalf("after the leave the sleeping shares divide by %d; want 5", got)
+	}
 }

@@ -36,7 +36,7 @@ func TestKeySharePaces(t *testing.T) {
 func rebalanceFleet() (*keyFleet, *keyLimiter) {
 	keys := &keyLimiters{}
 	f := &keyFleet{keys: keys, tick: defaultKeyTick, others: map[string]keyReport{}, seen: map[string]time.Time{},
-		peerIDs: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(),
+		peerIDs: map[string]bool{}, sleepers: map[string]bool{}, ghosts: map[string]keyGhost{}, lastOK: time.Now(),
 		limits: func() map[string]KeyLimits { return map[string]KeyLimits{"k": {Requests: 100, Per: time.Second}} }}
 	keys.share = func(string) *keyShare { return &keyShare{peers: f.peers(), grown: time.Now().UnixNano()} }
 	return f, keys.limiter("k")
