@@ -11,9 +11,9 @@ import (
 
 // A key with only a tokens limit holds a reservation for each request in
 // flight, so a burst of requests is not all admitted while the window's
-// tokens are still low: before any answer, at most coldInFlight; once
-// answers have been charged, as many as the window's room holds at their
-// mean.
+// tokens are still low: before any answer, at most coldInFlight (or the
+// limit over coldAnswerTokens, when more); once answers have been
+// charged, as many as the window's room holds at their mean.
 func TestTokenKeyBoundsRequestsInFlight(t *testing.T) {
 	l := &keyLimiter{name: "k"}
 	lim := &KeyLimits{Tokens: 1600, Per: time.Minute}
@@ -42,6 +42,11 @@ func TestTokenKeyBoundsRequestsInFlight(t *testing.T) {
 	}
 	if n != 6 {
 		t.Errorf("a burst with 400 of 1600 tokens used, 200 an answer, admitted %d; want 6", n)
+	}
+	// A large limit is not held to coldInFlight before its first answer:
+	// each request holds a long answer's tokens.
+	if h := (&keyLimiter{name: "big"}).hold(1_000_000_000, 40); h != coldAnswerTokens {
+		t.Errorf("before any answer, a request on a limit of a billion tokens holds %d; want %d", h, coldAnswerTokens)
 	}
 	// A request larger than the mean holds its own bytes' estimate.
 	l2 := &keyLimiter{name: "k2"}

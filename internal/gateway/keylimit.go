@@ -125,19 +125,24 @@ func (l *keyLimiter) setWindowLocked(per time.Duration) {
 	}
 }
 
-// coldInFlight bounds a tokens-limited key's requests in flight before
-// any of its answers was charged: each holds a coldInFlight-th of the
-// limit until the mean of its answers is known.
-const coldInFlight = 16
+// Before any of a tokens-limited key's answers was charged, a request
+// holds a coldInFlight-th of the limit, or coldAnswerTokens (a long
+// answer's tokens) when less: a small limit admits coldInFlight requests
+// at once until the mean of its answers is known, and a large one is not
+// held to that many by a reservation far above any answer.
+const (
+	coldInFlight     = 16
+	coldAnswerTokens = 4096
+)
 
 // hold is the reservation a request of sent bytes holds against a tokens
 // limit while it runs: the mean tokens of the key's answers, or its own
 // bytes over bytesPerToken when more; before any answer, at least
-// limit/coldInFlight.
+// limit/coldInFlight or coldAnswerTokens, whichever is less.
 func (l *keyLimiter) hold(limit int64, sent int) int64 {
 	h := max(l.perAnswer.Load(), textTokens(sent), 1)
 	if l.perAnswer.Load() == 0 {
-		h = max(h, limit/coldInFlight)
+		h = max(h, min(limit/coldInFlight, coldAnswerTokens))
 	}
 	return h
 }
