@@ -640,6 +640,7 @@ func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint6
 		rec.RolledBack = ro.content
 		if err != nil {
 			r.o.logger.Error("rollout: the active generation's record could not be made; the rollback waits", "error", err)
+			ro.writeErr = &Error{Reason: ReasonInternal, Message: "the active generation's record could not be made; nothing was rolled back", Err: err}
 			return
 		}
 		if !r.fleetWrite(ro, change, &rec) {
