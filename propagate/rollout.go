@@ -408,6 +408,24 @@ func (c *Channel) takeDriver(ctx context.Context, st reconf.RolloutState) (bool,
 	return tx.Succeeded, nil
 }
 
+// ReleaseDriving removes the rollout's driver key if the worker id holds
+// it, and reports whether it did. A supervisor that saw worker id exit
+// calls it: another worker takes the driving at its next read of the
+// rollout (a quarter step at most) instead of when the dead worker's
+// lease lapses, which with steps shorter than half the lease came after
+// the fleet had given the driver up (driver_lost). It is safe for
+// concurrent use; a failure leaves the key to the lease.
+func (c *Channel) ReleaseDriving(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	tx, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(c.driverKey()), "=", id)).
+		Then(clientv3.OpDelete(c.driverKey())).Commit()
+	if err != nil {
+		return false, c.unreachable("release a dead worker's driving", err)
+	}
+	return tx.Succeeded, nil
+}
+
 // recordCopy reads the copy of version v's record and vets it like the
 // record itself.
 func (c *Channel) recordCopy(ctx context.Context, v uint64) (Update, error) {
