@@ -116,6 +116,17 @@ func wentBack(l *tenantLoad, prev, cand uint64) int {
 	return n
 }
 
+// logRolloutWarnings logs what the server said of its rollouts' steps
+// reaching its workers late or not at all.
+func logRolloutWarnings(t *testing.T, s *server) {
+	t.Helper()
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if strings.Contains(line, "rollout") && (strings.Contains(line, "WARN") || strings.Contains(line, "takes effect") || strings.Contains(line, "joined")) {
+			t.Log(line)
+		}
+	}
+}
+
 // TestStagedRolloutAttacks runs serve --workers 4 on an etcd of its own
 // process through what a careful operator and a hostile network do to a
 // rollout: a worker stopped (SIGSTOP) while a widening waits for its
@@ -245,6 +256,61 @@ func TestStagedRolloutAttacks(t *testing.T) {
 		}
 		if slices.Contains(widened.Unacknowledged, victim) && !strings.Contains(s.logs.String(), "took effect without this worker's acknowledgement") {
 			t.Errorf("the stopped worker did not say it gives the candidate to nobody")
+		}
+	})
+
+	t.Run("driver and an acknowledged worker killed at a widening", func(t *testing.T) {
+		l := startTenantLoad(t, s.url)
+		finish := sync.OnceFunc(l.finish)
+		defer finish()
+		time.Sleep(300 * time.Millisecond)
+		prev := version
+		cand := stage("attack")
+		first := firstShare(cand)
+		waitChannel(t, cli, prefix, "a widening decided", 10*time.Second, func(st reconf.RolloutState) bool {
+			return st.ID == cand && st.Pending != nil && st.Pending.Step > first.Step
+		})
+		// The driver, between the step and its acknowledgements, and a
+		// worker that has acknowledged it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		driver, err := cli.Get(ctx, prefix+"/rollout/driver")
+		if err != nil || len(driver.Kvs) == 0 {
+			t.Fatalf("no driver key: %v", err)
+		}
+		driverID := string(driver.Kvs[0].Value)
+		var acked string
+		waitChannel(t, cli, prefix, "a worker's acknowledgement", 5*time.Second, func(reconf.RolloutState) bool {
+			acks, err := cli.Get(ctx, prefix+"/rollout/acks/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				return false
+			}
+			for _, kv := range acks.Kvs {
+				if id := strings.TrimPrefix(string(kv.Key), prefix+"/rollout/acks/"); id != driverID {
+					acked = id
+					return true
+				}
+			}
+			return false
+		})
+		for _, id := range []string{driverID, acked} {
+			if err := syscall.Kill(pidOf(t, id), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+		killed := time.Now()
+		ro := ended(cand)
+		finish()
+		t.Logf("driver %s and %s killed; the rollout ended %s %v later by %s (%s); %d of %d requests failed; %d of %d tenants met the active generation after the candidate",
+			driverID, acked, ro.Phase, ro.Ended.Sub(killed).Round(time.Millisecond), ro.Decider, ro.Reason, l.failed.Load(), l.total.Load(), wentBack(l, prev, cand), len(l.seen))
+		if wentBack(l, prev, cand) > 0 {
+			logRolloutWarnings(t, s)
+		}
+		if ro.Phase != reconf.Promoted {
+			t.Errorf("the good change ended %s by %s (%s), want promoted", ro.Phase, ro.Decider, ro.Reason)
+		}
+		if n := l.failed.Load(); n > 2*loadWorkers {
+			t.Errorf("%d requests failed; at most those in flight on the two killed workers may", n)
 		}
 	})
 
