@@ -30,7 +30,6 @@ type rollout[T any] struct {
 	wake         chan struct{} // the state changed outside the driver
 	done         chan struct{} // closed when the driver returns
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
-	followsSince time.Time     // when the last cut-off here ended: the fleet's decisions reach this worker since; under r.mu
 	writeErr     error         // why the last decision could not be written to the channel; only the slot's holder touches it
 	shareTimer   *time.Timer   // gives the candidate its share at the step's start (storeSplitAt); under r.mu
 	waitingOn    []string      // the workers the pending step waits on, as the driver last read them; under r.mu
@@ -273,18 +272,16 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 		// Another worker drives. If no decision came for two step
 		// lengths past the step's time (for a pending widening, past
 		// the end of its wait), the driver is lost: roll back to the
-		// active generation rather than stick or split. A worker cut
-		// off from the channel cannot tell: the driver's decisions do
-		// not reach it, and with etcd stopped the driver can decide
-		// nothing. It judges only while it follows the channel, from
-		// the step's time or its cut-off's end, whichever is later.
-		r.mu.Lock()
-		cut, since := ro.cutOff, ro.followsSince
-		r.mu.Unlock()
-		if since.Before(ro.state.NextStep) {
-			since = ro.state.NextStep
+		// active generation rather than stick or split. While etcd is
+		// out of reach no driver can decide: the two step lengths count
+		// from the step's time or from the last moment the channel was
+		// found out of reach (a channel that tells it), whichever is
+		// later.
+		since := ro.state.NextStep
+		if u, ok := rc.(interface{ LastOutOfReach() time.Time }); ok && u.LastOutOfReach().After(since) {
+			since = u.LastOutOfReach()
 		}
-		if !cut && r.o.now().Sub(since) > 2*ro.state.waitBound() {
+		if r.o.now().Sub(since) > 2*ro.state.waitBound() {
 			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
 		}
 		return

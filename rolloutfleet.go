@@ -175,9 +175,6 @@ func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
 	r.mu.Lock()
 	changed := ro.cutOff != on
 	ro.cutOff = on
-	if changed && !on {
-		ro.followsSince = r.o.now()
-	}
 	r.mu.Unlock()
 	if changed {
 		r.storeSplitAt(ro, ro.state.Share, ro.state.StepStarted)

@@ -408,6 +408,18 @@ func (c *Channel) takeDriver(ctx context.Context, st reconf.RolloutState) (bool,
 	return tx.Succeeded, nil
 }
 
+// LastOutOfReach returns the last moment this worker's Follower found the
+// channel out of reach for longer than its rollout's step (the zero time
+// if it never did). While etcd is away no driver can decide, so a
+// runtime counts a silent driver lost only from after it (reconf's
+// driver_lost). It is safe for concurrent use.
+func (c *Channel) LastOutOfReach() time.Time {
+	if ns := c.unheard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // ReleaseDriving removes the rollout's driver key if the worker id holds
 // it, and reports whether it did. A supervisor that saw worker id exit
 // calls it: another worker takes the driving at its next read of the

@@ -292,9 +292,14 @@ func (l *rolloutFollow) noteUnacked(st reconf.RolloutState) {
 // cutOff takes the candidate out of service here while the channel has
 // not answered for longer than a step, the step went without this
 // worker, or this worker joined too late for it; and gives it its share
-// again when none holds.
+// again when none holds. While the channel is out of reach it notes so
+// on every tick (Channel.LastOutOfReach).
 func (l *rolloutFollow) cutOff(st reconf.RolloutState, step time.Duration) {
-	switch off := time.Since(l.contact) > step || l.unacked || l.f.leftOut(st); {
+	unheard := time.Since(l.contact) > step
+	if unheard {
+		l.f.ch.unheard.Store(time.Now().UnixNano())
+	}
+	switch off := unheard || l.unacked || l.f.leftOut(st); {
 	case off && !l.cut:
 		if l.rr.SetCutOff(l.f.ctx, true) == nil {
 			l.cut = true

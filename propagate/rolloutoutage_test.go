@@ -1,6 +1,8 @@
 package propagate
 
 import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"context"
 	"testing"
 	"time"
@@ -36,5 +38,42 @@ func TestFleetOutageIsNotALostDriver(t *testing.T) {
 		if ro := w.rollout(); ro.Phase != reconf.Promoted {
 			t.Errorf("worker %s: the good change ended %s by %s (%s), want promoted", w.id, ro.Phase, ro.Decider, ro.Reason)
 		}
+	}
+}
+
+// TestFleetLostDriverJudgedByAnUnacknowledgedWorker: a worker cut off
+// because a step went on without its acknowledgement still follows the
+// channel, so it still gives up a driver that decides nothing. Here it is
+// the only worker left, with a ghost holding the driving: it rolls back
+// as driver_lost rather than wait forever.
+func TestFleetLostDriverJudgedByAnUnacknowledgedWorker(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	ws := startFleet(t, s.Endpoints(), prefix, 1)
+	slow := startSlowFleetWorker(t, s.Endpoints(), prefix, "slow", 1500*time.Millisecond)
+	waitFor(t, 10*time.Second, "two rows", func() bool {
+		f, err := ws[0].ch.Fleet(context.Background())
+		return err == nil && len(f.Workers) == 2
+	})
+	const step = 300 * time.Millisecond
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(step))
+	waitFor(t, 15*time.Second, "the slow worker named and cut off", func() bool {
+		ro := slow.rollout()
+		return ro != nil && ro.ID == cand && ro.CutOff && len(ro.Unacknowledged) == 1
+	})
+	// The driver dies, and a ghost holds the driving on a lease the
+	// test keeps alive.
+	_ = ws[0].cli.Close()
+	lease, err := slow.cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = slow.cli.Revoke(context.Background(), lease.ID) })
+	if _, err := slow.cli.Put(context.Background(), slow.ch.driverKey(), "ghost", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	waitRolloutsEnded(t, []fleetWorker{slow})
+	if ro := slow.rollout(); ro.Phase != reconf.RolledBack || ro.Reason != "driver_lost" {
+		t.Errorf("the rollout ended %s by %s (%s), want rolled back as driver_lost", ro.Phase, ro.Decider, ro.Reason)
 	}
 }
