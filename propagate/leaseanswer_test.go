@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf"
 )
 
 // TestLeaseAnswerAheadOfTheWatchProvesNothing: a renewal's answer proves
@@ -69,4 +71,31 @@ func TestLeaseAnswerAheadOfTheWatchProvesNothing(t *testing.T) {
 			t.Errorf("answer %+v: %d progress requests in four intervals, want one an interval; it was taken as a proof", a, n)
 		}
 	}
+}
+
+// TestLeaseAnswersProveAfterMemberRestart: the member restarts under a
+// follower at rest. Its watch resumes, a version written after the
+// restart is applied, and the renewals' answers prove the resumed watch
+// again: no resync read and at most one progress request at rest.
+func TestLeaseAnswersProveAfterMemberRestart(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{})
+	b := startWorker(t, s.Endpoints(), p, "b", workerOpts{})
+	s.Stop()
+	time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "a publishes version 2 after the restart", func() bool {
+		a.src.Set(configYAML("gw", 2, "KEY1"))
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := a.rt.Reload(rctx, reconf.TriggerAPI)
+		return err == nil && res.Generation == 2
+	})
+	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
+	restsWithoutAsking(t, b)
 }
