@@ -39,7 +39,15 @@ func firstShareEverywhere(t *testing.T, ws []fleetWorker, cand uint64) {
 func TestFleetControlNotWrittenFails(t *testing.T) {
 	s := startServer(t)
 	prefix := newPrefix()
-	ws := startFleet(t, s.Endpoints(), prefix, 2)
+	// A request to a stopped etcd fails after a second, not the default
+	// three: each control below waits that long.
+	var ws []fleetWorker
+	for _, id := range []string{"w0", "w1"} {
+		l := &rolloutEvents{}
+		w := startWorker(t, s.Endpoints(), prefix, id, workerOpts{rtOpts: []reconf.Option{reconf.WithObserver(l)},
+			chOpts: []ChannelOption{WithRequestTimeout(time.Second)}, follow: []Option{WithResyncInterval(200 * time.Millisecond)}})
+		ws = append(ws, fleetWorker{w, l})
+	}
 	for _, w := range ws {
 		traffic(t, w.worker, func(uint64) bool { return false })
 	}
