@@ -50,7 +50,7 @@ func TestFleetLostDriverJudgedByAnUnacknowledgedWorker(t *testing.T) {
 	s := startServer(t)
 	prefix := newPrefix()
 	ws := startFleet(t, s.Endpoints(), prefix, 1)
-	slow := startSlowFleetWorker(t, s.Endpoints(), prefix, "slow", 1500*time.Millisecond)
+	slow := startSlowFleetWorker(t, s.Endpoints(), prefix, "slow", 800*time.Millisecond)
 	waitFor(t, 10*time.Second, "two rows", func() bool {
 		f, err := ws[0].ch.Fleet(context.Background())
 		return err == nil && len(f.Workers) == 2
