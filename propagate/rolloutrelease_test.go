@@ -9,7 +9,7 @@ import (
 )
 
 // TestFleetReleasedDriverTakenOverAtOnce: the driver dies while its lease
-// has long to run (10 s, against steps of 1 s), as a worker killed by a
+// has long to run (10 s, against steps of 500 ms), as a worker killed by a
 // signal whose supervisor saw it exit. Released by that supervisor
 // (ReleaseDriving), its driving is taken over at once and the good
 // change promoted, instead of given up as driver_lost before the lease
@@ -21,7 +21,7 @@ func TestFleetReleasedDriverTakenOverAtOnce(t *testing.T) {
 	for _, w := range ws {
 		traffic(t, w.worker, func(uint64) bool { return false })
 	}
-	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Second))
+	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(500*time.Millisecond))
 	firstShareEverywhere(t, ws, cand)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
