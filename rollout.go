@@ -30,7 +30,7 @@ type rollout[T any] struct {
 	wake         chan struct{} // the state changed outside the driver
 	done         chan struct{} // closed when the driver returns
 	cutOff       bool          // the channel is out of reach: the candidate serves nobody here (SetCutOff); under r.mu
-	writeFailed  bool          // a decision could not be written to the channel; only the slot's holder touches it
+	writeErr     error         // why the last decision could not be written to the channel; only the slot's holder touches it
 	shareTimer   *time.Timer   // gives the candidate its share at the step's start (storeSplitAt); under r.mu
 	waitingOn    []string      // the workers the pending step waits on, as the driver last read them; under r.mu
 	splitEnded   bool          // the split is gone (promoted, rolled back, closed): no timer stores one; under r.mu
@@ -272,8 +272,16 @@ func (r *Runtime[T]) stepDue(ro *rollout[T]) {
 		// Another worker drives. If no decision came for two step
 		// lengths past the step's time (for a pending widening, past
 		// the end of its wait), the driver is lost: roll back to the
-		// active generation rather than stick or split.
-		if r.o.now().Sub(ro.state.NextStep) > 2*ro.state.waitBound() {
+		// active generation rather than stick or split. While etcd is
+		// out of reach no driver can decide: the two step lengths count
+		// from the step's time or from the last moment the channel was
+		// found out of reach (a channel that tells it), whichever is
+		// later.
+		since := ro.state.NextStep
+		if u, ok := rc.(interface{ LastOutOfReach() time.Time }); ok && u.LastOutOfReach().After(since) {
+			since = u.LastOutOfReach()
+		}
+		if r.o.now().Sub(since) > 2*ro.state.waitBound() {
 			r.rollBack(ro, DeciderRollout, "driver_lost", nil, nil)
 		}
 		return
@@ -640,6 +648,7 @@ func (r *Runtime[T]) rollBackAs(ro *rollout[T], decider, reason string, id uint6
 		rec.RolledBack = ro.content
 		if err != nil {
 			r.o.logger.Error("rollout: the active generation's record could not be made; the rollback waits", "error", err)
+			ro.writeErr = &Error{Reason: ReasonInternal, Message: "the active generation's record could not be made; nothing was rolled back", Err: err}
 			return
 		}
 		if !r.fleetWrite(ro, change, &rec) {
@@ -767,7 +776,10 @@ func (r *Runtime[T]) rolloutStatusLocked() *RolloutStatus {
 }
 
 // control runs an operator's decision on the rollout in progress, under
-// the attempt slot, and returns the status after it.
+// the attempt slot, and returns the status after it. A decision a fleet's
+// channel did not take returns the *Error that says why
+// (cluster_unavailable, or superseded when the fleet's state moved on
+// first): then nothing changed, here or anywhere.
 func (r *Runtime[T]) control(ctx context.Context, act func(ro *rollout[T], actor string)) (RolloutStatus, error) {
 	if err := r.takeSlot(ctx); err != nil {
 		return RolloutStatus{}, err
@@ -777,16 +789,23 @@ func (r *Runtime[T]) control(ctx context.Context, act func(ro *rollout[T], actor
 	if ro == nil {
 		return RolloutStatus{}, ErrNoRollout
 	}
+	ro.writeErr = nil
 	act(ro, actorOf(ctx, TriggerSDK))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return *ro.statusLocked(), nil
+	// A decision the channel did not take changed nothing anywhere: the
+	// operator hears so, and not that it was done.
+	return *ro.statusLocked(), ro.writeErr
 }
 
 // PauseRollout stops the rollout's clock: the share holds, no step is
 // judged until ResumeRollout. Pausing a paused rollout changes nothing.
 // It waits for an attempt or a decision in flight; with no rollout it
-// returns ErrNoRollout. The actor is WithActor's on ctx.
+// returns ErrNoRollout. The actor is WithActor's on ctx. In a fleet the
+// decision is written to the channel first: when it cannot be (etcd out
+// of reach, or another decision came first) it returns an *Error saying
+// why (cluster_unavailable, superseded) and nothing changed. So do the
+// other controls.
 func (r *Runtime[T]) PauseRollout(ctx context.Context) (RolloutStatus, error) {
 	return r.control(ctx, func(ro *rollout[T], actor string) {
 		if ro.state.Phase == Paused {

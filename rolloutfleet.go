@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -240,6 +241,8 @@ func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 // and while adopting the fleet's own state, there is nothing to write. A
 // failed write (etcd unreachable, or the state moved on) leaves the
 // rollout as it is here: nothing is decided that the fleet does not hold.
+// Its *Error (ReasonSuperseded, or cluster_unavailable) is kept for an
+// operator's control to return.
 // It holds the slot.
 func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record) bool {
 	rc, ok := r.rolloutChannel()
@@ -256,7 +259,11 @@ func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec 
 	}
 	r.o.logger.Warn("rollout: the decision could not be written to the cluster channel; nothing changes until it is", "rollout", ro.state.ID,
 		"decision", next.Decision.String(), "error", err)
-	ro.writeFailed = true
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Reason: reasons.ClusterUnavailable, Message: "the cluster channel could not be written; the rollout is unchanged", Err: err}
+	}
+	ro.writeErr = e
 	return false
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // rolloutKey carries the strategy a reload names.
@@ -93,6 +94,10 @@ var (
 	errNoRollout        = errors.New("admin: no rollout in progress")
 	errRolloutInCluster = errors.New("admin: rollout controls in a cluster")
 	errNothingToRevert  = errors.New("admin: nothing to revert to")
+	// A control whose decision the fleet's channel did not take: nothing
+	// changed, and the answer says so rather than show the status.
+	errDecisionSuperseded = errors.New("admin: the rollout moved on first")
+	errDecisionNotWritten = errors.New("admin: the rollout decision was not written")
 )
 
 func init() {
@@ -106,6 +111,8 @@ func init() {
 		{errNoRollout, apiError{http.StatusConflict, ReasonNoRollout, "no rollout is in progress"}},
 		{errRolloutInCluster, apiError{http.StatusConflict, ReasonRolloutInCluster, "this fleet does not run staged rollouts yet; publish with a plain reload"}},
 		{errNothingToRevert, apiError{http.StatusConflict, ReasonNothingToRevert, "no earlier generation is recorded; name one with ?to= (see recorded_generations in GET " + RolloutPath + ")"}},
+		{errDecisionSuperseded, apiError{http.StatusConflict, string(reconf.ReasonSuperseded), "the rollout's state moved on first (another operator or the rollout itself decided); nothing was done: see GET " + RolloutPath}},
+		{errDecisionNotWritten, apiError{http.StatusServiceUnavailable, reasons.ClusterUnavailable, "the cluster channel could not be written; nothing was done and the rollout runs on as before: try again once etcd answers"}},
 	}...)
 }
 
@@ -226,6 +233,14 @@ func controlError(ctx context.Context, err error) error {
 		return errRolloutInCluster
 	case ctx.Err() != nil:
 		return errPending
+	}
+	if e := (*reconf.Error)(nil); errors.As(err, &e) {
+		switch e.Reason {
+		case reconf.ReasonSuperseded:
+			return errDecisionSuperseded
+		case reasons.ClusterUnavailable:
+			return errDecisionNotWritten
+		}
 	}
 	return err
 }

@@ -58,6 +58,7 @@ type Channel struct {
 	seen     atomic.Pointer[seenRollout] // the newest rollout state read or written, which a decision is compared with
 	driving  atomic.Uint64               // the rollout this worker drives (holds the driver key of), or 0
 	midJoin  atomic.Pointer[midJoin]     // Join started this worker on a rollout's active version; a Follower waits to follow it
+	unheard  atomic.Int64                // the last moment a Follower's rollout loop found the channel out of reach (unix ns), or 0
 	// rolloutWake wakes a Follower's rollout loop, which sleeps while
 	// this worker follows no rollout (see Channel.wakeRollout).
 	rolloutWake chan struct{}

@@ -408,6 +408,36 @@ func (c *Channel) takeDriver(ctx context.Context, st reconf.RolloutState) (bool,
 	return tx.Succeeded, nil
 }
 
+// LastOutOfReach returns the last moment this worker's Follower found the
+// channel out of reach for longer than its rollout's step (the zero time
+// if it never did). While etcd is away no driver can decide, so a
+// runtime counts a silent driver lost only from after it (reconf's
+// driver_lost). It is safe for concurrent use.
+func (c *Channel) LastOutOfReach() time.Time {
+	if ns := c.unheard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// ReleaseDriving removes the rollout's driver key if the worker id holds
+// it, and reports whether it did. A supervisor that saw worker id exit
+// calls it: another worker takes the driving at its next read of the
+// rollout (a quarter step at most) instead of when the dead worker's
+// lease lapses, which with steps shorter than half the lease came after
+// the fleet had given the driver up (driver_lost). It is safe for
+// concurrent use; a failure leaves the key to the lease.
+func (c *Channel) ReleaseDriving(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := c.reqCtx(ctx)
+	defer cancel()
+	tx, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(c.driverKey()), "=", id)).
+		Then(clientv3.OpDelete(c.driverKey())).Commit()
+	if err != nil {
+		return false, c.unreachable("release a dead worker's driving", err)
+	}
+	return tx.Succeeded, nil
+}
+
 // recordCopy reads the copy of version v's record and vets it like the
 // record itself.
 func (c *Channel) recordCopy(ctx context.Context, v uint64) (Update, error) {
@@ -482,243 +512,6 @@ func (c *Channel) wakeRollout() {
 	case c.rolloutWake <- struct{}{}:
 	default:
 	}
-}
-
-// rolloutLoop follows the fleet's rollout state while this worker
-// follows a rollout: it watches the state key and adopts each newer
-// state, takes the driving when nobody holds it, writes this worker's
-// counts once per step, and takes the candidate out of service here while
-// the channel is out of reach for longer than a step. While this worker
-// follows no rollout it sleeps, with no timer, until a rollout begins
-// here (wakeRollout): an idle fleet pays nothing for rollouts.
-func (f *Follower) rolloutLoop(rr RolloutRuntime) {
-	defer f.wg.Done()
-	var (
-		wch        clientv3.WatchChan
-		wcancel    = func() {}
-		lastSync   time.Time
-		contact    = time.Now()
-		following  bool // the last tick found a rollout here
-		cut        bool
-		unacked    bool   // the current step took effect without this worker's acknowledgement
-		countsDone string // the step whose counts were written
-		ackDone    string // the pending step this worker acknowledged
-		// The channel's reads and writes run beside the loop, one at a
-		// time, so that a stalled etcd (each request waits up to the
-		// request timeout) never delays the cut-off: the loop keeps
-		// ticking and takes the candidate out of service on time.
-		reading, writing, acking bool
-		reads                    = make(chan readDone, 1)
-		writes                   = make(chan writeDone, 1)
-		acks                     = make(chan writeDone, 1)
-	)
-	defer func() { wcancel() }()
-	tick := time.NewTicker(rolloutTick)
-	defer tick.Stop()
-	woken := time.Now() // a worker may join mid-rollout
-
-	read := func() {
-		reading, lastSync = true, time.Now()
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			r, err := f.ch.readRollout(f.ctx)
-			reads <- readDone{r, err, time.Now()}
-		}()
-	}
-	// ack acknowledges the pending widening the runtime holds, once:
-	// the driver makes it effective when every live worker has.
-	ack := func() {
-		st, _, _, ok := rr.RolloutWindow()
-		if !ok || st.Done() || st.Pending == nil || acking {
-			return
-		}
-		key := fmt.Sprintf("%d/%d", st.ID, st.Pending.Step)
-		if ackDone == key {
-			return
-		}
-		acking = true
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			acks <- writeDone{key, f.ch.writeAck(f.ctx, st)}
-		}()
-	}
-	synced := func(d readDone) {
-		reading = false
-		if d.err != nil {
-			return
-		}
-		r := d.r
-		if d.at.After(contact) {
-			contact = d.at
-		}
-		if r.stRev != 0 {
-			f.noteRollout(r.st, r.stRev)
-			if j := f.joining.Load(); j != nil && r.st.ID == j.rollout {
-				// Issued while the runtime followed the rollout: once it
-				// has adopted this state, it follows the fleet's.
-				f.joinRead.CompareAndSwap(0, r.stRev)
-				f.pushRollout(rr)
-			}
-		}
-		if r.driver != f.ch.id && f.ch.driving.Load() != 0 {
-			f.ch.driving.Store(0)
-		}
-		if r.driver == f.ch.id && r.stRev != 0 {
-			f.ch.driving.Store(r.st.ID)
-		}
-		if r.driver == "" && r.stRev != 0 && !r.st.Done() {
-			if ok, _ := f.ch.takeDriver(f.ctx, r.st); ok {
-				f.o.logger.Info("propagate: this worker drives the rollout now", "rollout", r.st.ID, "step", r.st.Step)
-			}
-		}
-		if wch == nil {
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
-			wch, wcancel = f.ch.cli.Watch(wctx, f.ch.rolloutKey(), clientv3.WithRev(r.rev+1)), cancel
-		}
-	}
-	for {
-		select {
-		case <-f.ctx.Done():
-			return
-		case <-f.ch.rolloutWake:
-			woken = time.Now()
-			tick.Reset(rolloutTick)
-		case d := <-reads:
-			synced(d)
-		case d := <-writes:
-			writing = false
-			if d.err == nil {
-				countsDone = d.key
-			}
-		case d := <-acks:
-			acking = false
-			if d.err == nil {
-				// A newer pending step may have come meanwhile; a failed
-				// write is tried again on the next tick, not at once.
-				ackDone = d.key
-				ack()
-			}
-		case wr, ok := <-wch:
-			if !ok || wr.Canceled || wr.Err() != nil {
-				wcancel()
-				wch, wcancel = nil, func() {}
-				continue
-			}
-			contact = time.Now()
-			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.PUT {
-					continue
-				}
-				if w, err := decodeState(ev.Kv); err == nil {
-					f.noteRollout(w.State, ev.Kv.ModRevision)
-				}
-			}
-			f.pushRollout(rr)
-			ack()
-		case <-tick.C:
-			st, active, cand, ok := rr.RolloutWindow()
-			if now := ok && !st.Done(); now != following {
-				following = now
-				if now {
-					// A rollout began here, from a record this worker
-					// just read or wrote: that is contact. Between
-					// rollouts the loop reads nothing, and an old contact
-					// would cut the worker off at the rollout's start,
-					// taking the candidate from entities that other
-					// workers give it.
-					contact = time.Now()
-					// The candidate may be out of service from its start
-					// (see rolloutStep): have the switch below set it
-					// either way.
-					cut = true
-				}
-			}
-			if !ok || st.Done() {
-				// No rollout here: no watch and no read. A new rollout
-				// arrives with its candidate's record, or is staged
-				// here; either wakes the loop.
-				if wch != nil {
-					wcancel()
-					wch, wcancel = nil, func() {}
-				}
-				if !reading && !writing && !acking && time.Since(woken) >= rolloutLinger {
-					tick.Stop()
-				}
-				continue
-			}
-			step := stepOf(st)
-			// Read at least four times a step: a worker that read the
-			// channel once a resync interval would count itself cut off
-			// between two reads whenever the interval is as long as a step.
-			if !reading && time.Since(lastSync) >= min(f.o.resync, max(step/4, rolloutTick)) {
-				read()
-			}
-			f.pushRollout(rr)
-			ack()
-			if now := slices.Contains(st.Unacknowledged, f.ch.id); now != unacked {
-				unacked = now
-				if now {
-					f.o.logger.Warn("propagate: the rollout's step took effect without this worker's acknowledgement; it gives the candidate to nobody until the fleet's next step",
-						"rollout", st.ID, "step", st.Step)
-				}
-			}
-			switch off := time.Since(contact) > step || unacked || f.leftOut(st); {
-			case off && !cut:
-				if rr.SetCutOff(f.ctx, true) == nil {
-					cut = true
-				}
-			case !off && cut:
-				if rr.SetCutOff(f.ctx, false) == nil {
-					cut = false
-				}
-			}
-			// The counts go out every quarter step, for an operator's
-			// view of the fleet (reconf.Runtime.FleetRolloutWindow), and
-			// once more just before the step is judged, for the driver.
-			margin := min(step/5, 500*time.Millisecond)
-			final := !time.Now().Before(st.NextStep.Add(-margin))
-			quarter := int64(-1)
-			if !final {
-				quarter = int64(time.Since(st.StepStarted) / max(step/4, rolloutTick))
-			}
-			key := fmt.Sprintf("%d/%d/%d/%d/%d", st.ID, st.Step, st.Extensions, st.NextStep.UnixNano(), quarter)
-			if st.Phase == reconf.Running && !writing && countsDone != key && (final || quarter >= 1) {
-				writing = true
-				f.wg.Add(1)
-				go func() {
-					defer f.wg.Done()
-					writes <- writeDone{key, f.ch.writeCounts(f.ctx, st, active, cand)}
-				}()
-			}
-		}
-	}
-}
-
-// readDone is a read of the rollout's keys, finished at at.
-type readDone struct {
-	r   rolloutRead
-	err error
-	at  time.Time
-}
-
-// writeDone is a write of this worker's counts of the step key.
-type writeDone struct {
-	key string
-	err error
-}
-
-// stepOf is how long st's current step lasts.
-func stepOf(st reconf.RolloutState) time.Duration {
-	share := st.Share
-	if st.Pending != nil {
-		share = st.Pending.Share
-	}
-	if share == reconf.FullShare {
-		return max(st.Strategy.FinalBake, st.Strategy.StepInterval)
-	}
-	return st.Strategy.StepInterval
 }
 
 // noteRollout keeps a state read from the channel, for the runtime to

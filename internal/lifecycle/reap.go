@@ -24,15 +24,21 @@ const reapTimeout = 2 * time.Second
 // are left to that lease: see reap.
 type reaper struct {
 	cli     *clientv3.Client
-	workers string // the channel's presence rows, P/workers/
+	workers string             // the channel's presence rows, P/workers/
+	ch      *propagate.Channel // the channel, for a dead worker's rollout driving
 	log     *slog.Logger
 }
 
 // newReaper returns a reaper on cli for the channel at prefix.
 func newReaper(cli *clientv3.Client, prefix string, log *slog.Logger) *reaper {
+	ch, err := propagate.NewChannel(cli, prefix)
+	if err != nil {
+		log.Warn("a dead worker's rollout driving goes only with its lease", "error", err)
+	}
 	return &reaper{
 		cli:     cli,
 		workers: strings.TrimRight(prefix, "/") + "/workers/",
+		ch:      ch,
 		log:     log,
 	}
 }
@@ -53,6 +59,18 @@ func (r *reaper) reap(slot, pid int) {
 		return
 	}
 	r.log.Info("dead worker's row removed; its gate slots come back with its lease", "worker", slot, "pid", pid, "id", id)
+	// A rollout it drove is taken over at once, not at its lease's end:
+	// with steps shorter than half the lease the fleet would give the
+	// driver up first and roll a good change back (driver_lost).
+	if r.ch == nil {
+		return
+	}
+	switch released, err := r.ch.ReleaseDriving(ctx, id); {
+	case err != nil:
+		r.log.Warn("a dead worker's rollout driving stays until its lease expires: etcd did not answer", "worker", slot, "pid", pid, "error", err)
+	case released:
+		r.log.Info("the dead worker drove the rollout; another worker takes it over", "worker", slot, "pid", pid, "id", id)
+	}
 }
 
 // connectReaper connects the supervisor's own etcd client for reaping;
