@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -78,7 +79,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 }
 
 // apply runs a cluster version through the staged path. It holds the slot.
-func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Result {
+func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec fleet.Record) Result {
 	prev := r.cur.Load()
 	defer r.checkActive(prev)
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
@@ -118,7 +119,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 // stageRecord compiles a channel record over the active configuration,
 // checks its files, and stages it as version with p: a follower's apply
 // and a rollout's candidate take the same steps.
-func (r *Runtime[T]) stageRecord(ctx context.Context, res *Result, prev *Generation[T], version uint64, rec Record, p plan) Result {
+func (r *Runtime[T]) stageRecord(ctx context.Context, res *Result, prev *Generation[T], version uint64, rec fleet.Record, p plan) Result {
 	stop := lap(&res.Timings.Decode)
 	cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
 	stop()
@@ -251,7 +252,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		if ch := r.o.channel; ch != nil {
 			// Over a version this worker refused, as if it held it.
 			held := max(prev.id, r.refused)
-			if rc, ok := ch.(RolloutChannel); ok && rollout != nil {
+			if rc, ok := ch.(rolloutWire); ok && rollout != nil {
 				rs := r.newRolloutState(ctx, res.Trigger, prev.id, held+1, *rollout)
 				fleet = &rs
 				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, rs)

@@ -56,7 +56,7 @@ func (r *Runtime[T]) Close(ctx context.Context) error {
 // Pinned work carries on; Close finishes the shutdown. Refuse honours ctx
 // and may be called again after a deadline failure; it is idempotent and
 // safe for concurrent use.
-func (r *Runtime[T]) Refuse(ctx context.Context) error {
+func (r *Runtime[T]) refuse(ctx context.Context) error {
 	select {
 	case r.closeLock <- struct{}{}:
 		defer func() { <-r.closeLock }()

@@ -208,7 +208,7 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/millis internal/reasons internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/fleet internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
@@ -240,6 +240,8 @@
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
 //	internal/fieldclass       a configuration type's paths with their classes, outside the API
+//	                          > -
+//	internal/fleet            a fleet's record, channel and rollback mark, and a runtime's side of it, outside the API
 //	                          > -
 //	internal/history          one process's attempts, bounded, as the management API shows them
 //	                          > reconf internal/millis

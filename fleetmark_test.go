@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ const fleetMarkYAML = "server:\n  address: a\nlimits:\n  stub: %d\nbackend:\n  n
 func fleetYAML(stub int) string { return fmt.Sprintf(fleetMarkYAML, stub) }
 
 // fleetRecord returns the record a fleet publishes for fleetYAML(stub).
-func fleetRecord(t *testing.T, stub int) Record {
+func fleetRecord(t *testing.T, stub int) fleet.Record {
 	t.Helper()
 	ch := &faultChannel{}
 	newClusterWorker(t, ch, fleetYAML(stub), map[string]string{"KEY": "k"})
@@ -29,14 +30,14 @@ func fleetRecord(t *testing.T, stub int) Record {
 func TestFleetMarkSeedsAnEmptyChannel(t *testing.T) {
 	env := map[string]string{"KEY": "k"}
 	good, bad := fleetRecord(t, 1), fleetRecord(t, 2)
-	for name, m := range map[string]RollbackMark{
+	for name, m := range map[string]fleet.RollbackMark{
 		"fleet's mark":          {Generation: 7, Digest: bad.Digest(), Previous: []byte("not this worker's"), Record: &good},
 		"single process's mark": {Generation: 7, Digest: bad.Digest(), Previous: []byte(fleetYAML(1))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			store := &memMarks{m: &m}
 			fresh := &faultChannel{}
-			rt, _ := newClusterWorker(t, fresh, fleetYAML(2), env, WithRollbackStore(store))
+			rt, _ := newClusterWorker(t, fresh, fleetYAML(2), env, withRollbackStore(store))
 			if got := rt.Current().Config().Limits["stub"]; got != 1 {
 				t.Fatalf("started on stub=%d, the rolled-back content", got)
 			}
@@ -46,7 +47,7 @@ func TestFleetMarkSeedsAnEmptyChannel(t *testing.T) {
 			if res := mustReloadC(t, rt, Invalid); res.Reason != ReasonRolledBack {
 				t.Errorf("reload of the unchanged source: %s", res.Reason)
 			}
-			peer, _ := newClusterWorker(t, fresh, fleetYAML(2), env, WithRollbackStore(&memMarks{}))
+			peer, _ := newClusterWorker(t, fresh, fleetYAML(2), env, withRollbackStore(&memMarks{}))
 			if got := peer.Current().Config().Limits["stub"]; got != 1 {
 				t.Errorf("a peer started on stub=%d", got)
 			}
@@ -70,14 +71,14 @@ func TestFleetMarkFollowsTheChannel(t *testing.T) {
 	ch := &faultChannel{}
 	newClusterWorker(t, ch, fleetYAML(2), env)
 	store := &memMarks{}
-	b, src := newClusterWorker(t, ch, fleetYAML(2), env, WithRollbackStore(store))
+	b, src := newClusterWorker(t, ch, fleetYAML(2), env, withRollbackStore(store))
 	back := good
 	back.RolledBack = bad.Digest()
 	v, err := ch.Publish(context.Background(), 1, back)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := b.Apply(context.Background(), v, back); err != nil || res.Outcome != Published {
+	if res, err := b.applyVersion(context.Background(), v, back); err != nil || res.Outcome != Published {
 		t.Fatalf("Apply = %+v, %v", res, err)
 	}
 	if store.saves != 0 {
@@ -86,15 +87,15 @@ func TestFleetMarkFollowsTheChannel(t *testing.T) {
 	if res := mustReloadC(t, b, Invalid); res.Reason != ReasonRolledBack {
 		t.Errorf("the follower's reload of the rolled-back source: %s", res.Reason)
 	}
-	store.m = &RollbackMark{Generation: v, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}
+	store.m = &fleet.RollbackMark{Generation: v, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}
 	src.set(fleetYAML(3))
 	mustReloadC(t, b, Published)
 	if store.mark() != nil {
 		t.Error("the publisher of a record without a mark left the store's mark")
 	}
 
-	stale := &memMarks{m: &RollbackMark{Generation: 9, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}}
-	newClusterWorker(t, ch, fleetYAML(2), env, WithRollbackStore(stale))
+	stale := &memMarks{m: &fleet.RollbackMark{Generation: 9, Digest: bad.Digest(), Previous: []byte("x"), Record: &good}}
+	newClusterWorker(t, ch, fleetYAML(2), env, withRollbackStore(stale))
 	if stale.mark() != nil {
 		t.Error("a mark the channel does not hold survived the join")
 	}

@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -161,7 +162,7 @@ func (r *Runtime[T]) mutatedPaths(g *Generation[T]) []string {
 	var orig *candidate[T]
 	var err error
 	if g.liveJSON {
-		orig, err = r.comp.recordOver(context.Background(), g.data, Record{Format: formatJSON, Live: g.live}, decodeBase[T])
+		orig, err = r.comp.recordOver(context.Background(), g.data, fleet.Record{Format: formatJSON, Live: g.live}, decodeBase[T])
 	} else {
 		orig, err = r.comp.compileWith(context.Background(), g.data, g.live, g.restartPinned)
 	}

@@ -3,6 +3,7 @@ package reconf
 import (
 	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"reflect"
 	"time"
@@ -33,14 +34,14 @@ type settings struct {
 	mutationMode      MutationMode
 	mutationObservers []func(Mutation)
 	now               func() time.Time
-	channel           Channel
+	channel           fleet.Channel
 	baseDir           string
 	firstGen          uint64
 	startupPublish    bool // restartopt.Restart.StartupPublish
 	health            HealthFunc
-	processWide       []string      // WithProcessWide
-	recorded          int           // WithRecordedGenerations
-	markStore         RollbackStore // WithRollbackStore
+	processWide       []string            // WithProcessWide
+	recorded          int                 // WithRecordedGenerations
+	markStore         fleet.RollbackStore // WithRollbackStore
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.
@@ -195,7 +196,7 @@ func WithMutationObserver(fn func(Mutation)) Option {
 // channel, generation IDs are cluster versions, and literal secrets are
 // refused because only references may travel. Versions published by
 // others are applied with Runtime.Apply (package propagate does this).
-func WithChannel(ch Channel) Option { return func(o *settings) { o.channel = ch } }
+func withChannel(ch fleet.Channel) Option { return func(o *settings) { o.channel = ch } }
 
 // WithBaseDir sets the directory that relative paths in `reconf:",file"`
 // fields are resolved against (usually the configuration file's). The

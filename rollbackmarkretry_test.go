@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"errors"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"testing"
 )
 
@@ -14,9 +15,9 @@ type failingMarks struct {
 	failSaves int
 }
 
-func (s *failingMarks) LoadMark() (*RollbackMark, error) { return s.inner.LoadMark() }
+func (s *failingMarks) LoadMark() (*fleet.RollbackMark, error) { return s.inner.LoadMark() }
 
-func (s *failingMarks) SaveMark(m *RollbackMark) error {
+func (s *failingMarks) SaveMark(m *fleet.RollbackMark) error {
 	s.inner.mu.Lock()
 	fail := s.failSaves > 0
 	s.failSaves--
@@ -35,7 +36,7 @@ func (s *failingMarks) SaveMark(m *RollbackMark) error {
 func TestRollbackMarkSavedOnTheNextReload(t *testing.T) {
 	store := &failingMarks{failSaves: 1}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	src.set(baseYAML(2))
 	mustReload(t, rt, Published)
 	if res, err := rt.Revert(context.Background(), TriggerSDK, 1); err != nil || res.Outcome != Published {
@@ -56,7 +57,7 @@ func TestRollbackMarkSavedOnTheNextReload(t *testing.T) {
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the reverted-away content", a)
 	}

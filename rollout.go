@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"time"
 
@@ -415,7 +416,7 @@ func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Ve
 // step starts after the settle, or twice the slowest acknowledgement if
 // that is longer (at most a step), so that every worker, the slowest
 // too, learns of it before it starts. It holds the slot.
-func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
+func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc rolloutWire) {
 	st := ro.state
 	p := st.Pending
 	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
@@ -874,7 +875,7 @@ func contentDigest[T any](c *candidate[T]) string {
 	if err != nil {
 		return ""
 	}
-	return Record{Live: live, Format: format, Files: c.sharedFiles()}.Digest()
+	return fleet.Record{Live: live, Format: format, Files: c.sharedFiles()}.Digest()
 }
 
 // shareText renders basis points as a percentage ("12.5%").

@@ -2,43 +2,9 @@ package reconf
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
-
-// ErrRollbackMark is wrapped by New when a RollbackStore's mark cannot be
-// used: it cannot be read, or the source holds the rolled-back content
-// and the previous content kept in the mark no longer loads. Starting on
-// the file instead would re-apply the rolled-back content silently.
-var ErrRollbackMark = errors.New("reconf: the rollback mark cannot be used")
-
-// RollbackMark keeps a rollback in force across a restart: the content a
-// rollout rolled back (or a Revert reverted away) and what is needed to
-// start on the content that replaced it.
-type RollbackMark struct {
-	// Generation is the generation that made the previous content active
-	// again (the rollback's or the revert's).
-	Generation uint64 `json:"generation"`
-	// Digest is the rolled-back content's digest (Record.Digest).
-	Digest string `json:"rolled_back_digest"`
-	// Previous is the source the active content was compiled from, as
-	// read: references, never the values they resolve to.
-	Previous []byte `json:"previous"`
-	// Record is, for a mark a fleet's worker kept, the channel record of
-	// the active content (without its mark): what a fleet whose channel
-	// starts empty publishes as its first version. A worker's Previous
-	// is its own file's bytes, which need not be the fleet's content.
-	Record *Record `json:"record,omitempty"`
-}
-
-// RollbackStore keeps a runtime's rollback mark where the runtime of the
-// next process reads it (see WithRollbackStore).
-type RollbackStore interface {
-	// LoadMark returns the kept mark, nil when there is none.
-	LoadMark() (*RollbackMark, error)
-	// SaveMark keeps m; nil clears the mark.
-	SaveMark(m *RollbackMark) error
-}
 
 // WithRollbackStore makes a runtime without a channel keep its rollback
 // mark in s, so that a process started again does not re-apply the
@@ -57,7 +23,7 @@ type RollbackStore interface {
 // while the source holds the marked content publishes the marked
 // previous content, with the mark, as the channel's first version.
 // A channel that keeps its data needs no store.
-func WithRollbackStore(s RollbackStore) Option {
+func withRollbackStore(s fleet.RollbackStore) Option {
 	return func(o *settings) { o.markStore = s }
 }
 
@@ -71,7 +37,7 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 	}
 	m, err := s.LoadMark()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrRollbackMark, err)
+		return nil, nil, fmt.Errorf("%w: %w", fleet.ErrRollbackMark, err)
 	}
 	if m == nil {
 		r.markSaved = true
@@ -85,7 +51,7 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 	}
 	prev, err := r.comp.compileWith(ctx, m.Previous, nil, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
+		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", fleet.ErrRollbackMark, m.Generation, err)
 	}
 	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, m.Generation), true
 	msg := fmt.Sprintf("reconf: the source holds the content that generation %d rolled back; starting on the previous content. "+
@@ -107,9 +73,9 @@ func (r *Runtime[T]) saveMark() {
 		r.markFollowed()
 		return
 	}
-	var m *RollbackMark
+	var m *fleet.RollbackMark
 	if r.rolledBack != "" {
-		m = &RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
+		m = &fleet.RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
 		if g := r.cur.Load(); g != nil {
 			m.Generation = g.id
 			if r.o.channel != nil {
@@ -162,19 +128,19 @@ func (r *Runtime[T]) markFollowed() {
 // unchanged source does not publish the rolled-back content as its first
 // version. A channel that has a record keeps it, and its mark, whatever
 // is offered.
-func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *RollbackMark, error) {
+func (r *Runtime[T]) seedRecord(ctx context.Context, local fleet.Record) (fleet.Record, *fleet.RollbackMark, error) {
 	s := r.o.markStore
 	if s == nil {
 		return local, nil, nil
 	}
 	m, err := s.LoadMark()
 	if err != nil {
-		return Record{}, nil, fmt.Errorf("%w: %w", ErrRollbackMark, err)
+		return fleet.Record{}, nil, fmt.Errorf("%w: %w", fleet.ErrRollbackMark, err)
 	}
 	if m == nil || m.Digest != local.Digest() {
 		return local, m, nil
 	}
-	var seed Record
+	var seed fleet.Record
 	if m.Record != nil {
 		seed = *m.Record
 	} else {
@@ -184,7 +150,7 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *Rol
 			seed, err = r.recordOf(prev)
 		}
 		if err != nil {
-			return Record{}, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
+			return fleet.Record{}, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", fleet.ErrRollbackMark, m.Generation, err)
 		}
 	}
 	seed.RolledBack = m.Digest
@@ -196,7 +162,7 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *Rol
 // that holds the content the record took out of service is warned
 // about, and the store is made to agree with the channel (a mark the
 // channel does not hold is cleared). It runs in New.
-func (r *Runtime[T]) joinedMark(v uint64, got, local Record, m *RollbackMark) {
+func (r *Runtime[T]) joinedMark(v uint64, got, local fleet.Record, m *fleet.RollbackMark) {
 	if got.RolledBack != "" && got.RolledBack == local.Digest() {
 		r.o.logger.Warn("reconf: the source holds the content the fleet rolled back; starting on the fleet's version. "+
 			"Change the source and reload, or re-apply it deliberately (Reapply)", "version", v)

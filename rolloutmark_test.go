@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"errors"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"sync"
 	"testing"
 	"time"
@@ -13,25 +14,25 @@ import (
 // store that cannot be read.
 type memMarks struct {
 	mu       sync.Mutex
-	m        *RollbackMark
+	m        *fleet.RollbackMark
 	saves    int
 	failLoad error
 }
 
-func (s *memMarks) LoadMark() (*RollbackMark, error) {
+func (s *memMarks) LoadMark() (*fleet.RollbackMark, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m, s.failLoad
 }
 
-func (s *memMarks) SaveMark(m *RollbackMark) error {
+func (s *memMarks) SaveMark(m *fleet.RollbackMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m, s.saves = m, s.saves+1
 	return nil
 }
 
-func (s *memMarks) mark() *RollbackMark {
+func (s *memMarks) mark() *fleet.RollbackMark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m
@@ -43,7 +44,7 @@ func (s *memMarks) mark() *RollbackMark {
 func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	store := &memMarks{}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	if store.mark() != nil {
 		t.Fatalf("a mark before any rollback: %+v", store.mark())
 	}
@@ -68,7 +69,7 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	}
 
 	// The next process: same source, same store.
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the rolled-back content", a)
 	}
@@ -84,7 +85,7 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	if m := store.mark(); m != nil {
 		t.Fatalf("mark after the source moved on = %+v", m)
 	}
-	third := newTestRuntime(t, src, WithRollbackStore(store))
+	third := newTestRuntime(t, src, withRollbackStore(store))
 	if a := third.Current().Config().Routing.A; a != 5 {
 		t.Fatalf("a=%d after the mark cleared", a)
 	}
@@ -93,8 +94,8 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 // TestRollbackMarkClearsOnOtherContentAtStart: a source that holds
 // anything but the rolled-back content clears the mark, as a reload does.
 func TestRollbackMarkClearsOnOtherContentAtStart(t *testing.T) {
-	store := &memMarks{m: &RollbackMark{Generation: 3, Digest: "sha256:other", Previous: []byte(baseYAML(1))}}
-	rt := newTestRuntime(t, newMem(baseYAML(7)), WithRollbackStore(store))
+	store := &memMarks{m: &fleet.RollbackMark{Generation: 3, Digest: "sha256:other", Previous: []byte(baseYAML(1))}}
+	rt := newTestRuntime(t, newMem(baseYAML(7)), withRollbackStore(store))
 	if a := rt.Current().Config().Routing.A; a != 7 {
 		t.Fatalf("a=%d", a)
 	}
@@ -108,15 +109,15 @@ func TestRollbackMarkClearsOnOtherContentAtStart(t *testing.T) {
 // the file.
 func TestRollbackMarkUnusable(t *testing.T) {
 	broken := &memMarks{failLoad: errors.New("corrupt")}
-	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()), WithRollbackStore(broken)); !errors.Is(err, ErrRollbackMark) {
+	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()), withRollbackStore(broken)); !errors.Is(err, fleet.ErrRollbackMark) {
 		t.Fatalf("New with an unreadable mark: %v", err)
 	}
 	// The mark's digest is the file's, and its previous content is bad.
 	src := newMem(baseYAML(1))
 	probe := newTestRuntime(t, src)
 	digest := probe.Current().appliedDigest()
-	store := &memMarks{m: &RollbackMark{Generation: 3, Digest: digest, Previous: []byte("routing: [")}}
-	if _, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), WithRollbackStore(store)); !errors.Is(err, ErrRollbackMark) {
+	store := &memMarks{m: &fleet.RollbackMark{Generation: 3, Digest: digest, Previous: []byte("routing: [")}}
+	if _, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), withRollbackStore(store)); !errors.Is(err, fleet.ErrRollbackMark) {
 		t.Fatalf("New with an unloadable previous content: %v", err)
 	}
 }
@@ -126,7 +127,7 @@ func TestRollbackMarkUnusable(t *testing.T) {
 func TestRevertSavesTheMark(t *testing.T) {
 	store := &memMarks{}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	src.set(baseYAML(2))
 	mustReload(t, rt, Published)
 	res, err := rt.Revert(context.Background(), TriggerSDK, 1)
@@ -140,7 +141,7 @@ func TestRevertSavesTheMark(t *testing.T) {
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the reverted-away content", a)
 	}

@@ -3,6 +3,7 @@ package reconf
 import (
 	"context"
 	"fmt"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -249,7 +250,7 @@ func (r *Runtime[T]) Check(ctx context.Context) (Result, error) {
 // version not greater than the active one is a no-op (stale_version); a
 // failure keeps the active generation whole and is the caller's to retry.
 // It is busy while another attempt runs, like Reload.
-func (r *Runtime[T]) Apply(ctx context.Context, version uint64, rec Record) (Result, error) {
+func (r *Runtime[T]) applyVersion(ctx context.Context, version uint64, rec fleet.Record) (Result, error) {
 	return r.start(ctx, TriggerCluster, false, func(ctx context.Context) Result { return r.apply(ctx, version, rec) })
 }
 

@@ -111,7 +111,7 @@ func encodeRecordWith(version uint64, by Publisher, at time.Time, rec reconf.Rec
 	}
 	b, err := json.Marshal(wire{
 		Format: RecordFormat, Version: version, PublishedBy: by.ID, Publisher: &by,
-		Trigger: rec.Trigger, Actor: rec.Actor, PublishedAt: at.UTC(),
+		Trigger: reconf.Trigger(rec.Trigger), Actor: rec.Actor, PublishedAt: at.UTC(),
 		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: rec.Format, Files: rec.Files, RolledBack: rec.RolledBack, Rollout: st,
 	})
 	return string(b), err
@@ -143,7 +143,7 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt, Provenance: p,
-		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor, RolledBack: w.RolledBack},
+		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: string(w.Trigger), Actor: w.Actor, RolledBack: w.RolledBack},
 		Rollout: w.Rollout,
 	}, nil
 }
