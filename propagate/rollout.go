@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // A staged rollout travels in the channel beside the record (see
@@ -33,7 +34,7 @@ import (
 //   - P/rollout/counts/<worker>: each worker's counts of both generations
 //     over the current step, on its row lease, written every quarter step
 //     and once more just before the step is judged; the driver sums them,
-//     and so does an operator's view (reconf.Runtime.FleetRolloutWindow).
+//     and so does an operator's view (fleet.Member.FleetRolloutWindow).
 //   - P/rollout/acks/<worker>: the pending widening this worker's runtime
 //     holds (rollout and step), on its row lease: the driver makes the
 //     step effective once every live worker's row has one.
@@ -52,17 +53,7 @@ const RecordedVersions = reconf.DefaultRecordedGenerations
 // an external cluster accepts 1.5 MiB by default.
 const maxRecordedBytes = 512 << 10
 
-// RolloutRuntime is what a Follower needs of a runtime to follow the
-// fleet's rollouts; every *reconf.Runtime[T] is one. A runtime that is
-// not applies candidates as plain versions.
-type RolloutRuntime interface {
-	ApplyCandidate(ctx context.Context, version uint64, rec reconf.Record, st reconf.RolloutState) (reconf.Result, error)
-	FollowRollout(ctx context.Context, st reconf.RolloutState) error
-	RolloutWindow() (st reconf.RolloutState, active, candidate reconf.Counts, ok bool)
-	SetCutOff(ctx context.Context, on bool) error
-}
-
-var _ reconf.RolloutChannel = (*Channel)(nil)
+var _ fleet.RolloutChannel[reconf.RolloutState, reconf.Counts] = (*Channel)(nil)
 
 func (c *Channel) rolloutKey() string   { return c.prefix + "/rollout/state" }
 func (c *Channel) driverKey() string    { return c.prefix + "/rollout/driver" }
@@ -127,7 +118,7 @@ func sameRollout(a, b reconf.RolloutState) bool {
 // version held+1 carrying st, the state st in the state key, and this
 // worker as the driver (on its row's lease), in one transaction with
 // compare-and-set on held and this worker's row present.
-func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Record, st reconf.RolloutState) (uint64, error) {
+func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec fleet.Record, st reconf.RolloutState) (uint64, error) {
 	lease := clientv3.LeaseID(c.rowLease.Load())
 	if lease == 0 {
 		return 0, fmt.Errorf("%w: stage: this worker's row is not written yet", ErrUnreachable)
@@ -165,7 +156,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 // rec, rec is written as version next.Result (carrying next) in the same
 // transaction, with compare-and-set on the version before it. A decision
 // that ends the rollout removes the driver key.
-func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *reconf.Record) error {
+func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *fleet.Record) error {
 	s := c.seen.Load()
 	if s == nil || !sameRollout(s.st, prev) {
 		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on; this worker follows it")
@@ -440,10 +431,10 @@ var errNotRecorded = errors.New("propagate: version not recorded")
 // joinRollout starts a worker that joins while u, a candidate, is in a
 // rollout on the active version's record: the follower then applies the
 // candidate beside it. A rollout that has ended (promoted) starts it on u.
-func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Record, error) {
+func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, fleet.Record, error) {
 	rr, err := c.readRollout(ctx)
 	if err != nil {
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	st := rr.st
 	if rr.stRev == 0 || st.ID != u.Rollout.ID || st.Done() {
@@ -452,7 +443,7 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 	c.note(st, rr.stRev)
 	a, err := c.recordCopy(ctx, st.Active)
 	if err != nil {
-		return 0, reconf.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
+		return 0, fleet.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
 	}
 	c.midJoin.Store(&midJoin{rollout: st.ID, candidate: u.Version})
 	return a.Version, a.Record, nil
@@ -491,7 +482,7 @@ func (c *Channel) wakeRollout() {
 // the channel is out of reach for longer than a step. While this worker
 // follows no rollout it sleeps, with no timer, until a rollout begins
 // here (wakeRollout): an idle fleet pays nothing for rollouts.
-func (f *Follower) rolloutLoop(rr RolloutRuntime) {
+func (f *Follower) rolloutLoop(rr runtime) {
 	defer f.wg.Done()
 	var (
 		wch        clientv3.WatchChan
@@ -675,7 +666,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 				}
 			}
 			// The counts go out every quarter step, for an operator's
-			// view of the fleet (reconf.Runtime.FleetRolloutWindow), and
+			// view of the fleet (fleet.Member.FleetRolloutWindow), and
 			// once more just before the step is judged, for the driver.
 			margin := min(step/5, 500*time.Millisecond)
 			final := !time.Now().Before(st.NextStep.Add(-margin))
@@ -729,7 +720,7 @@ func (f *Follower) noteRollout(st reconf.RolloutState, rev int64) {
 
 // pushRollout hands the runtime the newest state of the rollout it
 // follows, once.
-func (f *Follower) pushRollout(rr RolloutRuntime) {
+func (f *Follower) pushRollout(rr runtime) {
 	s := f.ch.seen.Load()
 	if s == nil {
 		return
@@ -757,7 +748,7 @@ func (f *Follower) pushRollout(rr RolloutRuntime) {
 // candidate (applied beside the active generation while its rollout
 // runs), or a rollback's record (adopted as the rollout's end by a worker
 // in it, applied as any version by the others).
-func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held uint64) stepResult {
+func (f *Follower) rolloutStep(rr runtime, u Update, seen arrival, held uint64) stepResult {
 	f.ch.note(*u.Rollout, u.Revision)
 	s := f.ch.seen.Load()
 	st := *u.Rollout

@@ -34,7 +34,7 @@ func TestStaleWorkerFileUnchangedIsNotNoOp(t *testing.T) {
 	src.Set(configYAML("gw", 1, "KEY1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
+	b, err := reconf.New[testConfig](ctx, src, ch.Option(), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
