@@ -212,7 +212,7 @@
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/history internal/restartapi internal/safefile
+//	                          > reconf internal/certfile internal/fleet internal/history internal/restartapi internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
@@ -282,7 +282,7 @@
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
 //	internal/rollmark         a single reconfd's rollback mark, in its state file
-//	                          > reconf internal/safefile
+//	                          > reconf internal/fleet internal/safefile
 //	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
 //	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	cmd/reconfd               the reconfd command: commands, flags, printing
