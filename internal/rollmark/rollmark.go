@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -106,14 +107,14 @@ func private(fi fs.FileInfo, dir bool) error {
 	return nil
 }
 
-// Store is a reconf.RollbackStore in one state file per configuration
+// Store is a fleet.RollbackStore in one state file per configuration
 // file.
 type Store struct {
 	path   string
 	config string
 }
 
-var _ reconf.RollbackStore = (*Store)(nil)
+var _ fleet.RollbackStore = (*Store)(nil)
 
 // New returns the store of the configuration file config in dir (see
 // Dir). Each configuration file has its own state file, named for its
@@ -132,13 +133,13 @@ func (s *Store) Path() string { return s.path }
 
 // file is the state file's content.
 type file struct {
-	Version int                 `json:"version"`
-	Config  string              `json:"config"`
-	Mark    reconf.RollbackMark `json:"mark"`
+	Version int                `json:"version"`
+	Config  string             `json:"config"`
+	Mark    fleet.RollbackMark `json:"mark"`
 }
 
 // LoadMark reads the mark; nil when there is no state file.
-func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
+func (s *Store) LoadMark() (*fleet.RollbackMark, error) {
 	fi, err := os.Lstat(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -184,7 +185,7 @@ func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
 
 // SaveMark writes m atomically (a private temporary file, synced, renamed
 // over the state file, the directory synced); nil removes the state file.
-func (s *Store) SaveMark(m *reconf.RollbackMark) error {
+func (s *Store) SaveMark(m *fleet.RollbackMark) error {
 	if m == nil {
 		// A directory in the file's place is not the mark (LoadMark
 		// refuses it too), and os.Remove would take an empty one.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 func lookupOf(m map[string]string) func(string) (string, bool) {
@@ -31,7 +32,7 @@ func newStore(t *testing.T) *Store {
 	return s
 }
 
-var sample = reconf.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
+var sample = fleet.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
 
 func TestRoundTripOwnerOnly(t *testing.T) {
 	dir, err := Dir("", lookupOf(map[string]string{"HOME": t.TempDir()}))
@@ -183,7 +184,7 @@ func TestLargestFleetMarkLoads(t *testing.T) {
 	s := newStore(t)
 	big := sample
 	big.Previous = make([]byte, reconf.DefaultMaxSourceBytes)
-	big.Record = &reconf.Record{Live: make([]byte, maxRecordBytes), Format: "yaml"}
+	big.Record = &fleet.Record{Live: make([]byte, maxRecordBytes), Format: "yaml"}
 	if err := s.SaveMark(&big); err != nil {
 		t.Fatal(err)
 	}
