@@ -170,21 +170,23 @@
 // the strategy's thresholds over the Recorder) and widens, extends,
 // holds, promotes or rolls back; a rollback is a new generation with the
 // previous content, and a reload does not re-apply the rolled-back
-// content (rolled_back_content) unless through Reapply. A service that
-// restarts keeps that mark with WithRollbackStore: the next New starts on
-// the previous content rather than the rolled-back file. Current and
+// content (rolled_back_content) unless through Reapply. The mark lasts as
+// long as the process, or in a fleet as long as its channel's data
+// (reconfd also keeps it in a state file, so that a restart starts on
+// the previous content rather than the rolled-back file). Current and
 // Acquire keep returning the active generation. docs/design/rollout.md
 // has the whole design.
 //
 // # Clusters
 //
-// With WithChannel the runtime is one worker of a fleet. New joins at the
-// cluster's current version; a Reload that would publish writes a Record
+// With a cluster channel (package propagate's, on etcd, given to New as
+// ch.Option()) the runtime is one worker of a fleet. New joins at the
+// cluster's current version; a Reload that would publish writes a record
 // (the live fields, secrets as references, file digests) with
 // compare-and-set on the version it holds, and loses with busy/superseded
-// if another worker published first; Apply runs other workers' versions
-// through the same staged path. A generation's ID is its cluster version
-// on every worker. Package propagate provides the etcd channel.
+// if another worker published first; the worker's follower
+// (propagate.Follow) runs other workers' versions through the same staged
+// path. A generation's ID is its cluster version on every worker.
 //
 // # Secrets
 //

@@ -190,12 +190,8 @@ func WithMutationObserver(fn func(Mutation)) Option {
 	return func(o *settings) { o.mutationObservers = append(o.mutationObservers, fn) }
 }
 
-// WithChannel makes the runtime one worker of a cluster: New joins at the
-// cluster's current version (publishing the local load as version 1 when
-// the channel is empty), every publish is a compare-and-set on the
-// channel, generation IDs are cluster versions, and literal secrets are
-// refused because only references may travel. Versions published by
-// others are applied with Runtime.Apply (package propagate does this).
+// withChannel makes the runtime one worker of a cluster (see
+// fleet.WithChannel, and package propagate's Channel.Option).
 func withChannel(ch fleet.Channel) Option { return func(o *settings) { o.channel = ch } }
 
 // WithBaseDir sets the directory that relative paths in `reconf:",file"`

@@ -16,7 +16,8 @@ var (
 	// ErrNoRollout is returned by a rollout control when no rollout runs.
 	ErrNoRollout = errors.New("reconf: no rollout in progress")
 	// ErrRolloutInCluster is returned by Stage, Reapply and Revert on a
-	// runtime whose Channel cannot carry a rollout (not a RolloutChannel).
+	// runtime whose cluster channel cannot carry a rollout (package
+	// propagate's can).
 	ErrRolloutInCluster = errors.New("reconf: a staged rollout in a cluster goes through the channel")
 )
 
@@ -89,10 +90,10 @@ func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.Fin
 // generations within the retention budget. While a rollout runs, Reload,
 // Stage and Reapply are busy (rollout_in_progress); Check runs. A
 // strategy that is all_at_once with no bake publishes like Reload. On a
-// runtime with a RolloutChannel the candidate and the rollout's state
-// are written to the channel in one transaction, every worker follows
-// the rollout, and this worker drives it (see RolloutChannel); on one
-// with another Channel it returns ErrRolloutInCluster.
+// runtime in a fleet (package propagate) the candidate and the rollout's
+// state are written to the channel in one transaction, every worker
+// follows the rollout, and this worker drives it; on a cluster channel
+// that cannot carry a rollout it returns ErrRolloutInCluster.
 func (r *Runtime[T]) Stage(ctx context.Context, trigger Trigger, s Strategy) (Result, error) {
 	return r.stageWith(ctx, trigger, s, false)
 }

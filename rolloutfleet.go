@@ -12,8 +12,8 @@ import (
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
-// rolloutChannel returns the runtime's channel as a RolloutChannel, if it
-// is one.
+// rolloutChannel returns the runtime's channel as one that carries
+// rollouts (fleet.RolloutChannel), if it is one.
 func (r *Runtime[T]) rolloutChannel() (rolloutWire, bool) {
 	rc, ok := r.o.channel.(rolloutWire)
 	return rc, ok
@@ -171,7 +171,7 @@ func (r *Runtime[T]) RolloutWindow() (st RolloutState, active, candidate Counts,
 // this worker's as they are now, and every other worker's as it last
 // wrote them to the channel (each writes its counts every quarter step),
 // summed. It is what an operator's view shows; the driver judges on the
-// same sum. On a runtime without a RolloutChannel it is RolloutWindow.
+// same sum. On a runtime without a rollout channel it is RolloutWindow.
 // ok is false without a rollout; err, when the fleet's counts could not
 // be read, comes with this worker's counts alone.
 func (r *Runtime[T]) fleetRolloutWindow(ctx context.Context) (st RolloutState, active, candidate Counts, ok bool, err error) {
@@ -198,7 +198,7 @@ func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 }
 
 // fleetWrite writes a decision to the fleet before it takes effect here:
-// next is ro's state after change. On a runtime without a RolloutChannel,
+// next is ro's state after change. On a runtime without a rollout channel,
 // and while adopting the fleet's own state, there is nothing to write. A
 // failed write (etcd unreachable, or the state moved on) leaves the
 // rollout as it is here: nothing is decided that the fleet does not hold.

@@ -3,12 +3,13 @@ package reconf
 import (
 	"context"
 	"fmt"
+
 	"github.com/reconfhq/reconf/internal/fleet"
 )
 
-// WithRollbackStore makes a runtime without a channel keep its rollback
-// mark in s, so that a process started again does not re-apply the
-// rolled-back content from its unchanged source. New loads the mark: when
+// withRollbackStore (fleet.WithRollbackStore) makes a runtime keep its
+// rollback mark in s, so that a process started again does not re-apply
+// the rolled-back content from its unchanged source. New loads the mark: when
 // the source compiles to the marked content, the runtime starts on the
 // mark's previous content (with a warning) and a reload of the source
 // stays rolled_back_content; when the source holds anything else the mark

@@ -61,7 +61,7 @@ type Runtime[T any] struct {
 	// mark is applied: a reload of it is refused, not re-applied.
 	// It is read and written under the attempt slot.
 	rolledBack string
-	// savedMark names the mark the RollbackStore holds (markKey, empty
+	// savedMark names the mark the fleet.RollbackStore holds (markKey, empty
 	// for none), when markSaved. Both are read and written under the
 	// attempt slot.
 	savedMark string

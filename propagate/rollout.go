@@ -114,7 +114,7 @@ func sameRollout(a, b reconf.RolloutState) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
-// StageCandidate implements reconf.RolloutChannel: it writes rec as
+// StageCandidate implements fleet.RolloutChannel: it writes rec as
 // version held+1 carrying st, the state st in the state key, and this
 // worker as the driver (on its row's lease), in one transaction with
 // compare-and-set on held and this worker's row present.
@@ -151,7 +151,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec fleet.Rec
 	return held + 1, nil
 }
 
-// Decide implements reconf.RolloutChannel: next is written over prev if
+// Decide implements fleet.RolloutChannel: next is written over prev if
 // the state key is still at the revision this worker saw prev at; with
 // rec, rec is written as version next.Result (carrying next) in the same
 // transaction, with compare-and-set on the version before it. A decision
@@ -201,7 +201,7 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 	return nil
 }
 
-// Driving implements reconf.RolloutChannel: this worker holds rollout
+// Driving implements fleet.RolloutChannel: this worker holds rollout
 // id's driver key, as it last read it.
 func (c *Channel) Driving(id uint64) bool { return id != 0 && c.driving.Load() == id }
 
@@ -243,7 +243,7 @@ func (w wireCount) counts() reconf.Counts {
 	return c
 }
 
-// FleetCounts implements reconf.RolloutChannel: the counts every other
+// FleetCounts implements fleet.RolloutChannel: the counts every other
 // worker wrote for st's current step, summed.
 func (c *Channel) FleetCounts(ctx context.Context, st reconf.RolloutState) (active, candidate reconf.Counts, err error) {
 	ctx, cancel := c.reqCtx(ctx)
@@ -306,7 +306,7 @@ func (c *Channel) writeAck(ctx context.Context, st reconf.RolloutState) error {
 	return nil
 }
 
-// Unacknowledged implements reconf.RolloutChannel: the rows and the
+// Unacknowledged implements fleet.RolloutChannel: the rows and the
 // acknowledgements are read in one transaction, so a worker whose row
 // is there is waited on, and a dead worker (its row gone with its lease)
 // is not.
