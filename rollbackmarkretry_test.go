@@ -3,8 +3,9 @@ package reconf
 import (
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // failingMarks is a fault-injecting RollbackStore: its first failSaves
@@ -27,6 +28,8 @@ func (s *failingMarks) SaveMark(m *fleet.RollbackMark) error {
 	}
 	return s.inner.SaveMark(m)
 }
+
+func (s *failingMarks) ResetMark(m *fleet.RollbackMark) error { return s.inner.ResetMark(m) }
 
 // TestRollbackMarkSavedOnTheNextReload: a mark the store could not keep
 // (a full disk at the revert) is saved again by the next reload, the

@@ -44,9 +44,9 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 		r.markSaved = true
 		return cand, data, nil
 	}
-	if contentDigest(cand) != m.Digest {
-		// The source holds other content: the mark clears, as a reload
-		// of it would clear the in-memory mark.
+	if m.Digest == "" || contentDigest(cand) != m.Digest {
+		// A clear, or the source holds other content: the mark clears,
+		// as a reload of it would clear the in-memory mark.
 		r.saveMark()
 		return cand, data, nil
 	}
@@ -54,7 +54,16 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", fleet.ErrRollbackMark, m.Generation, err)
 	}
-	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, m.Generation), true
+	// This process numbers its generations from the start again: the
+	// store's order becomes its own, with the mark as of the first
+	// generation (the one that runs the previous content here).
+	first := max(r.o.firstGen, 1)
+	kept := *m
+	kept.Generation = first
+	if err := s.ResetMark(&kept); err != nil {
+		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in memory only", "error", err)
+	}
+	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, first), true
 	msg := fmt.Sprintf("reconf: the source holds the content that generation %d rolled back; starting on the previous content. "+
 		"Change the source and reload, or re-apply it deliberately (Reapply)", m.Generation)
 	r.o.logger.Warn(msg, "rolled_back_by", m.Generation, "source", r.src.Describe())
@@ -74,10 +83,18 @@ func (r *Runtime[T]) saveMark() {
 		r.markFollowed()
 		return
 	}
+	// A save in New, before the first generation, resets the store (see
+	// ResetMark); later ones are ordered by generation, a clear included,
+	// so that a slow save of an older decision by another worker of the
+	// fleet does not land over this one.
+	g := r.cur.Load()
 	var m *fleet.RollbackMark
+	if g != nil {
+		m = &fleet.RollbackMark{Generation: g.id}
+	}
 	if r.rolledBack != "" {
 		m = &fleet.RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
-		if g := r.cur.Load(); g != nil {
+		if g != nil {
 			m.Generation = g.id
 			if r.o.channel != nil {
 				rec, err := r.generationRecord(g)
@@ -92,13 +109,17 @@ func (r *Runtime[T]) saveMark() {
 		}
 	}
 	key := ""
-	if m != nil {
+	if m != nil && m.Digest != "" {
 		key = markKey(m.Digest, m.Generation)
 	}
 	if r.markSaved && key == r.savedMark {
 		return
 	}
-	if err := s.SaveMark(m); err != nil {
+	save := s.SaveMark
+	if g == nil {
+		save = s.ResetMark
+	}
+	if err := save(m); err != nil {
 		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in memory only", "error", err)
 		r.markSaved = false
 		return
@@ -162,21 +183,36 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local fleet.Record) (fleet.
 // joinedMark follows the record a worker joined at (version v): a file
 // that holds the content the record took out of service is warned
 // about, and the store is made to agree with the channel (a mark the
-// channel does not hold is cleared). It runs in New.
+// channel does not hold is cleared). A store whose order is past v
+// belongs to an earlier fleet, whose channel's data is gone and whose
+// numbers start again: it is reset to v. It runs in New.
 func (r *Runtime[T]) joinedMark(v uint64, got, local fleet.Record, m *fleet.RollbackMark) {
 	if got.RolledBack != "" && got.RolledBack == local.Digest() {
 		r.o.logger.Warn("reconf: the source holds the content the fleet rolled back; starting on the fleet's version. "+
 			"Change the source and reload, or re-apply it deliberately (Reapply)", "version", v)
 	}
-	if r.o.markStore == nil {
+	s := r.o.markStore
+	if s == nil {
 		return
 	}
+	r.savedMark, r.markSaved = "", true
+	if got.RolledBack != "" {
+		r.savedMark = markKey(got.RolledBack, v)
+	}
+	var err error
 	switch {
-	case got.RolledBack != "":
-		r.savedMark, r.markSaved = markKey(got.RolledBack, v), true
-	case m != nil:
-		r.saveMark() // r.rolledBack is empty: clears the store
-	default:
-		r.savedMark, r.markSaved = "", true
+	case m == nil:
+	case m.Generation > v && m.Digest != "" && m.Digest == got.RolledBack:
+		kept := *m
+		kept.Generation = v
+		err = s.ResetMark(&kept)
+	case m.Generation > v:
+		err = s.ResetMark(nil)
+	case got.RolledBack == "" && m.Digest != "":
+		err = s.SaveMark(&fleet.RollbackMark{Generation: v})
+	}
+	if err != nil {
+		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in the channel only", "error", err)
+		r.markSaved = false
 	}
 }

@@ -3,19 +3,22 @@ package reconf
 import (
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // memMarks is a RollbackStore in memory, as a service that restarts in
-// place would hand the mark to its next runtime; failLoad injects a
-// store that cannot be read.
+// place would hand the mark to its next runtime, ordered by generation
+// like package rollmark's; failLoad injects a store that cannot be read.
+// saves counts the saves that landed, resets the resets.
 type memMarks struct {
 	mu       sync.Mutex
 	m        *fleet.RollbackMark
 	saves    int
+	resets   int
 	failLoad error
 }
 
@@ -28,13 +31,27 @@ func (s *memMarks) LoadMark() (*fleet.RollbackMark, error) {
 func (s *memMarks) SaveMark(m *fleet.RollbackMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.m != nil && s.m.Generation > m.Generation {
+		return nil
+	}
 	s.m, s.saves = m, s.saves+1
 	return nil
 }
 
+func (s *memMarks) ResetMark(m *fleet.RollbackMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m, s.resets = m, s.resets+1
+	return nil
+}
+
+// mark returns the kept mark, nil when there is none or it was cleared.
 func (s *memMarks) mark() *fleet.RollbackMark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.m == nil || s.m.Digest == "" {
+		return nil
+	}
 	return s.m
 }
 

@@ -11,10 +11,12 @@ var ErrRollbackMark = errors.New("reconf: the rollback mark cannot be used")
 
 // RollbackMark keeps a rollback in force across a restart: the content a
 // rollout rolled back (or a Revert reverted away) and what is needed to
-// start on the content that replaced it.
+// start on the content that replaced it. A mark with an empty Digest
+// records that generation Generation lifted the mark: a clear, which a
+// store keeps so that an older mark saved late does not land over it.
 type RollbackMark struct {
 	// Generation is the generation that made the previous content active
-	// again (the rollback's or the revert's).
+	// again (the rollback's or the revert's), or that lifted the mark.
 	Generation uint64 `json:"generation"`
 	// Digest is the rolled-back content's digest (Record.Digest).
 	Digest string `json:"rolled_back_digest"`
@@ -30,10 +32,19 @@ type RollbackMark struct {
 
 // RollbackStore keeps a runtime's rollback mark where the runtime of the
 // next process reads it (see WithRollbackStore). Package rollmark keeps
-// reconfd's in a state file.
+// reconfd's in a state file. The workers of a fleet on one host share
+// one store, and each saves the decisions it publishes: saves are
+// ordered by generation, so that a slow save of an older decision by one
+// worker does not land over a newer one another worker saved.
 type RollbackStore interface {
-	// LoadMark returns the kept mark, nil when there is none.
+	// LoadMark returns the kept mark (a clear when its Digest is empty),
+	// nil when there is none.
 	LoadMark() (*RollbackMark, error)
-	// SaveMark keeps m; nil clears the mark.
+	// SaveMark keeps m, a mark or a clear, unless the store holds one of
+	// a later generation, which it then keeps (that is not an error).
 	SaveMark(m *RollbackMark) error
+	// ResetMark keeps m (nil: nothing) whatever the store holds: a
+	// runtime starting on a numbering of its own (a new process, a fleet
+	// whose channel started empty) makes the store's order its own.
+	ResetMark(m *RollbackMark) error
 }

@@ -2,8 +2,11 @@ package rollmark
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/reconfhq/reconf"
@@ -75,14 +78,63 @@ func TestRoundTripOwnerOnly(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(s.Path()), ".rollback-*")); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
-	if err := s.SaveMark(nil); err != nil {
+	if err := s.ResetMark(nil); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := s.LoadMark(); m != nil || err != nil {
-		t.Fatalf("after clearing: %+v, %v", m, err)
+		t.Fatalf("after removing: %+v, %v", m, err)
 	}
-	if err := s.SaveMark(nil); err != nil {
-		t.Fatalf("clearing twice: %v", err)
+	if err := s.ResetMark(nil); err != nil {
+		t.Fatalf("removing twice: %v", err)
+	}
+}
+
+// describe names a mark by its generation and digest, never its content.
+func describe(m *fleet.RollbackMark) string {
+	if m == nil {
+		return "no mark"
+	}
+	return fmt.Sprintf("generation %d, digest %q", m.Generation, m.Digest)
+}
+
+// TestOlderSaveDoesNotLandOverAClear: the workers of a fleet share the
+// state file; a save of an older decision (worker a's mark of generation
+// 5, slow to land) that comes after a newer one (worker b's clear of
+// generation 6) leaves the newer one in the file, and a later mark
+// replaces it.
+func TestOlderSaveDoesNotLandOverAClear(t *testing.T) {
+	a := newStore(t)
+	b, err := New(filepath.Dir(a.Path()), "reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := sample
+	older.Generation = 5
+	if err := b.SaveMark(&fleet.RollbackMark{Generation: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SaveMark(&older); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.LoadMark(); err != nil || m == nil || m.Digest != "" || m.Generation != 6 {
+		t.Fatalf("after the late save of generation 5: %s, %v; want generation 6's clear", describe(m), err)
+	}
+	newer := sample
+	newer.Generation = 8
+	if err := a.SaveMark(&newer); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.LoadMark(); err != nil || m == nil || m.Digest != sample.Digest || m.Generation != 8 {
+		t.Fatalf("after generation 8's mark: %s, %v", describe(m), err)
+	}
+	// A process that numbers its generations from the start again
+	// resets the order.
+	older.Generation = 1
+	if err := a.ResetMark(&older); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := b.LoadMark(); m == nil || m.Generation != 1 {
+		t.Fatalf("after the reset: %s", describe(m))
 	}
 }
 
@@ -96,15 +148,20 @@ func TestOneFilePerConfiguration(t *testing.T) {
 }
 
 func TestCorruptFileRefused(t *testing.T) {
+	// CONFIG stands for the store's configuration file, so that each
+	// case is refused for its own fault.
 	for name, body := range map[string]string{
-		"not json":       "{",
-		"unknown field":  `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="},"extra":1}`,
-		"future format":  `{"version":2,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
-		"incomplete":     `{"version":1,"mark":{"generation":3,"previous":"eA=="}}`,
-		"trailing bytes": `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
+		"not json":           "{",
+		"unknown field":      `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="},"extra":1}`,
+		"future format":      `{"version":2,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
+		"clear with content": `{"version":1,"config":CONFIG,"mark":{"generation":3,"previous":"eA=="}}`,
+		"incomplete":         `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d"}}`,
+		"no generation":      `{"version":1,"config":CONFIG,"mark":{}}`,
+		"trailing bytes":     `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
+			body = strings.ReplaceAll(body, "CONFIG", strconv.Quote(s.config))
 			if err := os.WriteFile(s.Path(), []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -202,8 +259,8 @@ func TestClearLeavesADirectory(t *testing.T) {
 	if err := os.Mkdir(s.Path(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SaveMark(nil); !errors.Is(err, ErrUnsafe) {
-		t.Errorf("SaveMark(nil) = %v, want ErrUnsafe", err)
+	if err := s.ResetMark(nil); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("ResetMark(nil) = %v, want ErrUnsafe", err)
 	}
 	if fi, err := os.Lstat(s.Path()); err != nil || !fi.IsDir() {
 		t.Errorf("the directory in the state file's place is gone: %v", err)
