@@ -18,7 +18,8 @@
 // decisions it publishes: a save is ordered by generation under a lock
 // on the directory, and a lifted mark leaves a clear (its generation,
 // no content) rather than no file, so that a slow save of an older mark
-// cannot land over it.
+// cannot land over it. The file names the configuration file it belongs
+// to, and one that names another is refused.
 package rollmark
 
 import (
@@ -184,6 +185,12 @@ func (s *Store) LoadMark() (*fleet.RollbackMark, error) {
 		return nil, fmt.Errorf("rollback mark %s: %w: content after the mark", s.path, ErrCorrupt)
 	case st.Version != formatVersion:
 		return nil, fmt.Errorf("rollback mark %s: %w: format %d, this reconfd reads %d", s.path, ErrCorrupt, st.Version, formatVersion)
+	case st.Config != s.config:
+		// Another configuration file's state (a state directory copied
+		// or shared, or a name that collided): its mark says nothing of
+		// this file's content, and starting on its previous content would
+		// serve another configuration.
+		return nil, fmt.Errorf("rollback mark %s: %w: it is the mark of another configuration file", s.path, ErrCorrupt)
 	case st.Mark.Generation == 0:
 		return nil, fmt.Errorf("rollback mark %s: %w: the mark is incomplete", s.path, ErrCorrupt)
 	case st.Mark.Digest == "" && (len(st.Mark.Previous) != 0 || st.Mark.Record != nil):

@@ -138,6 +138,31 @@ func TestOlderSaveDoesNotLandOverAClear(t *testing.T) {
 	}
 }
 
+// TestMarkOfAnotherConfigurationRefused: a state file that names another
+// configuration file (a state directory copied from elsewhere) is not
+// this file's mark: starting on its previous content would serve another
+// configuration.
+func TestMarkOfAnotherConfigurationRefused(t *testing.T) {
+	other := newStore(t)
+	if err := other.SaveMark(&sample); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(filepath.Dir(other.Path()), "/srv/elsewhere/reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(other.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Path(), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.LoadMark(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("LoadMark = %s, %v; want ErrCorrupt", describe(m), err)
+	}
+}
+
 func TestOneFilePerConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	a, _ := New(dir, "/etc/a.yaml")
@@ -157,6 +182,7 @@ func TestCorruptFileRefused(t *testing.T) {
 		"clear with content": `{"version":1,"config":CONFIG,"mark":{"generation":3,"previous":"eA=="}}`,
 		"incomplete":         `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d"}}`,
 		"no generation":      `{"version":1,"config":CONFIG,"mark":{}}`,
+		"no configuration":   `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
 		"trailing bytes":     `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
 	} {
 		t.Run(name, func(t *testing.T) {
