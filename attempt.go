@@ -182,7 +182,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
 		res.Outcome, res.Reason = Invalid, ReasonRolledBack
-		res.Message = fmt.Sprintf("the source holds the content that a rollout rolled back; generation %d runs the previous content. Change the file, or re-apply it deliberately (Reapply)", prev.id)
+		res.Message = reasons.RolledBackMessage(prev.id, "Runtime.Reapply")
 		return *res
 	}
 	var rollout *Strategy

@@ -214,7 +214,7 @@
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/fleet internal/history internal/restartapi internal/safefile
+//	                          > reconf internal/certfile internal/fleet internal/history internal/reasons internal/restartapi internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts

@@ -5,7 +5,8 @@
 // reconf.Reason. They live here, not in the root's API, because a
 // library user's code neither writes them nor branches on them; package
 // propagate and reconfd do. The constants are untyped so that they are
-// reconf.Reason values wherever one is expected.
+// reconf.Reason values wherever one is expected. It also words the
+// messages whose advice differs with who reads them (RolledBackMessage).
 package reasons
 
 // The reasons of the files a configuration references (a ${file:} secret
