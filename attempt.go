@@ -260,8 +260,8 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 				id, err = r.publish(ctx, ch, held, cand, res.Trigger, p.away)
 			}
 			if err != nil {
-				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {
-					err = &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == reasons.Superseded {
+					err = &Error{Reason: reasons.Superseded, Message: fmt.Sprintf(
 						"the file matches version %d, which this worker holds, but the cluster is at a newer version: this worker is catching up, and the file is not in force; retry once it has (status shows it)", prev.id)}
 				}
 				return r.failed(ctx, *res, err)

@@ -41,7 +41,7 @@ func (c *faultChannel) Publish(_ context.Context, held uint64, rec fleet.Record)
 		c.version, c.rec, c.racer = c.version+1, *c.racer, nil
 	}
 	if held != c.version {
-		return 0, Errorf(ReasonSuperseded, "version %d was superseded", held)
+		return 0, Errorf(reasons.Superseded, "version %d was superseded", held)
 	}
 	c.version, c.rec = held+1, rec
 	return c.version, nil
@@ -150,7 +150,7 @@ func TestClusterSupersededAndSecrets(t *testing.T) {
 	ch.mu.Unlock()
 	srcA.set(strings.Replace(doc, "stub: 1", "stub: 2", 1))
 	res := mustReloadC(t, a, Busy)
-	if res.Reason != ReasonSuperseded || a.Current().ID() != 1 || a.Current().Config().Limits["stub"] != 1 {
+	if res.Reason != reasons.Superseded || a.Current().ID() != 1 || a.Current().Config().Limits["stub"] != 1 {
 		t.Fatalf("superseded = %+v", res)
 	}
 

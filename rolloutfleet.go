@@ -50,7 +50,7 @@ func (r *Runtime[T]) applyCandidate(ctx context.Context, version uint64, rec fle
 				return *res
 			}
 			if prev.id != st.Active || st.Candidate != version || st.Done() {
-				return r.failed(ctx, *res, &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+				return r.failed(ctx, *res, &Error{Reason: reasons.Superseded, Message: fmt.Sprintf(
 					"version %d is the candidate of a rollout over generation %d; this worker holds generation %d and applies that one first", version, st.Active, prev.id)})
 			}
 			s := st.Strategy

@@ -35,6 +35,10 @@ const (
 const (
 	// Stale: a cluster version not newer than the one held.
 	Stale = "stale_version"
+	// Superseded: another worker published first (a publish's
+	// compare-and-set lost), or a rollout's state moved on before this
+	// worker's decision was written; busy.
+	Superseded = "superseded"
 	// DigestMismatch: a file a cluster version names differs here.
 	DigestMismatch = "file_digest_mismatch"
 	// SecretNotPropagate: a candidate holds a secret that a cluster record
