@@ -382,7 +382,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec fleet.Record) (u
 		if v, ok := c.publishOverRefused(ctx, held, rec); ok {
 			return v, nil
 		}
-		return 0, reconf.Errorf(reconf.ReasonSuperseded,
+		return 0, reconf.Errorf(reasons.Superseded,
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)

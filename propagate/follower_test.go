@@ -94,7 +94,7 @@ func TestConcurrentPublishesOneOrder(t *testing.T) {
 			switch {
 			case r.Outcome == reconf.Published:
 				won++
-			case r.Outcome == reconf.Busy && (r.Reason == reconf.ReasonSuperseded || r.Reason == reconf.ReasonInFlight):
+			case r.Outcome == reconf.Busy && (r.Reason == reasons.Superseded || r.Reason == reconf.ReasonInFlight):
 			default:
 				t.Fatalf("round %d: got %s/%s (%s), want published or busy", round, r.Outcome, r.Reason, r.Message)
 			}
@@ -522,7 +522,7 @@ func TestJoinAndPublishCAS(t *testing.T) {
 			switch {
 			case err == nil && v == 2:
 				wins[i] = true
-			case errors.As(err, &e) && e.Reason == reconf.ReasonSuperseded:
+			case errors.As(err, &e) && e.Reason == reasons.Superseded:
 			default:
 				t.Errorf("publish %d: %d %v", i, v, err)
 			}

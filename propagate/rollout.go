@@ -17,6 +17,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/fleet"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // A staged rollout travels in the channel beside the record (see
@@ -142,7 +143,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec fleet.Rec
 		return 0, c.writeFailed("stage", err, len(val))
 	}
 	if !resp.Succeeded {
-		return 0, reconf.Errorf(reconf.ReasonSuperseded, "another worker published a newer version than %d first; nothing was staged", held)
+		return 0, reconf.Errorf(reasons.Superseded, "another worker published a newer version than %d first; nothing was staged", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
 	c.note(st, resp.Header.Revision)
@@ -159,7 +160,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec fleet.Rec
 func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *fleet.Record) error {
 	s := c.seen.Load()
 	if s == nil || !sameRollout(s.st, prev) {
-		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on; this worker follows it")
+		return reconf.Errorf(reasons.Superseded, "the rollout's state in the channel moved on; this worker follows it")
 	}
 	sv, err := c.encodeState(next)
 	if err != nil {
@@ -192,7 +193,7 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 		}
 	}
 	if !resp.Succeeded {
-		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on, or this worker's row is gone; nothing was decided")
+		return reconf.Errorf(reasons.Superseded, "the rollout's state in the channel moved on, or this worker's row is gone; nothing was decided")
 	}
 	if rec != nil {
 		c.ownRev.Store(resp.Header.Revision)
@@ -775,7 +776,7 @@ func (f *Follower) rolloutStep(rr runtime, u Update, seen arrival, held uint64) 
 	if held < st.Active {
 		a, err := f.ch.recordCopy(f.ctx, st.Active)
 		if err != nil {
-			f.failed(u.Version, reconf.ReasonSuperseded, err.Error())
+			f.failed(u.Version, reasons.Superseded, err.Error())
 			return retryBackoff
 		}
 		return f.applyPlain(a, seen)

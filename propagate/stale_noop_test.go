@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestStaleWorkerFileUnchangedIsNotNoOp: a worker behind the cluster (here
@@ -45,7 +46,7 @@ func TestStaleWorkerFileUnchangedIsNotNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != reconf.Busy || res.Reason != reconf.ReasonSuperseded {
+	if res.Outcome != reconf.Busy || res.Reason != reasons.Superseded {
 		t.Fatalf("a worker at version %d, the cluster at 2, file equal to its version: got %s (%s) %q; want busy (superseded)",
 			b.Current().ID(), res.Outcome, res.Reason, res.Message)
 	}
