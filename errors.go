@@ -37,8 +37,6 @@ const (
 	ReasonUnclassified Reason = "unclassified"
 	ReasonRetention    Reason = "retention_budget_exhausted"
 	ReasonInFlight     Reason = "attempt_in_flight"
-	// ReasonSuperseded is reasons.Superseded, while its callers move.
-	ReasonSuperseded Reason = reasons.Superseded
 
 	ReasonSourceMissing    Reason = "source_missing"
 	ReasonSourceNotRegular Reason = "source_not_regular"
