@@ -3,13 +3,13 @@ package reconf
 import (
 	"context"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 

@@ -2,7 +2,6 @@ package reconf
 
 import (
 	"context"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 

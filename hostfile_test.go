@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"io/fs"
 	"path/filepath"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 

@@ -3,7 +3,6 @@ package reconf
 import (
 	"context"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // MutationMode says what a runtime does when it finds that a published

@@ -3,11 +3,11 @@ package reconf
 import (
 	"errors"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"reflect"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 

@@ -3,7 +3,6 @@ package reconf
 import (
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"math"
 	"net/netip"
 	"reflect"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )

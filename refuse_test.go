@@ -3,9 +3,9 @@ package reconf
 import (
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 

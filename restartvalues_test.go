@@ -3,10 +3,10 @@ package reconf
 import (
 	"context"
 	"errors"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"strings"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 

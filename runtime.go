@@ -3,11 +3,12 @@ package reconf
 import (
 	"context"
 	"fmt"
-	"github.com/reconfhq/reconf/internal/fleet"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // Runtime gives a configuration type T its lifecycle: generation 1 is
