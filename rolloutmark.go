@@ -84,12 +84,13 @@ func (r *Runtime[T]) saveMark() {
 		return
 	}
 	// A save in New, before the first generation, resets the store (see
-	// ResetMark); later ones are ordered by generation, a clear included,
-	// so that a slow save of an older decision by another worker of the
-	// fleet does not land over this one.
+	// ResetMark); in a fleet later ones are ordered by generation, a
+	// clear included, so that a slow save of an older decision by another
+	// worker does not land over this one. A single process is the store's
+	// one writer, under the slot: its clear leaves no file.
 	g := r.cur.Load()
 	var m *fleet.RollbackMark
-	if g != nil {
+	if g != nil && r.o.channel != nil {
 		m = &fleet.RollbackMark{Generation: g.id}
 	}
 	if r.rolledBack != "" {
@@ -116,7 +117,7 @@ func (r *Runtime[T]) saveMark() {
 		return
 	}
 	save := s.SaveMark
-	if g == nil {
+	if g == nil || m == nil {
 		save = s.ResetMark
 	}
 	if err := save(m); err != nil {

@@ -16,9 +16,10 @@
 //
 // The workers of a supervisor share the file, and each saves the
 // decisions it publishes: a save is ordered by generation under a lock
-// on the directory, and a lifted mark leaves a clear (its generation,
-// no content) rather than no file, so that a slow save of an older mark
-// cannot land over it. The file names the configuration file it belongs
+// on the directory, and a mark the fleet lifted leaves a clear (its
+// generation, no content) rather than no file, so that a slow save of an
+// older mark cannot land over it. A single process's lifted mark leaves
+// no file. The file names the configuration file it belongs
 // to, and one that names another is refused.
 package rollmark
 
