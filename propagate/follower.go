@@ -216,9 +216,9 @@ type Follower struct {
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
-// ch.Option(), so that it joined the cluster and publishes
-// through it. Follow grants the row's lease and writes the row before it
-// returns; a failure returns an error and starts nothing.
+// ch.Option(), so that it joined the cluster and publishes through it.
+// Follow grants the row's lease and writes the row before it returns; a
+// failure returns an error and starts nothing.
 //
 // A runtime that joined while a rollout runs started on the active
 // version: Follow then returns once the runtime holds the candidate
