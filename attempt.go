@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -78,7 +79,7 @@ func (r *Runtime[T]) attempt(ctx context.Context, trigger Trigger, p plan) Resul
 }
 
 // apply runs a cluster version through the staged path. It holds the slot.
-func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Result {
+func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec fleet.Record) Result {
 	prev := r.cur.Load()
 	defer r.checkActive(prev)
 	res := Result{Trigger: TriggerCluster, PreviousGeneration: prev.id, Generation: prev.id, Started: r.o.now()}
@@ -118,7 +119,7 @@ func (r *Runtime[T]) apply(ctx context.Context, version uint64, rec Record) Resu
 // stageRecord compiles a channel record over the active configuration,
 // checks its files, and stages it as version with p: a follower's apply
 // and a rollout's candidate take the same steps.
-func (r *Runtime[T]) stageRecord(ctx context.Context, res *Result, prev *Generation[T], version uint64, rec Record, p plan) Result {
+func (r *Runtime[T]) stageRecord(ctx context.Context, res *Result, prev *Generation[T], version uint64, rec fleet.Record, p plan) Result {
 	stop := lap(&res.Timings.Decode)
 	cand, err := r.comp.compileRecord(ctx, r.activeData, rec)
 	stop()
@@ -181,7 +182,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 	}
 	if live > 0 && version == 0 && r.rolledBack != "" && !p.reapply && contentDigest(cand) == r.rolledBack {
 		res.Outcome, res.Reason = Invalid, ReasonRolledBack
-		res.Message = fmt.Sprintf("the source holds the content that a rollout rolled back; generation %d runs the previous content. Change the file, or re-apply it deliberately (Reapply)", prev.id)
+		res.Message = reasons.RolledBackMessage(prev.id, "Runtime.Reapply")
 		return *res
 	}
 	var rollout *Strategy
@@ -251,7 +252,7 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 		if ch := r.o.channel; ch != nil {
 			// Over a version this worker refused, as if it held it.
 			held := max(prev.id, r.refused)
-			if rc, ok := ch.(RolloutChannel); ok && rollout != nil {
+			if rc, ok := ch.(rolloutWire); ok && rollout != nil {
 				rs := r.newRolloutState(ctx, res.Trigger, prev.id, held+1, *rollout)
 				fleet = &rs
 				id, err = r.stageCandidate(ctx, rc, held, cand, res.Trigger, rs)
@@ -259,8 +260,8 @@ func (r *Runtime[T]) stage(ctx context.Context, res *Result, prev *Generation[T]
 				id, err = r.publish(ctx, ch, held, cand, res.Trigger, p.away)
 			}
 			if err != nil {
-				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == ReasonSuperseded {
-					err = &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+				if e := (*Error)(nil); live == 0 && errors.As(err, &e) && e.Reason == reasons.Superseded {
+					err = &Error{Reason: reasons.Superseded, Message: fmt.Sprintf(
 						"the file matches version %d, which this worker holds, but the cluster is at a newer version: this worker is catching up, and the file is not in force; retry once it has (status shows it)", prev.id)}
 				}
 				return r.failed(ctx, *res, err)

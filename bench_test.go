@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -327,7 +328,7 @@ func BenchmarkCancelMidDecode(b *testing.B) {
 // version alternating two renderings, with the record as format encodes
 // it: side by side, the YAML records of earlier versions and formatJSON.
 func benchApply(b *testing.B, routes int, format string) {
-	var recs [2]Record
+	var recs [2]fleet.Record
 	for i := range recs {
 		c := &compiler[benchConfig]{propagated: true}
 		cand, err := c.compile(context.Background(), benchYAML(routes, i+1))
@@ -343,7 +344,7 @@ func benchApply(b *testing.B, routes int, format string) {
 		}
 	}
 	ch := &faultChannel{}
-	rt, err := New[benchConfig](context.Background(), Bytes("bench", benchYAML(routes, 1)), WithChannel(ch), WithLogger(discardLogger()))
+	rt, err := New[benchConfig](context.Background(), Bytes("bench", benchYAML(routes, 1)), withChannel(ch), WithLogger(discardLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func benchApply(b *testing.B, routes int, format string) {
 	v := rt.Current().ID()
 	for b.Loop() {
 		v++
-		res, err := rt.Apply(context.Background(), v, recs[v%2])
+		res, err := rt.applyVersion(context.Background(), v, recs[v%2])
 		if err != nil || res.Outcome != Published {
 			b.Fatalf("apply: %s %s %v", res.Outcome, res.Message, err)
 		}

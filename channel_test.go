@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -18,12 +19,12 @@ import (
 type faultChannel struct {
 	mu       sync.Mutex
 	version  uint64
-	rec      Record
+	rec      fleet.Record
 	publishs int
-	racer    *Record // if set, the next Publish loses to it
+	racer    *fleet.Record // if set, the next Publish loses to it
 }
 
-func (c *faultChannel) Join(_ context.Context, local Record) (uint64, Record, error) {
+func (c *faultChannel) Join(_ context.Context, local fleet.Record) (uint64, fleet.Record, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.version == 0 {
@@ -32,7 +33,7 @@ func (c *faultChannel) Join(_ context.Context, local Record) (uint64, Record, er
 	return c.version, c.rec, nil
 }
 
-func (c *faultChannel) Publish(_ context.Context, held uint64, rec Record) (uint64, error) {
+func (c *faultChannel) Publish(_ context.Context, held uint64, rec fleet.Record) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.publishs++
@@ -40,13 +41,13 @@ func (c *faultChannel) Publish(_ context.Context, held uint64, rec Record) (uint
 		c.version, c.rec, c.racer = c.version+1, *c.racer, nil
 	}
 	if held != c.version {
-		return 0, Errorf(ReasonSuperseded, "version %d was superseded", held)
+		return 0, Errorf(reasons.Superseded, "version %d was superseded", held)
 	}
 	c.version, c.rec = held+1, rec
 	return c.version, nil
 }
 
-func (c *faultChannel) current() (uint64, Record) {
+func (c *faultChannel) current() (uint64, fleet.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.version, c.rec
@@ -64,10 +65,10 @@ type clusterConfig struct {
 	} `yaml:"backend" reconf:"live"`
 }
 
-func newClusterWorker(t *testing.T, ch Channel, data string, env map[string]string, opts ...Option) (*Runtime[clusterConfig], *memSource) {
+func newClusterWorker(t *testing.T, ch fleet.Channel, data string, env map[string]string, opts ...Option) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
 	src := newMem(data)
-	rt, err := New[clusterConfig](context.Background(), src, append([]Option{WithChannel(ch),
+	rt, err := New[clusterConfig](context.Background(), src, append([]Option{withChannel(ch),
 		WithLogger(discardLogger()),
 		WithEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })}, opts...)...)
 	if err != nil {
@@ -112,7 +113,7 @@ func TestClusterJoinPublishApply(t *testing.T) {
 	if rec.Files["backend.system_prompt_file"] == "" {
 		t.Fatalf("record lacks the prompt digest: %+v", rec.Files)
 	}
-	ares, err := b.Apply(context.Background(), v, rec)
+	ares, err := b.applyVersion(context.Background(), v, rec)
 	if err != nil || ares.Outcome != Published || ares.Generation != 2 {
 		t.Fatalf("apply = %+v, %v", ares, err)
 	}
@@ -123,18 +124,18 @@ func TestClusterJoinPublishApply(t *testing.T) {
 		t.Fatal("reference not resolved locally")
 	}
 	// Stale and repeated versions are no-ops.
-	if res, _ := b.Apply(context.Background(), 2, rec); res.Outcome != NoOp || res.Reason != reasons.Stale {
+	if res, _ := b.applyVersion(context.Background(), 2, rec); res.Outcome != NoOp || res.Reason != reasons.Stale {
 		t.Fatalf("stale apply = %+v", res)
 	}
 	// The same content under a newer number still moves to that number.
-	if res, _ := b.Apply(context.Background(), 3, rec); res.Outcome != Published || b.Current().ID() != 3 {
+	if res, _ := b.applyVersion(context.Background(), 3, rec); res.Outcome != Published || b.Current().ID() != 3 {
 		t.Fatalf("same-content apply = %+v", res)
 	}
 
 	// A prompt file that differs here refuses the version whole.
 	bad := rec
 	bad.Files = map[string]string{"backend.system_prompt_file": "0000"}
-	if res, _ := b.Apply(context.Background(), 4, bad); res.Outcome != Invalid || res.Reason != reasons.DigestMismatch || b.Current().ID() != 3 {
+	if res, _ := b.applyVersion(context.Background(), 4, bad); res.Outcome != Invalid || res.Reason != reasons.DigestMismatch || b.Current().ID() != 3 {
 		t.Fatalf("digest mismatch apply = %+v", res)
 	}
 }
@@ -149,7 +150,7 @@ func TestClusterSupersededAndSecrets(t *testing.T) {
 	ch.mu.Unlock()
 	srcA.set(strings.Replace(doc, "stub: 1", "stub: 2", 1))
 	res := mustReloadC(t, a, Busy)
-	if res.Reason != ReasonSuperseded || a.Current().ID() != 1 || a.Current().Config().Limits["stub"] != 1 {
+	if res.Reason != reasons.Superseded || a.Current().ID() != 1 || a.Current().Config().Limits["stub"] != 1 {
 		t.Fatalf("superseded = %+v", res)
 	}
 
@@ -167,7 +168,7 @@ func TestClusterSupersededAndSecrets(t *testing.T) {
 	b, _ := newClusterWorker(t, ch, doc, env)
 	moved := rec
 	moved.Live = []byte(strings.Replace(string(rec.Live), "${env:KEY}", "${env:OTHER}", 1))
-	if res, _ := b.Apply(context.Background(), v+1, moved); res.Outcome != Invalid || res.Reason != ReasonSecretUnresolved || b.Current().ID() != v {
+	if res, _ := b.applyVersion(context.Background(), v+1, moved); res.Outcome != Invalid || res.Reason != ReasonSecretUnresolved || b.Current().ID() != v {
 		t.Fatalf("unresolvable = %+v", res)
 	}
 }
@@ -185,7 +186,7 @@ func mustReloadC(t *testing.T, rt *Runtime[clusterConfig], want Outcome) Result 
 // Channel implementation would.
 type panickingChannel struct{ faultChannel }
 
-func (c *panickingChannel) Publish(context.Context, uint64, Record) (uint64, error) {
+func (c *panickingChannel) Publish(context.Context, uint64, fleet.Record) (uint64, error) {
 	panic("publish")
 }
 

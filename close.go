@@ -48,15 +48,16 @@ func (r *Runtime[T]) Close(ctx context.Context) error {
 	return nil
 }
 
-// Refuse is the first step of Close, for a host that has more to drain
-// before it closes the runtime (a data plane): from now on every trigger
-// (Reload, Check, Apply) is answered canceled / shutdown with ErrClosed,
-// an attempt in flight is canceled, and Refuse waits for it to end, so no
-// generation is published, locally or to a channel, once Refuse returns.
-// Pinned work carries on; Close finishes the shutdown. Refuse honours ctx
-// and may be called again after a deadline failure; it is idempotent and
-// safe for concurrent use.
-func (r *Runtime[T]) Refuse(ctx context.Context) error {
+// refuse (fleet.Member.Refuse) is the first step of Close, for a host
+// that has more to drain before it closes the runtime (a data plane):
+// from then on every trigger (Reload, Check, an apply of a cluster
+// version) is answered canceled / shutdown with ErrClosed, an attempt in
+// flight is canceled, and refuse waits for it to end, so no generation is
+// published, locally or to a channel, once it returns. Pinned work
+// carries on; Close finishes the shutdown. It honours ctx and may be
+// called again after a deadline failure; it is idempotent and safe for
+// concurrent use.
+func (r *Runtime[T]) refuse(ctx context.Context) error {
 	select {
 	case r.closeLock <- struct{}{}:
 		defer func() { <-r.closeLock }()

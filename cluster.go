@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -39,12 +40,12 @@ func (r *Runtime[T]) confirmCurrent(ctx context.Context, held uint64, dry bool) 
 }
 
 // record returns what a cluster publishes for cand.
-func (r *Runtime[T]) recordOf(cand *candidate[T]) (Record, error) {
+func (r *Runtime[T]) recordOf(cand *candidate[T]) (fleet.Record, error) {
 	live, format, err := encodePayload(cand.cfg)
 	if err != nil {
-		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
+		return fleet.Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.sharedFiles()}, nil
+	return fleet.Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(cand.cfg).Elem()), nil), Files: cand.sharedFiles()}, nil
 }
 
 // sharedFiles returns the digests a record carries: every file field's
@@ -67,8 +68,8 @@ func (c *candidate[T]) sharedFiles() map[string]string {
 // publish writes cand to the channel as version held+1, naming the
 // attempt's trigger and actor, and away, the content digest it takes out
 // of service (a revert's; see Record.RolledBack).
-func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand *candidate[T], trigger Trigger, away string) (uint64, error) {
-	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) {
+func (r *Runtime[T]) publish(ctx context.Context, ch fleet.Channel, held uint64, cand *candidate[T], trigger Trigger, away string) (uint64, error) {
+	return r.writeRecord(ctx, cand, trigger, func(rec fleet.Record) (uint64, error) {
 		rec.RolledBack = away
 		return ch.Publish(ctx, held, rec)
 	},
@@ -79,12 +80,12 @@ func (r *Runtime[T]) publish(ctx context.Context, ch Channel, held uint64, cand 
 // and writes it with write. A channel's own *Error and the attempt's
 // context error pass through; any other failure is cluster_unavailable
 // with the message unavailable.
-func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigger Trigger, write func(Record) (uint64, error), unavailable string) (uint64, error) {
+func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigger Trigger, write func(fleet.Record) (uint64, error), unavailable string) (uint64, error) {
 	rec, err := r.recordOf(cand)
 	if err != nil {
 		return 0, err
 	}
-	rec.Trigger, rec.Actor = trigger, actorOf(ctx, trigger)
+	rec.Trigger, rec.Actor = string(trigger), actorOf(ctx, trigger)
 	v, err := write(rec)
 	var e *Error
 	switch {
@@ -103,12 +104,12 @@ func (r *Runtime[T]) writeRecord(ctx context.Context, cand *candidate[T], trigge
 // restartopt.Restart.StartupPublish, a version that does not run here leaves the worker
 // on local, numbered as that version until its first reload publishes it
 // over it (publish).
-func (r *Runtime[T]) join(ctx context.Context, ch Channel, local *candidate[T]) (v uint64, cand *candidate[T], publish bool, err error) {
+func (r *Runtime[T]) join(ctx context.Context, ch fleet.Channel, local *candidate[T]) (v uint64, cand *candidate[T], publish bool, err error) {
 	rec, err := r.recordOf(local)
 	if err != nil {
 		return 0, nil, false, err
 	}
-	rec.Trigger, rec.Actor = TriggerStartup, actorOf(ctx, TriggerStartup)
+	rec.Trigger, rec.Actor = string(TriggerStartup), actorOf(ctx, TriggerStartup)
 	offer, m, err := r.seedRecord(ctx, rec)
 	if err != nil {
 		return 0, nil, false, err

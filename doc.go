@@ -170,21 +170,23 @@
 // the strategy's thresholds over the Recorder) and widens, extends,
 // holds, promotes or rolls back; a rollback is a new generation with the
 // previous content, and a reload does not re-apply the rolled-back
-// content (rolled_back_content) unless through Reapply. A service that
-// restarts keeps that mark with WithRollbackStore: the next New starts on
-// the previous content rather than the rolled-back file. Current and
+// content (rolled_back_content) unless through Reapply. The mark lasts as
+// long as the process, or in a fleet as long as its channel's data
+// (reconfd also keeps it in a state file, so that a restart starts on
+// the previous content rather than the rolled-back file). Current and
 // Acquire keep returning the active generation. docs/design/rollout.md
 // has the whole design.
 //
 // # Clusters
 //
-// With WithChannel the runtime is one worker of a fleet. New joins at the
-// cluster's current version; a Reload that would publish writes a Record
+// With a cluster channel (package propagate's, on etcd, given to New as
+// ch.Option()) the runtime is one worker of a fleet. New joins at the
+// cluster's current version; a Reload that would publish writes a record
 // (the live fields, secrets as references, file digests) with
 // compare-and-set on the version it holds, and loses with busy/superseded
-// if another worker published first; Apply runs other workers' versions
-// through the same staged path. A generation's ID is its cluster version
-// on every worker. Package propagate provides the etcd channel.
+// if another worker published first; the worker's follower
+// (propagate.Follow) runs other workers' versions through the same staged
+// path. A generation's ID is its cluster version on every worker.
 //
 // # Secrets
 //
@@ -208,11 +210,11 @@
 // from this map, named here but gone, or imports outside its line.
 //
 //	reconf                    runtime, generations, pins, consumers, outcomes, diff, rollout
-//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/millis internal/reasons internal/restartopt internal/safefile
+//	                          > internal/atomicdir internal/configdiff internal/fieldclass internal/fleet internal/millis internal/reasons internal/restartopt internal/safefile
 //	source                    file sources: integrity, atomic replacement, locking
 //	                          > reconf internal/atomicdir internal/safefile
 //	admin                     the management HTTP API beside a runtime
-//	                          > reconf internal/certfile internal/history internal/restartapi internal/safefile
+//	                          > reconf internal/certfile internal/fleet internal/history internal/reasons internal/restartapi internal/safefile
 //	metrics                   Prometheus metrics of a runtime
 //	                          > reconf
 //	trigger                   SIGHUP as a trigger of attempts
@@ -220,7 +222,7 @@
 //	reconftest                the conformance kit for consumers and configuration types
 //	                          > reconf source internal/fieldclass
 //	propagate                 the cluster channel on etcd: publish, follow, presence
-//	                          > reconf internal/certfile internal/history internal/millis internal/reasons propagate/internal/zlog
+//	                          > reconf internal/certfile internal/fleet internal/history internal/millis internal/reasons propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
 //	                          > internal/ownerdir propagate/internal/zlog
 //	propagate/internal/zlog   etcd's zap logs into slog
@@ -240,6 +242,8 @@
 //	internal/exitcode         the exit codes of reconfd's commands
 //	                          > -
 //	internal/fieldclass       a configuration type's paths with their classes, outside the API
+//	                          > -
+//	internal/fleet            a fleet's record, channel and rollback mark, and a runtime's side of it, outside the API
 //	                          > -
 //	internal/history          one process's attempts, bounded, as the management API shows them
 //	                          > reconf internal/millis
@@ -280,7 +284,7 @@
 //	internal/discovery        the file by which reconfd's CLI finds a running serve
 //	                          > admin internal/exitcode internal/safefile
 //	internal/rollmark         a single reconfd's rollback mark, in its state file
-//	                          > reconf internal/safefile
+//	                          > reconf internal/fleet internal/safefile
 //	internal/fleetstatus      a status's fleet fields as lines and tables, wait's verdict
 //	                          > reconf admin gate propagate internal/gateway internal/termtext
 //	cmd/reconfd               the reconfd command: commands, flags, printing

@@ -37,7 +37,6 @@ const (
 	ReasonUnclassified Reason = "unclassified"
 	ReasonRetention    Reason = "retention_budget_exhausted"
 	ReasonInFlight     Reason = "attempt_in_flight"
-	ReasonSuperseded   Reason = "superseded"
 
 	ReasonSourceMissing    Reason = "source_missing"
 	ReasonSourceNotRegular Reason = "source_not_regular"
@@ -108,7 +107,7 @@ var reasonOutcome = map[Reason]Outcome{
 	ReasonUnclassified:         RestartRequired,
 	ReasonRetention:            RetentionBlocked,
 	ReasonInFlight:             Busy,
-	ReasonSuperseded:           Busy,
+	reasons.Superseded:         Busy,
 	ReasonSourceMissing:        SourceIntegrityFailed,
 	ReasonSourceNotRegular:     SourceIntegrityFailed,
 	ReasonSourceOversize:       SourceIntegrityFailed,

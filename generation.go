@@ -1,6 +1,7 @@
 package reconf
 
 import (
+	"github.com/reconfhq/reconf/internal/fleet"
 	"io"
 	"log/slog"
 	"reflect"
@@ -87,7 +88,7 @@ func (g *Generation[T]) appliedDigest() string {
 			g.liveDigest = "unencodable"
 			return
 		}
-		g.liveDigest = Record{Live: live, Format: format, Files: g.shared}.Digest()
+		g.liveDigest = fleet.Record{Live: live, Format: format, Files: g.shared}.Digest()
 	})
 	return g.liveDigest
 }

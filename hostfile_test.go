@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -69,7 +70,7 @@ func TestHostFileStaysOnItsHost(t *testing.T) {
 	}
 	// The record names certA, whose content b never compares with a's:
 	// b applies the version, reading the file itself.
-	if res, err := b.Apply(context.Background(), v, rec); err != nil || res.Outcome != Published {
+	if res, err := b.applyVersion(context.Background(), v, rec); err != nil || res.Outcome != Published {
 		t.Fatalf("apply on a host whose certificate differs = %+v, %v", res, err)
 	}
 
@@ -91,7 +92,7 @@ func TestHostFileStaysOnItsHost(t *testing.T) {
 	writeFile(t, certA, "garbage")
 	v, rec = ch.current()
 	held := b.Current().ID()
-	if res, _ := b.Apply(context.Background(), v, rec); res.Outcome != Invalid || res.Reason != ReasonValidation || b.Current().ID() != held {
+	if res, _ := b.applyVersion(context.Background(), v, rec); res.Outcome != Invalid || res.Reason != ReasonValidation || b.Current().ID() != held {
 		t.Fatalf("apply with a refused local certificate = %+v (held %d, now %d)", res, held, b.Current().ID())
 	}
 }
@@ -113,12 +114,12 @@ func TestContextValidatorAtStart(t *testing.T) {
 	}
 }
 
-func newRuntimeOn[T any](t *testing.T, ch Channel, data string) (*Runtime[T], *memSource) {
+func newRuntimeOn[T any](t *testing.T, ch fleet.Channel, data string) (*Runtime[T], *memSource) {
 	t.Helper()
 	src := newMem(data)
 	opts := []Option{WithLogger(discardLogger()), WithEnv(noEnv)}
 	if ch != nil {
-		opts = append(opts, WithChannel(ch))
+		opts = append(opts, withChannel(ch))
 	}
 	rt, err := New[T](context.Background(), src, opts...)
 	if err != nil {

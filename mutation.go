@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // MutationMode says what a runtime does when it finds that a published
@@ -161,7 +163,7 @@ func (r *Runtime[T]) mutatedPaths(g *Generation[T]) []string {
 	var orig *candidate[T]
 	var err error
 	if g.liveJSON {
-		orig, err = r.comp.recordOver(context.Background(), g.data, Record{Format: formatJSON, Live: g.live}, decodeBase[T])
+		orig, err = r.comp.recordOver(context.Background(), g.data, fleet.Record{Format: formatJSON, Live: g.live}, decodeBase[T])
 	} else {
 		orig, err = r.comp.compileWith(context.Background(), g.data, g.live, g.restartPinned)
 	}

@@ -206,7 +206,7 @@ func TestAppliedRecordMutationPaths(t *testing.T) {
 	peer, peerSrc := newClusterWorker(t, ch, restartDoc("a", "4"), nil)
 	src := newMem(restartDoc("a", "4"))
 	var got []Mutation
-	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
+	rt, err := New[clusterConfig](context.Background(), src, withChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
 		WithMutationObserver(func(m Mutation) { got = append(got, m) }))
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestAppliedRecordMutationPaths(t *testing.T) {
 	peerSrc.set(restartDoc("a", "8"))
 	mustReloadC(t, peer, Published)
 	v, rec := ch.current()
-	if res, err := rt.Apply(context.Background(), v, rec); err != nil || res.Outcome != Published {
+	if res, err := rt.applyVersion(context.Background(), v, rec); err != nil || res.Outcome != Published {
 		t.Fatalf("apply = %+v, %v", res, err)
 	}
 	rt.Current().Config().Backend.Name = "changed" // the bug the detector exists for

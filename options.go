@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
@@ -33,14 +34,14 @@ type settings struct {
 	mutationMode      MutationMode
 	mutationObservers []func(Mutation)
 	now               func() time.Time
-	channel           Channel
+	channel           fleet.Channel
 	baseDir           string
 	firstGen          uint64
 	startupPublish    bool // restartopt.Restart.StartupPublish
 	health            HealthFunc
-	processWide       []string      // WithProcessWide
-	recorded          int           // WithRecordedGenerations
-	markStore         RollbackStore // WithRollbackStore
+	processWide       []string            // WithProcessWide
+	recorded          int                 // WithRecordedGenerations
+	markStore         fleet.RollbackStore // WithRollbackStore
 	// typed holds, in the order given, the options that carry a value of
 	// the configuration type: a consumerReg[T], a func(*T) override or a
 	// func(*Generation[T]) retire hook.
@@ -189,13 +190,9 @@ func WithMutationObserver(fn func(Mutation)) Option {
 	return func(o *settings) { o.mutationObservers = append(o.mutationObservers, fn) }
 }
 
-// WithChannel makes the runtime one worker of a cluster: New joins at the
-// cluster's current version (publishing the local load as version 1 when
-// the channel is empty), every publish is a compare-and-set on the
-// channel, generation IDs are cluster versions, and literal secrets are
-// refused because only references may travel. Versions published by
-// others are applied with Runtime.Apply (package propagate does this).
-func WithChannel(ch Channel) Option { return func(o *settings) { o.channel = ch } }
+// withChannel makes the runtime one worker of a cluster (see
+// fleet.WithChannel, and package propagate's Channel.Option).
+func withChannel(ch fleet.Channel) Option { return func(o *settings) { o.channel = ch } }
 
 // WithBaseDir sets the directory that relative paths in `reconf:",file"`
 // fields are resolved against (usually the configuration file's). The

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -724,13 +725,13 @@ func decodeBase[T any](ctx context.Context, root *node, data []byte) (*T, error)
 // So a follower's own env overrides win over the publisher's values. The
 // process's restart values (restartopt.Restart.Values) win over the local
 // source's: a record never moves a restart-class field.
-func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec Record) (*candidate[T], error) {
+func (c *compiler[T]) compileRecord(ctx context.Context, data []byte, rec fleet.Record) (*candidate[T], error) {
 	return c.recordOver(ctx, data, rec, c.baseOf)
 }
 
 // recordOver is compileRecord with the base from base: the cache under
 // the attempt slot, decodeBase elsewhere (the mutation check).
-func (c *compiler[T]) recordOver(ctx context.Context, data []byte, rec Record, base func(context.Context, *node, []byte) (*T, error)) (cand *candidate[T], err error) {
+func (c *compiler[T]) recordOver(ctx context.Context, data []byte, rec fleet.Record, base func(context.Context, *node, []byte) (*T, error)) (cand *candidate[T], err error) {
 	if rec.Format != formatJSON {
 		return c.compileWith(ctx, data, rec.Live, true)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 	"go.yaml.in/yaml/v3"
 )
@@ -139,11 +140,11 @@ func TestPayloadMatchesYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	fol := payloadCompiler(env)
-	viaJSON, err := fol.compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: formatJSON})
+	viaJSON, err := fol.compileRecord(ctx, []byte(payloadFollower), fleet.Record{Live: payload, Format: formatJSON})
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaYAML, err := fol.compileRecord(ctx, []byte(payloadFollower), Record{Live: yamlLive})
+	viaYAML, err := fol.compileRecord(ctx, []byte(payloadFollower), fleet.Record{Live: yamlLive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestFollowerEnvWins(t *testing.T) {
 		{map[string]string{"PAYLOAD_KEY": "v", "PAYLOAD_LIMIT": "9"}, 9},
 		{map[string]string{"PAYLOAD_KEY": "v"}, 50},
 	} {
-		cand, err := payloadCompiler(tc.env).compileRecord(ctx, []byte(payloadFollower), Record{Live: payload, Format: formatJSON})
+		cand, err := payloadCompiler(tc.env).compileRecord(ctx, []byte(payloadFollower), fleet.Record{Live: payload, Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +255,7 @@ func TestRecordBaseIsNotShared(t *testing.T) {
 	c := &compiler[shared]{lookupEnv: func(string) (string, bool) { return "resolved", true }}
 	local := []byte("boot: {tags: {a: b}, hosts: [h1], key: '${env:K}', keys: {x: '${env:K}'}}\nn: 1\n")
 	for i := range 3 {
-		cand, err := c.compileRecord(ctx, local, Record{Live: []byte(`{"n":` + string(rune('2'+i)) + `}`), Format: formatJSON})
+		cand, err := c.compileRecord(ctx, local, fleet.Record{Live: []byte(`{"n":` + string(rune('2'+i)) + `}`), Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +300,7 @@ func TestPayloadRefusals(t *testing.T) {
 		{"array too long", `{"live":{"arr":[1,2,3]}}`, ReasonFieldType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := payloadCompiler(map[string]string{"PAYLOAD_KEY": "v"}).compileRecord(ctx, []byte(payloadFollower), Record{Live: []byte(tc.payload), Format: formatJSON})
+			_, err := payloadCompiler(map[string]string{"PAYLOAD_KEY": "v"}).compileRecord(ctx, []byte(payloadFollower), fleet.Record{Live: []byte(tc.payload), Format: formatJSON})
 			var e *Error
 			if !errors.As(err, &e) || e.Reason != tc.want {
 				t.Fatalf("got %v, want reason %s", err, tc.want)
@@ -362,7 +363,7 @@ func TestPayloadYAMLFallbackRoundTrips(t *testing.T) {
 	if err != nil || format != formatYAML {
 		t.Fatalf("got %q %v, want YAML", format, err)
 	}
-	got, err := (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: b, Format: format})
+	got, err := (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), fleet.Record{Live: b, Format: format})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func TestPayloadYAMLFallbackRoundTrips(t *testing.T) {
 		t.Fatalf("the follower decoded %#v, the publisher had %#v", *got.cfg, want)
 	}
 	// A !!binary value that is not base64 is refused, with its path.
-	_, err = (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), Record{Live: []byte("s: !!binary '*not base64*'\n"), Format: formatYAML})
+	_, err = (&compiler[values]{}).compileRecord(ctx, []byte("s: x\n"), fleet.Record{Live: []byte("s: !!binary '*not base64*'\n"), Format: formatYAML})
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonFieldType || len(e.Problems) == 0 || e.Problems[0].Path != "s" {
 		t.Fatalf("a !!binary value that is not base64: %v", err)
@@ -420,7 +421,7 @@ func TestRecursiveTypeTerminates(t *testing.T) {
 func TestApplyCarriesJSONRecords(t *testing.T) {
 	ch := &faultChannel{}
 	env := WithEnv(func(k string) (string, bool) { return "v", k == "PAYLOAD_KEY" })
-	a, err := New[payloadConfig](context.Background(), Bytes("a", []byte(payloadFollower)), WithChannel(ch), env, WithLogger(discardLogger()))
+	a, err := New[payloadConfig](context.Background(), Bytes("a", []byte(payloadFollower)), withChannel(ch), env, WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestApplyCarriesJSONRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload, _, _ := encodePayload(pub.cfg)
-	res, err := a.Apply(context.Background(), 2, Record{Live: payload, Format: formatJSON, Fingerprint: rec.Fingerprint})
+	res, err := a.applyVersion(context.Background(), 2, fleet.Record{Live: payload, Format: formatJSON, Fingerprint: rec.Fingerprint})
 	if err != nil || res.Outcome != Published {
 		t.Fatalf("apply: %s %s %s %v", res.Outcome, res.Reason, res.Message, err)
 	}
@@ -477,7 +478,7 @@ func TestPayloadExplicitZeroOverDefault(t *testing.T) {
 		if err != nil || format != formatJSON || string(b) != tc.payload {
 			t.Fatalf("publisher %q: got %s %q %v, want %s", tc.pub, b, format, err, tc.payload)
 		}
-		got, err := (&compiler[withDefaults]{}).compileRecord(ctx, []byte(tc.local), Record{Live: b, Format: formatJSON})
+		got, err := (&compiler[withDefaults]{}).compileRecord(ctx, []byte(tc.local), fleet.Record{Live: b, Format: formatJSON})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/testkit"
 )
 
@@ -29,7 +30,7 @@ func TestRefuseBeforeDrain(t *testing.T) {
 	}()
 	testkit.WaitFor(t, "an attempt in flight", func() bool { return rt.Status().Busy })
 
-	if err := rt.Refuse(t.Context()); err != nil {
+	if err := rt.refuse(t.Context()); err != nil {
 		t.Fatalf("Refuse: %v", err)
 	}
 	if res := <-inFlight; res.Outcome != Canceled || res.Reason != ReasonShutdown {
@@ -39,7 +40,7 @@ func TestRefuseBeforeDrain(t *testing.T) {
 	for _, trig := range []func() (Result, error){
 		func() (Result, error) { return rt.Reload(context.Background(), TriggerAPI) },
 		func() (Result, error) { return rt.Check(context.Background()) },
-		func() (Result, error) { return rt.Apply(context.Background(), 9, Record{}) },
+		func() (Result, error) { return rt.applyVersion(context.Background(), 9, fleet.Record{}) },
 	} {
 		res, err := trig()
 		if !errors.Is(err, ErrClosed) || res.Outcome != Canceled || res.Reason != ReasonShutdown {
@@ -49,7 +50,7 @@ func TestRefuseBeforeDrain(t *testing.T) {
 	if rt.Current().ID() != 1 || pin.Generation().ID() != 1 {
 		t.Fatalf("generation moved to %d", rt.Current().ID())
 	}
-	if err := rt.Refuse(t.Context()); err != nil {
+	if err := rt.refuse(t.Context()); err != nil {
 		t.Fatalf("second Refuse: %v", err)
 	}
 
@@ -59,7 +60,7 @@ func TestRefuseBeforeDrain(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := rt.Refuse(t.Context()); err != nil {
+	if err := rt.refuse(t.Context()); err != nil {
 		t.Fatalf("Refuse after Close: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/restartopt"
 )
 
@@ -18,7 +19,7 @@ func restartDoc(address, limit string) string {
 // newPinnedWorker is a worker started in place of one that died: its file
 // holds an address edit its peers have not restarted into, and it runs on
 // the peers' address.
-func newPinnedWorker(t *testing.T, ch Channel, data, address string) (*Runtime[clusterConfig], *memSource) {
+func newPinnedWorker(t *testing.T, ch fleet.Channel, data, address string) (*Runtime[clusterConfig], *memSource) {
 	t.Helper()
 	return newClusterWorker(t, ch, data, nil, restartOption(restartopt.Restart{Values: func(c *clusterConfig) { c.Server.Address = address }}))
 }
@@ -47,7 +48,7 @@ func TestRestartValuesHoldAcrossApplies(t *testing.T) {
 	peerSrc.set(restartDoc("fleet", "8"))
 	mustReloadC(t, peer, Published)
 	v, rec := ch.current()
-	res, err := w.Apply(ctx, v, rec)
+	res, err := w.applyVersion(ctx, v, rec)
 	if err != nil || res.Outcome != Published || res.Generation != v {
 		t.Fatalf("apply of version %d = %s (%s: %s) %v, want published", v, res.Outcome, res.Reason, res.Message, err)
 	}
@@ -67,7 +68,7 @@ func TestRestartValuesHoldAcrossApplies(t *testing.T) {
 	if res.Generation != v {
 		t.Fatalf("published as %d, the channel holds %d", res.Generation, v)
 	}
-	if res, err := peer.Apply(ctx, v, rec); err != nil || res.Outcome != Published || peer.Current().Config().Limits["stub"] != 9 {
+	if res, err := peer.applyVersion(ctx, v, rec); err != nil || res.Outcome != Published || peer.Current().Config().Limits["stub"] != 9 {
 		t.Fatalf("peer apply = %+v, %v", res, err)
 	}
 }
@@ -80,7 +81,7 @@ func TestRestartValuesMutationPaths(t *testing.T) {
 	newClusterWorker(t, ch, restartDoc("fleet", "4"), nil)
 	src := newMem(restartDoc("pending", "4"))
 	var got []Mutation
-	rt, err := New[clusterConfig](context.Background(), src, WithChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
+	rt, err := New[clusterConfig](context.Background(), src, withChannel(ch), WithLogger(discardLogger()), WithEnv(noEnv),
 		WithMutationObserver(func(m Mutation) { got = append(got, m) }),
 		restartOption(restartopt.Restart{Values: func(c *clusterConfig) { c.Server.Address = "fleet" }}))
 	if err != nil {

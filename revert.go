@@ -63,10 +63,11 @@ func (r *Runtime[T]) recordedIDsLocked() []uint64 {
 // recorded is invalid / generation_not_recorded. After it, the content it
 // replaced counts as rolled back: a reload of a source that still holds
 // it is invalid / rolled_back_content until the source changes or
-// Reapply is used. On a runtime with a RolloutChannel the content is
-// published to the fleet as a new version (every worker records the
-// generations it applied, so any worker reverts); on one with another
-// Channel it returns ErrRolloutInCluster.
+// Reapply is used. On a runtime in a fleet (package propagate) the
+// content is published to the fleet as a new version (every worker
+// records the generations it applied, so any worker reverts); on a
+// cluster channel that cannot carry a rollout it returns
+// ErrRolloutInCluster.
 func (r *Runtime[T]) Revert(ctx context.Context, trigger Trigger, to uint64) (Result, error) {
 	if _, ok := r.rolloutChannel(); r.o.channel != nil && !ok {
 		return Result{}, ErrRolloutInCluster

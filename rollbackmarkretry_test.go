@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // failingMarks is a fault-injecting RollbackStore: its first failSaves
@@ -14,9 +16,9 @@ type failingMarks struct {
 	failSaves int
 }
 
-func (s *failingMarks) LoadMark() (*RollbackMark, error) { return s.inner.LoadMark() }
+func (s *failingMarks) LoadMark() (*fleet.RollbackMark, error) { return s.inner.LoadMark() }
 
-func (s *failingMarks) SaveMark(m *RollbackMark) error {
+func (s *failingMarks) SaveMark(m *fleet.RollbackMark) error {
 	s.inner.mu.Lock()
 	fail := s.failSaves > 0
 	s.failSaves--
@@ -27,6 +29,8 @@ func (s *failingMarks) SaveMark(m *RollbackMark) error {
 	return s.inner.SaveMark(m)
 }
 
+func (s *failingMarks) ResetMark(m *fleet.RollbackMark) error { return s.inner.ResetMark(m) }
+
 // TestRollbackMarkSavedOnTheNextReload: a mark the store could not keep
 // (a full disk at the revert) is saved again by the next reload, the
 // refused reload of the unchanged source an operator tries first, so a
@@ -35,7 +39,7 @@ func (s *failingMarks) SaveMark(m *RollbackMark) error {
 func TestRollbackMarkSavedOnTheNextReload(t *testing.T) {
 	store := &failingMarks{failSaves: 1}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	src.set(baseYAML(2))
 	mustReload(t, rt, Published)
 	if res, err := rt.Revert(context.Background(), TriggerSDK, 1); err != nil || res.Outcome != Published {
@@ -56,7 +60,7 @@ func TestRollbackMarkSavedOnTheNextReload(t *testing.T) {
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the reverted-away content", a)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/millis"
 )
 
@@ -15,7 +16,8 @@ var (
 	// ErrNoRollout is returned by a rollout control when no rollout runs.
 	ErrNoRollout = errors.New("reconf: no rollout in progress")
 	// ErrRolloutInCluster is returned by Stage, Reapply and Revert on a
-	// runtime whose Channel cannot carry a rollout (not a RolloutChannel).
+	// runtime whose cluster channel cannot carry a rollout (package
+	// propagate's can).
 	ErrRolloutInCluster = errors.New("reconf: a staged rollout in a cluster goes through the channel")
 )
 
@@ -88,10 +90,10 @@ func (s Strategy) immediate() bool { return s.Growth == AllAtOnceGrowth && s.Fin
 // generations within the retention budget. While a rollout runs, Reload,
 // Stage and Reapply are busy (rollout_in_progress); Check runs. A
 // strategy that is all_at_once with no bake publishes like Reload. On a
-// runtime with a RolloutChannel the candidate and the rollout's state
-// are written to the channel in one transaction, every worker follows
-// the rollout, and this worker drives it (see RolloutChannel); on one
-// with another Channel it returns ErrRolloutInCluster.
+// runtime in a fleet (package propagate) the candidate and the rollout's
+// state are written to the channel in one transaction, every worker
+// follows the rollout, and this worker drives it; on a cluster channel
+// that cannot carry a rollout it returns ErrRolloutInCluster.
 func (r *Runtime[T]) Stage(ctx context.Context, trigger Trigger, s Strategy) (Result, error) {
 	return r.stageWith(ctx, trigger, s, false)
 }
@@ -423,7 +425,7 @@ func (r *Runtime[T]) proposeWiden(ro *rollout[T], share uint32, w *Window, v *Ve
 // step starts after the settle, or twice the slowest acknowledgement if
 // that is longer (at most a step), so that every worker, the slowest
 // too, learns of it before it starts. It holds the slot.
-func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc RolloutChannel) {
+func (r *Runtime[T]) widenAcknowledged(ro *rollout[T], rc rolloutWire) {
 	st := ro.state
 	p := st.Pending
 	ctx, cancel := context.WithTimeout(r.ctx, r.o.attemptTimeout)
@@ -893,7 +895,7 @@ func contentDigest[T any](c *candidate[T]) string {
 	if err != nil {
 		return ""
 	}
-	return Record{Live: live, Format: format, Files: c.sharedFiles()}.Digest()
+	return fleet.Record{Live: live, Format: format, Files: c.sharedFiles()}.Digest()
 }
 
 // shareText renders basis points as a percentage ("12.5%").

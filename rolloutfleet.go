@@ -9,52 +9,14 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
-// RolloutChannel is a Channel that carries a staged rollout's state beside
-// the record, so that every worker of a fleet follows one rollout (package
-// propagate's does). A runtime whose channel is one stages in the fleet;
-// on a Channel that is not, Stage returns ErrRolloutInCluster.
-//
-// Every worker runs the same rollout: the worker that stages writes the
-// candidate's record and the state in one transaction and drives; the
-// others apply the candidate beside their active generation
-// (Runtime.ApplyCandidate) and adopt each state the driver writes
-// (Runtime.FollowRollout). A decision, the driver's or an operator's on
-// any worker, is written with compare-and-set on the state this worker
-// last saw, before it takes effect anywhere.
-type RolloutChannel interface {
-	Channel
-	// StageCandidate writes rec as version held+1 and st (whose
-	// Candidate is held+1) in one transaction, compare-and-set on held,
-	// and makes this worker the rollout's driver.
-	StageCandidate(ctx context.Context, held uint64, rec Record, st RolloutState) (uint64, error)
-	// Decide writes next over prev, only if the channel's state is still
-	// prev as this worker saw it (else an *Error with ReasonSuperseded);
-	// with rec, rec is written as version next.Result in the same
-	// transaction (a rollback: the active content again, as a new
-	// version, whose RolledBack names the candidate's content).
-	Decide(ctx context.Context, prev, next RolloutState, rec *Record) error
-	// Driving reports whether this worker judges rollout id's steps.
-	Driving(id uint64) bool
-	// FleetCounts returns the counts of the active generation and the
-	// candidate over st's current step on every other worker, as each
-	// last wrote them, summed (Counts.Add), for the driver (or an
-	// operator's view) to add its own to.
-	FleetCounts(ctx context.Context, st RolloutState) (active, candidate Counts, err error)
-	// Unacknowledged returns the live workers, this one aside, whose
-	// runtime has not acknowledged st's pending step, sorted, and the
-	// longest any other took from the decision to its acknowledgement:
-	// the driver makes the step effective once none is left, far enough
-	// ahead for the slowest to learn of it first.
-	Unacknowledged(ctx context.Context, st RolloutState) (waiting []string, slowest time.Duration, err error)
-}
-
-// rolloutChannel returns the runtime's channel as a RolloutChannel, if it
-// is one.
-func (r *Runtime[T]) rolloutChannel() (RolloutChannel, bool) {
-	rc, ok := r.o.channel.(RolloutChannel)
+// rolloutChannel returns the runtime's channel as one that carries
+// rollouts (fleet.RolloutChannel), if it is one.
+func (r *Runtime[T]) rolloutChannel() (rolloutWire, bool) {
+	rc, ok := r.o.channel.(rolloutWire)
 	return rc, ok
 }
 
@@ -65,7 +27,7 @@ func (r *Runtime[T]) rolloutChannel() (RolloutChannel, bool) {
 // that AcquireFor names, exactly as on the worker that staged it. The
 // active generation must be st.Active (a worker behind applies that
 // version first: else superseded). Package propagate's Follower calls it.
-func (r *Runtime[T]) ApplyCandidate(ctx context.Context, version uint64, rec Record, st RolloutState) (Result, error) {
+func (r *Runtime[T]) applyCandidate(ctx context.Context, version uint64, rec fleet.Record, st RolloutState) (Result, error) {
 	return r.start(ctx, TriggerCluster, false, func(ctx context.Context) Result {
 		prev := r.cur.Load()
 		defer r.checkActive(prev)
@@ -89,7 +51,7 @@ func (r *Runtime[T]) ApplyCandidate(ctx context.Context, version uint64, rec Rec
 				return *res
 			}
 			if prev.id != st.Active || st.Candidate != version || st.Done() {
-				return r.failed(ctx, *res, &Error{Reason: ReasonSuperseded, Message: fmt.Sprintf(
+				return r.failed(ctx, *res, &Error{Reason: reasons.Superseded, Message: fmt.Sprintf(
 					"version %d is the candidate of a rollout over generation %d; this worker holds generation %d and applies that one first", version, st.Active, prev.id)})
 			}
 			s := st.Strategy
@@ -122,7 +84,7 @@ func (r *Runtime[T]) endMissed(ro *rollout[T], from uint64) {
 // number on every worker). A state of another rollout than this worker's
 // returns ErrNoRollout; one it already holds changes nothing. Package
 // propagate's Follower calls it.
-func (r *Runtime[T]) FollowRollout(ctx context.Context, st RolloutState) error {
+func (r *Runtime[T]) followRollout(ctx context.Context, st RolloutState) error {
 	if err := r.takeSlot(ctx); err != nil {
 		return err
 	}
@@ -162,7 +124,7 @@ func (r *Runtime[T]) FollowRollout(ctx context.Context, st RolloutState) error {
 // applies (ApplyCandidate) starts out of service: a worker that began
 // serving without the candidate of a running rollout gives it to nobody
 // from the start, not after the active generation.
-func (r *Runtime[T]) SetCutOff(ctx context.Context, on bool) error {
+func (r *Runtime[T]) setCutOff(ctx context.Context, on bool) error {
 	if err := r.takeSlot(ctx); err != nil {
 		return err
 	}
@@ -210,10 +172,10 @@ func (r *Runtime[T]) RolloutWindow() (st RolloutState, active, candidate Counts,
 // this worker's as they are now, and every other worker's as it last
 // wrote them to the channel (each writes its counts every quarter step),
 // summed. It is what an operator's view shows; the driver judges on the
-// same sum. On a runtime without a RolloutChannel it is RolloutWindow.
+// same sum. On a runtime without a rollout channel it is RolloutWindow.
 // ok is false without a rollout; err, when the fleet's counts could not
 // be read, comes with this worker's counts alone.
-func (r *Runtime[T]) FleetRolloutWindow(ctx context.Context) (st RolloutState, active, candidate Counts, ok bool, err error) {
+func (r *Runtime[T]) fleetRolloutWindow(ctx context.Context) (st RolloutState, active, candidate Counts, ok bool, err error) {
 	st, active, candidate, ok = r.RolloutWindow()
 	rc, fleet := r.rolloutChannel()
 	if !ok || !fleet {
@@ -237,14 +199,14 @@ func (r *Runtime[T]) localWindow(ro *rollout[T]) (active, candidate Counts) {
 }
 
 // fleetWrite writes a decision to the fleet before it takes effect here:
-// next is ro's state after change. On a runtime without a RolloutChannel,
+// next is ro's state after change. On a runtime without a rollout channel,
 // and while adopting the fleet's own state, there is nothing to write. A
 // failed write (etcd unreachable, or the state moved on) leaves the
 // rollout as it is here: nothing is decided that the fleet does not hold.
-// Its *Error (ReasonSuperseded, or cluster_unavailable) is kept for an
+// Its *Error (reasons.Superseded, or cluster_unavailable) is kept for an
 // operator's control to return.
 // It holds the slot.
-func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *Record) bool {
+func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec *fleet.Record) bool {
 	rc, ok := r.rolloutChannel()
 	if !ok || r.adopting {
 		return true
@@ -269,19 +231,19 @@ func (r *Runtime[T]) fleetWrite(ro *rollout[T], change func(*RolloutState), rec 
 
 // generationRecord is what a cluster publishes for g's configuration: a
 // rollback writes the active generation's again, as a new version.
-func (r *Runtime[T]) generationRecord(g *Generation[T]) (Record, error) {
+func (r *Runtime[T]) generationRecord(g *Generation[T]) (fleet.Record, error) {
 	live, format, err := encodePayload(g.cfg)
 	if err != nil {
-		return Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
+		return fleet.Record{}, &Error{Reason: ReasonInternal, Message: "encoding the live fields failed", Err: err}
 	}
-	return Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(g.cfg).Elem()), nil),
-		Files: g.shared, Trigger: TriggerCluster, Actor: DeciderRollout}, nil
+	return fleet.Record{Live: live, Format: format, Fingerprint: fingerprintOf(flattenBootstrap(mustSchema(reflect.TypeFor[T]()), reflect.ValueOf(g.cfg).Elem()), nil),
+		Files: g.shared, Trigger: string(TriggerCluster), Actor: DeciderRollout}, nil
 }
 
 // stageCandidate writes cand as the candidate of the rollout st through
 // rc (see publish).
-func (r *Runtime[T]) stageCandidate(ctx context.Context, rc RolloutChannel, held uint64, cand *candidate[T], trigger Trigger, st RolloutState) (uint64, error) {
-	return r.writeRecord(ctx, cand, trigger, func(rec Record) (uint64, error) { return rc.StageCandidate(ctx, held, rec, st) },
+func (r *Runtime[T]) stageCandidate(ctx context.Context, rc rolloutWire, held uint64, cand *candidate[T], trigger Trigger, st RolloutState) (uint64, error) {
+	return r.writeRecord(ctx, cand, trigger, func(rec fleet.Record) (uint64, error) { return rc.StageCandidate(ctx, held, rec, st) },
 		"the cluster channel could not be written; nothing was staged")
 }
 

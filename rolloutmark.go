@@ -2,47 +2,14 @@ package reconf
 
 import (
 	"context"
-	"errors"
 	"fmt"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
-// ErrRollbackMark is wrapped by New when a RollbackStore's mark cannot be
-// used: it cannot be read, or the source holds the rolled-back content
-// and the previous content kept in the mark no longer loads. Starting on
-// the file instead would re-apply the rolled-back content silently.
-var ErrRollbackMark = errors.New("reconf: the rollback mark cannot be used")
-
-// RollbackMark keeps a rollback in force across a restart: the content a
-// rollout rolled back (or a Revert reverted away) and what is needed to
-// start on the content that replaced it.
-type RollbackMark struct {
-	// Generation is the generation that made the previous content active
-	// again (the rollback's or the revert's).
-	Generation uint64 `json:"generation"`
-	// Digest is the rolled-back content's digest (Record.Digest).
-	Digest string `json:"rolled_back_digest"`
-	// Previous is the source the active content was compiled from, as
-	// read: references, never the values they resolve to.
-	Previous []byte `json:"previous"`
-	// Record is, for a mark a fleet's worker kept, the channel record of
-	// the active content (without its mark): what a fleet whose channel
-	// starts empty publishes as its first version. A worker's Previous
-	// is its own file's bytes, which need not be the fleet's content.
-	Record *Record `json:"record,omitempty"`
-}
-
-// RollbackStore keeps a runtime's rollback mark where the runtime of the
-// next process reads it (see WithRollbackStore).
-type RollbackStore interface {
-	// LoadMark returns the kept mark, nil when there is none.
-	LoadMark() (*RollbackMark, error)
-	// SaveMark keeps m; nil clears the mark.
-	SaveMark(m *RollbackMark) error
-}
-
-// WithRollbackStore makes a runtime without a channel keep its rollback
-// mark in s, so that a process started again does not re-apply the
-// rolled-back content from its unchanged source. New loads the mark: when
+// withRollbackStore (fleet.WithRollbackStore) makes a runtime keep its
+// rollback mark in s, so that a process started again does not re-apply
+// the rolled-back content from its unchanged source. New loads the mark: when
 // the source compiles to the marked content, the runtime starts on the
 // mark's previous content (with a warning) and a reload of the source
 // stays rolled_back_content; when the source holds anything else the mark
@@ -57,7 +24,7 @@ type RollbackStore interface {
 // while the source holds the marked content publishes the marked
 // previous content, with the mark, as the channel's first version.
 // A channel that keeps its data needs no store.
-func WithRollbackStore(s RollbackStore) Option {
+func withRollbackStore(s fleet.RollbackStore) Option {
 	return func(o *settings) { o.markStore = s }
 }
 
@@ -71,25 +38,34 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 	}
 	m, err := s.LoadMark()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrRollbackMark, err)
+		return nil, nil, fmt.Errorf("%w: %w", fleet.ErrRollbackMark, err)
 	}
 	if m == nil {
 		r.markSaved = true
 		return cand, data, nil
 	}
-	if contentDigest(cand) != m.Digest {
-		// The source holds other content: the mark clears, as a reload
-		// of it would clear the in-memory mark.
+	if m.Digest == "" || contentDigest(cand) != m.Digest {
+		// A clear, or the source holds other content: the mark clears,
+		// as a reload of it would clear the in-memory mark.
 		r.saveMark()
 		return cand, data, nil
 	}
 	prev, err := r.comp.compileWith(ctx, m.Previous, nil, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
+		return nil, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", fleet.ErrRollbackMark, m.Generation, err)
 	}
-	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, m.Generation), true
+	// This process numbers its generations from the start again: the
+	// store's order becomes its own, with the mark as of the first
+	// generation (the one that runs the previous content here).
+	first := max(r.o.firstGen, 1)
+	kept := *m
+	kept.Generation = first
+	if err := s.ResetMark(&kept); err != nil {
+		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in memory only", "error", err)
+	}
+	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, first), true
 	msg := fmt.Sprintf("reconf: the source holds the content that generation %d rolled back; starting on the previous content. "+
-		"Change the source and reload, or re-apply it deliberately (Reapply)", m.Generation)
+		"Change the source and reload, or re-apply it deliberately (Runtime.Reapply)", m.Generation)
 	r.o.logger.Warn(msg, "rolled_back_by", m.Generation, "source", r.src.Describe())
 	return prev, m.Previous, nil
 }
@@ -107,10 +83,19 @@ func (r *Runtime[T]) saveMark() {
 		r.markFollowed()
 		return
 	}
-	var m *RollbackMark
+	// A save in New, before the first generation, resets the store (see
+	// ResetMark); in a fleet later ones are ordered by generation, a
+	// clear included, so that a slow save of an older decision by another
+	// worker does not land over this one. A single process is the store's
+	// one writer, under the slot: its clear leaves no file.
+	g := r.cur.Load()
+	var m *fleet.RollbackMark
+	if g != nil && r.o.channel != nil {
+		m = &fleet.RollbackMark{Generation: g.id}
+	}
 	if r.rolledBack != "" {
-		m = &RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
-		if g := r.cur.Load(); g != nil {
+		m = &fleet.RollbackMark{Digest: r.rolledBack, Previous: r.activeData}
+		if g != nil {
 			m.Generation = g.id
 			if r.o.channel != nil {
 				rec, err := r.generationRecord(g)
@@ -125,13 +110,17 @@ func (r *Runtime[T]) saveMark() {
 		}
 	}
 	key := ""
-	if m != nil {
+	if m != nil && m.Digest != "" {
 		key = markKey(m.Digest, m.Generation)
 	}
 	if r.markSaved && key == r.savedMark {
 		return
 	}
-	if err := s.SaveMark(m); err != nil {
+	save := s.SaveMark
+	if g == nil || m == nil {
+		save = s.ResetMark
+	}
+	if err := save(m); err != nil {
 		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in memory only", "error", err)
 		r.markSaved = false
 		return
@@ -162,19 +151,19 @@ func (r *Runtime[T]) markFollowed() {
 // unchanged source does not publish the rolled-back content as its first
 // version. A channel that has a record keeps it, and its mark, whatever
 // is offered.
-func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *RollbackMark, error) {
+func (r *Runtime[T]) seedRecord(ctx context.Context, local fleet.Record) (fleet.Record, *fleet.RollbackMark, error) {
 	s := r.o.markStore
 	if s == nil {
 		return local, nil, nil
 	}
 	m, err := s.LoadMark()
 	if err != nil {
-		return Record{}, nil, fmt.Errorf("%w: %w", ErrRollbackMark, err)
+		return fleet.Record{}, nil, fmt.Errorf("%w: %w", fleet.ErrRollbackMark, err)
 	}
 	if m == nil || m.Digest != local.Digest() {
 		return local, m, nil
 	}
-	var seed Record
+	var seed fleet.Record
 	if m.Record != nil {
 		seed = *m.Record
 	} else {
@@ -184,7 +173,7 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *Rol
 			seed, err = r.recordOf(prev)
 		}
 		if err != nil {
-			return Record{}, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", ErrRollbackMark, m.Generation, err)
+			return fleet.Record{}, nil, fmt.Errorf("%w: the source holds the content generation %d rolled back, and the previous content no longer loads: %w", fleet.ErrRollbackMark, m.Generation, err)
 		}
 	}
 	seed.RolledBack = m.Digest
@@ -195,21 +184,36 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local Record) (Record, *Rol
 // joinedMark follows the record a worker joined at (version v): a file
 // that holds the content the record took out of service is warned
 // about, and the store is made to agree with the channel (a mark the
-// channel does not hold is cleared). It runs in New.
-func (r *Runtime[T]) joinedMark(v uint64, got, local Record, m *RollbackMark) {
+// channel does not hold is cleared). A store whose order is past v
+// belongs to an earlier fleet, whose channel's data is gone and whose
+// numbers start again: it is reset to v. It runs in New.
+func (r *Runtime[T]) joinedMark(v uint64, got, local fleet.Record, m *fleet.RollbackMark) {
 	if got.RolledBack != "" && got.RolledBack == local.Digest() {
 		r.o.logger.Warn("reconf: the source holds the content the fleet rolled back; starting on the fleet's version. "+
-			"Change the source and reload, or re-apply it deliberately (Reapply)", "version", v)
+			"Change the source and reload, or re-apply it deliberately (Runtime.Reapply)", "version", v)
 	}
-	if r.o.markStore == nil {
+	s := r.o.markStore
+	if s == nil {
 		return
 	}
+	r.savedMark, r.markSaved = "", true
+	if got.RolledBack != "" {
+		r.savedMark = markKey(got.RolledBack, v)
+	}
+	var err error
 	switch {
-	case got.RolledBack != "":
-		r.savedMark, r.markSaved = markKey(got.RolledBack, v), true
-	case m != nil:
-		r.saveMark() // r.rolledBack is empty: clears the store
-	default:
-		r.savedMark, r.markSaved = "", true
+	case m == nil:
+	case m.Generation > v && m.Digest != "" && m.Digest == got.RolledBack:
+		kept := *m
+		kept.Generation = v
+		err = s.ResetMark(&kept)
+	case m.Generation > v:
+		err = s.ResetMark(nil)
+	case got.RolledBack == "" && m.Digest != "":
+		err = s.SaveMark(&fleet.RollbackMark{Generation: v})
+	}
+	if err != nil {
+		r.o.logger.Error("reconf: the rollback mark could not be saved; it is kept in the channel only", "error", err)
+		r.markSaved = false
 	}
 }

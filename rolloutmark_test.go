@@ -6,34 +6,52 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // memMarks is a RollbackStore in memory, as a service that restarts in
-// place would hand the mark to its next runtime; failLoad injects a
-// store that cannot be read.
+// place would hand the mark to its next runtime, ordered by generation
+// like package rollmark's; failLoad injects a store that cannot be read.
+// saves counts the saves that landed, resets the resets.
 type memMarks struct {
 	mu       sync.Mutex
-	m        *RollbackMark
+	m        *fleet.RollbackMark
 	saves    int
+	resets   int
 	failLoad error
 }
 
-func (s *memMarks) LoadMark() (*RollbackMark, error) {
+func (s *memMarks) LoadMark() (*fleet.RollbackMark, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m, s.failLoad
 }
 
-func (s *memMarks) SaveMark(m *RollbackMark) error {
+func (s *memMarks) SaveMark(m *fleet.RollbackMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.m != nil && s.m.Generation > m.Generation {
+		return nil
+	}
 	s.m, s.saves = m, s.saves+1
 	return nil
 }
 
-func (s *memMarks) mark() *RollbackMark {
+func (s *memMarks) ResetMark(m *fleet.RollbackMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.m, s.resets = m, s.resets+1
+	return nil
+}
+
+// mark returns the kept mark, nil when there is none or it was cleared.
+func (s *memMarks) mark() *fleet.RollbackMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || s.m.Digest == "" {
+		return nil
+	}
 	return s.m
 }
 
@@ -43,7 +61,7 @@ func (s *memMarks) mark() *RollbackMark {
 func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	store := &memMarks{}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	if store.mark() != nil {
 		t.Fatalf("a mark before any rollback: %+v", store.mark())
 	}
@@ -68,7 +86,7 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	}
 
 	// The next process: same source, same store.
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the rolled-back content", a)
 	}
@@ -84,7 +102,7 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 	if m := store.mark(); m != nil {
 		t.Fatalf("mark after the source moved on = %+v", m)
 	}
-	third := newTestRuntime(t, src, WithRollbackStore(store))
+	third := newTestRuntime(t, src, withRollbackStore(store))
 	if a := third.Current().Config().Routing.A; a != 5 {
 		t.Fatalf("a=%d after the mark cleared", a)
 	}
@@ -93,8 +111,8 @@ func TestRollbackMarkOutlivesTheRuntime(t *testing.T) {
 // TestRollbackMarkClearsOnOtherContentAtStart: a source that holds
 // anything but the rolled-back content clears the mark, as a reload does.
 func TestRollbackMarkClearsOnOtherContentAtStart(t *testing.T) {
-	store := &memMarks{m: &RollbackMark{Generation: 3, Digest: "sha256:other", Previous: []byte(baseYAML(1))}}
-	rt := newTestRuntime(t, newMem(baseYAML(7)), WithRollbackStore(store))
+	store := &memMarks{m: &fleet.RollbackMark{Generation: 3, Digest: "sha256:other", Previous: []byte(baseYAML(1))}}
+	rt := newTestRuntime(t, newMem(baseYAML(7)), withRollbackStore(store))
 	if a := rt.Current().Config().Routing.A; a != 7 {
 		t.Fatalf("a=%d", a)
 	}
@@ -108,15 +126,15 @@ func TestRollbackMarkClearsOnOtherContentAtStart(t *testing.T) {
 // the file.
 func TestRollbackMarkUnusable(t *testing.T) {
 	broken := &memMarks{failLoad: errors.New("corrupt")}
-	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()), WithRollbackStore(broken)); !errors.Is(err, ErrRollbackMark) {
+	if _, err := New[testConfig](context.Background(), newMem(baseYAML(1)), WithEnv(noEnv), WithLogger(discardLogger()), withRollbackStore(broken)); !errors.Is(err, fleet.ErrRollbackMark) {
 		t.Fatalf("New with an unreadable mark: %v", err)
 	}
 	// The mark's digest is the file's, and its previous content is bad.
 	src := newMem(baseYAML(1))
 	probe := newTestRuntime(t, src)
 	digest := probe.Current().appliedDigest()
-	store := &memMarks{m: &RollbackMark{Generation: 3, Digest: digest, Previous: []byte("routing: [")}}
-	if _, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), WithRollbackStore(store)); !errors.Is(err, ErrRollbackMark) {
+	store := &memMarks{m: &fleet.RollbackMark{Generation: 3, Digest: digest, Previous: []byte("routing: [")}}
+	if _, err := New[testConfig](context.Background(), src, WithEnv(noEnv), WithLogger(discardLogger()), withRollbackStore(store)); !errors.Is(err, fleet.ErrRollbackMark) {
 		t.Fatalf("New with an unloadable previous content: %v", err)
 	}
 }
@@ -126,7 +144,7 @@ func TestRollbackMarkUnusable(t *testing.T) {
 func TestRevertSavesTheMark(t *testing.T) {
 	store := &memMarks{}
 	src := newMem(baseYAML(1))
-	rt := newTestRuntime(t, src, WithRollbackStore(store))
+	rt := newTestRuntime(t, src, withRollbackStore(store))
 	src.set(baseYAML(2))
 	mustReload(t, rt, Published)
 	res, err := rt.Revert(context.Background(), TriggerSDK, 1)
@@ -140,7 +158,7 @@ func TestRevertSavesTheMark(t *testing.T) {
 	if err := rt.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again := newTestRuntime(t, src, WithRollbackStore(store))
+	again := newTestRuntime(t, src, withRollbackStore(store))
 	if a := again.Current().Config().Routing.A; a != 1 {
 		t.Fatalf("started on a=%d, the reverted-away content", a)
 	}

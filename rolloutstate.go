@@ -189,7 +189,7 @@ type RolloutStatus struct {
 	RolloutState
 	// CutOff is true while this worker of a fleet has not read the
 	// channel for longer than a step: it gives the candidate to nobody
-	// until it reads the channel again (see Runtime.SetCutOff).
+	// until it reads the channel again (its follower tells it).
 	CutOff bool `json:"cut_off,omitempty"`
 	// WaitingOn names the live workers that have not yet acknowledged
 	// the pending step, as the driver last read them; empty on a worker

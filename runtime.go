@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // Runtime gives a configuration type T its lifecycle: generation 1 is
@@ -60,7 +62,7 @@ type Runtime[T any] struct {
 	// mark is applied: a reload of it is refused, not re-applied.
 	// It is read and written under the attempt slot.
 	rolledBack string
-	// savedMark names the mark the RollbackStore holds (markKey, empty
+	// savedMark names the mark the fleet.RollbackStore holds (markKey, empty
 	// for none), when markSaved. Both are read and written under the
 	// attempt slot.
 	savedMark string
@@ -249,7 +251,7 @@ func (r *Runtime[T]) Check(ctx context.Context) (Result, error) {
 // version not greater than the active one is a no-op (stale_version); a
 // failure keeps the active generation whole and is the caller's to retry.
 // It is busy while another attempt runs, like Reload.
-func (r *Runtime[T]) Apply(ctx context.Context, version uint64, rec Record) (Result, error) {
+func (r *Runtime[T]) applyVersion(ctx context.Context, version uint64, rec fleet.Record) (Result, error) {
 	return r.start(ctx, TriggerCluster, false, func(ctx context.Context) Result { return r.apply(ctx, version, rec) })
 }
 

@@ -17,7 +17,7 @@ func TestStartupPublishOverAVersionThatCannotRunHere(t *testing.T) {
 	ch := &faultChannel{}
 	newClusterWorker(t, ch, restartDoc("a", "1")+"  api_key: ${env:K}\n", map[string]string{"K": "key"})
 	none := WithEnv(func(string) (string, bool) { return "", false })
-	if rt, err := New[clusterConfig](context.Background(), newMem(restartDoc("b", "2")), WithChannel(ch), WithLogger(discardLogger()), none); err == nil {
+	if rt, err := New[clusterConfig](context.Background(), newMem(restartDoc("b", "2")), withChannel(ch), WithLogger(discardLogger()), none); err == nil {
 		_ = rt.Close(context.Background())
 		t.Fatal("without the option, a worker started on a version it cannot run")
 	}
@@ -27,7 +27,7 @@ func TestStartupPublishOverAVersionThatCannotRunHere(t *testing.T) {
 	}
 	res := mustReloadC(t, rt, Published)
 	v, rec := ch.current()
-	if g := rt.Current(); v != 2 || g.ID() != 2 || res.Generation != 2 || g.Config().Limits["stub"] != 2 || rec.Trigger != TriggerSDK {
+	if g := rt.Current(); v != 2 || g.ID() != 2 || res.Generation != 2 || g.Config().Limits["stub"] != 2 || Trigger(rec.Trigger) != TriggerSDK {
 		t.Fatalf("after the reload: cluster at %d (trigger %q), worker at %d with limit %d; want both at 2, the worker's file",
 			v, rec.Trigger, g.ID(), g.Config().Limits["stub"])
 	}

@@ -114,7 +114,7 @@ func (r *Runtime[T]) retainedCount() int {
 // BootstrapFingerprint returns a short digest of the active generation's
 // restart-class fields. Two processes started with the same bootstrap
 // configuration report the same fingerprint.
-func (r *Runtime[T]) BootstrapFingerprint() string { return r.cur.Load().bootstrapFingerprint() }
+func (r *Runtime[T]) bootstrapFingerprint() string { return r.cur.Load().bootstrapFingerprint() }
 
 // Applied returns the active generation's ID and a digest of the live
 // configuration it holds, read from one generation so the two always
@@ -124,7 +124,7 @@ func (r *Runtime[T]) BootstrapFingerprint() string { return r.cur.Load().bootstr
 // overrides applied), so a differing one means a worker runs other
 // content under the same number. The digest is hex, safe to show, and
 // computed once per generation. Safe for concurrent use.
-func (r *Runtime[T]) Applied() (generation uint64, digest string) {
+func (r *Runtime[T]) applied() (generation uint64, digest string) {
 	g := r.cur.Load()
 	return g.id, g.appliedDigest()
 }

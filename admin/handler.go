@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
@@ -352,6 +353,11 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) error {
 	res, err := s.rt.Reload(reconf.WithActor(ctx, s.actor(r)), reconf.TriggerAPI)
 	if err = attemptError(ctx, err); err != nil {
 		return err
+	}
+	if res.Reason == reconf.ReasonRolledBack {
+		// The runtime's advice names its Go API; a client of this API
+		// re-applies with the reload's query.
+		res.Message = reasons.RolledBackMessage(res.Generation, "POST "+ReloadPath+"?reapply=1")
 	}
 	s.o.logger.LogAttrs(r.Context(), slog.LevelInfo, "admin: reload answered",
 		slog.String("outcome", res.Outcome.String()), slog.String("reason", string(res.Reason)),

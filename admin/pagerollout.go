@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // rolloutWindower is what a runtime has when it measures the current
-// step of a rollout across its fleet (*reconf.Runtime does): the status
+// step of a rollout across its fleet (a *reconf.Runtime's fleet side does): the status
 // page shows both generations' figures since the step began, the fleet's
 // as the driver will judge them, not the answering worker's alone.
 type rolloutWindower interface {
@@ -68,7 +69,7 @@ func (s *Server) rolloutPanel(ctx context.Context, st *reconf.RolloutStatus, now
 	if w := st.LastWindow; w != nil {
 		p.Last = &pageWindow{Start: w.Start, End: w.End, Active: figuresOf(w.Active), Candidate: figuresOf(w.Candidate), EarlierBaseline: w.EarlierBaseline}
 	}
-	if wr, ok := s.o.rollouts.(rolloutWindower); ok && p.InProgress {
+	if wr, ok := fleet.Of(s.o.rollouts).(rolloutWindower); ok && p.InProgress {
 		cur, active, cand, ok, err := wr.FleetRolloutWindow(ctx)
 		if err != nil {
 			s.o.logger.LogAttrs(ctx, slog.LevelWarn, "admin: the fleet's rollout counts could not be read; the page shows this worker's", slog.Any("error", err))

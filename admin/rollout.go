@@ -111,7 +111,7 @@ func init() {
 		{errNoRollout, apiError{http.StatusConflict, ReasonNoRollout, "no rollout is in progress"}},
 		{errRolloutInCluster, apiError{http.StatusConflict, ReasonRolloutInCluster, "this fleet does not run staged rollouts yet; publish with a plain reload"}},
 		{errNothingToRevert, apiError{http.StatusConflict, ReasonNothingToRevert, "no earlier generation is recorded; name one with ?to= (see recorded_generations in GET " + RolloutPath + ")"}},
-		{errDecisionSuperseded, apiError{http.StatusConflict, string(reconf.ReasonSuperseded), "the rollout's state moved on first (another operator or the rollout itself decided); nothing was done: see GET " + RolloutPath}},
+		{errDecisionSuperseded, apiError{http.StatusConflict, string(reasons.Superseded), "the rollout's state moved on first (another operator or the rollout itself decided); nothing was done: see GET " + RolloutPath}},
 		{errDecisionNotWritten, apiError{http.StatusServiceUnavailable, reasons.ClusterUnavailable, "the cluster channel could not be written; nothing was done and the rollout runs on as before: try again once etcd answers"}},
 	}...)
 }
@@ -236,7 +236,7 @@ func controlError(ctx context.Context, err error) error {
 	}
 	if e := (*reconf.Error)(nil); errors.As(err, &e) {
 		switch e.Reason {
-		case reconf.ReasonSuperseded:
+		case reasons.Superseded:
 			return errDecisionSuperseded
 		case reasons.ClusterUnavailable:
 			return errDecisionNotWritten

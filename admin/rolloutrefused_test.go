@@ -7,6 +7,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // refusedControls is a fault-injecting RolloutControls: every control
@@ -38,7 +39,7 @@ func TestRolloutControlNotTaken(t *testing.T) {
 		reason reconf.Reason
 		status int
 	}{
-		{reconf.ReasonSuperseded, http.StatusConflict},
+		{reasons.Superseded, http.StatusConflict},
 		{"cluster_unavailable", http.StatusServiceUnavailable},
 	} {
 		t.Run(string(tc.reason), func(t *testing.T) {

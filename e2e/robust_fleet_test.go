@@ -255,7 +255,7 @@ func (f *fleetRun) step() {
 // (its follower applying a version) or a version that won the race.
 func validFaultAnswer(a attempt) bool {
 	switch a.Reason {
-	case reasons.ClusterUnavailable, reconf.ReasonInFlight, reconf.ReasonSuperseded:
+	case reasons.ClusterUnavailable, reconf.ReasonInFlight, reasons.Superseded:
 		return true
 	}
 	return false

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -26,7 +27,7 @@ import (
 // makes, so that an unreachable etcd is noticed rather than waited on.
 const DefaultRequestTimeout = 3 * time.Second
 
-// Channel is reconf.Channel on etcd: one key holds the cluster's current
+// Channel is a cluster channel on etcd: one key holds the cluster's current
 // record, and that key's own version counter is the cluster version.
 // Publish is a compare-and-set on it, so versions are dense (held+1) and
 // totally ordered. The key is never deleted (deleting it would reset the
@@ -64,10 +65,18 @@ type Channel struct {
 	rolloutWake chan struct{}
 }
 
-var _ reconf.Channel = (*Channel)(nil)
+var _ fleet.Channel = (*Channel)(nil)
+
+// Option returns the reconf.Option that makes a runtime one worker of
+// the cluster c: reconf.New joins at the cluster's current version
+// (publishing the local load as version 1 when c is empty), every
+// publish is a compare-and-set on c, generation IDs are cluster
+// versions, and literal secrets are refused because only references
+// travel. Follow then applies the versions other workers publish.
+func (c *Channel) Option() reconf.Option { return fleet.WithChannel(c).(reconf.Option) }
 
 // A runtime asks a channel with this method for its version before it
-// answers no-op (see reconf.Channel); the signature must stay as it is.
+// answers no-op (see fleet.Channel); the signature must stay as it is.
 var _ interface {
 	Version(ctx context.Context) (uint64, error)
 } = (*Channel)(nil)
@@ -160,7 +169,7 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// Join implements reconf.Channel: it returns the cluster's current version
+// Join implements fleet.Channel: it returns the cluster's current version
 // and record, or, when the key does not exist, creates it with local as
 // version 1 (a transaction on the key's create revision, so two workers
 // joining an empty channel agree on one version 1). The transaction that
@@ -175,33 +184,33 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // the join costs one read, not a lease granted and revoked around a failed
 // transaction, three writes on etcd's leader per worker in a fleet's
 // start-up storm.
-func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf.Record, error) {
+func (c *Channel) Join(ctx context.Context, local fleet.Record) (uint64, fleet.Record, error) {
 	rctx, cancel := c.reqCtx(ctx)
 	got, _, err := c.readRecord(rctx)
 	cancel()
 	if err != nil {
-		return 0, reconf.Record{}, c.unreachable("join: read the channel", err)
+		return 0, fleet.Record{}, c.unreachable("join: read the channel", err)
 	}
 	if u, found, err := c.decodeRead(got); found {
 		if err != nil {
-			return 0, reconf.Record{}, err
+			return 0, fleet.Record{}, err
 		}
 		return c.joined(ctx, u)
 	}
 	val, err := encodeRecord(1, c.Publisher(), c.now(), local)
 	if err != nil {
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	row, err := json.Marshal(WorkerRow{ID: c.id, PID: c.pid, Host: c.host, Worker: c.worker, Fleet: c.fleet,
 		AppliedVersion: 1, AppliedDigest: local.Digest(), State: StateOK, Fingerprint: local.Fingerprint, Heartbeat: c.now().UTC()})
 	if err != nil {
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	gctx, cancel := c.reqCtx(ctx)
 	lease, err := c.cli.Grant(gctx, int64(DefaultLeaseTTL/time.Second))
 	cancel()
 	if err != nil {
-		return 0, reconf.Record{}, c.unreachable("join: grant the row's lease", err)
+		return 0, fleet.Record{}, c.unreachable("join: grant the row's lease", err)
 	}
 	tctx, cancel := c.reqCtx(ctx)
 	defer cancel()
@@ -209,7 +218,7 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	resp, err := c.writeRecord(tctx, 1, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, val,
 		[]clientv3.Op{clientv3.OpPut(c.rowKey(), string(row), clientv3.WithLease(lease.ID))}, c.recordOps())
 	if err != nil {
-		return 0, reconf.Record{}, c.writeFailed("join", err, len(val))
+		return 0, fleet.Record{}, c.writeFailed("join", err, len(val))
 	}
 	if resp.Succeeded {
 		c.joinLease.Store(int64(lease.ID))
@@ -220,17 +229,17 @@ func (c *Channel) Join(ctx context.Context, local reconf.Record) (uint64, reconf
 	u, found, err := c.decodeRead(recordKVs(resp.Responses))
 	switch {
 	case !found:
-		return 0, reconf.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
+		return 0, fleet.Record{}, fmt.Errorf("%w: the key vanished during join", ErrMalformed)
 	case err != nil:
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	return c.joined(ctx, u)
 }
 
 // joined vets the record a join found.
-func (c *Channel) joined(ctx context.Context, u Update) (uint64, reconf.Record, error) {
+func (c *Channel) joined(ctx context.Context, u Update) (uint64, fleet.Record, error) {
 	if err := c.vet(ctx, u); err != nil {
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	if u.Rollout != nil && u.Rollout.Phase != reconf.RolledBack {
 		return c.joinRollout(ctx, u)
@@ -341,12 +350,12 @@ func (c *Channel) takeJoinLease() clientv3.LeaseID {
 	return clientv3.LeaseID(c.joinLease.Swap(0))
 }
 
-// Publish implements reconf.Channel: it writes rec as version held+1 if the
+// Publish implements fleet.Channel: it writes rec as version held+1 if the
 // key's version is still held. If another worker published first it
 // returns an *reconf.Error with reason superseded; an etcd failure is
 // returned as an error wrapping ErrUnreachable (the runtime reports it as
 // cluster_unavailable).
-func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (uint64, error) {
+func (c *Channel) Publish(ctx context.Context, held uint64, rec fleet.Record) (uint64, error) {
 	at := c.now().UTC()
 	val, err := encodeRecord(held+1, c.Publisher(), at, rec)
 	if err != nil {
@@ -374,7 +383,7 @@ func (c *Channel) Publish(ctx context.Context, held uint64, rec reconf.Record) (
 		if v, ok := c.publishOverRefused(ctx, held, rec); ok {
 			return v, nil
 		}
-		return 0, reconf.Errorf(reconf.ReasonSuperseded,
+		return 0, reconf.Errorf(reasons.Superseded,
 			"another worker published a newer version than %d first; this worker follows it (status shows whether it applied) and the operator may retry", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
@@ -417,7 +426,7 @@ func (c *Channel) landed(ctx context.Context, v uint64, val string) (rev int64, 
 // this worker reads), with compare-and-set on that version, so that a
 // record nobody applies cannot block every publish. It reports whether
 // it wrote.
-func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec reconf.Record) (uint64, bool) {
+func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec fleet.Record) (uint64, bool) {
 	gctx, cancel := c.reqCtx(ctx)
 	kvs, _, err := c.readRecord(gctx)
 	cancel()
@@ -450,7 +459,7 @@ func (c *Channel) publishOverRefused(ctx context.Context, held uint64, rec recon
 	return cur + 1, true
 }
 
-// Version is what a runtime asks before a no-op (see reconf.Channel): the key's current version (0
+// Version is what a runtime asks before a no-op (see fleet.Channel): the key's current version (0
 // for an empty channel), read keys-only. An etcd failure wraps
 // ErrUnreachable.
 func (c *Channel) Version(ctx context.Context) (uint64, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -43,7 +44,7 @@ func TestVetAfterCompaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, _, err := ch.Join(ctx, reconf.Record{Live: []byte("limits: {stub: 1}\n")})
+		v, _, err := ch.Join(ctx, fleet.Record{Live: []byte("limits: {stub: 1}\n")})
 		if err == nil && ch.unvetted.Load() != 0 {
 			t.Errorf("join %s: version %d accepted unvetted, though the fleet could tell", id, v)
 		}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // grant is one permission of a test role: [key, end), or key alone.
@@ -80,7 +81,7 @@ func TestPermissionDeniedNamesTheGrants(t *testing.T) {
 	s := startAuthServer(t)
 	p, p2 := newPrefix(), newPrefix()
 	ctx := context.Background()
-	rec := reconf.Record{Live: []byte("limits: {}\n"), Fingerprint: "f"}
+	rec := fleet.Record{Live: []byte("limits: {}\n"), Fingerprint: "f"}
 	cli, err := Connect(s.Endpoints(), testLogger())
 	if err != nil {
 		t.Fatal(err)

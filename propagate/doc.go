@@ -8,7 +8,7 @@
 //
 //	cli, err := propagate.Connect(endpoints, logger)
 //	ch, err := propagate.NewChannel(cli, "/reconf/gateway")
-//	rt, err := reconf.New[Config](ctx, src, reconf.WithChannel(ch))
+//	rt, err := reconf.New[Config](ctx, src, ch.Option())
 //	f, err := propagate.Follow(ctx, ch, rt)
 //	srv, err := admin.New(rt, admin.WithStatusFields(f.StatusFields))
 //	...
@@ -34,9 +34,9 @@
 // # Following
 //
 // A Follower reads the key, then watches it from the read's revision, and
-// applies every version newer than the one its runtime holds through
-// reconf.Runtime.Apply. Every resync interval (2s) it makes sure the watch
-// missed nothing, as a safety net: at rest by its lease renewals' answers
+// applies every version newer than the one its runtime holds, through
+// the runtime's staged path (the one a reload takes). Every resync
+// interval (2s) it makes sure the watch missed nothing, as a safety net: at rest by its lease renewals' answers
 // (WithLeaseAnswers: the store's revision is one the watch has reached),
 // by etcd's progress notifications on the watch (the embedded member
 // sends one every 5 s), by a progress request when neither comes and a

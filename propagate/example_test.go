@@ -35,7 +35,7 @@ func Example() {
 			return reconf.Snapshot{Data: []byte(file[id])}, nil
 		})
 		file[id] = "listen: :8080\ngreeting: hello\n"
-		rt, err := reconf.New[Config](ctx, src, reconf.WithChannel(ch), reconf.WithLogger(quiet))
+		rt, err := reconf.New[Config](ctx, src, ch.Option(), reconf.WithLogger(quiet))
 		if err != nil {
 			panic(err)
 		}

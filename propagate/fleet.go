@@ -75,7 +75,7 @@ type WorkerRow struct {
 	// generation.
 	AppliedVersion uint64 `json:"applied_version"`
 	// AppliedDigest digests the live configuration the worker applied
-	// (see reconf.Runtime.Applied): every worker at one version reports
+	// (see fleet.Member.Applied): every worker at one version reports
 	// the same digest, so a differing one shows a worker running other
 	// content under the same number.
 	AppliedDigest string `json:"applied_digest,omitempty"`

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/millis"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
@@ -34,22 +35,11 @@ const (
 	DefaultHostTTL = 15 * time.Minute
 )
 
-// Runtime is what a Follower needs from a runtime. Every *reconf.Runtime[T]
-// satisfies it. All methods must be safe for concurrent use.
-type Runtime interface {
-	// Apply applies a version published by another worker (see
-	// reconf.Runtime.Apply).
-	Apply(ctx context.Context, version uint64, rec reconf.Record) (reconf.Result, error)
-	// Status returns the runtime's state; its ActiveGeneration is the
-	// cluster version the worker holds.
-	Status() reconf.Status
-	// BootstrapFingerprint digests the restart-class fields.
-	BootstrapFingerprint() string
-	// Applied returns the active generation's ID and the digest of the
-	// live configuration it holds (see reconf.Runtime.Applied), read
-	// together so a row never pairs one version with another's digest.
-	Applied() (generation uint64, digest string)
-}
+// runtime is what a Follower drives: a runtime's side of a fleet
+// (fleet.Member), which fleet.Of returns for a *reconf.Runtime[T], or a
+// test's fault-injecting wrapper of one. All its methods are safe for
+// concurrent use.
+type runtime = fleet.Member[reconf.Result, reconf.Status, reconf.RolloutState, reconf.Counts]
 
 // Option configures a Follower.
 type Option func(*options)
@@ -177,7 +167,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // for concurrent use.
 type Follower struct {
 	ch   *Channel
-	rt   Runtime
+	rt   runtime
 	o    options
 	host string
 	pid  int
@@ -226,9 +216,9 @@ type Follower struct {
 }
 
 // Follow starts a follower for rt on ch. rt must have been built with
-// reconf.WithChannel(ch), so that it joined the cluster and publishes
-// through it. Follow grants the row's lease and writes the row before it
-// returns; a failure returns an error and starts nothing.
+// ch.Option(), so that it joined the cluster and publishes through it.
+// Follow grants the row's lease and writes the row before it returns; a
+// failure returns an error and starts nothing.
 //
 // A runtime that joined while a rollout runs started on the active
 // version: Follow then returns once the runtime holds the candidate
@@ -238,7 +228,12 @@ type Follower struct {
 // request. It waits at most WithJoinWait; past that (or when the
 // candidate is refused here) the worker starts left out of the rollout's
 // current step, giving the candidate to nobody, and logs it.
-func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Follower, error) {
+func Follow[T any](ctx context.Context, ch *Channel, rt *reconf.Runtime[T], opts ...Option) (*Follower, error) {
+	return follow(ctx, ch, fleet.Of(rt).(runtime), opts...)
+}
+
+// follow is Follow for the runtime's side of a fleet.
+func follow(ctx context.Context, ch *Channel, rt runtime, opts ...Option) (*Follower, error) {
 	f := &Follower{
 		ch: ch, rt: rt, pid: os.Getpid(), dirty: make(chan struct{}, 1),
 		o: options{resync: DefaultResyncInterval, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff, ttl: DefaultLeaseTTL, hostTTL: DefaultHostTTL,
@@ -282,10 +277,8 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	f.wg.Add(2)
 	go f.run()
 	go f.presence()
-	if rr, ok := rt.(RolloutRuntime); ok {
-		f.wg.Add(1)
-		go f.rolloutLoop(rr)
-	}
+	f.wg.Add(1)
+	go f.rolloutLoop(rt)
 	if f.o.timing != nil {
 		f.wg.Add(1)
 		go f.convergence()
@@ -679,8 +672,8 @@ func (f *Follower) step() stepResult {
 	u, seen := f.latest, f.latestSeen
 	f.mu.Unlock()
 	held := f.rt.Status().ActiveGeneration
-	if rr, ok := f.rt.(RolloutRuntime); ok && u.Rollout != nil && u.Version > held {
-		return f.rolloutStep(rr, u, seen, held)
+	if u.Rollout != nil && u.Version > held {
+		return f.rolloutStep(f.rt, u, seen, held)
 	}
 	if u.Version <= held {
 		f.settle(held)

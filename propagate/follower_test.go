@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -93,7 +94,7 @@ func TestConcurrentPublishesOneOrder(t *testing.T) {
 			switch {
 			case r.Outcome == reconf.Published:
 				won++
-			case r.Outcome == reconf.Busy && (r.Reason == reconf.ReasonSuperseded || r.Reason == reconf.ReasonInFlight):
+			case r.Outcome == reconf.Busy && (r.Reason == reasons.Superseded || r.Reason == reconf.ReasonInFlight):
 			default:
 				t.Fatalf("round %d: got %s/%s (%s), want published or busy", round, r.Outcome, r.Reason, r.Message)
 			}
@@ -210,7 +211,7 @@ func TestApplyRacingNewerVersionNeverLandsOlder(t *testing.T) {
 	// Old records the spammer keeps offering, each tagged with its version.
 	type old struct {
 		v   uint64
-		rec reconf.Record
+		rec fleet.Record
 	}
 	var (
 		mu   sync.Mutex
@@ -232,7 +233,7 @@ func TestApplyRacingNewerVersionNeverLandsOlder(t *testing.T) {
 				if o.v >= slow.version() {
 					continue // not old yet
 				}
-				res, err := slow.rt.Apply(context.Background(), o.v, o.rec)
+				res, err := fleetSide(slow.rt).Apply(context.Background(), o.v, o.rec)
 				if err != nil {
 					t.Errorf("Apply: %v", err)
 					return
@@ -270,7 +271,7 @@ func TestApplyRacingNewerVersionNeverLandsOlder(t *testing.T) {
 	mu.Lock()
 	first := olds[0]
 	mu.Unlock()
-	res, err := slow.rt.Apply(context.Background(), first.v, first.rec)
+	res, err := fleetSide(slow.rt).Apply(context.Background(), first.v, first.rec)
 	if err != nil || res.Outcome != reconf.NoOp || res.Reason != reasons.Stale || slow.version() != 12 {
 		t.Fatalf("stale apply: %s/%s err %v version %d; want no-op stale_version, version 12", res.Outcome, res.Reason, err, slow.version())
 	}
@@ -488,12 +489,12 @@ func TestJoinAndPublishCAS(t *testing.T) {
 		chs = append(chs, ch)
 	}
 	// Concurrent joins of an empty channel agree on one version 1.
-	recs := make([]reconf.Record, len(chs))
+	recs := make([]fleet.Record, len(chs))
 	vs := make([]uint64, len(chs))
 	var wg sync.WaitGroup
 	for i, ch := range chs {
 		wg.Go(func() {
-			v, r, err := ch.Join(ctx, reconf.Record{Live: []byte("limits: {stub: " + itoa(i) + "}\n"), Fingerprint: "fp"})
+			v, r, err := ch.Join(ctx, fleet.Record{Live: []byte("limits: {stub: " + itoa(i) + "}\n"), Fingerprint: "fp"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -516,12 +517,12 @@ func TestJoinAndPublishCAS(t *testing.T) {
 	wins := make([]bool, len(chs))
 	for i, ch := range chs {
 		wg.Go(func() {
-			v, err := ch.Publish(ctx, 1, reconf.Record{Live: []byte("limits: {stub: 9}\n")})
+			v, err := ch.Publish(ctx, 1, fleet.Record{Live: []byte("limits: {stub: 9}\n")})
 			var e *reconf.Error
 			switch {
 			case err == nil && v == 2:
 				wins[i] = true
-			case errors.As(err, &e) && e.Reason == reconf.ReasonSuperseded:
+			case errors.As(err, &e) && e.Reason == reasons.Superseded:
 			default:
 				t.Errorf("publish %d: %d %v", i, v, err)
 			}
@@ -604,10 +605,10 @@ func TestRecordTooLargeHasItsOwnReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := channelOn(t, tc.endpoints)
 			ctx := context.Background()
-			if _, _, err := ch.Join(ctx, reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}); err != nil {
+			if _, _, err := ch.Join(ctx, fleet.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}); err != nil {
 				t.Fatal(err)
 			}
-			big := reconf.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: "json/1"}
+			big := fleet.Record{Live: []byte(`{"limits":{"` + strings.Repeat("x", tc.size) + `":1}}`), Format: "json/1"}
 			_, err := ch.Publish(ctx, 1, big)
 			var e *reconf.Error
 			if !errors.As(err, &e) || e.Reason != reasons.RecordTooLarge || errors.Is(err, ErrUnreachable) {
@@ -656,7 +657,7 @@ func TestJoinExistingChannelWritesNothing(t *testing.T) {
 	cli.Lease = grants
 	p := newPrefix()
 	ctx := context.Background()
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
+	rec := fleet.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
 	for i, id := range []string{"first", "second", "third"} {
 		ch, err := NewChannel(cli, p, WithWorkerID(id))
 		if err != nil {
@@ -752,7 +753,7 @@ func TestResyncReadsTheRecordOnlyWhenNewer(t *testing.T) {
 	if u, _, _, _, err := ch.latestAfter(ctx, 0, ""); err != nil || u.Version != 0 {
 		t.Fatalf("empty channel: %+v %v", u, err)
 	}
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1", Fingerprint: "fp"}
+	rec := fleet.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1", Fingerprint: "fp"}
 	if _, _, err := ch.Join(ctx, rec); err != nil {
 		t.Fatal(err)
 	}

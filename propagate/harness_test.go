@@ -14,8 +14,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
+
+// fleetSide returns rt's side of a fleet, what a Follower drives.
+func fleetSide(rt *reconf.Runtime[testConfig]) runtime { return fleet.Of(rt).(runtime) }
 
 // logBuf collects output that several goroutines write.
 type logBuf = testkit.Buffer
@@ -164,7 +168,7 @@ func startWorker(t testing.TB, endpoints []string, prefix, id string, wo workerO
 		wo.follow = append(wo.follow, WithHistory(w.h))
 	}
 	rt, err := reconf.New[testConfig](ctx, w.src, append([]reconf.Option{
-		reconf.WithChannel(ch),
+		ch.Option(),
 		reconf.WithEnv(w.env.Lookup),
 		reconf.WithLogger(testLogger()),
 		reconf.WithObserver(reconf.ObserverFunc(func(r reconf.Result) {

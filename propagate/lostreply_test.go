@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/propagate/internal/zlog"
 )
 
@@ -62,8 +62,8 @@ func TestPublishReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	rec := func(n string) reconf.Record {
-		return reconf.Record{Live: []byte(`{"limits":{"stub":` + n + `}}`), Format: "json/1"}
+	rec := func(n string) fleet.Record {
+		return fleet.Record{Live: []byte(`{"limits":{"stub":` + n + `}}`), Format: "json/1"}
 	}
 	if v, _, err := ch.Join(ctx, rec("1")); err != nil || v != 1 {
 		t.Fatalf("Join: %d %v", v, err)

@@ -11,7 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // rowKV reads a worker's row as etcd holds it (nil when absent).
@@ -179,7 +179,7 @@ func TestRowCarriesAppliedDigest(t *testing.T) {
 			if r.AppliedDigest != d {
 				t.Fatalf("version %d: rows disagree on the digest: %+v", v, fl.Workers)
 			}
-			if _, own := ws[0].rt.Applied(); r.ID == "a" && own != d {
+			if _, own := fleetSide(ws[0].rt).Applied(); r.ID == "a" && own != d {
 				t.Fatalf("row digest %q, the runtime's %q", d, own)
 			}
 		}
@@ -217,7 +217,7 @@ func TestJoinRowCarriesDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := reconf.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
+	rec := fleet.Record{Live: []byte(`{"limits":{"stub":1}}`), Format: "json/1"}
 	if v, _, err := ch.Join(context.Background(), rec); err != nil || v != 1 {
 		t.Fatalf("Join: version %d, %v", v, err)
 	}

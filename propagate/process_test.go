@@ -46,7 +46,7 @@ func childMain(spec string) int {
 	src := &memSource{}
 	src.Set(configYAML("gw", 1, "KEY1"))
 	env := newEnv("KEY1", canary)
-	rt, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(env.Lookup),
+	rt, err := reconf.New[testConfig](ctx, src, ch.Option(), reconf.WithEnv(env.Lookup),
 		reconf.WithLogger(quiet),
 		reconf.WithObserver(reconf.ObserverFunc(func(r reconf.Result) {
 			if r.Outcome == reconf.Published {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/reasons"
 )
 
@@ -149,7 +150,7 @@ func TestJoinRefusesAForeignRecord(t *testing.T) {
 	if _, err := cli.Put(context.Background(), ch.Key(), foreignRecord(1, "intruder", RecordFormat)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ch.Join(context.Background(), reconf.Record{Live: []byte("limits: {stub: 1}\n")}); !errors.Is(err, ErrUnknownPublisher) {
+	if _, _, err := ch.Join(context.Background(), fleet.Record{Live: []byte("limits: {stub: 1}\n")}); !errors.Is(err, ErrUnknownPublisher) {
 		t.Fatalf("Join: %v, want ErrUnknownPublisher", err)
 	}
 }
@@ -164,7 +165,7 @@ func TestPublishNeedsOwnRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ghost.Publish(context.Background(), 1, reconf.Record{Live: []byte("limits: {stub: 9}\n")})
+	_, err = ghost.Publish(context.Background(), 1, fleet.Record{Live: []byte("limits: {stub: 9}\n")})
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "presence row") {
 		t.Fatalf("Publish without a row: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 // RecordFormat is the format version of the records this package writes.
@@ -63,7 +64,7 @@ type Update struct {
 	// actor.
 	Provenance Provenance
 	// Record is what the runtime applies.
-	Record reconf.Record
+	Record fleet.Record
 
 	// Rollout is the rollout state written with the record: set on a
 	// staged candidate (the rollout's first state) and on a rollback's
@@ -92,7 +93,7 @@ type wire struct {
 	Live        string            `json:"live"`
 	LiveFormat  string            `json:"live_format,omitempty"`
 	Files       map[string]string `json:"files,omitempty"`
-	// RolledBack is reconf.Record.RolledBack.
+	// RolledBack is fleet.Record.RolledBack.
 	RolledBack string `json:"rolled_back_digest,omitempty"`
 	// Rollout is the rollout state written with a candidate's record or
 	// a rollback's: a follower applies the first beside its active
@@ -100,18 +101,18 @@ type wire struct {
 	Rollout *reconf.RolloutState `json:"rollout,omitempty"`
 }
 
-func encodeRecord(version uint64, by Publisher, at time.Time, rec reconf.Record) (string, error) {
+func encodeRecord(version uint64, by Publisher, at time.Time, rec fleet.Record) (string, error) {
 	return encodeRecordWith(version, by, at, rec, nil)
 }
 
 // encodeRecordWith encodes a record written with rollout state st.
-func encodeRecordWith(version uint64, by Publisher, at time.Time, rec reconf.Record, st *reconf.RolloutState) (string, error) {
+func encodeRecordWith(version uint64, by Publisher, at time.Time, rec fleet.Record, st *reconf.RolloutState) (string, error) {
 	if !utf8.Valid(rec.Live) {
 		return "", fmt.Errorf("propagate: the record's live fields are not UTF-8 text")
 	}
 	b, err := json.Marshal(wire{
 		Format: RecordFormat, Version: version, PublishedBy: by.ID, Publisher: &by,
-		Trigger: rec.Trigger, Actor: rec.Actor, PublishedAt: at.UTC(),
+		Trigger: reconf.Trigger(rec.Trigger), Actor: rec.Actor, PublishedAt: at.UTC(),
 		Fingerprint: rec.Fingerprint, Live: string(rec.Live), LiveFormat: rec.Format, Files: rec.Files, RolledBack: rec.RolledBack, Rollout: st,
 	})
 	return string(b), err
@@ -143,7 +144,7 @@ func decodeKV(kv *mvccpb.KeyValue) (Update, error) {
 	}
 	return Update{
 		Version: v, Revision: kv.ModRevision, PublishedBy: w.PublishedBy, PublishedAt: w.PublishedAt, Provenance: p,
-		Record:  reconf.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: w.Trigger, Actor: w.Actor, RolledBack: w.RolledBack},
+		Record:  fleet.Record{Live: []byte(w.Live), Format: w.LiveFormat, Fingerprint: w.Fingerprint, Files: w.Files, Trigger: string(w.Trigger), Actor: w.Actor, RolledBack: w.RolledBack},
 		Rollout: w.Rollout,
 	}, nil
 }

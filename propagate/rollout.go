@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // A staged rollout travels in the channel beside the record (see
@@ -33,7 +35,7 @@ import (
 //   - P/rollout/counts/<worker>: each worker's counts of both generations
 //     over the current step, on its row lease, written every quarter step
 //     and once more just before the step is judged; the driver sums them,
-//     and so does an operator's view (reconf.Runtime.FleetRolloutWindow).
+//     and so does an operator's view (fleet.Member.FleetRolloutWindow).
 //   - P/rollout/acks/<worker>: the pending widening this worker's runtime
 //     holds (rollout and step), on its row lease: the driver makes the
 //     step effective once every live worker's row has one.
@@ -52,17 +54,7 @@ const RecordedVersions = reconf.DefaultRecordedGenerations
 // an external cluster accepts 1.5 MiB by default.
 const maxRecordedBytes = 512 << 10
 
-// RolloutRuntime is what a Follower needs of a runtime to follow the
-// fleet's rollouts; every *reconf.Runtime[T] is one. A runtime that is
-// not applies candidates as plain versions.
-type RolloutRuntime interface {
-	ApplyCandidate(ctx context.Context, version uint64, rec reconf.Record, st reconf.RolloutState) (reconf.Result, error)
-	FollowRollout(ctx context.Context, st reconf.RolloutState) error
-	RolloutWindow() (st reconf.RolloutState, active, candidate reconf.Counts, ok bool)
-	SetCutOff(ctx context.Context, on bool) error
-}
-
-var _ reconf.RolloutChannel = (*Channel)(nil)
+var _ fleet.RolloutChannel[reconf.RolloutState, reconf.Counts] = (*Channel)(nil)
 
 func (c *Channel) rolloutKey() string   { return c.prefix + "/rollout/state" }
 func (c *Channel) driverKey() string    { return c.prefix + "/rollout/driver" }
@@ -123,11 +115,11 @@ func sameRollout(a, b reconf.RolloutState) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
-// StageCandidate implements reconf.RolloutChannel: it writes rec as
+// StageCandidate implements fleet.RolloutChannel: it writes rec as
 // version held+1 carrying st, the state st in the state key, and this
 // worker as the driver (on its row's lease), in one transaction with
 // compare-and-set on held and this worker's row present.
-func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Record, st reconf.RolloutState) (uint64, error) {
+func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec fleet.Record, st reconf.RolloutState) (uint64, error) {
 	lease := clientv3.LeaseID(c.rowLease.Load())
 	if lease == 0 {
 		return 0, fmt.Errorf("%w: stage: this worker's row is not written yet", ErrUnreachable)
@@ -151,7 +143,7 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 		return 0, c.writeFailed("stage", err, len(val))
 	}
 	if !resp.Succeeded {
-		return 0, reconf.Errorf(reconf.ReasonSuperseded, "another worker published a newer version than %d first; nothing was staged", held)
+		return 0, reconf.Errorf(reasons.Superseded, "another worker published a newer version than %d first; nothing was staged", held)
 	}
 	c.ownRev.Store(resp.Header.Revision)
 	c.note(st, resp.Header.Revision)
@@ -160,15 +152,15 @@ func (c *Channel) StageCandidate(ctx context.Context, held uint64, rec reconf.Re
 	return held + 1, nil
 }
 
-// Decide implements reconf.RolloutChannel: next is written over prev if
+// Decide implements fleet.RolloutChannel: next is written over prev if
 // the state key is still at the revision this worker saw prev at; with
 // rec, rec is written as version next.Result (carrying next) in the same
 // transaction, with compare-and-set on the version before it. A decision
 // that ends the rollout removes the driver key.
-func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *reconf.Record) error {
+func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, rec *fleet.Record) error {
 	s := c.seen.Load()
 	if s == nil || !sameRollout(s.st, prev) {
-		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on; this worker follows it")
+		return reconf.Errorf(reasons.Superseded, "the rollout's state in the channel moved on; this worker follows it")
 	}
 	sv, err := c.encodeState(next)
 	if err != nil {
@@ -201,7 +193,7 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 		}
 	}
 	if !resp.Succeeded {
-		return reconf.Errorf(reconf.ReasonSuperseded, "the rollout's state in the channel moved on, or this worker's row is gone; nothing was decided")
+		return reconf.Errorf(reasons.Superseded, "the rollout's state in the channel moved on, or this worker's row is gone; nothing was decided")
 	}
 	if rec != nil {
 		c.ownRev.Store(resp.Header.Revision)
@@ -210,7 +202,7 @@ func (c *Channel) Decide(ctx context.Context, prev, next reconf.RolloutState, re
 	return nil
 }
 
-// Driving implements reconf.RolloutChannel: this worker holds rollout
+// Driving implements fleet.RolloutChannel: this worker holds rollout
 // id's driver key, as it last read it.
 func (c *Channel) Driving(id uint64) bool { return id != 0 && c.driving.Load() == id }
 
@@ -252,7 +244,7 @@ func (w wireCount) counts() reconf.Counts {
 	return c
 }
 
-// FleetCounts implements reconf.RolloutChannel: the counts every other
+// FleetCounts implements fleet.RolloutChannel: the counts every other
 // worker wrote for st's current step, summed.
 func (c *Channel) FleetCounts(ctx context.Context, st reconf.RolloutState) (active, candidate reconf.Counts, err error) {
 	ctx, cancel := c.reqCtx(ctx)
@@ -315,7 +307,7 @@ func (c *Channel) writeAck(ctx context.Context, st reconf.RolloutState) error {
 	return nil
 }
 
-// Unacknowledged implements reconf.RolloutChannel: the rows and the
+// Unacknowledged implements fleet.RolloutChannel: the rows and the
 // acknowledgements are read in one transaction, so a worker whose row
 // is there is waited on, and a dead worker (its row gone with its lease)
 // is not.
@@ -470,10 +462,10 @@ var errNotRecorded = errors.New("propagate: version not recorded")
 // joinRollout starts a worker that joins while u, a candidate, is in a
 // rollout on the active version's record: the follower then applies the
 // candidate beside it. A rollout that has ended (promoted) starts it on u.
-func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Record, error) {
+func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, fleet.Record, error) {
 	rr, err := c.readRollout(ctx)
 	if err != nil {
-		return 0, reconf.Record{}, err
+		return 0, fleet.Record{}, err
 	}
 	st := rr.st
 	if rr.stRev == 0 || st.ID != u.Rollout.ID || st.Done() {
@@ -482,7 +474,7 @@ func (c *Channel) joinRollout(ctx context.Context, u Update) (uint64, reconf.Rec
 	c.note(st, rr.stRev)
 	a, err := c.recordCopy(ctx, st.Active)
 	if err != nil {
-		return 0, reconf.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
+		return 0, fleet.Record{}, fmt.Errorf("propagate: join: version %d is a rollout's candidate and the active version's record cannot be read: %w", u.Version, err)
 	}
 	c.midJoin.Store(&midJoin{rollout: st.ID, candidate: u.Version})
 	return a.Version, a.Record, nil
@@ -522,7 +514,7 @@ func (f *Follower) noteRollout(st reconf.RolloutState, rev int64) {
 
 // pushRollout hands the runtime the newest state of the rollout it
 // follows, once.
-func (f *Follower) pushRollout(rr RolloutRuntime) {
+func (f *Follower) pushRollout(rr runtime) {
 	s := f.ch.seen.Load()
 	if s == nil {
 		return
@@ -550,7 +542,7 @@ func (f *Follower) pushRollout(rr RolloutRuntime) {
 // candidate (applied beside the active generation while its rollout
 // runs), or a rollback's record (adopted as the rollout's end by a worker
 // in it, applied as any version by the others).
-func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held uint64) stepResult {
+func (f *Follower) rolloutStep(rr runtime, u Update, seen arrival, held uint64) stepResult {
 	f.ch.note(*u.Rollout, u.Revision)
 	s := f.ch.seen.Load()
 	st := *u.Rollout
@@ -577,7 +569,7 @@ func (f *Follower) rolloutStep(rr RolloutRuntime, u Update, seen arrival, held u
 	if held < st.Active {
 		a, err := f.ch.recordCopy(f.ctx, st.Active)
 		if err != nil {
-			f.failed(u.Version, reconf.ReasonSuperseded, err.Error())
+			f.failed(u.Version, reasons.Superseded, err.Error())
 			return retryBackoff
 		}
 		return f.applyPlain(a, seen)

@@ -614,13 +614,13 @@ func waitRolloutsEnded(t *testing.T, ws []fleetWorker) {
 // lookCounter is a worker's runtime that counts how often its follower's
 // rollout loop looks at it.
 type lookCounter struct {
-	*reconf.Runtime[testConfig]
+	runtime
 	looks atomic.Int64
 }
 
 func (c *lookCounter) RolloutWindow() (reconf.RolloutState, reconf.Counts, reconf.Counts, bool) {
 	c.looks.Add(1)
-	return c.Runtime.RolloutWindow()
+	return c.runtime.RolloutWindow()
 }
 
 // TestFleetRolloutLoopSleepsWhenIdle: a follower that follows no rollout
@@ -643,13 +643,13 @@ func TestFleetRolloutLoopSleepsWhenIdle(t *testing.T) {
 	}
 	src := &memSource{}
 	src.Set(configYAML("gw", 1, "KEY1"))
-	rt, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
+	rt, err := reconf.New[testConfig](ctx, src, ch.Option(), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	lc := &lookCounter{Runtime: rt}
-	f, err := Follow(ctx, ch, lc, WithLogger(testLogger()), WithResyncInterval(200*time.Millisecond))
+	lc := &lookCounter{runtime: fleetSide(rt)}
+	f, err := follow(ctx, ch, lc, WithLogger(testLogger()), WithResyncInterval(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +695,7 @@ func TestFleetRolloutWindowMidStep(t *testing.T) {
 	st := ws[0].rollout()
 	judged := st.NextStep.Add(-min(step/5, 500*time.Millisecond))
 	for {
-		got, active, candidate, ok, err := ws[0].rt.FleetRolloutWindow(context.Background())
+		got, active, candidate, ok, err := fleetSide(ws[0].rt).FleetRolloutWindow(context.Background())
 		if err != nil || !ok || got.ID != cand || got.Step != 0 {
 			t.Fatalf("FleetRolloutWindow: %+v %v %v", got, ok, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/history"
 )
 
@@ -17,32 +18,32 @@ import (
 // watch and its loops fall behind). Everything else goes straight to the
 // runtime.
 type slowRolloutFake struct {
-	*reconf.Runtime[testConfig]
+	runtime
 	delay time.Duration
 }
 
 // ApplyCandidate applies the candidate after the delay.
-func (s slowRolloutFake) ApplyCandidate(ctx context.Context, version uint64, rec reconf.Record, st reconf.RolloutState) (reconf.Result, error) {
+func (s slowRolloutFake) ApplyCandidate(ctx context.Context, version uint64, rec fleet.Record, st reconf.RolloutState) (reconf.Result, error) {
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
 		return reconf.Result{}, ctx.Err()
 	}
-	return s.Runtime.ApplyCandidate(ctx, version, rec, st)
+	return s.runtime.ApplyCandidate(ctx, version, rec, st)
 }
 
 // FollowRollout adopts st after the delay, if the runtime does not hold
 // it already.
 func (s slowRolloutFake) FollowRollout(ctx context.Context, st reconf.RolloutState) error {
 	if cur, _, _, ok := s.RolloutWindow(); ok && reflect.DeepEqual(cur, st) {
-		return s.Runtime.FollowRollout(ctx, st)
+		return s.runtime.FollowRollout(ctx, st)
 	}
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.Runtime.FollowRollout(ctx, st)
+	return s.runtime.FollowRollout(ctx, st)
 }
 
 // startSlowFleetWorker starts a fleet worker whose follower hands its
@@ -63,14 +64,14 @@ func startSlowFleetWorker(t *testing.T, endpoints []string, prefix, id string, d
 	if w.ch, err = NewChannel(cli, prefix, WithWorkerID(id)); err != nil {
 		t.Fatal(err)
 	}
-	w.rt, err = reconf.New[testConfig](ctx, w.src, reconf.WithChannel(w.ch), reconf.WithEnv(w.env.Lookup),
+	w.rt, err = reconf.New[testConfig](ctx, w.src, w.ch.Option(), reconf.WithEnv(w.env.Lookup),
 		reconf.WithLogger(testLogger()), reconf.WithObserver(l))
 	if err != nil {
 		t.Fatalf("worker %s: New: %v", id, err)
 	}
 	t.Cleanup(func() { _ = w.rt.Close(context.Background()) })
 	opts = append([]Option{WithLogger(testLogger()), WithResyncInterval(200 * time.Millisecond)}, opts...)
-	if w.f, err = Follow(ctx, w.ch, slowRolloutFake{w.rt, delay}, opts...); err != nil {
+	if w.f, err = follow(ctx, w.ch, slowRolloutFake{fleetSide(w.rt), delay}, opts...); err != nil {
 		t.Fatalf("worker %s: Follow: %v", id, err)
 	}
 	t.Cleanup(func() { _ = w.f.Close(context.Background()) })

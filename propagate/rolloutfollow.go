@@ -19,7 +19,7 @@ import (
 // the channel is out of reach for longer than a step. While this worker
 // follows no rollout it sleeps, with no timer, until a rollout begins
 // here (wakeRollout): an idle fleet pays nothing for rollouts.
-func (f *Follower) rolloutLoop(rr RolloutRuntime) {
+func (f *Follower) rolloutLoop(rr runtime) {
 	defer f.wg.Done()
 	l := newRolloutFollow(f, rr)
 	defer l.close()
@@ -51,7 +51,7 @@ func (f *Follower) rolloutLoop(rr RolloutRuntime) {
 // candidate out of service on time.
 type rolloutFollow struct {
 	f  *Follower
-	rr RolloutRuntime
+	rr runtime
 
 	wch     clientv3.WatchChan // the state key's watch; nil while none
 	wcancel func()
@@ -72,7 +72,7 @@ type rolloutFollow struct {
 	writes, acks             chan writeDone
 }
 
-func newRolloutFollow(f *Follower, rr RolloutRuntime) *rolloutFollow {
+func newRolloutFollow(f *Follower, rr runtime) *rolloutFollow {
 	now := time.Now()
 	return &rolloutFollow{
 		f: f, rr: rr,
@@ -313,7 +313,7 @@ func (l *rolloutFollow) cutOff(st reconf.RolloutState, step time.Duration) {
 
 // writeCounts writes this worker's counts of st's step beside the loop
 // (counted takes the result): every quarter step, for an operator's view
-// of the fleet (reconf.Runtime.FleetRolloutWindow), and once more just
+// of the fleet (fleet.Member.FleetRolloutWindow), and once more just
 // before the step is judged, for the driver.
 func (l *rolloutFollow) writeCounts(st reconf.RolloutState, step time.Duration, active, cand reconf.Counts) {
 	f := l.f

@@ -56,8 +56,8 @@ func (f *Follower) leftOut(st reconf.RolloutState) bool {
 // rollout's current step (leftOut).
 func (f *Follower) awaitJoin(ctx context.Context) error {
 	j := f.ch.midJoin.Swap(nil)
-	rr, ok := f.rt.(RolloutRuntime)
-	if j == nil || !ok {
+	rr := f.rt
+	if j == nil {
 		return nil
 	}
 	f.joining.Store(j)
@@ -99,7 +99,7 @@ func (f *Follower) awaitJoin(ctx context.Context) error {
 }
 
 // followsJoined reports whether the runtime follows j as the fleet does.
-func (f *Follower) followsJoined(rr RolloutRuntime, j *midJoin) bool {
+func (f *Follower) followsJoined(rr runtime, j *midJoin) bool {
 	if f.rt.Status().ActiveGeneration >= j.candidate {
 		return true // the rollout ended here: promoted, rolled back or superseded
 	}

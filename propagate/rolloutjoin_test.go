@@ -101,7 +101,7 @@ func TestFleetJoinerLeftOutWhenLate(t *testing.T) {
 func TestFleetCandidateNotCutOffByStaleArm(t *testing.T) {
 	s := startServer(t)
 	ws := startFleet(t, s.Endpoints(), newPrefix(), 2)
-	if err := ws[1].rt.SetCutOff(context.Background(), true); err != nil {
+	if err := fleetSide(ws[1].rt).SetCutOff(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	cand := ws[0].stage(t, configYAML("gw", 2, "KEY1"), fleetStrategy(time.Minute))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // TestStaleWorkerFileUnchangedIsNotNoOp: a worker behind the cluster (here
@@ -34,7 +35,7 @@ func TestStaleWorkerFileUnchangedIsNotNoOp(t *testing.T) {
 	src.Set(configYAML("gw", 1, "KEY1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := reconf.New[testConfig](ctx, src, reconf.WithChannel(ch), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
+	b, err := reconf.New[testConfig](ctx, src, ch.Option(), reconf.WithEnv(newEnv("KEY1", canary).Lookup), reconf.WithLogger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestStaleWorkerFileUnchangedIsNotNoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != reconf.Busy || res.Reason != reconf.ReasonSuperseded {
+	if res.Outcome != reconf.Busy || res.Reason != reasons.Superseded {
 		t.Fatalf("a worker at version %d, the cluster at 2, file equal to its version: got %s (%s) %q; want busy (superseded)",
 			b.Current().ID(), res.Outcome, res.Reason, res.Message)
 	}

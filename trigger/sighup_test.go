@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/reasons"
 	"github.com/reconfhq/reconf/trigger"
 )
 
@@ -270,13 +271,13 @@ func (r fakeBusyReloader) Reload(_ context.Context, t reconf.Trigger) (reconf.Re
 // fleet's worker was superseded by another's publish.
 func TestSIGHUPBusyLogsItsReason(t *testing.T) {
 	logs := &syncBuffer{}
-	l := trigger.SIGHUP(fakeBusyReloader{reason: reconf.ReasonSuperseded}, slog.New(slog.NewTextHandler(logs, nil)))
+	l := trigger.SIGHUP(fakeBusyReloader{reason: reasons.Superseded}, slog.New(slog.NewTextHandler(logs, nil)))
 	defer l.Close()
 	hangup(t)
 	testkit.WaitFor(t, "the busy answer's log line", func() bool { return strings.Contains(logs.String(), "SIGHUP answered busy") })
 	line := logs.String()
 	if !strings.Contains(line, "another worker published a newer version than 1 first") || strings.Contains(line, "an attempt is in flight") ||
-		!strings.Contains(line, "reason="+string(reconf.ReasonSuperseded)) {
+		!strings.Contains(line, "reason="+reasons.Superseded) {
 		t.Errorf("busy log line: %s", line)
 	}
 }

@@ -165,7 +165,7 @@ func startRuntime(ctx context.Context, endpoints []string, shared *clientv3.Clie
 		return fail(err)
 	}
 	m.rt, err = reconf.New[gateway.Config](ctx, src,
-		reconf.WithChannel(ch), reconf.WithLogger(log),
+		ch.Option(), reconf.WithLogger(log),
 		reconf.WithBaseDir(filepath.Dir(path)), obs)
 	if err != nil {
 		return fail(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/fleetstatus"
 	"github.com/reconfhq/reconf/internal/millis"
+	"github.com/reconfhq/reconf/internal/reasons"
 )
 
 // clientFlags are the management API client's flags.
@@ -125,6 +126,11 @@ outcome or when the API cannot be reached, 2 usage.`,
 }
 
 func printReload(w io.Writer, r reconf.Result) {
+	if r.Reason == reconf.ReasonRolledBack {
+		// The answer's advice names the management API; at the command
+		// line the flag re-applies.
+		r.Message = reasons.RolledBackMessage(r.Generation, "reconfd reload --reapply")
+	}
 	fmt.Fprintf(w, "%s (%s): %s\n", r.Outcome, r.Reason, r.Message)
 	fmt.Fprintf(w, "  generation %d -> %d, trigger %s, %.1f ms\n", r.PreviousGeneration, r.Generation, r.Trigger, millis.Of(r.Duration))
 	if r.RestartRequiredCount > 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/propagate"
 )
 
@@ -238,11 +239,11 @@ func (c *clusterState) leave(ctx context.Context) error {
 // makes the runtime compile as a cluster worker would.
 type dryChannel struct{}
 
-func (dryChannel) Join(_ context.Context, local reconf.Record) (uint64, reconf.Record, error) {
+func (dryChannel) Join(_ context.Context, local fleet.Record) (uint64, fleet.Record, error) {
 	return 1, local, nil
 }
 
-func (dryChannel) Publish(context.Context, uint64, reconf.Record) (uint64, error) {
+func (dryChannel) Publish(context.Context, uint64, fleet.Record) (uint64, error) {
 	return 0, errors.New("gateway: a dry-run gateway does not publish")
 }
 

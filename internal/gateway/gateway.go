@@ -17,6 +17,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/fleet"
 	processhistory "github.com/reconfhq/reconf/internal/history"
 	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/source"
@@ -228,9 +229,9 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 	}
 	switch {
 	case cl != nil:
-		ropts = append(ropts, reconf.WithChannel(cl.ch), reconf.WithObserver(cl.timing))
+		ropts = append(ropts, cl.ch.Option(), reconf.WithObserver(cl.timing))
 	case o.clusterCheck:
-		ropts = append(ropts, reconf.WithChannel(dryChannel{}))
+		ropts = append(ropts, fleet.WithChannel(dryChannel{}).(reconf.Option))
 	}
 	ropts = append(ropts, o.runtime...)
 	rt, err := reconf.New[Config](ctx, src, ropts...)
@@ -361,7 +362,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdownOnce.Do(func() {
 		g.Drain()
 		var errs []error
-		if err := g.rt.Refuse(ctx); err != nil {
+		if err := fleet.Of(g.rt).(interface{ Refuse(context.Context) error }).Refuse(ctx); err != nil {
 			errs = append(errs, err)
 		}
 		if g.cluster != nil {

@@ -5,7 +5,8 @@
 // reconf.Reason. They live here, not in the root's API, because a
 // library user's code neither writes them nor branches on them; package
 // propagate and reconfd do. The constants are untyped so that they are
-// reconf.Reason values wherever one is expected.
+// reconf.Reason values wherever one is expected. It also words the
+// messages whose advice differs with who reads them (RolledBackMessage).
 package reasons
 
 // The reasons of the files a configuration references (a ${file:} secret
@@ -34,6 +35,10 @@ const (
 const (
 	// Stale: a cluster version not newer than the one held.
 	Stale = "stale_version"
+	// Superseded: another worker published first (a publish's
+	// compare-and-set lost), or a rollout's state moved on before this
+	// worker's decision was written; busy.
+	Superseded = "superseded"
 	// DigestMismatch: a file a cluster version names differs here.
 	DigestMismatch = "file_digest_mismatch"
 	// SecretNotPropagate: a candidate holds a secret that a cluster record

@@ -13,6 +13,14 @@
 // The file holds the configuration file's bytes as read and, for a
 // fleet, its channel record (references, never resolved secret values),
 // like the file itself.
+//
+// The workers of a supervisor share the file, and each saves the
+// decisions it publishes: a save is ordered by generation under a lock
+// on the directory, and a mark the fleet lifted leaves a clear (its
+// generation, no content) rather than no file, so that a slow save of an
+// older mark cannot land over it. A single process's lifted mark leaves
+// no file. The file names the configuration file it belongs
+// to, and one that names another is refused.
 package rollmark
 
 import (
@@ -29,6 +37,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/safefile"
 )
 
@@ -106,14 +115,14 @@ func private(fi fs.FileInfo, dir bool) error {
 	return nil
 }
 
-// Store is a reconf.RollbackStore in one state file per configuration
+// Store is a fleet.RollbackStore in one state file per configuration
 // file.
 type Store struct {
 	path   string
 	config string
 }
 
-var _ reconf.RollbackStore = (*Store)(nil)
+var _ fleet.RollbackStore = (*Store)(nil)
 
 // New returns the store of the configuration file config in dir (see
 // Dir). Each configuration file has its own state file, named for its
@@ -132,13 +141,14 @@ func (s *Store) Path() string { return s.path }
 
 // file is the state file's content.
 type file struct {
-	Version int                 `json:"version"`
-	Config  string              `json:"config"`
-	Mark    reconf.RollbackMark `json:"mark"`
+	Version int                `json:"version"`
+	Config  string             `json:"config"`
+	Mark    fleet.RollbackMark `json:"mark"`
 }
 
-// LoadMark reads the mark; nil when there is no state file.
-func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
+// LoadMark reads the mark (a clear when its Digest is empty); nil when
+// there is no state file.
+func (s *Store) LoadMark() (*fleet.RollbackMark, error) {
 	fi, err := os.Lstat(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -176,15 +186,70 @@ func (s *Store) LoadMark() (*reconf.RollbackMark, error) {
 		return nil, fmt.Errorf("rollback mark %s: %w: content after the mark", s.path, ErrCorrupt)
 	case st.Version != formatVersion:
 		return nil, fmt.Errorf("rollback mark %s: %w: format %d, this reconfd reads %d", s.path, ErrCorrupt, st.Version, formatVersion)
-	case st.Mark.Digest == "" || st.Mark.Generation == 0 || len(st.Mark.Previous) == 0:
+	case st.Config != s.config:
+		// Another configuration file's state (a state directory copied
+		// or shared, or a name that collided): its mark says nothing of
+		// this file's content, and starting on its previous content would
+		// serve another configuration.
+		return nil, fmt.Errorf("rollback mark %s: %w: it is the mark of another configuration file", s.path, ErrCorrupt)
+	case st.Mark.Generation == 0:
+		return nil, fmt.Errorf("rollback mark %s: %w: the mark is incomplete", s.path, ErrCorrupt)
+	case st.Mark.Digest == "" && (len(st.Mark.Previous) != 0 || st.Mark.Record != nil):
+		return nil, fmt.Errorf("rollback mark %s: %w: a clear that carries content", s.path, ErrCorrupt)
+	case st.Mark.Digest != "" && len(st.Mark.Previous) == 0:
 		return nil, fmt.Errorf("rollback mark %s: %w: the mark is incomplete", s.path, ErrCorrupt)
 	}
 	return &st.Mark, nil
 }
 
-// SaveMark writes m atomically (a private temporary file, synced, renamed
-// over the state file, the directory synced); nil removes the state file.
-func (s *Store) SaveMark(m *reconf.RollbackMark) error {
+// SaveMark writes m, a mark or a clear, atomically (a private temporary
+// file, synced, renamed over the state file, the directory synced),
+// unless the state file holds one of a later generation: the workers of
+// a fleet share the file, and a slow save of an older decision must not
+// land over a newer one. The comparison and the write hold an exclusive
+// lock on the state directory (on Unix), which every save takes.
+func (s *Store) SaveMark(m *fleet.RollbackMark) error {
+	if m == nil {
+		return errors.New("rollmark: SaveMark of no mark; a clear names its generation")
+	}
+	return s.save(m, false)
+}
+
+// ResetMark writes m (nil removes the state file) whatever the state file
+// holds, under the same lock as SaveMark.
+func (s *Store) ResetMark(m *fleet.RollbackMark) error { return s.save(m, true) }
+
+// save writes m, unless ordered and the state file holds a later
+// generation.
+func (s *Store) save(m *fleet.RollbackMark, reset bool) error {
+	dir := filepath.Dir(s.path)
+	if m != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if err := checkDir(dir); err != nil {
+			return err
+		}
+	}
+	unlock, err := lockDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no directory: no mark to remove
+	}
+	if err != nil {
+		return fmt.Errorf("rollback mark %s: %w", s.path, err)
+	}
+	defer unlock()
+	if !reset {
+		if held, err := s.LoadMark(); err == nil && held != nil && held.Generation > m.Generation {
+			return nil // a later decision is kept
+		}
+	}
+	return s.write(m)
+}
+
+// write writes m, or removes the state file for nil. The caller holds
+// the directory's lock.
+func (s *Store) write(m *fleet.RollbackMark) error {
 	if m == nil {
 		// A directory in the file's place is not the mark (LoadMark
 		// refuses it too), and os.Remove would take an empty one.
@@ -205,12 +270,6 @@ func (s *Store) SaveMark(m *reconf.RollbackMark) error {
 		return err
 	}
 	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := checkDir(dir); err != nil {
-		return err
-	}
 	removeStale(dir, time.Now())
 	tmp, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {

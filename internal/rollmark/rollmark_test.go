@@ -2,11 +2,15 @@ package rollmark
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/internal/fleet"
 )
 
 func lookupOf(m map[string]string) func(string) (string, bool) {
@@ -31,7 +35,7 @@ func newStore(t *testing.T) *Store {
 	return s
 }
 
-var sample = reconf.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
+var sample = fleet.RollbackMark{Generation: 3, Digest: "sha256:abc", Previous: []byte("routing:\n  key: ${env:API_KEY}\n")}
 
 func TestRoundTripOwnerOnly(t *testing.T) {
 	dir, err := Dir("", lookupOf(map[string]string{"HOME": t.TempDir()}))
@@ -74,14 +78,88 @@ func TestRoundTripOwnerOnly(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(s.Path()), ".rollback-*")); len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
 	}
-	if err := s.SaveMark(nil); err != nil {
+	if err := s.ResetMark(nil); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := s.LoadMark(); m != nil || err != nil {
-		t.Fatalf("after clearing: %+v, %v", m, err)
+		t.Fatalf("after removing: %+v, %v", m, err)
 	}
-	if err := s.SaveMark(nil); err != nil {
-		t.Fatalf("clearing twice: %v", err)
+	if err := s.ResetMark(nil); err != nil {
+		t.Fatalf("removing twice: %v", err)
+	}
+}
+
+// describe names a mark by its generation and digest, never its content.
+func describe(m *fleet.RollbackMark) string {
+	if m == nil {
+		return "no mark"
+	}
+	return fmt.Sprintf("generation %d, digest %q", m.Generation, m.Digest)
+}
+
+// TestOlderSaveDoesNotLandOverAClear: the workers of a fleet share the
+// state file; a save of an older decision (worker a's mark of generation
+// 5, slow to land) that comes after a newer one (worker b's clear of
+// generation 6) leaves the newer one in the file, and a later mark
+// replaces it.
+func TestOlderSaveDoesNotLandOverAClear(t *testing.T) {
+	a := newStore(t)
+	b, err := New(filepath.Dir(a.Path()), "reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := sample
+	older.Generation = 5
+	if err := b.SaveMark(&fleet.RollbackMark{Generation: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SaveMark(&older); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.LoadMark(); err != nil || m == nil || m.Digest != "" || m.Generation != 6 {
+		t.Fatalf("after the late save of generation 5: %s, %v; want generation 6's clear", describe(m), err)
+	}
+	newer := sample
+	newer.Generation = 8
+	if err := a.SaveMark(&newer); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := b.LoadMark(); err != nil || m == nil || m.Digest != sample.Digest || m.Generation != 8 {
+		t.Fatalf("after generation 8's mark: %s, %v", describe(m), err)
+	}
+	// A process that numbers its generations from the start again
+	// resets the order.
+	older.Generation = 1
+	if err := a.ResetMark(&older); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := b.LoadMark(); m == nil || m.Generation != 1 {
+		t.Fatalf("after the reset: %s", describe(m))
+	}
+}
+
+// TestMarkOfAnotherConfigurationRefused: a state file that names another
+// configuration file (a state directory copied from elsewhere) is not
+// this file's mark: starting on its previous content would serve another
+// configuration.
+func TestMarkOfAnotherConfigurationRefused(t *testing.T) {
+	other := newStore(t)
+	if err := other.SaveMark(&sample); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(filepath.Dir(other.Path()), "/srv/elsewhere/reconfd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(other.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Path(), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.LoadMark(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("LoadMark = %s, %v; want ErrCorrupt", describe(m), err)
 	}
 }
 
@@ -95,15 +173,21 @@ func TestOneFilePerConfiguration(t *testing.T) {
 }
 
 func TestCorruptFileRefused(t *testing.T) {
+	// CONFIG stands for the store's configuration file, so that each
+	// case is refused for its own fault.
 	for name, body := range map[string]string{
-		"not json":       "{",
-		"unknown field":  `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="},"extra":1}`,
-		"future format":  `{"version":2,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
-		"incomplete":     `{"version":1,"mark":{"generation":3,"previous":"eA=="}}`,
-		"trailing bytes": `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
+		"not json":           "{",
+		"unknown field":      `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="},"extra":1}`,
+		"future format":      `{"version":2,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
+		"clear with content": `{"version":1,"config":CONFIG,"mark":{"generation":3,"previous":"eA=="}}`,
+		"incomplete":         `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d"}}`,
+		"no generation":      `{"version":1,"config":CONFIG,"mark":{}}`,
+		"no configuration":   `{"version":1,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}`,
+		"trailing bytes":     `{"version":1,"config":CONFIG,"mark":{"generation":3,"rolled_back_digest":"d","previous":"eA=="}}{}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
+			body = strings.ReplaceAll(body, "CONFIG", strconv.Quote(s.config))
 			if err := os.WriteFile(s.Path(), []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +267,7 @@ func TestLargestFleetMarkLoads(t *testing.T) {
 	s := newStore(t)
 	big := sample
 	big.Previous = make([]byte, reconf.DefaultMaxSourceBytes)
-	big.Record = &reconf.Record{Live: make([]byte, maxRecordBytes), Format: "yaml"}
+	big.Record = &fleet.Record{Live: make([]byte, maxRecordBytes), Format: "yaml"}
 	if err := s.SaveMark(&big); err != nil {
 		t.Fatal(err)
 	}
@@ -201,8 +285,8 @@ func TestClearLeavesADirectory(t *testing.T) {
 	if err := os.Mkdir(s.Path(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SaveMark(nil); !errors.Is(err, ErrUnsafe) {
-		t.Errorf("SaveMark(nil) = %v, want ErrUnsafe", err)
+	if err := s.ResetMark(nil); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("ResetMark(nil) = %v, want ErrUnsafe", err)
 	}
 	if fi, err := os.Lstat(s.Path()); err != nil || !fi.IsDir() {
 		t.Errorf("the directory in the state file's place is gone: %v", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/rollmark"
 )
@@ -34,5 +35,5 @@ func rollbackStore(f Options, lookup env, stderr io.Writer) (gateway.Option, err
 	if err != nil {
 		return nil, exitcode.Fail("--state-dir: %v", err)
 	}
-	return gateway.WithRuntimeOptions(reconf.WithRollbackStore(st)), nil
+	return gateway.WithRuntimeOptions(fleet.WithRollbackStore(st).(reconf.Option)), nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/reconfhq/reconf/handoff"
 	"github.com/reconfhq/reconf/internal/earlysignal"
 	"github.com/reconfhq/reconf/internal/exitcode"
+	"github.com/reconfhq/reconf/internal/fleet"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/sighold"
@@ -238,7 +239,7 @@ func loadError(err error) string {
 		}
 		return s
 	}
-	if errors.Is(err, reconf.ErrRollbackMark) {
+	if errors.Is(err, fleet.ErrRollbackMark) {
 		return err.Error() + "\n  the mark keeps the content a rollout rolled back from being served again; " +
 			"change the configuration file, or remove the state file to start from the file as it is"
 	}
