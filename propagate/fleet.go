@@ -74,8 +74,8 @@ type WorkerRow struct {
 	// AppliedVersion is the cluster version of the worker's active
 	// generation.
 	AppliedVersion uint64 `json:"applied_version"`
-	// AppliedDigest digests the live configuration the worker applied
-	// (see fleet.Member.Applied): every worker at one version reports
+	// AppliedDigest digests the live configuration the worker applied,
+	// as the channel's record carries it: every worker at one version reports
 	// the same digest, so a differing one shows a worker running other
 	// content under the same number.
 	AppliedDigest string `json:"applied_digest,omitempty"`
