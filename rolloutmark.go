@@ -65,7 +65,7 @@ func (r *Runtime[T]) startMarked(ctx context.Context, cand *candidate[T], data [
 	}
 	r.rolledBack, r.savedMark, r.markSaved = m.Digest, markKey(m.Digest, first), true
 	msg := fmt.Sprintf("reconf: the source holds the content that generation %d rolled back; starting on the previous content. "+
-		"Change the source and reload, or re-apply it deliberately (Runtime.Reapply)", m.Generation)
+		"Change the source and reload, or re-apply it deliberately (Runtime.Reapply; in reconfd: reload --reapply)", m.Generation)
 	r.o.logger.Warn(msg, "rolled_back_by", m.Generation, "source", r.src.Describe())
 	return prev, m.Previous, nil
 }
@@ -190,7 +190,7 @@ func (r *Runtime[T]) seedRecord(ctx context.Context, local fleet.Record) (fleet.
 func (r *Runtime[T]) joinedMark(v uint64, got, local fleet.Record, m *fleet.RollbackMark) {
 	if got.RolledBack != "" && got.RolledBack == local.Digest() {
 		r.o.logger.Warn("reconf: the source holds the content the fleet rolled back; starting on the fleet's version. "+
-			"Change the source and reload, or re-apply it deliberately (Runtime.Reapply)", "version", v)
+			"Change the source and reload, or re-apply it deliberately (Runtime.Reapply; in reconfd: reload --reapply)", "version", v)
 	}
 	s := r.o.markStore
 	if s == nil {
