@@ -127,18 +127,6 @@ func logRolloutWarnings(t *testing.T, s *server) {
 	}
 }
 
-// longFormOnly skips a subtest outside the long form (RECONF_E2E_LONG=1):
-// the rollout set's CI form keeps to its two minutes with the attacks
-// that guard a behaviour no other test holds (a killed driver on the
-// default lease, racing operators, a long etcd outage); a stopped worker
-// and a rollout without data run in the long form.
-func longFormOnly(t *testing.T) {
-	t.Helper()
-	if longRuns() == 1 {
-		t.Skip("long form only (RECONF_E2E_LONG=1)")
-	}
-}
-
 // TestStagedRolloutAttacks runs serve --workers 4 on an etcd of its own
 // process through what a careful operator and a hostile network do to a
 // rollout: a worker stopped (SIGSTOP) while a widening waits for its
@@ -201,7 +189,6 @@ func TestStagedRolloutAttacks(t *testing.T) {
 	}
 
 	t.Run("worker stopped while a widening waits", func(t *testing.T) {
-		longFormOnly(t)
 		l := startTenantLoad(t, s.url)
 		finish := sync.OnceFunc(l.finish)
 		defer finish()
@@ -368,7 +355,6 @@ func TestStagedRolloutAttacks(t *testing.T) {
 	})
 
 	t.Run("health data never arrives", func(t *testing.T) {
-		longFormOnly(t)
 		// No load at all. Held for data, the rollout waits and says why.
 		cand := stage("attack")
 		firstShare(cand)
