@@ -43,12 +43,18 @@ type Gate struct {
 	period, grace, late time.Duration
 
 	epoch       time.Time
-	lease       atomic.Int64           // clientv3.LeaseID
-	lastContact atomic.Int64           // since epoch: send time of the last keep-alive that succeeded
-	rejoins     atomic.Int64           // times contact came back after a cut (or with a new lease)
-	workers     atomic.Int64           // most workers seen on any backend (share fallback)
-	cutLogged   atomic.Bool            // the current cut was logged: log its end too
-	answered    atomic.Pointer[Answer] // the last renewal etcd answered
+	lease       atomic.Int64 // clientv3.LeaseID
+	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
+	// slack is how much more than a period the renewal that made
+	// lastContact allowed until the next one (see renewGap): the phases
+	// start that much later, so that renewals sent further apart while
+	// no backend is limited do not read as lost contact.
+	slack     atomic.Int64
+	sent      atomic.Int64           // renewals sent, for the tests of their cadence
+	rejoins   atomic.Int64           // times contact came back after a cut (or with a new lease)
+	workers   atomic.Int64           // most workers seen on any backend (share fallback)
+	cutLogged atomic.Bool            // the current cut was logged: log its end too
+	answered  atomic.Pointer[Answer] // the last renewal etcd answered
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,6 +114,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 	}
 	g.lease.Store(int64(resp.ID))
 	g.lastContact.Store(int64(sent))
+	g.slack.Store(int64(g.renewGap() - g.period))
 	g.workers.Store(1)
 	g.id = o.id
 	if g.id == "" {
@@ -123,9 +130,13 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 // timings derives the protocol's intervals from the TTL (see the package
 // documentation, "Cut off from etcd"):
 //
-//	period  ttl/8  keep-alive interval, balancer tick, etcd call timeout
+//	period  ttl/8  keep-alive interval while a backend is limited, balancer
+//	               tick, etcd call timeout
 //	grace   ttl/4  no contact for this long: capacity <= min(claim, share)
 //	late    ttl/4  and this much longer: capacity = share
+//
+// While no backend is limited the renewals are up to ttl/3 apart (see
+// renewGap), and the phases start that much later (slack).
 func (g *Gate) timings() {
 	g.period = g.ttl / 8
 	g.grace = g.ttl / 4
@@ -160,6 +171,28 @@ func (g *Gate) LastAnswer() Answer {
 		return *a
 	}
 	return Answer{}
+}
+
+// Renew asks for a renewal of the lease now, without waiting for it; its
+// answer shows in LastAnswer. A renewal already in flight is its answer.
+// A watch of the same member takes that answer as its proof at rest
+// (propagate.WithLeaseRenewal), so renewals are sent when a proof is due
+// rather than on a fixed short period. It is safe for concurrent use.
+func (g *Gate) Renew() { kick(g.kaKick) }
+
+// renewGap is the longest the keep-alive waits between two renewals:
+// a period while any backend is limited, which the phases of a worker cut
+// off from etcd count on; a third of the TTL otherwise, the lease's own
+// need, since then no capacity depends on when contact was lost.
+func (g *Gate) renewGap() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, b := range g.backends {
+		if b.lim.limit.Load() > 0 {
+			return g.period
+		}
+	}
+	return g.ttl / 3
 }
 
 // Degraded reports whether the worker has lost contact with etcd and runs
@@ -259,7 +292,7 @@ func (p phase) String() string {
 }
 
 func (g *Gate) phase(now time.Duration) phase {
-	since := now - time.Duration(g.lastContact.Load())
+	since := g.sinceContact(now)
 	switch {
 	case since >= g.grace+g.late:
 		return cutLate
@@ -269,11 +302,22 @@ func (g *Gate) phase(now time.Duration) phase {
 	return connected
 }
 
-// contact records a successful renewal sent at sent; a non-zero lease
+// sinceContact is how long the worker has been without contact at now, less
+// the slack its last contact allowed.
+func (g *Gate) sinceContact(now time.Duration) time.Duration {
+	// Read slack first: contact stores it after lastContact, so a reader
+	// that races a contact pairs a new contact with the old (larger)
+	// slack at worst, never an old contact with a smaller slack.
+	slack := time.Duration(g.slack.Load())
+	return now - time.Duration(g.lastContact.Load()) - slack
+}
+
+// contact records a successful renewal sent at sent, which allowed slack
+// more than a period until the next (see renewGap); a non-zero lease
 // replaces the current one.
-func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
+func (g *Gate) contact(sent, slack time.Duration, lease clientv3.LeaseID) {
 	now := g.now()
-	rejoin := lease != 0 || now-time.Duration(g.lastContact.Load()) >= g.grace
+	rejoin := lease != 0 || g.sinceContact(now) >= g.grace
 	if rejoin {
 		// Coming back from a cut (or with a new lease): count the rejoin
 		// before storing the contact, so that whoever sees the contact sees
@@ -290,7 +334,11 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 	// renewal's answer may race: contact only moves forward.
 	for {
 		lc := g.lastContact.Load()
-		if int64(sent) <= lc || g.lastContact.CompareAndSwap(lc, int64(sent)) {
+		if int64(sent) <= lc {
+			break
+		}
+		if g.lastContact.CompareAndSwap(lc, int64(sent)) {
+			g.slack.Store(int64(slack))
 			break
 		}
 	}
@@ -300,7 +348,7 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 		kick(g.wdKick)
 		return
 	}
-	g.wdTimer.Reset(max(0, time.Duration(g.lastContact.Load())+g.grace-g.now()))
+	g.wdTimer.Reset(max(0, g.grace-g.sinceContact(g.now())))
 }
 
 func (g *Gate) regrant() {
@@ -312,7 +360,7 @@ func (g *Gate) regrant() {
 		return
 	}
 	g.log.Warn("gate: lease expired, claims lost; rejoining with a new lease", "worker", g.id)
-	g.contact(sent, resp.ID)
+	g.contact(sent, g.renewGap()-g.period, resp.ID)
 	for _, b := range g.backendsSnapshot() {
 		b.kick()
 	}
@@ -402,10 +450,10 @@ func (g *Gate) watchdog() {
 		// thousand workers in one process the wakes were a visible part of
 		// its idle CPU.
 		next := now + g.period
-		lc := time.Duration(g.lastContact.Load())
-		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late} {
-			if d > now {
-				next = d
+		since := g.sinceContact(now)
+		for _, d := range []time.Duration{g.grace, g.grace + g.late} {
+			if d > since {
+				next = now + d - since
 				break
 			}
 		}
