@@ -215,9 +215,10 @@ func (c *clusterState) gateAnswer() (time.Time, int64) {
 func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], log *slog.Logger) error {
 	// The row lives on the gate's lease: one keep-alive per worker, no
 	// second lease, and the row goes with the claims when the worker dies.
-	// Its renewals' answers prove the follower's watch at rest.
+	// Its renewals' answers prove the follower's watch at rest, and the
+	// follower asks for one when a proof is due.
 	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
-		propagate.WithSharedLease(c.gate.Lease), propagate.WithLeaseAnswers(c.gateAnswer),
+		propagate.WithSharedLease(c.gate.Lease), propagate.WithLeaseAnswers(c.gateAnswer), propagate.WithLeaseRenewal(c.gate.Renew),
 		propagate.WithFollowerTiming(c.timing))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)
