@@ -753,7 +753,9 @@ func (f *Follower) step() stepResult {
 	f.mu.Lock()
 	u, seen := f.latest, f.latestSeen
 	f.mu.Unlock()
-	held := f.rt.Status().ActiveGeneration
+	// Applied, not Status: the loop steps on each of its wake-ups, and
+	// Status gathers the whole runtime's state under its lock.
+	held, _ := f.rt.Applied()
 	if rr, ok := f.rt.(RolloutRuntime); ok && u.Rollout != nil && u.Version > held {
 		return f.rolloutStep(rr, u, seen, held)
 	}
