@@ -46,8 +46,16 @@ const hostReadEvery = 30
 // (interval - askAfter) follows the answers' round trips: short while
 // they come at once, so that the proofs come about once an interval, and
 // up to a third of the interval when etcd answers late, so that a slow
-// answer does not become a read. Without a watch the follower reads once
-// an interval. Only the follower's run loop touches it.
+// answer does not become a read.
+//
+// Asks and the checks of their answers fall on a grid of a sixteenth of
+// the interval on the wall clock (an ask moved earlier onto it, the
+// window a whole number of steps): at rest the cost of a message is
+// mostly the wake-ups of the threads that carry it, and the asks of all
+// the followers of a process, and the renewals reaching etcd from every
+// host whose clock is in step, then wake them together, a few per step,
+// instead of one wake-up per follower. Without a watch the follower
+// reads once an interval. Only the follower's run loop touches it.
 type resyncPlan struct {
 	interval  time.Duration
 	lastProof time.Time     // the last response of the watch
@@ -69,12 +77,27 @@ const (
 )
 
 // The answer's window: at least minWindow, at most maxWindow of the
-// interval, and windowRTTs times the last ask's round trip in between.
+// interval, and windowRTTs times the last ask's round trip in between,
+// rounded up to the grid (a gridSteps-th of the interval).
 const (
 	minWindow  = 16 // a sixteenth of the interval
 	maxWindow  = 3  // a third
 	windowRTTs = 4
+	gridSteps  = 16
 )
+
+// grid is the step that asks and their checks fall on.
+func (p *resyncPlan) grid() time.Duration { return p.interval / gridSteps }
+
+// askAt is when an unproven watch asks: askAfter its last proof, moved
+// earlier onto the grid.
+func (p *resyncPlan) askAt() time.Time {
+	at := p.lastProof.Add(p.askAfter())
+	if g := p.grid(); g > 0 {
+		at = at.Truncate(g)
+	}
+	return at
+}
 
 // askAfter is how long an unproven watch waits before it asks, and
 // answerWithin how long the ask may go unanswered before a read: together
@@ -83,7 +106,7 @@ func (p *resyncPlan) askAfter() time.Duration { return p.interval - p.answerWith
 
 func (p *resyncPlan) answerWithin() time.Duration {
 	if p.window == 0 {
-		return p.interval / maxWindow
+		return p.widest()
 	}
 	return p.window
 }
@@ -106,7 +129,7 @@ func (p *resyncPlan) next(now time.Time, watching bool) resyncStep {
 	case !p.asked.IsZero() && !now.Before(p.asked.Add(p.answerWithin())):
 		p.answered(p.interval) // unanswered: widest window next time
 		return stepRead
-	case p.asked.IsZero() && !now.Before(p.lastProof.Add(p.askAfter())):
+	case p.asked.IsZero() && !now.Before(p.askAt()):
 		p.asked = now
 		return stepProve
 	}
@@ -116,8 +139,22 @@ func (p *resyncPlan) next(now time.Time, watching bool) resyncStep {
 // answered sets the window from the round trip of the last ask: it widens
 // at once and narrows by an eighth per answer.
 func (p *resyncPlan) answered(rtt time.Duration) {
-	w := min(max(windowRTTs*rtt, p.answerWithin()*7/8, p.interval/minWindow), p.interval/maxWindow)
-	p.window = w
+	p.window = min(max(p.onGrid(windowRTTs*rtt, true), p.onGrid(p.answerWithin()*7/8, false), p.onGrid(p.interval/minWindow, true)), p.widest())
+}
+
+// widest is the widest window: a third of the interval, on the grid.
+func (p *resyncPlan) widest() time.Duration { return p.onGrid(p.interval/maxWindow, false) }
+
+// onGrid rounds d to a whole number of grid steps, up or down.
+func (p *resyncPlan) onGrid(d time.Duration, up bool) time.Duration {
+	g := p.grid()
+	if g <= 0 {
+		return d
+	}
+	if up {
+		d += g - 1
+	}
+	return d / g * g
 }
 
 // read notes a resync read at now: it proves what a progress
@@ -141,7 +178,7 @@ func (p *resyncPlan) due(watching bool) time.Time {
 	case !watching:
 		return p.lastRead.Add(p.interval)
 	case p.asked.IsZero():
-		d = p.lastProof.Add(p.askAfter())
+		d = p.askAt()
 	default:
 		d = p.asked.Add(p.answerWithin())
 	}

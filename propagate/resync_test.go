@@ -287,8 +287,8 @@ func restsWithoutAsking(t *testing.T, w *worker) {
 // are answered within a few milliseconds (a renewal of its lease, which
 // it needs anyway) asks about once an interval, reads never while its
 // row and host record are watched, and widens the answer's window when
-// etcd answers late, so that a slow answer does not become a read; an
-// ask never answered is still read within the interval of the last proof.
+// etcd answers late, so that a slow answer does not become a read; every
+// ask falls on the grid, so that a process's followers ask together.
 func TestResyncPlanAsksAboutOncePerInterval(t *testing.T) {
 	const interval, intervals = 2 * time.Second, 100
 	for _, c := range []struct {
@@ -317,6 +317,9 @@ func TestResyncPlanAsksAboutOncePerInterval(t *testing.T) {
 			case stepProve:
 				asks++
 				answerAt = now + c.rtt
+				if now%(interval/gridSteps) != 0 {
+					t.Fatalf("an ask at %v, off the grid of %v", now, interval/gridSteps)
+				}
 			case stepRead:
 				reads++
 				p.read(t0.Add(now))
