@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"slices"
@@ -78,9 +79,10 @@ type Gate struct {
 }
 
 // New joins the cluster reached by cli: it takes a lease of the given TTL
-// (WithTTL) and starts the keep-alive. It fails if etcd cannot grant the
-// lease before ctx ends. The Gate does not own cli; close cli after the
-// Gate.
+// (WithTTL) and starts the keep-alive. A grant etcd answers late is tried
+// again (3s an attempt, with jittered pauses); New fails if etcd refuses
+// the lease, or grants none before ctx ends. The Gate does not own cli;
+// close cli after the Gate.
 func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, error) {
 	o := options{ttl: DefaultTTL, prefix: DefaultPrefix, log: slog.Default()}
 	for _, opt := range opts {
@@ -107,8 +109,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 		backends: make(map[string]*backend),
 	}
 	g.timings()
-	sent := g.now()
-	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	sent, resp, err := g.grant(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("gate: grant lease: %w", err)
 	}
@@ -141,6 +142,35 @@ func (g *Gate) timings() {
 	g.period = g.ttl / 8
 	g.grace = g.ttl / 4
 	g.late = 2 * g.period
+}
+
+// grantTimeout bounds each attempt of New's lease grant.
+const grantTimeout = 3 * time.Second
+
+// grant takes New's lease, again after a jittered, doubling pause (100ms
+// to 2s) when etcd answers late, until ctx ends: in a fleet's start-up
+// storm a worker that gave up on the first late answer was started again,
+// a new connection and grant each time, which fed the overload. It
+// returns the send time of the attempt that succeeded.
+func (g *Gate) grant(ctx context.Context) (time.Duration, *clientv3.LeaseGrantResponse, error) {
+	pause := 100 * time.Millisecond
+	for {
+		sent := g.now()
+		gctx, cancel := context.WithTimeout(ctx, grantTimeout)
+		resp, err := g.cli.Grant(gctx, int64(g.ttl/time.Second))
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rpctypes.ErrTimeout) && !errors.Is(err, rpctypes.ErrTooManyRequests) {
+			return sent, resp, err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sent, nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 // ID returns the worker's ID in the claims.
