@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -212,9 +213,12 @@ type Follower struct {
 	late       atomic.Pointer[lateJoin]    // the rollout this worker started serving without following
 
 	// Owned by the presence goroutine (and Follow before it starts).
-	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
-	written  WorkerRow        // the row last written, heartbeat cleared
-	rowLease clientv3.LeaseID // the lease it was written under
+	lease   clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
+	written WorkerRow        // the row last written, heartbeat cleared
+	// writeFails counts the row writes that failed in a row (presence's
+	// retries back off on it).
+	writeFails int
+	rowLease   clientv3.LeaseID // the lease it was written under
 	// hostLease is the lease this worker puts its host's record on (see
 	// HostRow), renewed at hostRenewed; 0: to be granted.
 	hostLease   clientv3.LeaseID
@@ -270,13 +274,13 @@ func Follow(ctx context.Context, ch *Channel, rt Runtime, opts ...Option) (*Foll
 	}
 	if f.o.lease == nil {
 		f.o.answers = f.lastOwnAnswer
-		if err := f.grant(ctx); err != nil {
+		if err := ch.retryLate(ctx, f.grant); err != nil {
 			return nil, err
 		}
 	} else if f.o.lease() == 0 {
 		return nil, errors.New("propagate: the shared lease is not granted")
 	}
-	if err := f.putRow(ctx); err != nil {
+	if err := ch.retryLate(ctx, f.putRow); err != nil {
 		f.revoke(ctx)
 		return nil, err
 	}
@@ -438,8 +442,12 @@ func (f *Follower) run() {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)
 			}
+			if wch != nil {
+				plan.readFailed(time.Now())
+			}
 			return
 		}
+		plan.readOK()
 		f.readOK()
 		if !row {
 			f.rowGone.Store(true)
@@ -1047,7 +1055,11 @@ func (f *Follower) nextBeat() time.Duration {
 	f.mu.Unlock()
 	switch {
 	case failed:
-		return DefaultLeaseTTL / 3
+		// Doubling from a second to eight, jittered: a fleet whose row
+		// writes timed out together (etcd overloaded) does not retry
+		// them together every second, which kept it overloaded.
+		d := min(DefaultLeaseTTL/3<<min(f.writeFails-1, 3), 8*time.Second)
+		return d/2 + rand.N(d/2+1)
 	case f.hostLease == 0:
 		return time.Hour // no host record, or one to be granted with the next write
 	}
@@ -1087,6 +1099,11 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	}()
 	if f.ctx.Err() != nil {
 		return
+	}
+	if err != nil {
+		f.writeFails++
+	} else {
+		f.writeFails = 0
 	}
 	f.mu.Lock()
 	was := f.writeErr

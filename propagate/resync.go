@@ -1,6 +1,9 @@
 package propagate
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // readEvery is how many resync intervals pass between two resync reads
 // while the watch proves itself live but this worker's row is not watched
@@ -65,7 +68,28 @@ type resyncPlan struct {
 	// every: read every so many intervals even while the watch proves
 	// itself (readEvery or hostReadEvery); 0: never.
 	every int
+	// fails counts the reads in a row that failed while the watch was
+	// established, and hold is when the next step may come after the
+	// last of them (see readFailed).
+	fails int
+	hold  time.Time
 }
+
+// readFailed notes a read that failed at now while the watch runs: the
+// next ask waits one interval, doubling with each failure up to four,
+// jittered. A watch that etcd stops answering in time (an overloaded
+// member) led every follower to a read each interval, each one more of
+// the load; a broken watch (the reconnect path) still reads each
+// interval. It is outside the staleness contract: a worker that cannot
+// read etcd in time is stale until it can.
+func (p *resyncPlan) readFailed(now time.Time) {
+	p.fails++
+	d := p.interval << min(p.fails-1, 2)
+	p.hold = now.Add(d/2 + rand.N(d/2+1))
+}
+
+// readOK notes a read that succeeded.
+func (p *resyncPlan) readOK() { p.fails, p.hold = 0, time.Time{} }
 
 // resyncStep is what the follower does when its resync timer fires.
 type resyncStep int
@@ -124,6 +148,7 @@ func (p *resyncPlan) next(now time.Time, watching bool) resyncStep {
 		if !now.Before(p.lastRead.Add(p.interval)) {
 			return stepRead
 		}
+	case now.Before(p.hold):
 	case p.every > 0 && !now.Before(p.lastRead.Add(time.Duration(p.every)*p.interval)):
 		return stepRead
 	case !p.asked.IsZero() && !now.Before(p.asked.Add(p.answerWithin())):
@@ -184,6 +209,9 @@ func (p *resyncPlan) due(watching bool) time.Time {
 	}
 	if p.every > 0 {
 		d = earlier(d, p.lastRead.Add(time.Duration(p.every)*p.interval))
+	}
+	if d.Before(p.hold) {
+		d = p.hold
 	}
 	return d
 }

@@ -395,3 +395,35 @@ func TestAskedRenewalsProveTheWatch(t *testing.T) {
 	a.reload(t, configYAML("gw", 2, "KEY1"))
 	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
 }
+
+// TestResyncPlanBacksOffFailedReads: while the watch runs, a read that
+// failed (etcd answering too late) holds the next ask for half to one
+// interval, doubling up to four; a read that succeeds ends the hold. A
+// broken watch still reads once an interval.
+func TestResyncPlanBacksOffFailedReads(t *testing.T) {
+	const interval = 2 * time.Second
+	t0 := time.Unix(0, 0)
+	p := resyncPlan{interval: interval}
+	p.read(t0)
+	now := t0
+	for i, most := range []time.Duration{interval, 2 * interval, 4 * interval, 4 * interval} {
+		p.read(now)
+		p.readFailed(now)
+		hold := p.due(true).Sub(now)
+		if least := most / 2; hold < least || hold > most {
+			t.Fatalf("failure %d: the next step in %v, want %v to %v", i+1, hold, least, most)
+		}
+		if st := p.next(now.Add(hold-time.Millisecond), true); st != stepNothing {
+			t.Fatalf("failure %d: step %v before the hold ended", i+1, st)
+		}
+		if !p.due(false).Equal(now.Add(interval)) {
+			t.Fatalf("failure %d: a broken watch reads at %v, want %v", i+1, p.due(false).Sub(now), interval)
+		}
+		now = now.Add(hold)
+	}
+	p.read(now)
+	p.readOK()
+	if d := p.due(true).Sub(now); d > interval {
+		t.Errorf("after a read that succeeded the next ask in %v, want within the interval", d)
+	}
+}
