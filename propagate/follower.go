@@ -509,12 +509,13 @@ func (f *Follower) run() {
 		}
 		denied = false
 		at := time.Now()
-		plan.proved(at)
 		watchRev = max(watchRev, wr.Header.Revision)
 		if wr.IsProgressNotify() {
+			plan.proved(at)
 			f.readOK()
 			return
 		}
+		plan.event(at)
 		lastEvent = at
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.PUT || string(ev.Kv.Key) != f.ch.Key() {

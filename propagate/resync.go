@@ -73,6 +73,24 @@ type resyncPlan struct {
 	// last of them (see readFailed).
 	fails int
 	hold  time.Time
+	// early is how much sooner than askAfter the first ask after an
+	// event comes (see event); 0 otherwise.
+	early time.Duration
+}
+
+// event notes a watch response that carried events at now. A publish
+// reaches every follower at once, and each then asks for its next proof
+// at the same step of the grid, while etcd writes every follower's row:
+// the asks came together, were answered late, and a late answer in the
+// narrow window of a fleet at rest became a read, every follower's at
+// once. So the next ask comes at a random step between a third of the
+// interval and askAfter, and its window is the widest.
+func (p *resyncPlan) event(now time.Time) {
+	p.proved(now)
+	p.window = p.widest()
+	if spread := p.askAfter() - p.interval/3; spread > 0 {
+		p.early = rand.N(spread)
+	}
 }
 
 // readFailed notes a read that failed at now while the watch runs: the
@@ -116,7 +134,7 @@ func (p *resyncPlan) grid() time.Duration { return p.interval / gridSteps }
 // askAt is when an unproven watch asks: askAfter its last proof, moved
 // earlier onto the grid.
 func (p *resyncPlan) askAt() time.Time {
-	at := p.lastProof.Add(p.askAfter())
+	at := p.lastProof.Add(p.askAfter() - p.early)
 	if g := p.grid(); g > 0 {
 		at = at.Truncate(g)
 	}
@@ -155,7 +173,7 @@ func (p *resyncPlan) next(now time.Time, watching bool) resyncStep {
 		p.answered(p.interval) // unanswered: widest window next time
 		return stepRead
 	case p.asked.IsZero() && !now.Before(p.askAt()):
-		p.asked = now
+		p.asked, p.early = now, 0
 		return stepProve
 	}
 	return stepNothing

@@ -427,3 +427,30 @@ func TestResyncPlanBacksOffFailedReads(t *testing.T) {
 		t.Errorf("after a read that succeeded the next ask in %v, want within the interval", d)
 	}
 }
+
+// TestResyncPlanSpreadsAsksAfterAnEvent: after a version arrives, which
+// every follower sees at once, the next ask comes at a random step
+// between a third of the interval and askAfter, with the widest window,
+// so that the fleet's asks do not all reach etcd at the same step while
+// it writes every follower's row.
+func TestResyncPlanSpreadsAsksAfterAnEvent(t *testing.T) {
+	const interval = 2 * time.Second
+	t0 := time.Unix(0, 0)
+	steps := map[time.Duration]bool{}
+	for range 200 {
+		p := resyncPlan{interval: interval, window: interval / 16}
+		p.read(t0)
+		p.event(t0)
+		at := p.due(true).Sub(t0)
+		if at < interval/3-interval/gridSteps || at > p.askAfter() {
+			t.Fatalf("the first ask after an event at %v, want between %v and %v", at, interval/3, p.askAfter())
+		}
+		if p.next(t0.Add(at), true) != stepProve || p.answerWithin() != p.widest() {
+			t.Fatalf("no ask with the widest window at %v", at)
+		}
+		steps[at] = true
+	}
+	if len(steps) < 5 {
+		t.Errorf("the asks after an event fell on %d steps of the grid, want them spread", len(steps))
+	}
+}
