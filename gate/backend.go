@@ -97,10 +97,16 @@ func (b *backend) kick() { kick(b.kickc) }
 // any etcd round trip); the loop then rebalances.
 func (b *backend) setLimit(n int) {
 	b.mu.Lock()
-	if int64(n) != b.lim.limit.Load() {
+	was := b.lim.limit.Load()
+	if int64(n) != was {
 		b.limitAt = b.g.now()
 	}
 	b.lim.limit.Store(int64(n))
+	if was == 0 && n > 0 {
+		// Renewals now come every period (renewGap): the first at once,
+		// so the phases tighten within a round trip.
+		b.g.Renew()
+	}
 	b.applyLocked(b.g.now())
 	b.mu.Unlock()
 	b.kick()

@@ -83,12 +83,25 @@
 //
 // The bound holds exactly while every worker reaches etcd, and while none
 // does (all lose contact within TTL/4 of each other, as when etcd stops:
-// renewals are TTL/8 apart), including when they come back at different
+// renewals are TTL/8 apart while a backend is limited), including when they come back at different
 // times: the shares sum to at most L and nobody uses more than its claim
 // once any worker uses its share. A worker cut off alone, while the others
 // still reach etcd, may exceed the limit by at most its share floor(L/N),
 // from TTL/2 after its last contact until it reconnects and its excess
 // drains.
+//
+// # Renewals
+//
+// While a backend is limited the lease is renewed every TTL/8, which the
+// phases above count on. While none is, no capacity depends on when
+// contact was lost, and renewals are up to TTL/3 apart (the lease's own
+// need), or sooner when asked (Gate.Renew: a propagate follower takes
+// the answers as proofs of its watch); the phases then start TTL/3 -
+// TTL/8 later, for Degraded alone. A backend becoming limited asks for a
+// renewal at once, and the phases tighten with its answer; until then
+// they keep the longer allowance, so the switch to a limit is not a
+// rejoin, and a worker cut off just then still runs on its share before
+// its lease can expire (TTL/3 - TTL/8 + TTL/2 after its last contact).
 //
 // # Concurrency
 //

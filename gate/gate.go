@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"slices"
@@ -43,12 +44,18 @@ type Gate struct {
 	period, grace, late time.Duration
 
 	epoch       time.Time
-	lease       atomic.Int64           // clientv3.LeaseID
-	lastContact atomic.Int64           // since epoch: send time of the last keep-alive that succeeded
-	rejoins     atomic.Int64           // times contact came back after a cut (or with a new lease)
-	workers     atomic.Int64           // most workers seen on any backend (share fallback)
-	cutLogged   atomic.Bool            // the current cut was logged: log its end too
-	answered    atomic.Pointer[Answer] // the last renewal etcd answered
+	lease       atomic.Int64 // clientv3.LeaseID
+	lastContact atomic.Int64 // since epoch: send time of the last keep-alive that succeeded
+	// slack is how much more than a period the renewal that made
+	// lastContact allowed until the next one (see renewGap): the phases
+	// start that much later, so that renewals sent further apart while
+	// no backend is limited do not read as lost contact.
+	slack     atomic.Int64
+	sent      atomic.Int64           // renewals sent, for the tests of their cadence
+	rejoins   atomic.Int64           // times contact came back after a cut (or with a new lease)
+	workers   atomic.Int64           // most workers seen on any backend (share fallback)
+	cutLogged atomic.Bool            // the current cut was logged: log its end too
+	answered  atomic.Pointer[Answer] // the last renewal etcd answered
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,9 +79,10 @@ type Gate struct {
 }
 
 // New joins the cluster reached by cli: it takes a lease of the given TTL
-// (WithTTL) and starts the keep-alive. It fails if etcd cannot grant the
-// lease before ctx ends. The Gate does not own cli; close cli after the
-// Gate.
+// (WithTTL) and starts the keep-alive. A grant etcd answers late is tried
+// again (3s an attempt, with jittered pauses); New fails if etcd refuses
+// the lease, or grants none before ctx ends. The Gate does not own cli;
+// close cli after the Gate.
 func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, error) {
 	o := options{ttl: DefaultTTL, prefix: DefaultPrefix, log: slog.Default()}
 	for _, opt := range opts {
@@ -101,13 +109,13 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 		backends: make(map[string]*backend),
 	}
 	g.timings()
-	sent := g.now()
-	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	sent, resp, err := g.grant(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("gate: grant lease: %w", err)
 	}
 	g.lease.Store(int64(resp.ID))
 	g.lastContact.Store(int64(sent))
+	g.slack.Store(int64(g.renewGap() - g.period))
 	g.workers.Store(1)
 	g.id = o.id
 	if g.id == "" {
@@ -123,13 +131,46 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Gate, erro
 // timings derives the protocol's intervals from the TTL (see the package
 // documentation, "Cut off from etcd"):
 //
-//	period  ttl/8  keep-alive interval, balancer tick, etcd call timeout
+//	period  ttl/8  keep-alive interval while a backend is limited, balancer
+//	               tick, etcd call timeout
 //	grace   ttl/4  no contact for this long: capacity <= min(claim, share)
 //	late    ttl/4  and this much longer: capacity = share
+//
+// While no backend is limited the renewals are up to ttl/3 apart (see
+// renewGap), and the phases start that much later (slack).
 func (g *Gate) timings() {
 	g.period = g.ttl / 8
 	g.grace = g.ttl / 4
 	g.late = 2 * g.period
+}
+
+// grantTimeout bounds each attempt of New's lease grant.
+const grantTimeout = 3 * time.Second
+
+// grant takes New's lease, again after a jittered, doubling pause (100ms
+// to 2s) when etcd answers late, until ctx ends: in a fleet's start-up
+// storm a worker that gave up on the first late answer was started again,
+// a new connection and grant each time, which fed the overload. It
+// returns the send time of the attempt that succeeded.
+func (g *Gate) grant(ctx context.Context) (time.Duration, *clientv3.LeaseGrantResponse, error) {
+	pause := 100 * time.Millisecond
+	for {
+		sent := g.now()
+		gctx, cancel := context.WithTimeout(ctx, grantTimeout)
+		resp, err := g.cli.Grant(gctx, int64(g.ttl/time.Second))
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rpctypes.ErrTimeout) && !errors.Is(err, rpctypes.ErrTooManyRequests) {
+			return sent, resp, err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sent, nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 // ID returns the worker's ID in the claims.
@@ -160,6 +201,28 @@ func (g *Gate) LastAnswer() Answer {
 		return *a
 	}
 	return Answer{}
+}
+
+// Renew asks for a renewal of the lease now, without waiting for it; its
+// answer shows in LastAnswer. A renewal already in flight is its answer.
+// A watch of the same member takes that answer as its proof at rest
+// (propagate.WithLeaseRenewal), so renewals are sent when a proof is due
+// rather than on a fixed short period. It is safe for concurrent use.
+func (g *Gate) Renew() { kick(g.kaKick) }
+
+// renewGap is the longest the keep-alive waits between two renewals:
+// a period while any backend is limited, which the phases of a worker cut
+// off from etcd count on; a third of the TTL otherwise, the lease's own
+// need, since then no capacity depends on when contact was lost.
+func (g *Gate) renewGap() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, b := range g.backends {
+		if b.lim.limit.Load() > 0 {
+			return g.period
+		}
+	}
+	return g.ttl / 3
 }
 
 // Degraded reports whether the worker has lost contact with etcd and runs
@@ -259,7 +322,7 @@ func (p phase) String() string {
 }
 
 func (g *Gate) phase(now time.Duration) phase {
-	since := now - time.Duration(g.lastContact.Load())
+	since := g.sinceContact(now)
 	switch {
 	case since >= g.grace+g.late:
 		return cutLate
@@ -269,11 +332,22 @@ func (g *Gate) phase(now time.Duration) phase {
 	return connected
 }
 
-// contact records a successful renewal sent at sent; a non-zero lease
+// sinceContact is how long the worker has been without contact at now, less
+// the slack its last contact allowed.
+func (g *Gate) sinceContact(now time.Duration) time.Duration {
+	// Read slack first: contact stores it after lastContact, so a reader
+	// that races a contact pairs a new contact with the old (larger)
+	// slack at worst, never an old contact with a smaller slack.
+	slack := time.Duration(g.slack.Load())
+	return now - time.Duration(g.lastContact.Load()) - slack
+}
+
+// contact records a successful renewal sent at sent, which allowed slack
+// more than a period until the next (see renewGap); a non-zero lease
 // replaces the current one.
-func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
+func (g *Gate) contact(sent, slack time.Duration, lease clientv3.LeaseID) {
 	now := g.now()
-	rejoin := lease != 0 || now-time.Duration(g.lastContact.Load()) >= g.grace
+	rejoin := lease != 0 || g.sinceContact(now) >= g.grace
 	if rejoin {
 		// Coming back from a cut (or with a new lease): count the rejoin
 		// before storing the contact, so that whoever sees the contact sees
@@ -290,7 +364,11 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 	// renewal's answer may race: contact only moves forward.
 	for {
 		lc := g.lastContact.Load()
-		if int64(sent) <= lc || g.lastContact.CompareAndSwap(lc, int64(sent)) {
+		if int64(sent) <= lc {
+			break
+		}
+		if g.lastContact.CompareAndSwap(lc, int64(sent)) {
+			g.slack.Store(int64(slack))
 			break
 		}
 	}
@@ -300,7 +378,7 @@ func (g *Gate) contact(sent time.Duration, lease clientv3.LeaseID) {
 		kick(g.wdKick)
 		return
 	}
-	g.wdTimer.Reset(max(0, time.Duration(g.lastContact.Load())+g.grace-g.now()))
+	g.wdTimer.Reset(max(0, g.grace-g.sinceContact(g.now())))
 }
 
 func (g *Gate) regrant() {
@@ -312,7 +390,7 @@ func (g *Gate) regrant() {
 		return
 	}
 	g.log.Warn("gate: lease expired, claims lost; rejoining with a new lease", "worker", g.id)
-	g.contact(sent, resp.ID)
+	g.contact(sent, g.renewGap()-g.period, resp.ID)
 	for _, b := range g.backendsSnapshot() {
 		b.kick()
 	}
@@ -402,10 +480,10 @@ func (g *Gate) watchdog() {
 		// thousand workers in one process the wakes were a visible part of
 		// its idle CPU.
 		next := now + g.period
-		lc := time.Duration(g.lastContact.Load())
-		for _, d := range []time.Duration{lc + g.grace, lc + g.grace + g.late} {
-			if d > now {
-				next = d
+		since := g.sinceContact(now)
+		for _, d := range []time.Duration{g.grace, g.grace + g.late} {
+			if d > since {
+				next = now + d - since
 				break
 			}
 		}

@@ -12,9 +12,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-// keepAlive renews the lease every period (less a random eighth of it, so
-// that the workers of a fleet started together do not renew together)
-// over one long-lived LeaseKeepAlive stream.
+// keepAlive renews the lease at least every renewGap (less a random
+// eighth of it, so that the workers of a fleet started together do not
+// renew together), and when asked (Renew), over one long-lived
+// LeaseKeepAlive stream.
 //
 // A stream per renewal (clientv3's KeepAliveOnce) costs a new HTTP/2
 // stream, its headers and a handler goroutine on both sides, and on an
@@ -30,10 +31,12 @@ import (
 // worker's contact older instead of failing it. A stream that answers
 // nothing for half a TTL is replaced. A renewal answered "not found" (the
 // lease expired while the worker was cut off) makes the Gate take a new
-// lease, which counts as a rejoin.
+// lease, which counts as a rejoin. A renewal asked for while one is in
+// flight is not sent: that one's answer serves, unless it allowed a
+// longer gap than the one now due (a backend became limited).
 func (g *Gate) keepAlive() {
 	var (
-		t  = time.NewTimer(g.jittered())
+		t  = time.NewTimer(jittered(g.renewGap()))
 		rs *renewals
 	)
 	defer func() {
@@ -41,11 +44,13 @@ func (g *Gate) keepAlive() {
 		rs.close()
 	}()
 	for {
+		asked := false
 		select {
 		case <-g.ctx.Done():
 			return
 		case <-t.C:
 		case <-g.kaKick:
+			asked = true
 		case <-g.kaLost:
 			// Several renewals in flight may each be answered "not
 			// found": the ones answered while the first's new lease was
@@ -63,7 +68,12 @@ func (g *Gate) keepAlive() {
 		if rs == nil {
 			rs = g.openRenewals()
 		}
-		if rs != nil && !g.faults.renewalsStopped() && !rs.send(g.now(), clientv3.LeaseID(g.lease.Load())) {
+		gap := g.renewGap()
+		slack := gap - g.period
+		if asked && rs != nil && rs.inFlight(slack) {
+			continue // its answer is the one asked for; the timer runs on
+		}
+		if rs != nil && !g.faults.renewalsStopped() && !rs.send(g.now(), clientv3.LeaseID(g.lease.Load()), slack) {
 			rs.close()
 			rs = nil
 		}
@@ -73,14 +83,14 @@ func (g *Gate) keepAlive() {
 			default:
 			}
 		}
-		t.Reset(max(0, now+g.jittered()-g.now()))
+		t.Reset(max(0, now+jittered(gap)-g.now()))
 	}
 }
 
-// jittered is the time to the next renewal: a period less up to an eighth
-// of it. Never more than a period, which the phases' timings assume.
-func (g *Gate) jittered() time.Duration {
-	return g.period - rand.N(g.period/8+1)
+// jittered is the time to the next renewal: gap less up to an eighth of
+// it. Never more than gap, which the phases' timings assume.
+func jittered(gap time.Duration) time.Duration {
+	return gap - rand.N(gap/8+1)
 }
 
 // renewals is one keep-alive stream and the send times of the renewals
@@ -99,6 +109,7 @@ type renewals struct {
 type renewal struct {
 	sent  time.Duration
 	lease clientv3.LeaseID
+	slack time.Duration // how much more than a period it allowed until the next
 }
 
 // openRenewals opens a stream and starts its receiver; nil if etcd did not
@@ -123,14 +134,15 @@ func (g *Gate) openRenewals() *renewals {
 }
 
 // send asks etcd to renew lease; it reports false if the stream is broken.
-func (rs *renewals) send(sent time.Duration, lease clientv3.LeaseID) bool {
+func (rs *renewals) send(sent time.Duration, lease clientv3.LeaseID, slack time.Duration) bool {
 	select {
 	case <-rs.done:
 		return false
 	default:
 	}
+	rs.g.sent.Add(1)
 	rs.mu.Lock()
-	rs.pending = append(rs.pending, renewal{sent, lease})
+	rs.pending = append(rs.pending, renewal{sent, lease, slack})
 	rs.mu.Unlock()
 	// Send is not called concurrently: only the keep-alive loop sends.
 	if err := rs.st.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)}); err != nil {
@@ -172,8 +184,16 @@ func (rs *renewals) receive() {
 			continue
 		}
 		g.answered.Store(&Answer{At: time.Now(), Revision: resp.Header.GetRevision()})
-		g.contact(r.sent, 0)
+		g.contact(r.sent, r.slack, 0)
 	}
+}
+
+// inFlight reports whether a renewal is awaiting its answer that allowed
+// no more slack than slack.
+func (rs *renewals) inFlight(slack time.Duration) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.pending) > 0 && rs.pending[len(rs.pending)-1].slack <= slack
 }
 
 // stalled reports whether the oldest renewal in flight has waited longer

@@ -19,8 +19,8 @@ type options struct {
 
 // DefaultTTL is the default lease time: the bound on how long the slots of
 // a worker that died stay claimed. 10s rather than less: renewals (every
-// eighth of it, on etcd's leader) are most of an idle fleet's cost on
-// etcd, a quarter of it (the time a worker may go without an answer
+// eighth of it while a backend is limited, on etcd's leader) are most of
+// an idle fleet's cost on etcd, a quarter of it (the time a worker may go without an answer
 // before it falls back to its local share) outlasts an etcd election of
 // about 2s, and 1,000 workers on a loaded 2-core machine kept their
 // leases with it and lost them with 5s.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -185,9 +186,11 @@ func (c *Channel) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // transaction, three writes on etcd's leader per worker in a fleet's
 // start-up storm.
 func (c *Channel) Join(ctx context.Context, local fleet.Record) (uint64, fleet.Record, error) {
-	rctx, cancel := c.reqCtx(ctx)
-	got, _, err := c.readRecord(rctx)
-	cancel()
+	var got []*mvccpb.KeyValue
+	err := c.retryLate(ctx, func(rctx context.Context) (err error) {
+		got, _, err = c.readRecord(rctx)
+		return err
+	})
 	if err != nil {
 		return 0, fleet.Record{}, c.unreachable("join: read the channel", err)
 	}

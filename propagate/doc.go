@@ -38,11 +38,11 @@
 // the runtime's staged path (the one a reload takes). Every resync
 // interval (2s) it makes sure the watch missed nothing, as a safety net: at rest by its lease renewals' answers
 // (WithLeaseAnswers: the store's revision is one the watch has reached),
-// by etcd's progress notifications on the watch (the embedded member
-// sends one every 5 s), by a progress request when neither comes and a
-// read when that goes unanswered,
-// by a read every fifth interval, and by one every interval while the
-// watch is broken. A failed apply keeps the runtime's generation whole;
+// a renewal asked for when a proof is due (WithLeaseRenewal), or a
+// progress request where a renewal cannot prove, and a read when that
+// goes unanswered, and by one every interval while the watch is broken.
+// A watch of its own row sees the row deleted under a live lease; a read
+// every thirtieth interval finds its host's record gone. A failed apply keeps the runtime's generation whole;
 // the follower records the reason in its row and retries with backoff
 // (50ms doubling to 1s) and at once on every newer version.
 // It never applies a version not greater than the one held, and neither

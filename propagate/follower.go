@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
@@ -56,6 +57,7 @@ type options struct {
 	history    *History
 	lease      func() clientv3.LeaseID   // WithSharedLease; nil: the follower keeps its own
 	answers    func() (time.Time, int64) // WithLeaseAnswers
+	renew      func()                    // WithLeaseRenewal; nil: progress requests prove an unproven watch
 	timing     *Timing                   // WithFollowerTiming
 	joinWait   time.Duration             // WithJoinWait
 }
@@ -118,7 +120,7 @@ func withHost(h string) Option { return func(o *options) { o.host = h } }
 // of a lease of the follower's own: one keep-alive then keeps all of a
 // process's keys alive. lease returns the current lease ID; when it
 // changes (the owner replaced an expired lease) the follower writes its
-// row again under the new one, within a third of DefaultLeaseTTL. The
+// row again under the new one, within a resync interval. The
 // follower never renews or revokes that lease: Close deletes the row
 // alone, and the owner must keep the lease alive until then. The row of
 // a worker that dies disappears within the owner's TTL.
@@ -139,6 +141,17 @@ func WithSharedLease(lease func() clientv3.LeaseID) Option {
 func WithLeaseAnswers(answers func() (at time.Time, revision int64)) Option {
 	return func(o *options) { o.answers = answers }
 }
+
+// WithLeaseRenewal gives the follower a way to ask the shared lease's
+// owner for a renewal now, as gate.Gate.Renew does; its answer comes
+// through WithLeaseAnswers. A follower whose watch went unproven for
+// most of a resync interval then asks for a renewal rather than for a
+// progress notification: one message each way either way, but the
+// renewal is one the lease needs anyway, so the owner's renewals at
+// rest come when a proof is due instead of on a shorter period of their
+// own. It asks for progress instead when the store moved past the watch
+// since the last answer (an answer could not prove it).
+func WithLeaseRenewal(renew func()) Option { return func(o *options) { o.renew = renew } }
 
 // WithHistory folds each of this worker's applies of a version (not the
 // busy ones) into the version's entry of the fleet's history. The entry
@@ -182,6 +195,7 @@ type Follower struct {
 	hostGone   atomic.Bool                 // a resync found no host record: write it again
 	reads      atomic.Int64                // resync reads, for tests of the resync's cost
 	asks       atomic.Int64                // progress requests, for the same tests
+	renewals   atomic.Int64                // renewals asked of the lease's owner, for the same tests
 	ownAnswer  atomic.Pointer[leaseAnswer] // the last answer to a renewal of the follower's own lease
 	joining    atomic.Pointer[midJoin]     // the rollout Follow waits to follow (see awaitJoin)
 	joinRead   atomic.Int64                // the state's revision read first while following it
@@ -189,9 +203,12 @@ type Follower struct {
 	late       atomic.Pointer[lateJoin]    // the rollout this worker started serving without following
 
 	// Owned by the presence goroutine (and Follow before it starts).
-	lease    clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
-	written  WorkerRow        // the row last written, heartbeat cleared
-	rowLease clientv3.LeaseID // the lease it was written under
+	lease   clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
+	written WorkerRow        // the row last written, heartbeat cleared
+	// writeFails counts the row writes that failed in a row (presence's
+	// retries back off on it).
+	writeFails int
+	rowLease   clientv3.LeaseID // the lease it was written under
 	// hostLease is the lease this worker puts its host's record on (see
 	// HostRow), renewed at hostRenewed; 0: to be granted.
 	hostLease   clientv3.LeaseID
@@ -252,13 +269,13 @@ func follow(ctx context.Context, ch *Channel, rt runtime, opts ...Option) (*Foll
 	}
 	if f.o.lease == nil {
 		f.o.answers = f.lastOwnAnswer
-		if err := f.grant(ctx); err != nil {
+		if err := ch.retryLate(ctx, f.grant); err != nil {
 			return nil, err
 		}
 	} else if f.o.lease() == 0 {
 		return nil, errors.New("propagate: the shared lease is not granted")
 	}
-	if err := f.putRow(ctx); err != nil {
+	if err := ch.retryLate(ctx, f.putRow); err != nil {
 		f.revoke(ctx)
 		return nil, err
 	}
@@ -383,6 +400,14 @@ func (f *Follower) run() {
 	retry.Stop()
 	defer func() { wcancel() }()
 	keyOnly := false // etcd refused the watch of the record's range: the record's key alone
+	// pw watches this worker's row for its deletion (nil: not watched, and
+	// the periodic reads look for it); pwDenied: etcd refused that watch,
+	// which is not tried again.
+	var (
+		pw        *rowWatch
+		pwDenied  bool
+		lastEvent time.Time // the last watch response that carried events
+	)
 	// watchRev is the newest store revision the watch has reached: every
 	// event up to it was delivered (a watch response's header revision).
 	// 0 until the watch's first response.
@@ -410,8 +435,12 @@ func (f *Follower) run() {
 			if f.ctx.Err() == nil {
 				f.readFailed(err)
 			}
+			if wch != nil {
+				plan.readFailed(time.Now())
+			}
 			return
 		}
+		plan.readOK()
 		f.readOK()
 		if !row {
 			f.rowGone.Store(true)
@@ -432,11 +461,17 @@ func (f *Follower) run() {
 			// write nothing for hours. The one event replayed is not newer
 			// than the read; the watch joins etcd's synced set within its
 			// 100 ms sync pass.
-			opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithProgressNotify()}
+			//
+			// No WithProgressNotify: at rest the renewals' answers prove
+			// the watch, and an unproven one asks (resyncPlan); the
+			// member's periodic notifications came on top of those.
+			opts := []clientv3.OpOption{clientv3.WithRev(rev)}
 			if !keyOnly {
 				opts = append(opts, f.ch.recordRange())
 			}
 			wch, wcancel, watchRev = f.ch.cli.Watch(wctx, f.ch.Key(), opts...), cancel, 0
+			pw = f.watchRow(wctx, rev, pwDenied)
+			plan.every = f.readEvery(pw != nil)
 		}
 	}
 	denied := false // the watch was refused to this worker's etcd user, and that was logged
@@ -444,7 +479,7 @@ func (f *Follower) run() {
 		if !ok || wr.Canceled || wr.Err() != nil {
 			// Watch again after the next resync read, from its revision.
 			wcancel()
-			wch, wcancel, watchRev = nil, func() {}, 0
+			wch, wcancel, watchRev, pw = nil, func() {}, 0, nil
 			switch err := wr.Err(); {
 			case !permissionDenied(err):
 			case !keyOnly:
@@ -467,12 +502,14 @@ func (f *Follower) run() {
 		}
 		denied = false
 		at := time.Now()
-		plan.proved(at)
 		watchRev = max(watchRev, wr.Header.Revision)
 		if wr.IsProgressNotify() {
+			plan.proved(at)
 			f.readOK()
 			return
 		}
+		plan.event(at)
+		lastEvent = at
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.PUT || string(ev.Kv.Key) != f.ch.Key() {
 				continue
@@ -491,6 +528,10 @@ func (f *Follower) run() {
 	resync()
 	rearm()
 	for {
+		var rowC clientv3.WatchChan
+		if pw != nil {
+			rowC = pw.c
+		}
 		if f.ctx.Err() != nil {
 			return
 		}
@@ -526,7 +567,19 @@ func (f *Follower) run() {
 				}
 			}
 			rearm()
+		case wr, ok := <-rowC:
+			if !pw.handle(f, wr, ok, &f.rowGone) {
+				// Broken or refused: the periodic reads look for the row
+				// until the next watch.
+				pwDenied = pwDenied || permissionDenied(wr.Err())
+				pw.cancel()
+				pw, plan.every = nil, f.readEvery(false)
+				rearm()
+			}
 		case now := <-due.C:
+			if f.o.lease != nil && clientv3.LeaseID(f.ch.rowLease.Load()) != f.o.lease() {
+				f.markDirty() // the owner replaced the lease: the row goes under the new one
+			}
 			if wch != nil && watchRev > 0 && f.o.answers != nil {
 				// A renewal answered at a revision the watch has reached
 				// proves it as a notification would (WithLeaseAnswers).
@@ -537,14 +590,45 @@ func (f *Follower) run() {
 			switch plan.next(now, wch != nil) {
 			case stepRead:
 				resync()
-			case stepProgress:
-				f.requestProgress()
+			case stepProve:
+				f.prove(watchRev, lastEvent)
 			}
 			rearm()
 		case <-retry.C:
 			waiting = false
 		}
 	}
+}
+
+// readEvery is how many intervals apart the resync reads are while the
+// watch proves itself (see resyncPlan.every): what a read finds that no
+// watch does.
+func (f *Follower) readEvery(rowWatched bool) int {
+	switch {
+	case !rowWatched:
+		return readEvery
+	case f.ch.hostsDenied.Load() || f.host == "":
+		return 0
+	}
+	return hostReadEvery
+}
+
+// prove asks for a proof of the watch, which has reached watchRev and
+// last delivered events at lastEvent (see resyncPlan): a renewal of the
+// shared lease when the owner takes such asks and its answer can prove
+// (the last answer did not show the store past the watch, and no event
+// came after it, after which rows are written); a progress request
+// otherwise, and for the watch's first proof (before its first response
+// nothing says which revision it has reached).
+func (f *Follower) prove(watchRev int64, lastEvent time.Time) {
+	if f.o.renew != nil && f.o.answers != nil && watchRev > 0 {
+		if at, rev := f.o.answers(); rev <= watchRev && !lastEvent.After(at) {
+			f.renewals.Add(1)
+			f.o.renew()
+			return
+		}
+	}
+	f.requestProgress()
 }
 
 // requestProgress asks etcd for a progress notification on the watch's
@@ -671,7 +755,9 @@ func (f *Follower) step() stepResult {
 	f.mu.Lock()
 	u, seen := f.latest, f.latestSeen
 	f.mu.Unlock()
-	held := f.rt.Status().ActiveGeneration
+	// Applied, not Status: the loop steps on each of its wake-ups, and
+	// Status gathers the whole runtime's state under its lock.
+	held, _ := f.rt.Applied()
 	if u.Rollout != nil && u.Version > held {
 		return f.rolloutStep(f.rt, u, seen, held)
 	}
@@ -925,26 +1011,53 @@ func (f *Follower) Row() WorkerRow {
 // presence keeps the row alive: a lease keep-alive every third of the TTL
 // (none with a shared lease, whose owner renews it), and a row write only
 // when the row changed (applied version, state, error), its lease was
-// replaced, the last write failed or a resync found the row gone. An idle
+// replaced, the last write failed or the row was found gone. An idle
 // worker writes nothing: its row lives on its lease.
+//
+// With a shared lease an idle worker's presence does not wake at all
+// until its host record's renewal is due (every third of the host TTL):
+// a replaced lease is noticed by the row's deletion with the old one
+// (presenceWatch) and by the apply loop's wake-ups, and only a failed
+// write is retried on a timer (every third of DefaultLeaseTTL). A look
+// at the row every second was a wake-up per worker and second at rest.
 func (f *Follower) presence() {
 	defer f.wg.Done()
-	ttl := f.o.ttl
-	if f.o.lease != nil {
-		ttl = DefaultLeaseTTL
-	}
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
+	t := time.NewTimer(f.nextBeat())
+	defer t.Stop()
 	for {
 		select {
 		case <-f.ctx.Done():
 			return
-		case <-tick.C:
+		case <-t.C:
 			f.heartbeat(true)
 		case <-f.dirty:
 			f.heartbeat(false)
 		}
+		t.Reset(f.nextBeat())
 	}
+}
+
+// nextBeat is how long presence sleeps unless the row changes: its own
+// lease's renewal period; with a shared lease, the retry period after a
+// failed write, else until the host record's lease is due.
+func (f *Follower) nextBeat() time.Duration {
+	if f.o.lease == nil {
+		return f.o.ttl / 3
+	}
+	f.mu.Lock()
+	failed := f.writeErr
+	f.mu.Unlock()
+	switch {
+	case failed:
+		// Doubling from a second to eight, jittered: a fleet whose row
+		// writes timed out together (etcd overloaded) does not retry
+		// them together every second, which kept it overloaded.
+		d := min(DefaultLeaseTTL/3<<min(f.writeFails-1, 3), 8*time.Second)
+		return d/2 + rand.N(d/2+1)
+	case f.hostLease == 0:
+		return time.Hour // no host record, or one to be granted with the next write
+	}
+	return max(0, time.Until(f.hostRenewed.Add(f.o.hostTTL/3)))
 }
 
 func (f *Follower) heartbeat(keepAlive bool) {
@@ -980,6 +1093,11 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	}()
 	if f.ctx.Err() != nil {
 		return
+	}
+	if err != nil {
+		f.writeFails++
+	} else {
+		f.writeFails = 0
 	}
 	f.mu.Lock()
 	was := f.writeErr

@@ -120,6 +120,24 @@ func TestDeletedRowIsRestored(t *testing.T) {
 	waitFor(t, 3*time.Second, "the deleted row is written again", func() bool { return len(rowKV(t, w).Kvs) == 1 })
 }
 
+// TestDeletedRowIsRestoredWithoutARead: at the default interval the
+// row's watch sees the deletion and the row is written again at once,
+// with no resync read (one every fifth interval found it before).
+func TestDeletedRowIsRestoredWithoutARead(t *testing.T) {
+	s := startServer(t)
+	w := startWorker(t, s.Endpoints(), newPrefix(), "w", workerOpts{})
+	ctx := context.Background()
+	time.Sleep(DefaultResyncInterval) // the watches are up
+	reads := w.f.reads.Load()
+	if _, err := w.cli.Delete(ctx, w.ch.rowKey()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, DefaultResyncInterval/2, "the deleted row is written again", func() bool { return len(rowKV(t, w).Kvs) == 1 })
+	if n := w.f.reads.Load() - reads; n != 0 {
+		t.Errorf("%d resync reads, want none", n)
+	}
+}
+
 // TestStaleDeliveryIsNotADeletion: an older version delivered again
 // after a newer one (a slow watcher's replay, or a read answered late)
 // carries an older revision too; it is ignored, not reported as a key

@@ -122,7 +122,18 @@ func startFleet(ctx context.Context, c config, endpoints []string, pubPath, folP
 		fl.stop(ctx)
 		return nil, fmt.Errorf("publisher: %w", errs[0])
 	}
-	parallel(n, 8, func(j int) { start(j + 1) })
+	// At most 8 starting at once, and with a start rate, no faster than
+	// it: follower j starts no sooner than j/rate after the first.
+	t0 := time.Now()
+	parallel(n, 8, func(j int) {
+		if c.startRate > 0 {
+			if err := sleep(ctx, time.Until(t0.Add(time.Duration(float64(j)/c.startRate*float64(time.Second))))); err != nil {
+				errs[j+1] = err
+				return
+			}
+		}
+		start(j + 1)
+	})
 	if err := errors.Join(errs...); err != nil {
 		fl.stop(ctx)
 		return nil, err

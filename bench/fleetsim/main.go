@@ -49,7 +49,9 @@
 //     machine's other load distorts less than CPU time);
 //   - noisy: a figure less its idle rate came out below zero (reported
 //     as zero): the machine's other load is larger than the figure;
-//   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory.
+//   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory;
+//   - startup_s, and start_rate when -start-rate paced the start: how
+//     long the fleet took to start.
 package main
 
 import (
@@ -89,6 +91,7 @@ type config struct {
 	idle          time.Duration
 	settle        time.Duration // after start-up, before the idle window
 	timeout       time.Duration // per reload
+	startRate     float64       // followers started per second (0: as fast as 8 at a time go)
 	cpuProfile    string        // this process's CPU profile of the first idle window
 	reloadProfile string        // this process's CPU profile of the measured reloads
 }
@@ -126,12 +129,15 @@ type result struct {
 	IdleMessages map[string]float64 `json:"idle_messages_per_follower_s,omitempty"`
 	// IdleSwitches is context switches (wake-ups) of both processes per
 	// second and follower at rest.
-	IdleSwitches       float64 `json:"idle_switches_per_follower_s"`
-	ProcessRSS         float64 `json:"process_rss_mb"`
-	ProcessPeak        float64 `json:"process_peak_rss_mb"`
-	EtcdRSS            float64 `json:"etcd_rss_mb"`
-	EtcdPeak           float64 `json:"etcd_peak_rss_mb"`
-	StartupS           float64 `json:"startup_s"`
+	IdleSwitches float64 `json:"idle_switches_per_follower_s"`
+	ProcessRSS   float64 `json:"process_rss_mb"`
+	ProcessPeak  float64 `json:"process_peak_rss_mb"`
+	EtcdRSS      float64 `json:"etcd_rss_mb"`
+	EtcdPeak     float64 `json:"etcd_peak_rss_mb"`
+	StartupS     float64 `json:"startup_s"`
+	// StartRate is the followers started per second, when the start was
+	// paced (-start-rate); absent, they started as fast as they could.
+	StartRate          float64 `json:"start_rate,omitempty"`
 	FirstFailureReason string  `json:"first_failure_reason,omitempty"`
 }
 
@@ -156,6 +162,7 @@ func main() {
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "steady-state window measured before the reloads")
 	flag.DurationVar(&c.settle, "settle", time.Second, "pause after start-up, before the idle window")
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
+	flag.Float64Var(&c.startRate, "start-rate", 0, "start at most this many followers a second, as a fleet rolled out host by host starts (0: as fast as they can, 8 at a time)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof)")
 	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file")
 	flag.Parse()
@@ -276,7 +283,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	defer etcd.Stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, Keys: c.keys, ConfigBytes: len(docs[0]), Reloads: c.reloads}
+	res = result{Followers: c.followers, Mode: c.mode, Clients: c.clients, Gate: c.gate, Keys: c.keys, ConfigBytes: len(docs[0]), Reloads: c.reloads, StartRate: c.startRate}
 	if c.clients == 0 || c.clients > c.followers+1 {
 		res.Clients = c.followers + 1
 	}

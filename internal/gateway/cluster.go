@@ -102,9 +102,13 @@ type clusterState struct {
 	keys     *keyFleet         // the client keys' limits, held for the fleet
 }
 
+// gateJoinTimeout bounds how long a worker waits for the concurrency
+// gate's lease at start.
+const gateJoinTimeout = 30 * time.Second
+
 // joinCluster connects to etcd, makes the channel and joins the
 // concurrency gate, which takes a lease: it fails if etcd does not grant
-// one within propagate.DefaultRequestTimeout.
+// one within gateJoinTimeout.
 func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clusterState, error) {
 	if len(c.Endpoints) == 0 && c.Client == nil {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
@@ -134,7 +138,10 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.GateTTL > 0 {
 		opts = append(opts, gate.WithTTL(c.GateTTL))
 	}
-	gctx, cancel := context.WithTimeout(ctx, propagate.DefaultRequestTimeout)
+	// gate.New tries a grant etcd answers late again, with jittered
+	// pauses: a fleet's start-up storm is waited out rather than turned
+	// into restarts of the worker.
+	gctx, cancel := context.WithTimeout(ctx, gateJoinTimeout)
 	defer cancel()
 	gt, err := gate.New(gctx, cli, opts...)
 	if err != nil {
@@ -216,9 +223,10 @@ func (c *clusterState) gateAnswer() (time.Time, int64) {
 func (c *clusterState) follow(ctx context.Context, rt *reconf.Runtime[Config], log *slog.Logger) error {
 	// The row lives on the gate's lease: one keep-alive per worker, no
 	// second lease, and the row goes with the claims when the worker dies.
-	// Its renewals' answers prove the follower's watch at rest.
+	// Its renewals' answers prove the follower's watch at rest, and the
+	// follower asks for one when a proof is due.
 	f, err := propagate.Follow(ctx, c.ch, rt, propagate.WithLogger(log), propagate.WithHistory(c.history),
-		propagate.WithSharedLease(c.gate.Lease), propagate.WithLeaseAnswers(c.gateAnswer),
+		propagate.WithSharedLease(c.gate.Lease), propagate.WithLeaseAnswers(c.gateAnswer), propagate.WithLeaseRenewal(c.gate.Renew),
 		propagate.WithFollowerTiming(c.timing))
 	if err != nil {
 		return fmt.Errorf("gateway: follow the cluster: %w", err)

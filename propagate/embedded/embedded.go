@@ -118,12 +118,11 @@ type TLSFiles struct {
 
 // ProgressNotifyInterval is how often a member sends a progress
 // notification on each watch that asks for them and had no event since
-// the last (etcd's --watch-progress-notify-interval). At rest a
-// propagate follower proves its watch by its lease renewals' answers
-// (propagate.WithLeaseAnswers); a notification serves after the store
-// changed under other keys (presence rows, gate claims), and when one is
-// late the follower asks for progress itself, as it does on an external
-// cluster with a longer setting.
+// the last (etcd's --watch-progress-notify-interval). A propagate
+// follower does not ask for them: at rest it proves its watch by its
+// lease renewals' answers (propagate.WithLeaseAnswers), and otherwise
+// asks for progress when a proof is due, as it does on an external
+// cluster.
 const ProgressNotifyInterval = 5 * time.Second
 
 // ErrStopped is returned when a member is used after it stopped.

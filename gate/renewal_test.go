@@ -1,0 +1,56 @@
+package gate
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRenewalsFollowTheLimit: with no backend limited the lease is renewed
+// at the lease's own need (a third of the TTL) and the worker stays in
+// contact between renewals; a limit brings the renewals back to every
+// period at once, without counting as a rejoin; Renew has one sent and
+// answered within a round trip.
+func TestRenewalsFollowTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	w := startWorker(t, c.Endpoints())
+	g := w.g
+	span := 2 * g.ttl
+	count := func() int64 {
+		before := g.sent.Load()
+		for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(g.period / 4) {
+			if g.Degraded() {
+				t.Errorf("degraded in contact")
+				return 0
+			}
+		}
+		return g.sent.Load() - before
+	}
+	if n, most := count(), int64(span/(g.ttl/3-g.ttl/24))+1; n > most || n < 2 {
+		t.Errorf("%d renewals in %v with no backend limited, want 2 to %d (one per third of the TTL)", n, span, most)
+	}
+
+	rejoins := g.rejoins.Load()
+	g.Limiter("b").SetLimit(4)
+	if n, least := count(), int64(span/g.period)*3/4; n < least {
+		t.Errorf("%d renewals in %v with a backend limited, want at least %d (one per period)", n, span, least)
+	}
+	if r := g.rejoins.Load(); r != rejoins {
+		t.Errorf("the switch to a limit counted %d rejoins, want none", r-rejoins)
+	}
+
+	g.Limiter("b").SetLimit(0)
+	time.Sleep(g.ttl / 2) // the renewal in flight at the switch is answered
+	before := g.LastAnswer().At
+	asked := time.Now()
+	g.Renew()
+	for g.LastAnswer().At.Equal(before) {
+		if time.Since(asked) > g.ttl/4 {
+			t.Fatalf("no answer within %v of Renew", g.ttl/4)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("Renew answered in %v", time.Since(asked).Round(time.Millisecond))
+}
