@@ -172,8 +172,10 @@ type Bounds struct {
 	AtKill int
 	// Judged is how many refusals were judged; Stalled how many were not,
 	// since the client asked nothing for a stall (see stallFactor) in
-	// their window: a window the fleet was not asked to fill is no
-	// evidence that it would not have.
+	// their window or the one before it: a window the fleet was not asked
+	// to fill is no evidence that it would not have, and the burst of
+	// requests that catches up after a stall leaves the window together
+	// one window later, and comes back only as fast as it is asked.
 	Judged, Stalled int
 }
 
@@ -233,7 +235,7 @@ func Windows(tries []Try, per time.Duration, from, to, kill time.Time) Bounds {
 		if last.Before(first) {
 			continue
 		}
-		if stalls.within(first.Add(-per), last) {
+		if stalls.within(first.Add(-2*per), last) {
 			b.Stalled++
 			continue
 		}
