@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,53 +155,136 @@ type Bounds struct {
 	// SurelyAt is where that window starts, from the judged span's start.
 	Surely   int
 	SurelyAt time.Duration
-	// Refused is the fewest admissions whose try meets a window in which
-	// the fleet refused a request (-1: none refused), so a client that
-	// sends nothing for a while (a stalled machine) does not count as the
-	// fleet admitting too few. RefusedAt is where that window starts.
+	// Refused is the fewest admissions the fleet can have held in the
+	// window that ended when it refused a request (-1: no refusal
+	// judged). The fleet decides between the request's sending and its
+	// answer; the window ending at any such moment holds at most the
+	// admissions whose try meets it, and a refusal is judged on the most
+	// of those bounds, so a refusal counts against the fleet only if the
+	// fleet held too few at every moment it may have decided.
+	// RefusedAt is where the refusal was sent, from the judged span's
+	// start.
 	Refused   int
 	RefusedAt time.Duration
-	// AtKill is Refused for the windows that meet the second after the
-	// kill, which are not counted in Refused (-1: none, or no kill).
+	// AtKill is Refused for the refusals whose window meets the second
+	// after the kill, which are not counted in Refused (-1: none, or no
+	// kill).
 	AtKill int
+	// Judged is how many refusals were judged; Stalled how many were not,
+	// since the client asked nothing for a stall (see stallFactor) in
+	// their window or the one before it: a window the fleet was not asked
+	// to fill is no evidence that it would not have, and the burst of
+	// requests that catches up after a stall leaves the window together
+	// one window later, and comes back only as fast as it is asked.
+	Judged, Stalled int
 }
 
+// stallFactor is how many times a run's mean interval between sends a
+// gap in sending must last to be a stall: at 300 requests a second, 50
+// ms, in which a machine too loaded to run the drivers left a hole that
+// every later window keeps for a whole window.
+const stallFactor = 15
+
 // Windows bounds the admissions in the windows of length per within
-// [from, to), stepping by per/200. The client cannot see when the
-// gateway admitted or refused a request, only that it was between
+// [from, to): the most in any window, stepping by per/200, and the
+// fewest in a window that ended at a refusal. The client cannot see when
+// the gateway admitted or refused a request, only that it was between
 // sending and the answer. kill is when a worker was killed (zero: none).
 func Windows(tries []Try, per time.Duration, from, to, kill time.Time) Bounds {
 	b := Bounds{Refused: -1, AtKill: -1}
 	for w := from; !w.Add(per).After(to); w = w.Add(per / 200) {
 		end := w.Add(per)
-		in, meets, refused := 0, 0, false
+		in := 0
 		for _, t := range tries {
-			inside := !t.Sent.Before(w) && t.Answered.Before(end)
-			switch {
-			case t.Status == http.StatusTooManyRequests && inside:
-				refused = true
-			case t.Status != http.StatusOK:
-			case inside:
+			if t.Status == http.StatusOK && !t.Sent.Before(w) && t.Answered.Before(end) {
 				in++
-				meets++
-			case !t.Answered.Before(w) && t.Sent.Before(end):
-				meets++
 			}
 		}
 		if in > b.Surely {
 			b.Surely, b.SurelyAt = in, w.Sub(from)
 		}
-		switch {
-		case !refused:
-		case !kill.IsZero() && end.After(kill) && w.Before(kill.Add(time.Second)):
-			if b.AtKill < 0 || meets < b.AtKill {
-				b.AtKill = meets
+	}
+	var sent, answered, sends []time.Time
+	for _, t := range tries {
+		sends = append(sends, t.Sent)
+		if t.Status == http.StatusOK {
+			sent, answered = append(sent, t.Sent), append(answered, t.Answered)
+		}
+	}
+	for _, ts := range [][]time.Time{sent, answered, sends} {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	}
+	stalls := stallsIn(sends)
+	// meets is how many admissions' tries meet [w, d]: those sent by d
+	// but those answered before w (which were sent before w too).
+	meets := func(w, d time.Time) int {
+		return sort.Search(len(sent), func(i int) bool { return sent[i].After(d) }) -
+			sort.Search(len(answered), func(i int) bool { return !answered[i].Before(w) })
+	}
+	for _, r := range tries {
+		if r.Status != http.StatusTooManyRequests {
+			continue
+		}
+		first, last := r.Sent, r.Answered
+		if first.Before(from.Add(per)) {
+			first = from.Add(per)
+		}
+		if last.After(to) {
+			last = to
+		}
+		if last.Before(first) {
+			continue
+		}
+		if stalls.within(first.Add(-2*per), last) {
+			b.Stalled++
+			continue
+		}
+		b.Judged++
+		most := 0
+		for d := first; ; d = d.Add(per / 200) {
+			if d.After(last) {
+				d = last
 			}
-		case b.Refused < 0 || meets < b.Refused:
-			b.Refused, b.RefusedAt = meets, w.Sub(from)
+			most = max(most, meets(d.Add(-per), d))
+			if !d.Before(last) {
+				break
+			}
+		}
+		switch {
+		case !kill.IsZero() && last.After(kill) && first.Add(-per).Before(kill.Add(time.Second)):
+			if b.AtKill < 0 || most < b.AtKill {
+				b.AtKill = most
+			}
+		case b.Refused < 0 || most < b.Refused:
+			b.Refused, b.RefusedAt = most, r.Sent.Sub(from)
 		}
 	}
 	return b
+}
+
+// stalls are the gaps in sending that last a stall, as (start, end)
+// pairs in order.
+type stalls [][2]time.Time
+
+// stallsIn returns the stalls among sends, in order.
+func stallsIn(sends []time.Time) stalls {
+	if len(sends) < 2 {
+		return nil
+	}
+	limit := stallFactor * sends[len(sends)-1].Sub(sends[0]) / time.Duration(len(sends)-1)
+	var s stalls
+	for i := 1; i < len(sends); i++ {
+		if sends[i].Sub(sends[i-1]) > limit {
+			s = append(s, [2]time.Time{sends[i-1], sends[i]})
+		}
+	}
+	return s
+}
+
+// within reports whether a stall meets [from, to].
+func (s stalls) within(from, to time.Time) bool {
+	i := sort.Search(len(s), func(i int) bool { return s[i][1].After(from) })
+	return i < len(s) && s[i][0].Before(to)
 }
 
 // workerPID is the pid in a worker's /healthz worker_id
