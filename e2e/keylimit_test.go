@@ -29,10 +29,10 @@ func ballast(t *testing.T, hot keyload.Target, workers, n int) {
 }
 
 // keyDrive drives key a at rate a second for dur over targets, killing
-// a worker by kill (if set) halfway.
-func keyDrive(targets []keyload.Target, rate int, dur time.Duration, kill func() keyload.Target) []keyload.Try {
+// a worker by kill (if set) at killAt.
+func keyDrive(targets []keyload.Target, rate int, dur, killAt time.Duration, kill func() keyload.Target) []keyload.Try {
 	return keyload.Drive(keyload.Load{Targets: targets, Rate: float64(rate), Dur: dur, Key: "secret-of-key-a",
-		Body: chatBody("stub-1", false), KillAt: dur / 2, Kill: kill})
+		Body: chatBody("stub-1", false), KillAt: killAt, Kill: kill})
 }
 
 // keyVerdict logs a run's figures and checks them: from judgeFrom after
@@ -140,7 +140,7 @@ func TestKeyLimitHoldsAcrossWorkers(t *testing.T) {
 	const rate, dur = 300, 15 * time.Second
 	ballast(t, keyload.Target{URL: s.url, Slot: "1"}, 4, 12)
 	at := func(slot string) keyload.Target { return keyload.Target{URL: s.url, Slot: slot} }
-	tries := keyDrive(hotTargets(at("1"), []keyload.Target{at("2"), at("3"), at("4")}), rate, dur, func() keyload.Target {
+	tries := keyDrive(hotTargets(at("1"), []keyload.Target{at("2"), at("3"), at("4")}), rate, dur, dur/2, func() keyload.Target {
 		if err := syscall.Kill(pids["2"], syscall.SIGKILL); err != nil {
 			t.Error(err)
 		}
@@ -195,9 +195,12 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 	targets := hotTargets(keyload.Target{URL: a.url, Slot: "1"}, []keyload.Target{{URL: a.url, Slot: "2"}, {URL: b.url, Slot: "1"}, {URL: b.url, Slot: "2"}})
 	ballast(t, targets[0], 2, 12)
 	const rate = 300
-	dur := 6 * time.Second
+	// The kill comes three quarters in, so that the refusals from the
+	// judged start to the kill are judged on the fleet's own floor and
+	// not only on the floor by the kill.
+	dur, killAt := 6*time.Second, 4500*time.Millisecond
 	if full {
-		dur = 15 * time.Second
+		dur, killAt = 15*time.Second, 7500*time.Millisecond
 	}
 	// The pid is found before the run: the kill, from the driver's
 	// goroutine, must not wait on the worker it kills.
@@ -205,11 +208,11 @@ func TestKeyLimitHoldsAcrossHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tries := keyDrive(targets, rate, dur, func() keyload.Target {
+	tries := keyDrive(targets, rate, dur, killAt, func() keyload.Target {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Error(err)
 		}
 		return keyload.Target{URL: b.url, Slot: "2"}
 	})
-	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, dur/2, keyLimitLow, keyLimitLowAtKillHosts, 110)
+	keyVerdict(t, tries, rate, dur, time.Second, 2*time.Second, killAt, keyLimitLow, keyLimitLowAtKillHosts, 110)
 }
