@@ -311,3 +311,21 @@ func startCluster(t testing.TB, n int) *embedded.Cluster {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// grantedLease connects a client of its own to s, closed with the test,
+// and grants it a lease of ttl seconds.
+func grantedLease(t testing.TB, s *embedded.Server, ttl int64) (*clientv3.Client, *clientv3.LeaseGrantResponse) {
+	t.Helper()
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := cli.Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli, l
+}

@@ -21,17 +21,7 @@ import (
 func TestLeaseAnswerAheadOfTheWatchProvesNothing(t *testing.T) {
 	s := startServer(t)
 	p := newPrefix()
-	cli, err := Connect(s.Endpoints(), testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l, err := cli.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := grantedLease(t, s, 60)
 	// The answer the lease's owner last got, as the test sets it.
 	type answer struct {
 		ahead  bool // at a revision far past the store's

@@ -218,17 +218,7 @@ func TestRenewedWatchAsksNothing(t *testing.T) {
 func TestSharedLeaseAnswersProveTheWatch(t *testing.T) {
 	s := startServer(t)
 	p := newPrefix()
-	cli, err := Connect(s.Endpoints(), testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l, err := cli.Grant(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, l := grantedLease(t, s, 10)
 	// The lease's owner: a renewal every 500 ms, its answer kept.
 	var last atomic.Pointer[leaseAnswer]
 	stop, done := make(chan struct{}), make(chan struct{})
@@ -338,17 +328,7 @@ func TestResyncPlanAsksAboutOncePerInterval(t *testing.T) {
 func TestAskedRenewalsProveTheWatch(t *testing.T) {
 	s := startServer(t)
 	p := newPrefix()
-	cli, err := Connect(s.Endpoints(), testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l, err := cli.Grant(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, l := grantedLease(t, s, 10)
 	var last atomic.Pointer[leaseAnswer]
 	ask, stop, done := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go func() {
