@@ -47,6 +47,9 @@
 //     notifications, "recv LeaseKeepAlive" renewals, "recv Txn" resync
 //     reads) and context switches of both processes (wake-ups, which the
 //     machine's other load distorts less than CPU time);
+//   - reload_messages_per_follower: the same messages per reload and
+//     follower over the measured reloads, gross ("recv Txn" is row writes
+//     and resync reads, "recv Watch" progress requests and watch starts);
 //   - noisy: a figure less its idle rate came out below zero (reported
 //     as zero): the machine's other load is larger than the figure;
 //   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory;
@@ -127,6 +130,10 @@ type result struct {
 	// IdleMessages is gRPC messages per second and follower at rest, by
 	// direction and method as etcd counts them, from the quieter window.
 	IdleMessages map[string]float64 `json:"idle_messages_per_follower_s,omitempty"`
+	// ReloadMessages is gRPC messages per reload and follower, by
+	// direction and method, over the measured reloads (gross: the idle
+	// rate is not taken off).
+	ReloadMessages map[string]float64 `json:"reload_messages_per_follower,omitempty"`
 	// IdleSwitches is context switches (wake-ups) of both processes per
 	// second and follower at rest.
 	IdleSwitches float64 `json:"idle_switches_per_follower_s"`
@@ -164,7 +171,7 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
 	flag.Float64Var(&c.startRate, "start-rate", 0, "start at most this many followers a second, as a fleet rolled out host by host starts (0: as fast as they can, 8 at a time)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof)")
-	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file")
+	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file, and the etcd member's to this file with .etcd appended")
 	flag.Parse()
 	if c.mode != modeGateway && c.mode != modeRuntime {
 		fail(fmt.Errorf("-mode %q: want gateway or runtime", c.mode))
@@ -276,6 +283,11 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 	}
 
+	if c.reloadProfile != "" {
+		if err := etcdproc.ProfileTo(c.reloadProfile + ".etcd"); err != nil {
+			return res, err
+		}
+	}
 	etcd, err := etcdproc.Start()
 	if err != nil {
 		return res, err
@@ -352,6 +364,10 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if err != nil {
 		return res, err
 	}
+	if c.reloadProfile != "" {
+		_ = etcd.StartProfile()
+		defer func() { _ = etcd.StopProfile() }()
+	}
 	conv := make([]time.Duration, 0, c.reloads)
 	answers := make([]time.Duration, 0, c.reloads)
 	for i := range c.reloads {
@@ -367,6 +383,9 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	after, err := m.sample(ctx)
 	if err != nil {
 		return res, err
+	}
+	if c.reloadProfile != "" {
+		_ = etcd.StopProfile()
 	}
 	if err := stopProfile(); err != nil {
 		return res, err
@@ -408,6 +427,10 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	res.EtcdCPUPerReload = ms(used.etcdCPU) / float64(c.reloads)
 	res.EtcdCPUPerReloadGross = ms(gross.etcdCPU) / float64(c.reloads)
 	res.WirePerReload = used.wire / float64(c.reloads)
+	res.ReloadMessages = make(map[string]float64, len(gross.messages))
+	for k, v := range gross.messages {
+		res.ReloadMessages[k] = math.Round(1000*v/float64(c.reloads)/float64(c.followers+1)) / 1000
+	}
 	// Below zero, the reloads' window was quieter than the quieter idle
 	// window: the rest of the machine's noise is larger than the figure.
 	// Say so and report zero rather than a negative cost.

@@ -30,6 +30,10 @@ import (
 // childEnv marks the re-executed binary as the member's process.
 const childEnv = "RECONF_ETCDPROC_CHILD"
 
+// profileEnv names the file a member writes its CPU profile to, between
+// SIGUSR1 and SIGUSR2 (see Process.StartProfile).
+const profileEnv = "RECONF_ETCDPROC_CPUPROFILE"
+
 // Process is an etcd member in a child process. Its methods are not safe
 // for concurrent use.
 type Process struct {
@@ -53,6 +57,8 @@ func RunIfChild() (int, bool) {
 	signal.Ignore(syscall.SIGINT)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
+	stopProfile := profileOnSignal(os.Getenv(profileEnv))
+	defer stopProfile()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	s, err := embedded.Start(context.Background(), embedded.Config{Logger: log})
 	if err != nil {
