@@ -29,6 +29,9 @@
 //
 //   - p50_ms, p99_ms, max_ms: trigger (the publisher's Reload) to applied
 //     on every follower, by each follower's observer;
+//   - rows_p50_ms, rows_p99_ms: trigger to every presence row holding
+//     the version, as status's "converged" and the publisher's
+//     convergence histogram see it; the next reload waits for it;
 //   - publish_p50_ms, apply_p50_ms, apply_p99_ms: the publisher's whole
 //     attempt, and one follower's apply (Result.Duration);
 //   - cpu_per_apply_ms: this process's CPU over the reloads, less the
@@ -101,20 +104,26 @@ type config struct {
 
 // result is one run's JSON line.
 type result struct {
-	Followers             int     `json:"followers"`
-	Mode                  string  `json:"mode"`
-	Clients               int     `json:"clients"`
-	Gate                  bool    `json:"gate"`
-	Keys                  int     `json:"keys,omitempty"`
-	ConfigBytes           int     `json:"config_bytes"`
-	RecordBytes           int     `json:"record_bytes"`
-	Reloads               int     `json:"reloads"`
-	Unconverged           int     `json:"unconverged"`
-	FailedApplies         int     `json:"failed_applies"`
-	P50                   float64 `json:"p50_ms"`
-	P99                   float64 `json:"p99_ms"`
-	Max                   float64 `json:"max_ms"`
-	PublishP50            float64 `json:"publish_p50_ms"`
+	Followers     int     `json:"followers"`
+	Mode          string  `json:"mode"`
+	Clients       int     `json:"clients"`
+	Gate          bool    `json:"gate"`
+	Keys          int     `json:"keys,omitempty"`
+	ConfigBytes   int     `json:"config_bytes"`
+	RecordBytes   int     `json:"record_bytes"`
+	Reloads       int     `json:"reloads"`
+	Unconverged   int     `json:"unconverged"`
+	FailedApplies int     `json:"failed_applies"`
+	P50           float64 `json:"p50_ms"`
+	P99           float64 `json:"p99_ms"`
+	Max           float64 `json:"max_ms"`
+	PublishP50    float64 `json:"publish_p50_ms"`
+	// RowsP50 and RowsP99 are trigger to every presence row holding the
+	// version (what status calls converged); RowsBehind counts the reloads
+	// whose rows did not all say so within -timeout.
+	RowsP50               float64 `json:"rows_p50_ms"`
+	RowsP99               float64 `json:"rows_p99_ms"`
+	RowsBehind            int     `json:"rows_behind,omitempty"`
 	ApplyP50              float64 `json:"apply_p50_ms"`
 	ApplyP99              float64 `json:"apply_p99_ms"`
 	CPUPerApply           float64 `json:"cpu_per_apply_ms"`
@@ -317,6 +326,18 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		return res, err
 	}
 
+	rcli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 5 * time.Second, MaxCallRecvMsgSize: 256 << 20})
+	if err != nil {
+		return res, err
+	}
+	defer rcli.Close()
+	rctx, stopRows := context.WithCancel(ctx)
+	defer stopRows()
+	rows, err := watchRows(rctx, rcli, "/reconf/fleetsim/workers/")
+	if err != nil {
+		return res, err
+	}
+	var rowTimes []time.Duration
 	version := uint64(1)
 	reload := func(i int) (time.Duration, time.Duration, error) {
 		if err := writeAtomic(pub, docs[(i+1)%2]); err != nil {
@@ -324,6 +345,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 		version++
 		done := fl.track.expect(version)
+		rowsDone := rows.expect(version, c.followers+1)
 		start := time.Now()
 		r, err := fl.members[0].reload(ctx)
 		answered := time.Since(start)
@@ -343,6 +365,18 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 			log.Warn("fleetsim: a reload did not reach every follower in time", "version", version, "missing", left)
 			return c.timeout, answered, nil
 		}
+		// The next reload waits for every row to say so, as status's
+		// "converged" does: otherwise it would start while etcd still
+		// writes this one's rows.
+		select {
+		case <-rowsDone:
+			rowTimes = append(rowTimes, rows.reached().Sub(start))
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(c.timeout):
+			res.RowsBehind++
+			log.Warn("fleetsim: the rows did not all show a reload in time", "version", version, "behind", rows.behind())
+		}
 		last, _ := fl.track.result()
 		return max(last.Sub(start), answered), answered, nil
 	}
@@ -355,6 +389,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 	}
 	fl.track.takeApplies()
+	rowTimes = rowTimes[:0]
 
 	before, err := m.sample(ctx)
 	if err != nil {
@@ -419,6 +454,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	used := gross.less(rate)
 	res.P50, res.P99, res.Max = ms(quantile(conv, 0.5)), ms(quantile(conv, 0.99)), ms(quantile(conv, 1))
 	res.PublishP50 = ms(quantile(answers, 0.5))
+	res.RowsP50, res.RowsP99 = ms(quantile(rowTimes, 0.5)), ms(quantile(rowTimes, 0.99))
 	res.ApplyP50, res.ApplyP99 = ms(quantile(applies, 0.5)), ms(quantile(applies, 0.99))
 	if len(applies) > 0 {
 		res.CPUPerApply = ms(used.cpu) / float64(len(applies))

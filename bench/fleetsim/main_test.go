@@ -39,8 +39,11 @@ func TestFleetSmoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Unconverged != 0 || res.FailedApplies != 0 {
-				t.Fatalf("got %d unconverged reloads and %d failed applies (%s), want none", res.Unconverged, res.FailedApplies, res.FirstFailureReason)
+			if res.Unconverged != 0 || res.FailedApplies != 0 || res.RowsBehind != 0 {
+				t.Fatalf("got %d unconverged reloads, %d failed applies (%s) and %d reloads whose rows lagged, want none", res.Unconverged, res.FailedApplies, res.FirstFailureReason, res.RowsBehind)
+			}
+			if res.RowsP50 <= 0 || res.RowsP99 < res.RowsP50 {
+				t.Errorf("rows reached every version in p50 %.1f ms, p99 %.1f ms: not measured", res.RowsP50, res.RowsP99)
 			}
 			if res.IdleWritesPerS != 0 {
 				t.Errorf("the fleet wrote %.1f times a second at rest, want 0 (rows and host records live on leases)", res.IdleWritesPerS)
