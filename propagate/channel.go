@@ -90,6 +90,19 @@ type ChannelOption func(*Channel)
 // host-pid-random.
 func WithWorkerID(id string) ChannelOption { return func(c *Channel) { c.id = id } }
 
+// WithHost names the host this worker runs on, in place of
+// os.Hostname, in the records it publishes, its row and its host's
+// record (see HostRow): a worker in a container whose host name is the
+// container's reports the machine's. Every worker of one host must give
+// the same name, and it must not be empty.
+func WithHost(host string) ChannelOption {
+	return func(c *Channel) {
+		if host != "" {
+			c.host = host
+		}
+	}
+}
+
 // WithFleet names, in every record this worker publishes and in its row,
 // the fleet it belongs to (its supervisor's ID) and its slot there. Both
 // are labels, not credentials; either may be empty.
@@ -121,7 +134,7 @@ func NewChannel(cli *clientv3.Client, prefix string, opts ...ChannelOption) (*Ch
 		o(c)
 	}
 	if c.id == "" {
-		c.id = defaultWorkerID()
+		c.id = defaultWorkerID(c.host)
 	}
 	if strings.Contains(c.id, "/") {
 		return nil, fmt.Errorf("propagate: worker ID %q contains '/'", c.id)
@@ -129,8 +142,7 @@ func NewChannel(cli *clientv3.Client, prefix string, opts ...ChannelOption) (*Ch
 	return c, nil
 }
 
-func defaultWorkerID() string {
-	host, _ := os.Hostname()
+func defaultWorkerID(host string) string {
 	if host == "" {
 		host = "host"
 	}

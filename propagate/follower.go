@@ -110,7 +110,7 @@ func WithHostTTL(d time.Duration) Option {
 	}
 }
 
-// withHost names the host in place of os.Hostname (tests of several
+// withHost names the host in place of the channel's (tests of several
 // hosts in one process).
 func withHost(h string) Option { return func(o *options) { o.host = h } }
 
@@ -262,7 +262,7 @@ func follow(ctx context.Context, ch *Channel, rt runtime, opts ...Option) (*Foll
 		f.o.logger = slog.Default()
 	}
 	f.o.logger = f.o.logger.With(slog.String("worker_id", ch.id))
-	f.host, _ = os.Hostname()
+	f.host = ch.host
 	if f.o.host != "" {
 		f.host = f.o.host
 	}
@@ -385,7 +385,6 @@ func (f *Follower) forgetHost(ctx context.Context) {
 	}
 }
 
-// run is the apply loop: watch, resync, retry.
 // readEvery is how many intervals apart the resync reads are while the
 // watch proves itself (see resyncPlan.every): what a read finds that no
 // watch does.

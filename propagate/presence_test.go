@@ -326,3 +326,47 @@ func TestKilledHostIsForgotten(t *testing.T) {
 		t.Fatal("h1's record lapsed with its killed worker while another worker of h1 lives")
 	}
 }
+
+// TestHostNamedByChannel: WithHost names the worker's host in its row
+// and its host's record; a host's last worker to close reads its own
+// host's rows (their IDs begin with the host's name) and deletes the
+// record once none is left, also beside a host whose name begins with
+// the first's.
+func TestHostNamedByChannel(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	start := func(host, id string) *worker {
+		return startWorker(t, s.Endpoints(), p, id, workerOpts{chOpts: []ChannelOption{WithHost(host)}, follow: []Option{WithResyncInterval(50 * time.Millisecond)}})
+	}
+	a1, a2, ab := start("a", "a-1"), start("a", "a-2"), start("a-b", "a-b-1")
+	ctx := context.Background()
+	hostRecord := func(host string) bool {
+		resp, err := ab.cli.Get(ctx, ab.ch.hostKey(host))
+		return err == nil && len(resp.Kvs) == 1
+	}
+	waitFor(t, 5*time.Second, "both hosts' records", func() bool { return hostRecord("a") && hostRecord("a-b") })
+	if h := a1.f.Row().Host; h != "a" {
+		t.Fatalf("row names host %q, want a", h)
+	}
+	if err := a1.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hostRecord("a") {
+		t.Fatal("host a's record went while a-2 still runs there")
+	}
+	if err := a2.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hostRecord("a") {
+		t.Fatal("host a's record is left after its last worker closed (a-b's row is another host's)")
+	}
+	if !hostRecord("a-b") {
+		t.Fatal("host a-b's record went with host a's workers")
+	}
+	if err := ab.f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hostRecord("a-b") {
+		t.Fatal("host a-b's record is left after its last worker closed")
+	}
+}

@@ -99,7 +99,7 @@ func startFleet(ctx context.Context, c config, endpoints []string, pubPath, folP
 		switch mode {
 		case modeGateway:
 			g, err := gateway.New(ctx, path,
-				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Client: fl.sharedClient(i), Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1), GateTTL: c.gateTTL}),
+				gateway.WithCluster(gateway.ClusterOptions{Endpoints: endpoints, Client: fl.sharedClient(i), Prefix: "/reconf/fleetsim", Worker: strconv.Itoa(i + 1), Host: fl.host(i), GateTTL: c.gateTTL}),
 				gateway.WithLogger(log.With("follower", i)),
 				gateway.WithRuntimeOptions(obs))
 			if err != nil {
@@ -139,6 +139,16 @@ func startFleet(ctx context.Context, c config, endpoints []string, pubPath, folP
 		return nil, err
 	}
 	return fl, nil
+}
+
+// host names member i's machine: its own, as a fleet of that many
+// machines would have, or its shared client's (the workers of one host
+// share a local proxy's connection).
+func (fl *fleet) host(i int) string {
+	if len(fl.shared) > 0 {
+		i %= len(fl.shared)
+	}
+	return "host" + strconv.Itoa(i)
 }
 
 func (fl *fleet) sharedClient(i int) *clientv3.Client {

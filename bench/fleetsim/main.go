@@ -19,11 +19,12 @@
 // (gateway.New with a cluster: its own etcd client, or one of -clients
 // shared ones, the runtime, the follower with its presence row on the
 // concurrency gate's lease, the history, the backends consumer), lacking
-// only its listener. Each reads
+// only its listener, on a host of its own (host<i>, or its shared
+// client's: ClusterOptions.Host). Each reads
 // examples/local-stub.yaml, grown to -size bytes with stub backends and
 // aliases. The publisher then reloads -reloads times, alternating
 // routing.max_attempts between 2 and 3, and after each reload waits until
-// every follower has applied the version.
+// every follower has applied the version and every row says so.
 //
 // Each run prints one JSON line:
 //

@@ -55,6 +55,11 @@ type ClusterOptions struct {
 	// named in the records it publishes and in its row; empty for a
 	// process that is its host's only worker.
 	Fleet string
+	// Host names the machine the worker runs on, in its worker ID, its
+	// row and its host's record (default os.Hostname; see
+	// propagate.WithHost). bench/fleetsim gives each simulated worker a
+	// host of its own, as a fleet of that many machines would have.
+	Host string
 	// GateTTL is the lease time of the worker's concurrency claims
 	// (default gate.DefaultTTL): the slots of a worker that dies come back
 	// to the fleet within it, and a worker cut off from etcd falls back
@@ -127,9 +132,9 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 			return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
 		}
 	}
-	id := workerID(c.Worker)
+	id := workerIDOn(c.Host, c.Worker, os.Getpid())
 	st := &clusterState{slot: c.Worker, prefix: c.Prefix, cli: cli, ownCli: own, timing: propagate.NewTiming()}
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithHost(c.Host), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
 	if err != nil {
 		st.closeClient()
 		return nil, err
@@ -196,15 +201,17 @@ func (c *clusterState) closeGate(ctx context.Context) error {
 	return nil
 }
 
-// workerID names a worker's row: host, slot and pid, so that a restarted
-// worker is a new row and its predecessor's expires.
-func workerID(slot string) string { return WorkerID(slot, os.Getpid()) }
-
 // WorkerID is the row and claim ID of the worker of slot with pid on
 // this host, as the worker names itself: a supervisor names a worker it
-// reaped by it.
-func WorkerID(slot string, pid int) string {
-	host, _ := os.Hostname()
+// reaped by it. Host, slot and pid: a restarted worker is a new row, and
+// its predecessor's expires.
+func WorkerID(slot string, pid int) string { return workerIDOn("", slot, pid) }
+
+// workerIDOn is WorkerID on the named host (os.Hostname when empty).
+func workerIDOn(host, slot string, pid int) string {
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	if host == "" {
 		host = "host"
 	}
