@@ -160,7 +160,10 @@ func (c *Channel) Publisher() Publisher {
 }
 
 // Key returns the etcd key that holds the record.
-func (c *Channel) Key() string { return c.prefix + "/config" }
+func (c *Channel) Key() string { return recordKey(c.prefix) }
+
+// recordKey is the record's key under prefix.
+func recordKey(prefix string) string { return prefix + "/config" }
 
 // WorkersPrefix returns the etcd prefix of the worker rows.
 func (c *Channel) WorkersPrefix() string { return c.prefix + "/workers/" }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -117,10 +118,14 @@ func NewHistory(ch *Channel, opts ...HistoryOption) *History {
 	for _, o := range opts {
 		o(h)
 	}
-	// A process's first write trims too: workers that each write fewer
-	// than limit/8 entries (every start writes one; a crash-looping or
-	// often restarted fleet) would otherwise never trim.
-	h.sinceTrim = h.trimEvery() - 1
+	// A process's first write may trim too: workers that each write
+	// fewer than limit/8 entries (every start writes one; a
+	// crash-looping or often restarted fleet) would otherwise never trim.
+	// One in limit/8 does, at random: every worker's first write
+	// trimming made a fleet's start-up storm as many trims as workers,
+	// each counting a log that the storm itself had grown by one entry
+	// per worker.
+	h.sinceTrim = rand.N(h.trimEvery())
 	go h.write()
 	return h
 }
@@ -470,19 +475,17 @@ func (h *History) trim(ctx context.Context, newest uint64) error {
 		}
 	}
 	if newest == 0 {
-		resp, err := h.cli.Get(ctx, h.appliesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+		// The record's version: no applied version is newer. (The
+		// newest applies key, a descending read, made etcd read and
+		// sort every worker's applies of every kept version.)
+		resp, err := h.cli.Get(ctx, recordKey(h.prefix), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 		if err != nil {
 			return unreachableUnder(h.prefix, "trim history", err)
 		}
 		if len(resp.Kvs) == 0 {
 			return nil
 		}
-		v, ok := appliedVersion(h.appliesPrefix(), string(resp.Kvs[0].Key))
-		if !ok {
-			return nil
-		}
-		newest = v
+		newest = uint64(resp.Kvs[0].Version)
 	}
 	if newest <= uint64(h.limit) {
 		return nil
