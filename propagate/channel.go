@@ -317,26 +317,54 @@ func (c *Channel) vet(ctx context.Context, u Update) error {
 func (c *Channel) vetCompacted(ctx context.Context, u Update) error {
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.WorkersPrefix(), clientv3.WithPrefix())
+	// The publisher's row and a first page of rows: in a fleet at rest
+	// nearly every row vouches, so every worker joining after a
+	// compaction (a rolling restart) read every row of the fleet, 4 MB at
+	// 10,000 workers, where one page settles it. The rest only when no
+	// row of the page does.
+	tx, err := c.cli.Txn(ctx).Then(clientv3.OpGet(c.WorkersPrefix()+u.PublishedBy),
+		clientv3.OpGet(c.WorkersPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(vetPage))).Commit()
 	if err != nil {
 		return c.unreachable("vet the publisher of a compacted revision", err)
 	}
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == c.WorkersPrefix()+u.PublishedBy && kv.CreateRevision <= u.Revision {
-			return nil
+	vouches := func(kvs []*mvccpb.KeyValue) bool {
+		for _, kv := range kvs {
+			if string(kv.Key) == c.WorkersPrefix()+u.PublishedBy && kv.CreateRevision <= u.Revision {
+				return true
+			}
+			var r WorkerRow
+			if json.Unmarshal(kv.Value, &r) == nil && r.AppliedVersion == u.Version {
+				return true
+			}
 		}
-		var r WorkerRow
-		if json.Unmarshal(kv.Value, &r) == nil && r.AppliedVersion == u.Version {
-			return nil
-		}
+		return false
 	}
-	if n := len(resp.Kvs); n > 0 {
+	page := tx.Responses[1].GetResponseRange()
+	if vouches(tx.Responses[0].GetResponseRange().GetKvs()) || vouches(page.GetKvs()) {
+		return nil
+	}
+	n := len(page.GetKvs())
+	if page.GetMore() {
+		resp, err := c.cli.Get(ctx, c.WorkersPrefix(), clientv3.WithPrefix(), clientv3.WithRev(tx.Header.Revision))
+		if err != nil {
+			return c.unreachable("vet the publisher of a compacted revision", err)
+		}
+		if vouches(resp.Kvs) {
+			return nil
+		}
+		n = len(resp.Kvs)
+	}
+	if n > 0 {
 		return fmt.Errorf("%w: version %d names publisher %q; its revision is compacted, the publisher's row is gone, and none of the %d workers present applied it; it is not a version of this fleet",
 			ErrUnknownPublisher, u.Version, u.PublishedBy, n)
 	}
 	c.unvetted.Store(u.Version)
 	return nil
 }
+
+// vetPage is how many rows the vetting of a compacted record reads
+// first (see vetCompacted).
+const vetPage = 64
 
 // ownWrite names a record a publish is writing: its version and its
 // published_at, the publisher's clock to the nanosecond. Nobody else can

@@ -2,7 +2,9 @@ package propagate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +94,59 @@ func TestVetAfterCompaction(t *testing.T) {
 	waitFor(t, 3*time.Second, "the follower says the version it started on was not vetted", func() bool {
 		return strings.Contains(testLogs.String(), "could not be vetted")
 	})
+}
+
+// TestVetAfterCompactionPastAPage: the vetting of a compacted record
+// reads a first page of rows; past it, a fleet whose rows all refused
+// the record still refuses it, and one row that applied it, sorting last,
+// still vouches for it.
+func TestVetAfterCompactionPastAPage(t *testing.T) {
+	s := startServer(t)
+	p := newPrefix()
+	a := startWorker(t, s.Endpoints(), p, "a", workerOpts{follow: []Option{WithResyncInterval(100 * time.Millisecond)}})
+	ctx := context.Background()
+	if err := a.f.Close(ctx); err != nil { // no row of a live worker vouches
+		t.Fatal(err)
+	}
+	if _, err := a.cli.Put(ctx, a.ch.Key(), foreignRecord(2, "intruder", RecordFormat)); err != nil {
+		t.Fatal(err)
+	}
+	row := func(id string, applied uint64) {
+		t.Helper()
+		b, _ := json.Marshal(WorkerRow{ID: id, AppliedVersion: applied, State: StateOK})
+		if _, err := a.cli.Put(ctx, a.ch.WorkersPrefix()+id, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range vetPage + 6 {
+		row(fmt.Sprintf("r%03d", i), 1)
+	}
+	compact := func() {
+		t.Helper()
+		resp, err := a.cli.Put(ctx, p+"-elsewhere", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.cli.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compact()
+	join := func(id string) (uint64, error) {
+		t.Helper()
+		ch, err := NewChannel(a.cli, p, WithWorkerID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := ch.Join(ctx, fleet.Record{Live: []byte("limits: {stub: 1}\n")})
+		return v, err
+	}
+	if v, err := join("j1"); !errors.Is(err, ErrUnknownPublisher) || !strings.Contains(err.Error(), fmt.Sprintf("none of the %d workers", vetPage+6)) {
+		t.Fatalf("join on a compacted record none of %d rows applied: version %d, %v; want ErrUnknownPublisher naming every row", vetPage+6, v, err)
+	}
+	row("zz-last", 2)
+	compact()
+	if v, err := join("j2"); err != nil || v != 2 {
+		t.Fatalf("join on a compacted record the last row applied: version %d, %v", v, err)
+	}
 }
