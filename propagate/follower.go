@@ -128,8 +128,9 @@ func WithSharedLease(lease func() clientv3.LeaseID) Option {
 }
 
 // WithLeaseAnswers gives the follower the last answer etcd sent to a
-// renewal of the shared lease (WithSharedLease): when it arrived and the
-// store revision it carried, as gate.Gate.LastAnswer returns them. An
+// renewal of the shared lease (WithSharedLease): when the renewal was
+// sent (etcd read the revision no earlier) and the store revision it
+// carried, as gate.Gate.LastAnswer returns them. An
 // answer whose revision the follower's watch has already reached proves
 // the watch missed nothing up to it, as a progress notification would:
 // the store has not changed since. So a fleet at rest proves its watches
@@ -849,10 +850,16 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	err := func() error {
 		if keepAlive && f.o.lease == nil && f.lease != 0 {
 			ctx, cancel := f.ch.reqCtx(f.ctx)
+			sent := time.Now()
 			resp, err := f.ch.cli.KeepAliveOnce(ctx, f.lease)
 			cancel()
 			if err == nil {
-				f.ownAnswer.Store(&leaseAnswer{time.Now(), resp.Revision})
+				// Dated when it was sent: etcd read its revision at some
+				// moment before the answer arrived, and a version written
+				// after that moment is not covered. Dated on arrival, a
+				// late answer proved the watch for up to its round trip
+				// longer than it could.
+				f.ownAnswer.Store(&leaseAnswer{sent, resp.Revision})
 			}
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				f.lease = 0 // expired while etcd was away: a new lease below
@@ -896,8 +903,8 @@ func (f *Follower) heartbeat(keepAlive bool) {
 	}
 }
 
-// leaseAnswer is etcd's answer to a renewal: when it arrived, and the
-// store revision it carried.
+// leaseAnswer is etcd's answer to a renewal: when the renewal was sent,
+// and the store revision the answer carried.
 type leaseAnswer struct {
 	at  time.Time
 	rev int64

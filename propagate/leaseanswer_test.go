@@ -2,6 +2,7 @@ package propagate
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,4 +89,52 @@ func TestLeaseAnswersProveAfterMemberRestart(t *testing.T) {
 	})
 	waitFor(t, b.f.StalenessBound(), "b applies version 2", converged([]*worker{b}, 2))
 	restsWithoutAsking(t, b)
+}
+
+// slowLeaseFault delays every lease renewal answer by delay and records
+// when each renewal was sent: fault injection for the dating of proofs.
+type slowLeaseFault struct {
+	clientv3.Lease
+	delay time.Duration
+	mu    sync.Mutex
+	sent  []time.Time
+}
+
+func (l *slowLeaseFault) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	l.mu.Lock()
+	l.sent = append(l.sent, time.Now())
+	l.mu.Unlock()
+	time.Sleep(l.delay)
+	return l.Lease.KeepAliveOnce(ctx, id)
+}
+
+// TestOwnLeaseAnswerDatedAtSend: a renewal's answer proves the watch as
+// of when the renewal was sent, not when its answer arrived: etcd read
+// the revision at some moment in between, and a version written after
+// it is not covered. Dated on arrival, an answer late by its round trip
+// proved the watch that much longer than it could.
+func TestOwnLeaseAnswerDatedAtSend(t *testing.T) {
+	s := startServer(t)
+	cli, err := Connect(s.Endpoints(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	const delay = 400 * time.Millisecond
+	slow := &slowLeaseFault{Lease: cli.Lease, delay: delay}
+	cli.Lease = slow
+	w := startWorker(t, s.Endpoints(), newPrefix(), "a", workerOpts{cli: cli, follow: []Option{WithLeaseTTL(time.Second)}})
+	var at time.Time
+	waitFor(t, 5*time.Second, "an answer to a renewal", func() bool {
+		at, _ = w.f.lastOwnAnswer()
+		return !at.IsZero()
+	})
+	slow.mu.Lock()
+	defer slow.mu.Unlock()
+	for _, sent := range slow.sent {
+		if d := at.Sub(sent); d > -delay/2 && d < delay/2 {
+			return
+		}
+	}
+	t.Fatalf("the answer is dated %v, not at any renewal's send (%v): dated on arrival, %v late", at.Format(time.StampMicro), slow.sent, delay)
 }
