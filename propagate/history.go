@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -118,14 +117,13 @@ func NewHistory(ch *Channel, opts ...HistoryOption) *History {
 	for _, o := range opts {
 		o(h)
 	}
-	// A process's first write may trim too: workers that each write
-	// fewer than limit/8 entries (every start writes one; a
-	// crash-looping or often restarted fleet) would otherwise never trim.
-	// One in limit/8 does, at random: every worker's first write
-	// trimming made a fleet's start-up storm as many trims as workers,
-	// each counting a log that the storm itself had grown by one entry
-	// per worker.
-	h.sinceTrim = rand.N(h.trimEvery())
+	// A process's first write trims too: workers that each write fewer
+	// than limit/8 entries (every start writes one; a crash-looping or
+	// often restarted fleet) would otherwise never trim. In a fleet's
+	// start-up that is a trim per worker, each a count of a log kept near
+	// its limit and two single-key requests: none reads what grows with
+	// the fleet.
+	h.sinceTrim = h.trimEvery() - 1
 	go h.write()
 	return h
 }
