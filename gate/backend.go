@@ -60,16 +60,16 @@ type backend struct {
 	limitAt    time.Duration // when SetLimit last changed the limit
 
 	// Owned by run.
-	view        map[string]entry // other workers' records by escaped ID
-	viewRev     int64            // every change to the prefix up to this revision is in view
-	pub         record           // this worker's record as last written
-	pubLease    int64            // lease of the written record; 0: no record in etcd
-	pubRev      int64            // mod revision of the written record
-	grantedAt   time.Duration    // when granted last grew
-	noGrowUntil time.Duration    // after passing slots on, let others take them
-	ticked      bool             // this pass follows a tick (publishes a cleared hunger)
-	rejoinDone  int64            // rejoinSeen whose honest record is written
-	rejoinRev   int64            // revision of that record
+	view        view          // other workers' records by escaped ID
+	viewRev     int64         // every change to the prefix up to this revision is in view
+	pub         record        // this worker's record as last written
+	pubLease    int64         // lease of the written record; 0: no record in etcd
+	pubRev      int64         // mod revision of the written record
+	grantedAt   time.Duration // when granted last grew
+	noGrowUntil time.Duration // after passing slots on, let others take them
+	ticked      bool          // this pass follows a tick (publishes a cleared hunger)
+	rejoinDone  int64         // rejoinSeen whose honest record is written
+	rejoinRev   int64         // revision of that record
 }
 
 var _ controller = (*backend)(nil)
@@ -81,7 +81,7 @@ func newBackend(g *Gate, name string) *backend {
 		pfx:   g.prefix + escape(name) + "/",
 		id:    escape(g.id),
 		kickc: make(chan struct{}, 1),
-		view:  make(map[string]entry),
+		view:  newView(),
 	}
 	b.rejoinSeen = g.rejoins.Load() // a rejoin before this backend existed is not its own
 	b.rejoinDone = b.rejoinSeen
@@ -246,7 +246,7 @@ func (b *backend) sync(ctx context.Context) (clientv3.WatchChan, context.CancelF
 
 // load replaces the view with kvs, read at rev.
 func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
-	clear(b.view)
+	b.view.reset()
 	mine := false
 	for _, kv := range kvs {
 		id := strings.TrimPrefix(string(kv.Key), b.pfx)
@@ -254,7 +254,7 @@ func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
 			mine = true
 			continue
 		}
-		b.view[id] = entry{b.decode(kv.Value), kv.ModRevision}
+		b.view.set(id, entry{b.decode(kv.Value), kv.ModRevision})
 	}
 	if !mine && rev > b.pubRev {
 		b.pubLease = 0 // our record expired with an old lease
@@ -282,9 +282,9 @@ func (b *backend) applyEvents(evs []*clientv3.Event) {
 			continue
 		}
 		if ev.Type == clientv3.EventTypeDelete {
-			delete(b.view, id)
+			b.view.del(id)
 		} else {
-			b.view[id] = entry{b.decode(ev.Kv.Value), ev.Kv.ModRevision}
+			b.view.set(id, entry{b.decode(ev.Kv.Value), ev.Kv.ModRevision})
 		}
 	}
 	b.summarize()
@@ -310,11 +310,8 @@ func (b *backend) decode(v []byte) record {
 // while they still serve their shares. Read from the shrunken view, every
 // such worker would take a share of the whole limit.
 func (b *backend) summarize() {
-	sum := 0
-	for _, r := range b.view {
-		sum = min(sum+r.Claim, MaxLimit)
-	}
-	n := len(b.view) + 1
+	sum := b.view.claims()
+	n := b.view.len() + 1
 	for {
 		w := b.g.workers.Load()
 		if int64(n) <= w || b.g.workers.CompareAndSwap(w, int64(n)) {
@@ -386,15 +383,8 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	share := limit / b.n
 	bar := max(share, 1)
 	limitAt := b.limitAt
-	var anyWant, anyStarved, zeroHungry, unknown bool
-	for _, r := range b.view {
-		unknown = unknown || r.Limit == 0
-		if r.hungry() {
-			anyWant = true
-			anyStarved = anyStarved || r.Claim < bar
-			zeroHungry = zeroHungry || r.Claim == 0
-		}
-	}
+	anyWant, anyStarved, zeroHungry := b.view.hunger(bar)
+	unknown := b.view.unknown > 0
 	target := min(b.granted, max(share, limit-sumO))
 	if anyWant {
 		target = min(target, d)
@@ -419,17 +409,6 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	granted := b.granted
 	wary := !rejoinPending && rejoin != 0 && now-b.rejoinAt < g.ttl+g.ttl/2
 	b.mu.Unlock()
-	sumGrow := sumO
-	if wary {
-		sumGrow = 0
-		for _, e := range b.view {
-			c := e.Claim
-			if e.rev < b.rejoinRev {
-				c = max(c, share)
-			}
-			sumGrow = min(sumGrow+c, MaxLimit)
-		}
-	}
 
 	// A worker still unlimited may have any number of requests in flight:
 	// wait for it to take the limit and write an honest claim, for at most
@@ -437,6 +416,10 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	// configuration must not block the fleet for ever).
 	unknown = unknown && now-limitAt < g.ttl
 	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
+		sumGrow := sumO
+		if wary {
+			sumGrow = b.waryClaims(share)
+		}
 		upTo := limit
 		if anyStarved {
 			upTo = bar
@@ -471,6 +454,21 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	// may let us write a lower one.
 	b.lim.notify.Store(b.pub.Claim > granted || granted > bar)
 	return false
+}
+
+// waryClaims is the others' claims as a worker back from a cut counts
+// them: a record not written since its honest one as max(claim, share).
+// It loops over the view, but only while that worker is wary.
+func (b *backend) waryClaims(share int) int {
+	sum := 0
+	for _, e := range b.view.m {
+		c := e.Claim
+		if e.rev < b.rejoinRev {
+			c = max(c, share)
+		}
+		sum = min(sum+c, MaxLimit)
+	}
+	return sum
 }
 
 // cas writes rec if no other worker's record changed since viewRev (a
