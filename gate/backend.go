@@ -50,6 +50,12 @@ type backend struct {
 	// passes counts the loop's passes, for the tests of what it costs at
 	// rest.
 	passes atomic.Int64
+	// idle is set while the backend is idle (idle.go): no view, no
+	// watch, no tick; renewals need not come every period for it.
+	idle atomic.Bool
+	// counts counts an idle backend's counts of the workers, for the
+	// tests of what it costs at rest.
+	counts atomic.Int64
 
 	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
@@ -70,6 +76,9 @@ type backend struct {
 	ticked      bool          // this pass follows a tick (publishes a cleared hunger)
 	rejoinDone  int64         // rejoinSeen whose honest record is written
 	rejoinRev   int64         // revision of that record
+	activeAt    time.Duration // last pass that was not quiet (idle.go)
+	countedAt   time.Duration // when an idle backend last counted the workers
+	countNext   time.Duration // time from countedAt to the next count
 }
 
 var _ controller = (*backend)(nil)
@@ -86,6 +95,7 @@ func newBackend(g *Gate, name string) *backend {
 	b.rejoinSeen = g.rejoins.Load() // a rejoin before this backend existed is not its own
 	b.rejoinDone = b.rejoinSeen
 	b.key = b.pfx + b.id
+	b.activeAt = -g.ttl // a worker that never had demand is idle from its join
 	b.lim = newClusterLimiter(b)
 	return b
 }
@@ -180,11 +190,49 @@ func (b *backend) run() {
 	t := time.NewTicker(b.g.period)
 	defer t.Stop()
 	ticking := true
+	ct := time.NewTimer(time.Hour)
+	ct.Stop()
+	defer ct.Stop()
 	var wch clientv3.WatchChan
 	wcancel := context.CancelFunc(func() {})
 	defer func() { wcancel() }()
 	for {
-		if wch == nil && b.lim.limit.Load() > 0 && b.g.phase(b.g.now()) < cutEarly {
+		now := b.g.now()
+		limited := b.lim.limit.Load() > 0
+		inContact := b.g.phase(now) == connected
+		switch {
+		case b.idle.Load() && (!limited || inContact && b.demand()):
+			// Demand (or no limit): read and watch again before growing,
+			// and have the renewals come every period before the claim
+			// grows (reconcile waits for an answer that allowed no slack).
+			b.idle.Store(false)
+			b.activeAt = now
+			b.g.Renew()
+			ct.Stop()
+		case !b.idle.Load() && !b.quiet(now):
+			b.activeAt = now
+		case !b.idle.Load() && now-b.activeAt >= b.g.ttl:
+			wcancel()
+			wch = nil
+			b.view.reset()
+			b.viewRev = 0
+			b.idle.Store(true)
+			if b.countNext == 0 {
+				b.countedAt = -time.Hour // never counted: count now
+			} else {
+				b.countedAt = now // the view just gave N
+				ct.Reset(b.countNext)
+			}
+		}
+		if b.idle.Load() && inContact && now-b.countedAt >= b.countNext {
+			b.count(ctx)
+			b.countedAt = b.g.now()
+			b.mu.Lock()
+			n := b.n
+			b.mu.Unlock()
+			b.countNext = idleCountEvery(b.g.ttl, n)
+			ct.Reset(b.countNext)
+		} else if !b.idle.Load() && wch == nil && limited && inContact {
 			wch, wcancel = b.sync(ctx)
 		}
 		b.passes.Add(1)
@@ -198,8 +246,8 @@ func (b *backend) run() {
 		// balance, and a thousand workers ticking for nothing were a
 		// visible part of an idle fleet's CPU: its loop sleeps until a
 		// limit or a waiter kicks it, or the gate does (a new lease, a
-		// change of phase).
-		if rest := b.atRest(); rest && ticking {
+		// change of phase). So does an idle one, but for its counts.
+		if rest := b.atRest() || b.idle.Load(); rest && ticking {
 			t.Stop()
 			ticking = false
 		} else if !rest && !ticking {
@@ -210,6 +258,7 @@ func (b *backend) run() {
 		case <-ctx.Done():
 			return
 		case <-b.kickc:
+		case <-ct.C:
 		case <-t.C:
 			b.ticked = true
 		case wr, ok := <-wch:
@@ -310,8 +359,13 @@ func (b *backend) decode(v []byte) record {
 // while they still serve their shares. Read from the shrunken view, every
 // such worker would take a share of the whole limit.
 func (b *backend) summarize() {
-	sum := b.view.claims()
-	n := b.view.len() + 1
+	b.setN(b.view.len()+1, b.view.claims())
+}
+
+// setN stores the workers seen, n (this one included), and the others'
+// claims, and re-applies the capacity. See summarize for why n does not
+// fall while cut off.
+func (b *backend) setN(n, sum int) {
 	for {
 		w := b.g.workers.Load()
 		if int64(n) <= w || b.g.workers.CompareAndSwap(w, int64(n)) {
@@ -365,6 +419,10 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 		}
 		return false
 	}
+	if b.idle.Load() {
+		b.idleRecord(ctx, limit)
+		return false
+	}
 	ph := g.phase(now)
 	if ph >= cutEarly || b.viewRev == 0 {
 		b.applyCapacity(now)
@@ -415,7 +473,11 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	// a TTL after our own limit changed (a worker stuck on an older
 	// configuration must not block the fleet for ever).
 	unknown = unknown && now-limitAt < g.ttl
-	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
+	// Grow only once a renewal sent every period has been answered: until
+	// then the phases keep a longer allowance (slack), and a worker cut
+	// off then would run on its claim for longer than the others expect.
+	tight := g.slack.Load() == 0
+	if ph == connected && tight && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
 		sumGrow := sumO
 		if wary {
 			sumGrow = b.waryClaims(share)
