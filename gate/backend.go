@@ -50,6 +50,12 @@ type backend struct {
 	// passes counts the loop's passes, for the tests of what it costs at
 	// rest.
 	passes atomic.Int64
+	// idle is set while the backend is idle (idle.go): no view, no
+	// watch, no tick; renewals need not come every period for it.
+	idle atomic.Bool
+	// counts counts an idle backend's counts of the workers, for the
+	// tests of what it costs at rest.
+	counts atomic.Int64
 
 	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
@@ -60,16 +66,19 @@ type backend struct {
 	limitAt    time.Duration // when SetLimit last changed the limit
 
 	// Owned by run.
-	view        map[string]entry // other workers' records by escaped ID
-	viewRev     int64            // every change to the prefix up to this revision is in view
-	pub         record           // this worker's record as last written
-	pubLease    int64            // lease of the written record; 0: no record in etcd
-	pubRev      int64            // mod revision of the written record
-	grantedAt   time.Duration    // when granted last grew
-	noGrowUntil time.Duration    // after passing slots on, let others take them
-	ticked      bool             // this pass follows a tick (publishes a cleared hunger)
-	rejoinDone  int64            // rejoinSeen whose honest record is written
-	rejoinRev   int64            // revision of that record
+	view        view          // other workers' records by escaped ID
+	viewRev     int64         // every change to the prefix up to this revision is in view
+	pub         record        // this worker's record as last written
+	pubLease    int64         // lease of the written record; 0: no record in etcd
+	pubRev      int64         // mod revision of the written record
+	grantedAt   time.Duration // when granted last grew
+	noGrowUntil time.Duration // after passing slots on, let others take them
+	ticked      bool          // this pass follows a tick (publishes a cleared hunger)
+	rejoinDone  int64         // rejoinSeen whose honest record is written
+	rejoinRev   int64         // revision of that record
+	activeAt    time.Duration // last pass that was not quiet (idle.go)
+	countedAt   time.Duration // when an idle backend last counted the workers
+	countNext   time.Duration // time from countedAt to the next count
 }
 
 var _ controller = (*backend)(nil)
@@ -81,11 +90,12 @@ func newBackend(g *Gate, name string) *backend {
 		pfx:   g.prefix + escape(name) + "/",
 		id:    escape(g.id),
 		kickc: make(chan struct{}, 1),
-		view:  make(map[string]entry),
+		view:  newView(),
 	}
 	b.rejoinSeen = g.rejoins.Load() // a rejoin before this backend existed is not its own
 	b.rejoinDone = b.rejoinSeen
 	b.key = b.pfx + b.id
+	b.activeAt = -g.ttl // a worker that never had demand is idle from its join
 	b.lim = newClusterLimiter(b)
 	return b
 }
@@ -180,11 +190,49 @@ func (b *backend) run() {
 	t := time.NewTicker(b.g.period)
 	defer t.Stop()
 	ticking := true
+	ct := time.NewTimer(time.Hour)
+	ct.Stop()
+	defer ct.Stop()
 	var wch clientv3.WatchChan
 	wcancel := context.CancelFunc(func() {})
 	defer func() { wcancel() }()
 	for {
-		if wch == nil && b.lim.limit.Load() > 0 && b.g.phase(b.g.now()) < cutEarly {
+		now := b.g.now()
+		limited := b.lim.limit.Load() > 0
+		inContact := b.g.phase(now) == connected
+		switch {
+		case b.idle.Load() && (!limited || inContact && b.demand()):
+			// Demand (or no limit): read and watch again before growing,
+			// and have the renewals come every period before the claim
+			// grows (reconcile waits for an answer that allowed no slack).
+			b.idle.Store(false)
+			b.activeAt = now
+			b.g.Renew()
+			ct.Stop()
+		case !b.idle.Load() && !b.quiet(now):
+			b.activeAt = now
+		case !b.idle.Load() && now-b.activeAt >= b.g.ttl:
+			wcancel()
+			wch = nil
+			b.view.reset()
+			b.viewRev = 0
+			b.idle.Store(true)
+			if b.countNext == 0 {
+				b.countedAt = -time.Hour // never counted: count now
+			} else {
+				b.countedAt = now // the view just gave N
+				ct.Reset(b.countNext)
+			}
+		}
+		if b.idle.Load() && inContact && now-b.countedAt >= b.countNext {
+			b.count(ctx)
+			b.countedAt = b.g.now()
+			b.mu.Lock()
+			n := b.n
+			b.mu.Unlock()
+			b.countNext = idleCountEvery(b.g.ttl, n)
+			ct.Reset(b.countNext)
+		} else if !b.idle.Load() && wch == nil && limited && inContact {
 			wch, wcancel = b.sync(ctx)
 		}
 		b.passes.Add(1)
@@ -198,8 +246,8 @@ func (b *backend) run() {
 		// balance, and a thousand workers ticking for nothing were a
 		// visible part of an idle fleet's CPU: its loop sleeps until a
 		// limit or a waiter kicks it, or the gate does (a new lease, a
-		// change of phase).
-		if rest := b.atRest(); rest && ticking {
+		// change of phase). So does an idle one, but for its counts.
+		if rest := b.atRest() || b.idle.Load(); rest && ticking {
 			t.Stop()
 			ticking = false
 		} else if !rest && !ticking {
@@ -210,6 +258,7 @@ func (b *backend) run() {
 		case <-ctx.Done():
 			return
 		case <-b.kickc:
+		case <-ct.C:
 		case <-t.C:
 			b.ticked = true
 		case wr, ok := <-wch:
@@ -246,7 +295,7 @@ func (b *backend) sync(ctx context.Context) (clientv3.WatchChan, context.CancelF
 
 // load replaces the view with kvs, read at rev.
 func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
-	clear(b.view)
+	b.view.reset()
 	mine := false
 	for _, kv := range kvs {
 		id := strings.TrimPrefix(string(kv.Key), b.pfx)
@@ -254,7 +303,7 @@ func (b *backend) load(kvs []*mvccpb.KeyValue, rev int64) {
 			mine = true
 			continue
 		}
-		b.view[id] = entry{b.decode(kv.Value), kv.ModRevision}
+		b.view.set(id, entry{b.decode(kv.Value), kv.ModRevision})
 	}
 	if !mine && rev > b.pubRev {
 		b.pubLease = 0 // our record expired with an old lease
@@ -282,9 +331,9 @@ func (b *backend) applyEvents(evs []*clientv3.Event) {
 			continue
 		}
 		if ev.Type == clientv3.EventTypeDelete {
-			delete(b.view, id)
+			b.view.del(id)
 		} else {
-			b.view[id] = entry{b.decode(ev.Kv.Value), ev.Kv.ModRevision}
+			b.view.set(id, entry{b.decode(ev.Kv.Value), ev.Kv.ModRevision})
 		}
 	}
 	b.summarize()
@@ -310,11 +359,13 @@ func (b *backend) decode(v []byte) record {
 // while they still serve their shares. Read from the shrunken view, every
 // such worker would take a share of the whole limit.
 func (b *backend) summarize() {
-	sum := 0
-	for _, r := range b.view {
-		sum = min(sum+r.Claim, MaxLimit)
-	}
-	n := len(b.view) + 1
+	b.setN(b.view.len()+1, b.view.claims())
+}
+
+// setN stores the workers seen, n (this one included), and the others'
+// claims, and re-applies the capacity. See summarize for why n does not
+// fall while cut off.
+func (b *backend) setN(n, sum int) {
 	for {
 		w := b.g.workers.Load()
 		if int64(n) <= w || b.g.workers.CompareAndSwap(w, int64(n)) {
@@ -368,6 +419,10 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 		}
 		return false
 	}
+	if b.idle.Load() {
+		b.idleRecord(ctx, limit)
+		return false
+	}
 	ph := g.phase(now)
 	if ph >= cutEarly || b.viewRev == 0 {
 		b.applyCapacity(now)
@@ -386,15 +441,8 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	share := limit / b.n
 	bar := max(share, 1)
 	limitAt := b.limitAt
-	var anyWant, anyStarved, zeroHungry, unknown bool
-	for _, r := range b.view {
-		unknown = unknown || r.Limit == 0
-		if r.hungry() {
-			anyWant = true
-			anyStarved = anyStarved || r.Claim < bar
-			zeroHungry = zeroHungry || r.Claim == 0
-		}
-	}
+	anyWant, anyStarved, zeroHungry := b.view.hunger(bar)
+	unknown := b.view.unknown > 0
 	target := min(b.granted, max(share, limit-sumO))
 	if anyWant {
 		target = min(target, d)
@@ -419,24 +467,21 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	granted := b.granted
 	wary := !rejoinPending && rejoin != 0 && now-b.rejoinAt < g.ttl+g.ttl/2
 	b.mu.Unlock()
-	sumGrow := sumO
-	if wary {
-		sumGrow = 0
-		for _, e := range b.view {
-			c := e.Claim
-			if e.rev < b.rejoinRev {
-				c = max(c, share)
-			}
-			sumGrow = min(sumGrow+c, MaxLimit)
-		}
-	}
 
 	// A worker still unlimited may have any number of requests in flight:
 	// wait for it to take the limit and write an honest claim, for at most
 	// a TTL after our own limit changed (a worker stuck on an older
 	// configuration must not block the fleet for ever).
 	unknown = unknown && now-limitAt < g.ttl
-	if ph == connected && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
+	// Grow only once a renewal sent every period has been answered: until
+	// then the phases keep a longer allowance (slack), and a worker cut
+	// off then would run on its claim for longer than the others expect.
+	tight := g.slack.Load() == 0
+	if ph == connected && tight && d > granted && now >= b.noGrowUntil && !unknown && !rejoinPending {
+		sumGrow := sumO
+		if wary {
+			sumGrow = b.waryClaims(share)
+		}
 		upTo := limit
 		if anyStarved {
 			upTo = bar
@@ -471,6 +516,21 @@ func (b *backend) reconcile(ctx context.Context) (retry bool) {
 	// may let us write a lower one.
 	b.lim.notify.Store(b.pub.Claim > granted || granted > bar)
 	return false
+}
+
+// waryClaims is the others' claims as a worker back from a cut counts
+// them: a record not written since its honest one as max(claim, share).
+// It loops over the view, but only while that worker is wary.
+func (b *backend) waryClaims(share int) int {
+	sum := 0
+	for _, e := range b.view.m {
+		c := e.Claim
+		if e.rev < b.rejoinRev {
+			c = max(c, share)
+		}
+		sum = min(sum+c, MaxLimit)
+	}
+	return sum
 }
 
 // cas writes rec if no other worker's record changed since viewRev (a

@@ -65,13 +65,35 @@
 //     them at the lease's expiry, and the others' watches see the slots
 //     free. Close revokes the lease at once.
 //
+// # Idle workers
+//
+// A worker whose backend is limited, that holds no slot (claim 0), has
+// no demand, no hunger and no rejoin record to write, and has been so
+// for a TTL (or since its join, if it never had demand) is idle on that
+// backend: it keeps its record {"claim": 0, "limit": L}, but drops its
+// view and its watch and stops ticking. It learns N from a count-only
+// read of the backend's records, at its join and every TTL (every
+// TTL*N/1000 above a thousand workers), never while cut off. A join then
+// reaches only the workers that hold or want slots, at most about L of
+// them, and costs an idle worker nothing; the fleet's counts visit about
+// 1,000*N records a TTL in etcd's index. An idle worker's N, and so its
+// share and Stats.Workers, may be one count interval old: a worker that
+// joined or died since shows at its next count.
+//
+// A waiter wakes an idle backend: it reads every record, watches again
+// and asks for a renewal, and grows (as any worker: only into free slots,
+// by compare-and-set) once a renewal sent under the tighter spacing has
+// been answered. Until its watch shows it the others, its capacity is its
+// claim, 0.
+//
 // # Cut off from etcd
 //
 // With TTL the lease time and contact the send time of the last renewal
 // that succeeded (etcd's expiry is at least TTL after it):
 //
 //	contact + TTL/4   capacity drops to min(claim, floor(L/N)); Degraded
-//	contact + TTL/2   capacity is floor(L/N) (N: workers last seen in contact)
+//	contact + TTL/2   capacity is floor(L/N) (N: workers last seen in contact,
+//	                  by the watch, or by the last count of an idle worker)
 //	contact + TTL     etcd may expire the lease; others reclaim the slots
 //
 // When contact comes back, the worker cuts its claim to min(claim,
@@ -82,26 +104,36 @@
 // are gone and it starts again from its honest claim.
 //
 // The bound holds exactly while every worker reaches etcd, and while none
-// does (all lose contact within TTL/4 of each other, as when etcd stops:
-// renewals are TTL/8 apart while a backend is limited), including when they come back at different
+// does (as when etcd stops), including when they come back at different
 // times: the shares sum to at most L and nobody uses more than its claim
-// once any worker uses its share. A worker cut off alone, while the others
+// once any worker uses its share. Renewals are TTL/8 apart on a worker
+// that holds or wants slots, so all of those lose contact within TTL/4
+// of each other; an idle worker's renewals are up to TTL/3 apart, but it
+// holds claim 0 and cannot grow without etcd, and its phases start
+// TTL/3 - TTL/8 later, so it uses its share no sooner than 3TTL/8 after
+// the cut, when every worker with a claim is already down to min(claim,
+// share) (by TTL/4). Its share counts N as last counted: if the fleet grew since,
+// that share is the larger one of the smaller fleet, by at most one count
+// interval of joins. A worker cut off alone, while the others
 // still reach etcd, may exceed the limit by at most its share floor(L/N),
 // from TTL/2 after its last contact until it reconnects and its excess
 // drains.
 //
 // # Renewals
 //
-// While a backend is limited the lease is renewed every TTL/8, which the
-// phases above count on. While none is, no capacity depends on when
-// contact was lost, and renewals are up to TTL/3 apart (the lease's own
+// While a backend is limited and not idle the lease is renewed every
+// TTL/8, which the phases above count on. While none is, no capacity
+// above a claim of 0 depends on when contact was lost, and renewals are
+// up to TTL/3 apart (the lease's own
 // need), or sooner when asked (Gate.Renew: a propagate follower takes
 // the answers as proofs of its watch); the phases then start TTL/3 -
-// TTL/8 later, for Degraded alone. A backend becoming limited asks for a
-// renewal at once, and the phases tighten with its answer; until then
-// they keep the longer allowance, so the switch to a limit is not a
-// rejoin, and a worker cut off just then still runs on its share before
+// TTL/8 later. A backend becoming limited, or an idle one getting
+// demand, asks for a renewal at once, and the phases tighten with its
+// answer; until then they keep the longer allowance, so the switch is not
+// a rejoin, and a worker cut off just then still runs on its share before
 // its lease can expire (TTL/3 - TTL/8 + TTL/2 after its last contact).
+// No claim grows before that answer: a claim above the share must drop
+// within TTL/4 of the cut, as the others' do.
 //
 // # Concurrency
 //

@@ -218,7 +218,7 @@ func (g *Gate) renewGap() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, b := range g.backends {
-		if b.lim.limit.Load() > 0 {
+		if b.lim.limit.Load() > 0 && !b.idle.Load() {
 			return g.period
 		}
 	}
@@ -368,7 +368,13 @@ func (g *Gate) contact(sent, slack time.Duration, lease clientv3.LeaseID) {
 			break
 		}
 		if g.lastContact.CompareAndSwap(lc, int64(sent)) {
-			g.slack.Store(int64(slack))
+			if prev := g.slack.Swap(int64(slack)); slack < time.Duration(prev) {
+				// A backend may be waiting for the tighter renewals to
+				// grow (reconcile).
+				for _, b := range g.backendsSnapshot() {
+					b.kick()
+				}
+			}
 			break
 		}
 	}

@@ -1,14 +1,16 @@
 package gate
 
 import (
+	"context"
 	"testing"
 	"time"
 )
 
-// TestRenewalsFollowTheLimit: with no backend limited the lease is renewed
-// at the lease's own need (a third of the TTL) and the worker stays in
-// contact between renewals; a limit brings the renewals back to every
-// period at once, without counting as a rejoin; Renew has one sent and
+// TestRenewalsFollowTheLimit: with no backend limited, or only idle ones,
+// the lease is renewed at the lease's own need (a third of the TTL) and
+// the worker stays in contact between renewals; demand on a limited
+// backend brings the renewals back to every period at once, without
+// counting as a rejoin; Renew has one sent and
 // answered within a round trip.
 func TestRenewalsFollowTheLimit(t *testing.T) {
 	if testing.Short() {
@@ -32,14 +34,32 @@ func TestRenewalsFollowTheLimit(t *testing.T) {
 		t.Errorf("%d renewals in %v with no backend limited, want 2 to %d (one per third of the TTL)", n, span, most)
 	}
 
-	rejoins := g.rejoins.Load()
+	// A limited backend with no demand is idle: it holds no slot that
+	// another worker could reclaim, so the renewals keep their spacing.
 	g.Limiter("b").SetLimit(4)
+	if !eventually(g.ttl, func() bool { return backendOf(w, "b").idle.Load() }) {
+		t.Fatal("a limited backend without demand never went idle")
+	}
+	time.Sleep(g.ttl / 3) // the renewals sent at the switch are answered
+	if n, most := count(), int64(span/(g.ttl/3-g.ttl/24))+1; n > most {
+		t.Errorf("%d renewals in %v with an idle backend limited, want at most %d (one per third of the TTL)", n, span, most)
+	}
+
+	// Demand tightens them to every period, without counting as a rejoin.
+	rejoins := g.rejoins.Load()
+	ctx, cancel := context.WithTimeout(t.Context(), g.ttl)
+	s, err := g.Limiter("b").Acquire(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n, least := count(), int64(span/g.period)*3/4; n < least {
-		t.Errorf("%d renewals in %v with a backend limited, want at least %d (one per period)", n, span, least)
+		t.Errorf("%d renewals in %v with a backend limited and in use, want at least %d (one per period)", n, span, least)
 	}
 	if r := g.rejoins.Load(); r != rejoins {
-		t.Errorf("the switch to a limit counted %d rejoins, want none", r-rejoins)
+		t.Errorf("the demand counted %d rejoins, want none", r-rejoins)
 	}
+	s.Release()
 
 	g.Limiter("b").SetLimit(0)
 	time.Sleep(g.ttl / 2) // the renewal in flight at the switch is answered
