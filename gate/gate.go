@@ -183,8 +183,9 @@ func (g *Gate) ID() string { return g.id }
 // claims when the Gate closes or the process dies.
 func (g *Gate) Lease() clientv3.LeaseID { return clientv3.LeaseID(g.lease.Load()) }
 
-// Answer is etcd's answer to a renewal of the lease: when it arrived and
-// the store revision it carried (that of the member which answered).
+// Answer is etcd's answer to a renewal of the lease: when the renewal was
+// sent (etcd read the revision no earlier) and the store revision it
+// carried (that of the member which answered).
 type Answer struct {
 	At       time.Time
 	Revision int64

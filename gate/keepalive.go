@@ -183,7 +183,10 @@ func (rs *renewals) receive() {
 			kick(g.kaLost)
 			continue
 		}
-		g.answered.Store(&Answer{At: time.Now(), Revision: resp.Header.GetRevision()})
+		// Dated at the renewal's send: etcd read the revision no earlier,
+		// and a watch it proves may have missed a version written after
+		// that (see LastAnswer).
+		g.answered.Store(&Answer{At: g.epoch.Add(r.sent), Revision: resp.Header.GetRevision()})
 		g.contact(r.sent, r.slack, 0)
 	}
 }
