@@ -89,6 +89,13 @@ func quickRaceExit() {
 	os.Setenv("GORACE", strings.TrimSpace(v+" atexit_sleep_ms=0"))
 }
 
+// deadLeaseTTL is the cluster lease (--cluster-lease-ttl) of the tests
+// that wait for a killed worker's lease to expire: the wait is the
+// test's length at the default 10 s, and 4 s still leaves a race-built
+// worker on a loaded machine time to renew it (as the rollout fault
+// tests do).
+const deadLeaseTTL = 4 * time.Second
+
 // stubConfig is a configuration for one process; %s is the data plane's
 // address.
 const stubConfig = `
