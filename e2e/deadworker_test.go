@@ -69,7 +69,8 @@ func pageOK(table, id string) bool {
 // expires (its requests may still run at the upstream; see
 // TestGateDeadWorkerSlotsComeBack), then counts the four live workers.
 func TestKilledWorkerLeavesStatusAtOnce(t *testing.T) {
-	s := startServer(t, config(4, "0s"), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	s := startServer(t, config(4, "0s"), []string{"--workers", "4", "--management-address", "127.0.0.1:0",
+		"--cluster-lease-ttl", deadLeaseTTL.String()})
 	f := s.waitConverged(1, 4, 20*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -131,8 +132,8 @@ func TestKilledWorkerLeavesStatusAtOnce(t *testing.T) {
 		t.Errorf("the release was not logged")
 	}
 
-	// The replacement joins; once the dead worker's lease (10 s) has
-	// expired, the gate counts the four live workers.
+	// The replacement joins; once the dead worker's lease (deadLeaseTTL)
+	// has expired, the gate counts the four live workers.
 	s.waitConverged(1, 4, 20*time.Second)
 	deadline = killed.Add(25 * time.Second)
 	for {

@@ -217,13 +217,17 @@ func TestGateFollowsPublishedLimit(t *testing.T) {
 var reWorkerPID = regexp.MustCompile(`-w\d+-(\d+)$`)
 
 // TestGateDeadWorkerSlotsComeBack kills a worker holding slots with
-// SIGKILL: its claim stays in etcd until its lease expires
-// (gate.DefaultTTL), the fleet never exceeds the limit meanwhile, and the
-// remaining workers reach the limit again once the lease is gone.
+// SIGKILL: its claim stays in etcd until its lease expires, the fleet
+// never exceeds the limit meanwhile, and the remaining workers reach the
+// limit again once the lease is gone. The lease is deadLeaseTTL
+// (--cluster-lease-ttl) rather than gate.DefaultTTL: every bound below
+// scales with it, and the wait for the expiry is the test's length.
 func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	requireBinary(t)
 	up := newCountingUpstream(t)
-	s := startServer(t, gateConfig(up.URL(), 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0"})
+	const ttl = deadLeaseTTL
+	s := startServer(t, gateConfig(up.URL(), 4), []string{"--workers", "4", "--management-address", "127.0.0.1:0",
+		"--cluster-lease-ttl", ttl.String()})
 	s.waitConverged(1, 4, 20*time.Second)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints(), DialTimeout: 5 * time.Second, Logger: nil})
 	if err != nil {
@@ -279,7 +283,7 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	for expired == 0 {
 		if _, ok := claims()[victim]; !ok {
 			expired = time.Since(killed)
-		} else if time.Since(killed) > gate.DefaultTTL+3*time.Second {
+		} else if time.Since(killed) > ttl+3*time.Second {
 			t.Fatalf("the dead worker's claim is still in etcd %v after the kill", time.Since(killed))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -297,14 +301,14 @@ func TestGateDeadWorkerSlotsComeBack(t *testing.T) {
 	// than survivors' demand, the freed slot goes to one of them at a
 	// period's turn (docs/design/concurrency-gate.md). 1 s of slack each
 	// for a loaded CI machine.
-	if limit := gate.DefaultTTL + 1500*time.Millisecond; expired > limit {
-		t.Errorf("the dead worker's claim expired %v after the kill, want within the lease time %v + 0.5 s (+1 s)", expired, gate.DefaultTTL)
+	if limit := ttl + 1500*time.Millisecond; expired > limit {
+		t.Errorf("the dead worker's claim expired %v after the kill, want within the lease time %v + 0.5 s (+1 s)", expired, ttl)
 	}
-	if limit := gate.DefaultTTL + gate.DefaultTTL/4 + 2500*time.Millisecond; back > limit {
-		t.Errorf("the fleet got the dead worker's slot back %v after the kill, want within the lease time %v + 0.5 s + two balancer periods (+2 s)", back, gate.DefaultTTL)
+	if limit := ttl + ttl/4 + 2500*time.Millisecond; back > limit {
+		t.Errorf("the fleet got the dead worker's slot back %v after the kill, want within the lease time %v + 0.5 s + two balancer periods (+2 s)", back, ttl)
 	}
 	t.Logf("killed worker %s holding %d slot(s): its claim expired %v after the kill, the fleet at 4 again %v after it (lease time %v)",
-		victim, held, expired.Round(time.Millisecond), back.Round(time.Millisecond), gate.DefaultTTL)
+		victim, held, expired.Round(time.Millisecond), back.Round(time.Millisecond), ttl)
 
 	high := up.Overall()
 	codes, errs := load.stop()

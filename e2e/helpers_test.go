@@ -59,6 +59,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building reconfd:", err)
 		return 1
 	}
+	quickRaceExit()
 	code := m.Run()
 	if code == 0 {
 		// The three-member cluster of TestTwoHostsOnThreeMemberCluster
@@ -72,6 +73,28 @@ func runMain(m *testing.M) int {
 	}
 	return code
 }
+
+// quickRaceExit turns off the race detector's pause at exit
+// (atexit_sleep_ms, 1 s by default) for every process the tests start:
+// reconfd servers, their workers, CLI runs and etcd members. Each of them
+// is race-built, and the pause, which only gives other threads time to
+// finish a report already begun, came to seconds per test. A race is
+// still reported where it happens, and the tests read the output for it.
+// A GORACE that sets the pause itself is kept.
+func quickRaceExit() {
+	v := os.Getenv("GORACE")
+	if strings.Contains(v, "atexit_sleep_ms") {
+		return
+	}
+	os.Setenv("GORACE", strings.TrimSpace(v+" atexit_sleep_ms=0"))
+}
+
+// deadLeaseTTL is the cluster lease (--cluster-lease-ttl) of the tests
+// that wait for a killed worker's lease to expire: the wait is the
+// test's length at the default 10 s, and 4 s still leaves a race-built
+// worker on a loaded machine time to renew it (as the rollout fault
+// tests do).
+const deadLeaseTTL = 4 * time.Second
 
 // stubConfig is a configuration for one process; %s is the data plane's
 // address.

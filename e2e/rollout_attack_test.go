@@ -139,24 +139,9 @@ func logRolloutWarnings(t *testing.T, s *server) {
 // never told a decision was taken that was not; and the rollout ends
 // the same on every worker.
 func TestStagedRolloutAttacks(t *testing.T) {
-	requireBinary(t)
-	etcd := startEtcdProcess(t)
-	ep := tcpForward(t, etcd.Endpoint())
 	const prefix = "/test/rollout-attacks"
-	ups := rolloutUpstreams(t)
-	cfg := func(target string) string {
-		return fmt.Sprintf(rolloutConfig, ups[0], ups[1], ups[2], ups[3], target, 4) + attackStrategy
-	}
-	const token = "rollout-e2e-management-token-0123"
-	s := startServer(t, cfg("good"), []string{"--management-address", "127.0.0.1:0", "--cluster", ep, "--cluster-prefix", prefix},
-		"RECONF_MANAGEMENT_TOKEN="+token)
-	menv := []string{"RECONF_MANAGEMENT_ADDRESS=" + s.mgmt, "RECONF_MANAGEMENT_TOKEN=" + token}
-	waitFleet(t, s, token, 1, 4)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	f := startRolloutFleet(t, prefix, attackStrategy)
+	s, etcd, cli, cfg, menv, token := f.s, f.etcd, f.cli, f.cfg, f.menv, rolloutToken
 	version := uint64(1)
 	// Each stage is new content (a rolled-back one is refused): the good
 	// backend's timeout changes by a second each time.
@@ -164,13 +149,7 @@ func TestStagedRolloutAttacks(t *testing.T) {
 	stage := func(strategy string) uint64 {
 		t.Helper()
 		next++
-		writeAtomic(t, s.config, strings.Replace(cfg("good"), "timeout: 10s}", fmt.Sprintf("timeout: %ds}", 10+next), 1))
-		code, out, errOut := reconfd(t, menv, "reload", "--rollout", strategy, "--output", "json")
-		var res reconf.Result
-		if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Reason != reconf.ReasonRolloutStarted {
-			t.Fatalf("reload --rollout %s: exit %d: %s %s", strategy, code, out, errOut)
-		}
-		return res.Generation
+		return f.stage(t, strings.Replace(cfg("good"), "timeout: 10s}", fmt.Sprintf("timeout: %ds}", 10+next), 1), strategy)
 	}
 	// ended waits for rollout cand to end on the whole fleet, and for
 	// every worker to hold its result.

@@ -339,10 +339,44 @@ func (g *Gateway) Reload(ctx context.Context, trigger reconf.Trigger) (reconf.Re
 	return g.rt.Reload(ctx, trigger)
 }
 
+// unreadSweep is how often a shutdown closes the connections that have
+// sent nothing yet, while it waits for the others.
+const unreadSweep = 20 * time.Millisecond
+
+// shutdownServer stops the data plane's server: it closes the listeners
+// and idle keep-alive connections, and waits for in-flight requests.
+// fasthttp counts a connection that has not sent its first request as
+// idle only 5 s after it opened, so a client's unused connection (a
+// browser's preconnection, one a pool dialed for a request that another
+// connection served) held every shutdown 4-5 s. Such connections are
+// closed at once, and again every unreadSweep for those accepted while
+// the listeners closed.
+func (g *Gateway) shutdownServer(ctx context.Context) error {
+	stop, swept := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(swept)
+		t := time.NewTicker(unreadSweep)
+		defer t.Stop()
+		for {
+			g.conns.closeUnread()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	err := g.srv.ShutdownWithContext(ctx)
+	close(stop)
+	<-swept
+	return err
+}
+
 // Shutdown first refuses every new configuration trigger (answered
 // canceled / shutdown) and cancels the attempt in flight, so nothing is
-// published while it drains; then it stops accepting connections, waits
-// for in-flight requests (streams included) to finish, and closes the
+// published while it drains; then it stops accepting connections, closes
+// the idle ones (kept alive, or never used for a request), waits for
+// in-flight requests (streams included) to finish, and closes the
 // runtime, which retires the last generations and closes their upstream
 // clients. If ctx ends first,
 // the remaining connections are closed and the runtime gets a short grace
@@ -374,7 +408,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.stopped = true
 		serving := g.serving
 		g.servingMu.Unlock()
-		if err := g.srv.ShutdownWithContext(ctx); err != nil {
+		if err := g.shutdownServer(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: in-flight requests did not finish: %w", err))
 			// Closing the connections fails their writes, which ends every
 			// stream and releases its slot and pin.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -61,6 +62,10 @@ type rawConn struct {
 	wfunc   func(fd uintptr) bool
 
 	auth authMemo // a client connection's admitted key (see authMemo)
+
+	// used is unread until the first byte is read, then read; Shutdown
+	// may claim an unread connection (claimUnread) and close it.
+	used atomic.Int32
 
 	// An upstream connection checks, before a write that starts a request
 	// after a pause, that the upstream did not close it while idle (see
@@ -139,7 +144,49 @@ func (c *rawConn) Read(p []byte) (int, error) {
 		// net.Conn's Read returns it.
 		return 0, err
 	}
+	if c.rn > 0 && c.used.Load() != connRead && !c.used.CompareAndSwap(connUnread, connRead) {
+		// Shutdown claimed the connection as unread and closes it: the
+		// bytes that came just then go with it, as they would have a
+		// moment later.
+		return 0, c.opError("read", syscall.ECONNABORTED)
+	}
 	return c.rn, c.rerr
+}
+
+// The states of rawConn.used.
+const (
+	connUnread int32 = iota
+	connRead
+	connClaimed
+)
+
+// claimUnread claims a connection on which nothing was read yet and
+// nothing waits to be read, for Shutdown to close: a client's
+// preconnection, or one its pool dialed and never used, which fasthttp
+// counts as idle only 5 s after it opened. It reports whether it claimed
+// it; a connection that sent a byte is left to the drain.
+func (c *rawConn) claimUnread() bool {
+	if c.used.Load() != connUnread {
+		return false
+	}
+	pending := true
+	if err := c.rc.Control(func(fd uintptr) { pending = bytesPending(fd) }); err != nil || pending {
+		return false
+	}
+	return c.used.CompareAndSwap(connUnread, connClaimed)
+}
+
+// bytesPending reports whether the socket holds something to read (a
+// request's first bytes, the peer's FIN) or an error, without taking it.
+func bytesPending(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		return e != syscall.EAGAIN
+	}
 }
 
 // readFD reads once into rbuf; it returns false to wait for the socket to

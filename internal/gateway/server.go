@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,6 +166,23 @@ func (s *connSet) track(c net.Conn, st fasthttp.ConnState) {
 		s.share.closed()
 		if s.cap != nil {
 			s.cap.release(c)
+		}
+	}
+}
+
+// closeUnread closes the connections on which no byte has been read (see
+// rawConn.claimUnread). A TLS connection counts as read once its
+// handshake began.
+func (s *connSet) closeUnread() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.m {
+		nc := c
+		if tc, ok := c.(*tls.Conn); ok {
+			nc = tc.NetConn()
+		}
+		if u, ok := nc.(interface{ claimUnread() bool }); ok && u.claimUnread() {
+			_ = c.Close()
 		}
 	}
 }

@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,5 +120,75 @@ func TestServeAfterShutdownReturns(t *testing.T) {
 			t.Fatalf("round %d: Serve still serving 5 s after Shutdown", i)
 		}
 		ln.Close()
+	}
+}
+
+// TestShutdownClosesUnusedConnectionsAtOnce: a connection that never sent
+// a request (a preconnection, one a client's pool dialed and kept) is
+// closed at once, as an idle kept-alive one is, while one whose request
+// has begun to arrive is served to its end. fasthttp counted the first
+// kind as idle only 5 s after it opened: every shutdown with one open
+// took 4-5 s.
+func TestShutdownClosesUnusedConnectionsAtOnce(t *testing.T) {
+	tg := startGateway(t, baseConfig)
+	if r := tg.chat("stub-1"); r.status != 200 { // leaves a kept-alive connection idle
+		t.Fatalf("chat: %d", r.status)
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", strings.TrimPrefix(tg.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	unused, begun := dial(), dial()
+	body := chatBody("stub-1", false)
+	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	if _, err := io.WriteString(begun, head); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the three connections accepted", func() bool {
+		tg.conns.mu.Lock()
+		defer tg.conns.mu.Unlock()
+		return len(tg.conns.m) == 3
+	})
+
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		stopped <- tg.Shutdown(ctx)
+	}()
+	// The unused connection is closed by the server, not left to the
+	// client.
+	_ = unused.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := unused.Read(make([]byte, 1)); err == nil || n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the unused connection: read %d, %v; want it closed", n, err)
+	}
+	closed := time.Since(start)
+	select {
+	case err := <-stopped:
+		t.Fatalf("Shutdown returned (%v) while a request was arriving", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := io.WriteString(begun, "\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(begun), nil)
+	if err != nil {
+		t.Fatalf("the request that had begun: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the request that had begun: %d", resp.StatusCode)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	// Generous: the old wait was at least 4 s, this one a sweep.
+	if closed > 2*time.Second {
+		t.Errorf("the unused connection was closed %v after Shutdown began; want well under fasthttp's 4-5 s", closed)
 	}
 }
