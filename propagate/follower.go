@@ -203,8 +203,13 @@ type Follower struct {
 	late       atomic.Pointer[lateJoin]    // the rollout this worker started serving without following
 
 	// Owned by the presence goroutine (and Follow before it starts).
-	lease   clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
-	written WorkerRow        // the row last written, heartbeat cleared
+	lease clientv3.LeaseID // the follower's own lease; 0 with a shared one, or to be granted
+	// firstRow: the row is not written yet. Its first write deletes a
+	// rollout acknowledgement under this worker's ID, which can only be
+	// a predecessor's (a worker killed and restarted with the same ID
+	// before its lease expired): the driver took it for this worker's.
+	firstRow bool
+	written  WorkerRow // the row last written, heartbeat cleared
 	// writeFails counts the row writes that failed in a row (presence's
 	// retries back off on it).
 	writeFails int
@@ -275,6 +280,7 @@ func follow(ctx context.Context, ch *Channel, rt runtime, opts ...Option) (*Foll
 	} else if f.o.lease() == 0 {
 		return nil, errors.New("propagate: the shared lease is not granted")
 	}
+	f.firstRow = true
 	if err := ch.retryLate(ctx, f.putRow); err != nil {
 		f.revoke(ctx)
 		return nil, err
@@ -1003,6 +1009,9 @@ func (f *Follower) putRow(ctx context.Context) error {
 		if withHost {
 			ops = append(ops, f.ch.hostPut(row, f.hostLease))
 		}
+		if f.firstRow {
+			ops = append(ops, clientv3.OpDelete(f.ch.ackKey()))
+		}
 		_, err := f.ch.cli.Txn(ctx).Then(append(ops, applies...)...).Commit()
 		return err
 	}
@@ -1029,6 +1038,7 @@ func (f *Follower) putRow(ctx context.Context) error {
 	if withHost {
 		f.hostGone.Store(false)
 	}
+	f.firstRow = false
 	f.trimAfter(applies)
 	f.ch.rowLease.Store(int64(lease))
 	f.rowVersion.Store(row.AppliedVersion)

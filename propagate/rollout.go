@@ -38,7 +38,9 @@ import (
 //     and so does an operator's view (fleet.Member.FleetRolloutWindow).
 //   - P/rollout/acks/<worker>: the pending widening this worker's runtime
 //     holds (rollout and step), on its row lease: the driver makes the
-//     step effective once every live worker's row has one.
+//     step effective once every live worker's row has one. A worker's
+//     first row write deletes it: one there then is a predecessor's of
+//     the same ID, killed before its lease expired.
 //   - P/records/<version, 20 digits>: a copy of each of the last
 //     RecordedVersions records (references, never resolved secrets),
 //     written in the transaction that writes the record, for a worker
@@ -60,6 +62,7 @@ func (c *Channel) rolloutKey() string   { return c.prefix + "/rollout/state" }
 func (c *Channel) driverKey() string    { return c.prefix + "/rollout/driver" }
 func (c *Channel) countsPrefix() string { return c.prefix + "/rollout/counts/" }
 func (c *Channel) acksPrefix() string   { return c.prefix + "/rollout/acks/" }
+func (c *Channel) ackKey() string       { return c.acksPrefix() + c.id }
 func (c *Channel) recordsPrefix() string {
 	return c.prefix + "/records/"
 }
@@ -301,7 +304,7 @@ func (c *Channel) writeAck(ctx context.Context, st reconf.RolloutState) error {
 	}
 	ctx, cancel := c.reqCtx(ctx)
 	defer cancel()
-	if _, err := c.cli.Put(ctx, c.acksPrefix()+c.id, string(b), clientv3.WithLease(lease)); err != nil {
+	if _, err := c.cli.Put(ctx, c.ackKey(), string(b), clientv3.WithLease(lease)); err != nil {
 		return c.unreachable("acknowledge the rollout's step", err)
 	}
 	return nil

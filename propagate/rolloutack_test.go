@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -291,5 +292,46 @@ func TestFleetAbortDoesNotWaitForAcknowledgement(t *testing.T) {
 	})
 	if !time.Now().Before(deadline) {
 		t.Fatalf("the rollback waited for the acknowledgements (until %s)", deadline.Format("15:04:05.000"))
+	}
+}
+
+// TestPredecessorAckNotCounted: a worker acknowledges a pending
+// widening and is killed (its row and acknowledgement outlive it on its
+// lease); a worker of the same ID starts before that lease expires. The
+// driver waits for the successor's own acknowledgement: the successor
+// does not hold the step its predecessor acknowledged.
+func TestPredecessorAckNotCounted(t *testing.T) {
+	s := startServer(t)
+	prefix := newPrefix()
+	opts := workerOpts{follow: []Option{WithLeaseTTL(30 * time.Second)}}
+	driver := startWorker(t, s.Endpoints(), prefix, "driver", opts)
+	st := reconf.RolloutState{ID: 7, Step: 1, Pending: &reconf.PendingStep{Step: 2, Share: reconf.FullShare / 2, Decided: time.Now()}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waiting := func() []string {
+		t.Helper()
+		w, _, err := driver.ch.Unacknowledged(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	b1 := startWorker(t, s.Endpoints(), prefix, "b", opts)
+	if err := b1.ch.writeAck(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if w := waiting(); len(w) != 0 {
+		t.Fatalf("b acknowledged the step, yet the driver waits for %v", w)
+	}
+	_ = b1.cli.Close() // kill -9: nothing revokes or deletes; the lease lives 30 s
+	b2 := startWorker(t, s.Endpoints(), prefix, "b", opts)
+	if w := waiting(); !slices.Contains(w, "b") {
+		t.Fatalf("the driver counts the killed predecessor's acknowledgement for its successor b: waiting for %v", w)
+	}
+	if err := b2.ch.writeAck(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if w := waiting(); len(w) != 0 {
+		t.Fatalf("b's successor acknowledged the step, yet the driver waits for %v", w)
 	}
 }
