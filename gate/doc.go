@@ -72,11 +72,11 @@
 // for a TTL (or since its join, if it never had demand) is idle on that
 // backend: it keeps its record {"claim": 0, "limit": L}, but drops its
 // view and its watch and stops ticking. It learns N from a count-only
-// read of the backend's records, at its join and every TTL (every
-// TTL*N/1000 above a thousand workers), never while cut off. A join then
-// reaches only the workers that hold or want slots, at most about L of
-// them, and costs an idle worker nothing; the fleet's counts visit about
-// 1,000*N records a TTL in etcd's index. An idle worker's N, and so its
+// serializable read of the backend's records, at its join and every three
+// TTLs (3*TTL*N/1000 above a thousand workers), never while cut off. A
+// join then reaches only the workers that hold or want slots, at most
+// about L of them, and costs an idle worker nothing; the fleet's counts
+// visit about 1,000*N records every three TTLs in etcd's index. An idle worker's N, and so its
 // share and Stats.Workers, may be one count interval old: a worker that
 // joined or died since shows at its next count.
 //
