@@ -15,9 +15,11 @@
 //   - env.go: every variable passed between processes; WorkerEnv is what
 //     a supervisor tells its workers.
 //   - handover.go: Handover, a process replaced by a successor that takes
-//     its listening sockets. restart.go: SelfRestarter, a single
-//     process's restart through it. successor.go: a supervisor's
-//     replacement through it, carrying the embedded etcd over.
+//     its listening sockets; handoverline.go: the line on which the
+//     successor says whether it handed them on in turn. restart.go:
+//     SelfRestarter, a single process's restart through it. successor.go:
+//     a supervisor's replacement through it, carrying the embedded etcd
+//     over.
 //   - tracker.go: the book of restarts; control.go and fleetrestarter.go:
 //     the control socket on which a fleet's workers ask their supervisor
 //     for a restart; guard.go: reloads answer busy while one runs;
@@ -39,8 +41,11 @@
 // killing its whole group if it is not, and the moment it serves
 // (Handover.Done). A single process then drains while it watches its
 // successor for SuccessorWatch, and takes its listeners back if the
-// successor exits meanwhile (Session, Handover.TakeBack); a fleet's old
-// supervisor does not, having released the embedded etcd.
+// successor exits meanwhile without having handed them on to a process
+// of its own (Session, Handover.TakeBack): in a restart storm the
+// successor may have done so before its predecessor's watch even began.
+// A fleet's old supervisor does not watch, having released the embedded
+// etcd.
 //
 // # Pool
 //

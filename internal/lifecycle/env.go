@@ -56,6 +56,10 @@ const (
 	// envHistory names a file (0600, removed by the predecessor) that
 	// holds the history a single process's successor carries on.
 	envHistory = "RECONF_RESTART_HISTORY"
+	// envHandedOnFD names the descriptor of the hand-over line, on which
+	// the successor tells this process whether it handed the listeners
+	// on in turn (handoverline.go).
+	envHandedOnFD = "RECONF_HANDOVER_LINE_FD"
 	// envSupervisorHandover carries a supervisorHandover (JSON) to the
 	// supervisor that replaces this one.
 	envSupervisorHandover = "RECONF_SUPERVISOR_HANDOVER"

@@ -28,7 +28,9 @@ const successorReadyTimeout = 60 * time.Second
 // It is a state machine with one owner, its transitions under one lock:
 // serving → handing over (begin) → handed over (handedOver), or back to
 // serving when the successor fails (abort) or dies within SuccessorWatch
-// of serving (takeBack). Only a serving process begins
+// of serving without having handed over in turn (TakeBack). A process
+// tells its own predecessor, if it has one, of its moves to and from
+// handed over (handoverline.go). Only a serving process begins
 // a hand-over, so a second restart can never start a second successor;
 // a reload runs only while serving (enterReload), and a hand-over does
 // not begin while one runs, so no reload is acknowledged by a process
@@ -42,7 +44,9 @@ type Handover struct {
 	reloads int                  // reloads running (enterReload)
 	watch   []func(handing bool) // told of every change between serving and not
 	succ    *handoff.Process     // the successor that serves (handedOver)
-	done    chan struct{}        // closed once a successor serves; replaced by takeBack
+	line    *successorLine       // the hand-over line of the successor started last
+	pred    *predecessorLine     // the line to this process's predecessor, or nil
+	done    chan struct{}        // closed once a successor serves; replaced by TakeBack
 }
 
 // handoverState is where a Handover stands.
@@ -60,7 +64,7 @@ var errReloadRunning = errors.New("a reload is in progress; restart when it ends
 // newHandover hands sockets to a successor that must be ready within
 // timeout.
 func newHandover(sockets *handoff.Set, timeout time.Duration) *Handover {
-	return &Handover{sockets: sockets, timeout: timeout, done: make(chan struct{})}
+	return &Handover{sockets: sockets, timeout: timeout, done: make(chan struct{}), pred: predecessor}
 }
 
 // Watch calls fn with true when a hand-over begins and with false when it
@@ -105,6 +109,8 @@ func (h *Handover) abort() {
 		return
 	}
 	h.state = serving
+	h.line.close() // the successor was stopped: nothing more to read
+	h.line = nil
 	for _, fn := range h.watch {
 		fn(false)
 	}
@@ -138,12 +144,27 @@ func (h *Handover) Serving() bool {
 	return h.state == serving
 }
 
-// start starts cmd, the successor, with the sockets, in a process group
-// of its own: a successor that fails is killed with every process it
-// started (handoff.Process.Kill), none of which may keep the sockets.
+// start starts cmd, the successor, with the sockets and the hand-over
+// line, in a process group of its own: a successor that fails is killed
+// with every process it started (handoff.Process.Kill), none of which may
+// keep the sockets.
 func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
 	ownProcessGroup(cmd)
-	return handoff.Start(cmd, h.sockets)
+	line, closeTheirs, err := openSuccessorLine(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("the hand-over line: %w", err)
+	}
+	p, err := handoff.Start(cmd, h.sockets)
+	closeTheirs()
+	if err != nil {
+		line.close()
+		return nil, err
+	}
+	h.mu.Lock()
+	h.line.close() // a successor started earlier and failed
+	h.line = line
+	h.mu.Unlock()
+	return p, nil
 }
 
 // await waits until p is ready, up to the timeout or until ctx ends, and
@@ -183,6 +204,7 @@ func (h *Handover) handedOver(succ *handoff.Process) {
 	}
 	h.state, h.succ = handedOver, succ
 	close(h.done)
+	h.pred.tell(wordHandedOver)
 }
 
 // Done is closed once a successor serves (until TakeBack, after which
@@ -204,10 +226,10 @@ func (h *Handover) HandedOver() bool {
 // successor: one that exits within it (killed, crashed just after it said
 // ready) leaves the listening sockets to no one, and the predecessor, still
 // draining, takes them back (Session). After it the predecessor exits, and
-// a successor that dies is the service manager's to restart. It is fixed
-// and the same for every process, so that a successor that handed over in
-// turn is still draining, not gone, when its predecessor's watch ends: its
-// exit is never mistaken for a failure.
+// a successor that dies is the service manager's to restart. A successor
+// that handed over in turn and exits at the end of its own watch is not
+// taken back from, however late its predecessor's watch began: it said so
+// on the hand-over line (TakeBack).
 const SuccessorWatch = 2 * time.Second
 
 // SuccessorExited returns a channel closed when the successor that serves
@@ -221,19 +243,40 @@ func (h *Handover) SuccessorExited() (<-chan struct{}, int) {
 	return h.succ.Exited(), h.succ.PID()
 }
 
+// errNotHandedOver refuses TakeBack when no successor had taken over.
+var errNotHandedOver = errors.New("no new process had taken over")
+
+// errHandedOn refuses TakeBack when the successor that exited had handed
+// the listeners on to a successor of its own, which serves.
+var errHandedOn = errors.New("the new process had handed the listeners on to a process of its own")
+
 // TakeBack moves a process that handed over back to serving, its
 // successor having exited: its process group is killed (nothing it
 // started may keep the sockets), management is resumed (the watchers are
 // told false), and Done returns a new channel. It returns the successor's
-// end ("signal: killed") and false when no successor had taken over.
-func (h *Handover) TakeBack() (string, bool) {
+// end ("signal: killed"). It refuses, and this process stays handed over,
+// with errNotHandedOver when no successor had taken over, and with
+// errHandedOn when the successor's last word on the hand-over line was
+// that it had handed over in turn. It may wait up to lineEndWait for that
+// word; call it once the successor exited.
+func (h *Handover) TakeBack() (string, error) {
+	h.mu.Lock()
+	line := h.line
+	h.mu.Unlock()
+	handedOn := line.handedOn(lineEndWait) // not under the lock: it waits
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != handedOver {
-		return "", false
+		return "", errNotHandedOver
+	}
+	if handedOn && h.line == line {
+		return "", errHandedOn
 	}
 	succ := h.succ
 	h.state, h.succ, h.done = serving, nil, make(chan struct{})
+	h.line.close()
+	h.line = nil
+	h.pred.tell(wordTookBack)
 	var end string
 	if succ != nil {
 		succ.Kill() // reaped already: this kills the rest of its group
@@ -242,7 +285,7 @@ func (h *Handover) TakeBack() (string, bool) {
 	for _, fn := range h.watch {
 		fn(false)
 	}
-	return end, true
+	return end, nil
 }
 
 // stopNotReady stops p, a new process that WaitReady found not ready

@@ -56,11 +56,11 @@ func TestHandoverStates(t *testing.T) {
 	// The successor exited just after it took over: this process serves
 	// again, and can hand over once more.
 	done := h.Done()
-	if _, ok := h.TakeBack(); !ok || !h.Serving() {
-		t.Fatal("TakeBack after the hand-over did not serve again")
+	if _, err := h.TakeBack(); err != nil || !h.Serving() {
+		t.Fatalf("TakeBack after the hand-over did not serve again: %v", err)
 	}
-	if _, ok := h.TakeBack(); ok {
-		t.Fatal("a second TakeBack took back")
+	if _, err := h.TakeBack(); !errors.Is(err, errNotHandedOver) {
+		t.Fatalf("a second TakeBack: %v, want errNotHandedOver", err)
 	}
 	if len(seen) != 4 || seen[3] {
 		t.Fatalf("management was told %v after TakeBack, want it resumed", seen)

@@ -40,6 +40,9 @@ func writeFile(t *testing.T, data string) string {
 }
 
 func testChild(mode string) int {
+	if child, ok := handedOnChildren[mode]; ok {
+		return child()
+	}
 	_ = handoff.Failed(childReason)
 	if mode == "linger" {
 		time.Sleep(time.Minute) // until its parent stops it

@@ -165,8 +165,9 @@ func (s *Session) drainShared(ctx context.Context) {
 // watches the successor for SuccessorWatch: the listeners are paused (this
 // process keeps its descriptors; connections queue for the successor) and
 // every answer asks its client to close the connection. If the successor
-// exits meanwhile, nothing would serve: this process undrains, resumes its
-// listeners and serves on, and watchSuccessor returns true. Otherwise, at
+// exits meanwhile before it handed the listeners on in turn, nothing
+// would serve: this process undrains, resumes its listeners and serves
+// on, and watchSuccessor returns true (Handover.TakeBack). Otherwise, at
 // the watch's end or on stop, it stops accepting and waits (up to
 // DrainIdleGrace) for its connections to close, as drainShared does, and
 // returns false.
@@ -190,8 +191,11 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	defer watch.Stop()
 	select {
 	case <-exited:
-		end, ok := s.Handover.TakeBack()
-		if ok {
+		end, err := s.Handover.TakeBack()
+		if errors.Is(err, errHandedOn) {
+			log.Info("the new process exited after it handed the listeners on to a process of its own; this one exits", "new_pid", pid)
+		}
+		if err == nil {
 			g.Undrain()
 			if m := s.Management; m != nil {
 				m.Undrain() // its listener was resumed by the hand-over's watcher

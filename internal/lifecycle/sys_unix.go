@@ -33,6 +33,17 @@ func parentPipe() bool {
 	return true
 }
 
+// takePipe reports whether fd is a pipe, and keeps it from the processes
+// this one starts (close-on-exec).
+func takePipe(fd int) bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return false
+	}
+	unix.CloseOnExec(fd)
+	return true
+}
+
 // socketPair returns the two ends of a unix stream socket pair, both
 // closed on exec. Under ForkLock, as the net package does where
 // SOCK_CLOEXEC is missing (macOS), so that no child started meanwhile

@@ -1,0 +1,158 @@
+package lifecycle
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// A process that handed its listeners to a successor takes them back if
+// the successor exits during the watch (Session), unless the successor
+// had handed them on in turn: its own successor owns them then, and
+// taking them back would make two processes serve. Which it is cannot be
+// told from the exit (both end 0 after a drain) nor from the time: in a
+// restart storm a process can learn that its successor is ready only
+// after that successor has handed over again, so its watch starts late
+// and the successor's exit at the end of its own watch falls inside it.
+// So the successor says it: on a pipe from it to its predecessor (the
+// hand-over line) it writes "handed-over" when its own successor serves
+// and "took-back" when it takes the listeners back from that one. The
+// last word before its exit decides.
+
+// Words on the hand-over line.
+const (
+	wordHandedOver = "handed-over"
+	wordTookBack   = "took-back"
+)
+
+// lineEndWait bounds how long a predecessor whose successor exited waits
+// for the end of the hand-over line. Its end comes with the successor's
+// exit (the successor keeps the line from the processes it starts, see
+// takePredecessorLine), so this is only reached when something else
+// holds it (a successor of a version without the line that passed it
+// on); what was read by then decides.
+const lineEndWait = time.Second
+
+// successorLine is a predecessor's end of the hand-over line: it reads
+// the successor's words until the line ends (every writer gone) or it is
+// closed.
+type successorLine struct {
+	r     *os.File
+	ended chan struct{} // closed when the reading stops
+
+	mu             sync.Mutex
+	saidHandedOver bool // the successor's last word was wordHandedOver
+}
+
+// openSuccessorLine adds the hand-over line's writing end to cmd, the
+// successor not yet started, and names it in its environment. closeTheirs
+// closes this process's copy of the writing end once cmd has started (or
+// failed to): from then on the line ends when the successor exits.
+func openSuccessorLine(cmd *exec.Cmd) (l *successorLine, closeTheirs func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = setEnv(env, envHandedOnFD, strconv.Itoa(3+len(cmd.ExtraFiles)))
+	cmd.ExtraFiles = append(cmd.ExtraFiles, w)
+	l = &successorLine{r: r, ended: make(chan struct{})}
+	go l.read()
+	return l, func() { w.Close() }, nil
+}
+
+// read records the successor's words until the line ends. A word it
+// does not know is skipped: a newer successor may say more.
+func (l *successorLine) read() {
+	defer close(l.ended)
+	sc := bufio.NewScanner(l.r)
+	for sc.Scan() {
+		switch sc.Text() {
+		case wordHandedOver:
+			l.mu.Lock()
+			l.saidHandedOver = true
+			l.mu.Unlock()
+		case wordTookBack:
+			l.mu.Lock()
+			l.saidHandedOver = false
+			l.mu.Unlock()
+		}
+	}
+}
+
+// handedOn reports whether the successor, which has exited, had handed
+// the listeners on (its last word): it waits up to wait for the line's
+// end, so that every word written before the exit is read. A nil line (no
+// successor) never handed on.
+func (l *successorLine) handedOn(wait time.Duration) bool {
+	if l == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-l.ended:
+	case <-t.C:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.saidHandedOver
+}
+
+// close stops the reading (the successor failed, or was taken back
+// from) and waits until it has stopped. It is safe on nil.
+func (l *successorLine) close() {
+	if l == nil {
+		return
+	}
+	l.r.Close()
+	<-l.ended
+}
+
+// predecessorLine is a successor's end of the hand-over line; nil when no
+// predecessor gave one. Its methods are safe for concurrent use.
+type predecessorLine struct {
+	mu sync.Mutex
+	w  *os.File
+}
+
+// predecessor is this process's end of the line to the process that
+// handed it the listeners, taken when the package initialises, before
+// this process starts any other: a process started while the line was
+// open would hold it past this process's exit, and its predecessor would
+// wait lineEndWait for the end.
+var predecessor = takePredecessorLine(os.LookupEnv)
+
+// takePredecessorLine takes the hand-over line named by envHandedOnFD,
+// if there is one, keeping it from the processes this one starts, and
+// unsets the variable. Only a pipe is taken: a variable inherited by
+// mistake names whatever this process has at that number.
+func takePredecessorLine(lookup func(string) (string, bool)) *predecessorLine {
+	v, ok := lookup(envHandedOnFD)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(envHandedOnFD)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 || !takePipe(fd) {
+		return nil
+	}
+	return &predecessorLine{w: os.NewFile(uintptr(fd), "handover-line")}
+}
+
+// tell writes word on the line. A predecessor that is gone is no one to
+// tell: the error is dropped. It is safe on nil.
+func (l *predecessorLine) tell(word string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.WriteString(word + "\n")
+}

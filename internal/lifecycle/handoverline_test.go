@@ -1,0 +1,103 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/handoff"
+)
+
+// The new processes of the hand-over tests below (envTestChild): each
+// says ready, then "handed-on" hands over to a successor of its own (its
+// Handover goes through begin and handedOver) and exits 0 at the end of
+// its watch; "died" exits 3 before handing over (a crash just after it
+// said ready); "took-back" hands over, takes its listeners back from a
+// successor that died, then dies itself.
+var handedOnChildren = map[string]func() int{
+	"handed-on": func() int {
+		_ = handoff.Ready("")
+		h := newHandover(nil, successorReadyTimeout)
+		if h.begin() != nil {
+			return 2
+		}
+		h.handedOver(nil)
+		return 0
+	},
+	"died": func() int {
+		_ = handoff.Ready("")
+		return 3
+	},
+	"took-back": func() int {
+		_ = handoff.Ready("")
+		h := newHandover(nil, successorReadyTimeout)
+		if h.begin() != nil {
+			return 2
+		}
+		h.handedOver(nil)
+		if _, err := h.TakeBack(); err != nil {
+			return 2
+		}
+		return 3
+	},
+}
+
+// A process takes its listeners back only from a new process that died
+// before it handed them on. In a restart storm, a process can learn
+// that its new process is ready only after that one has handed over in
+// turn and exited at the end of its own watch: the exit must not make
+// it take the listeners back, or it serves beside the newest process.
+// The order here is the worst: the new process has exited before its
+// predecessor marks the hand-over done.
+func TestTakeBackOnlyFromANewProcessThatDidNotHandOn(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode string
+		take bool
+	}{{"handed-on", false}, {"died", true}, {"took-back", true}} {
+		t.Run(c.mode, func(t *testing.T) {
+			h := newHandover(nil, 20*time.Second)
+			if err := h.begin(); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(exe, "-test.run=^$")
+			// The race detector's pause at exit only slows the test.
+			cmd.Env = append(os.Environ(), envTestChild+"="+c.mode, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+			cmd.Stderr = os.Stderr
+			p, err := h.start(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.await(context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+			<-p.Exited()
+			h.handedOver(p)
+			exited, pid := h.SuccessorExited()
+			if pid != p.PID() {
+				t.Fatalf("SuccessorExited names pid %d, want %d", pid, p.PID())
+			}
+			<-exited
+			_, err = h.TakeBack()
+			if took := err == nil; took != c.take {
+				t.Fatalf("TakeBack took the listeners back: %v (%v), want %v (the new process ended %s)", took, err, c.take, p.State())
+			}
+			if !c.take && !errors.Is(err, errHandedOn) {
+				t.Fatalf("TakeBack: %v, want errHandedOn", err)
+			}
+			if h.Serving() != c.take {
+				t.Fatalf("serving after TakeBack: %v, want %v", h.Serving(), c.take)
+			}
+		})
+	}
+}
