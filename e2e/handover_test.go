@@ -263,14 +263,7 @@ func restartStorm(t *testing.T, r *restartable, rounds int) stormResult {
 // and the content of the last acknowledged reload (acknowledged with
 // If-Match naming its digest) is what that process serves.
 func TestHandoverRestartStorm(t *testing.T) {
-	// The race detector's 1 s pause at exit stays on here (quickRaceExit
-	// turns it off elsewhere). Without it, a process that learns its
-	// successor is ready only after that successor has handed over in turn
-	// starts its 2 s watch late, sees the successor exit at the end of the
-	// successor's own watch, takes the listeners back, and two processes
-	// serve: a fault of the hand-over's fixed watch, not of the storm. The
-	// pause gives that watch 1 s of slack until the hand-over handles it.
-	r := startRestartableEnv(t, binary, versionedConfig(0), []string{"GORACE=atexit_sleep_ms=1000"})
+	r := startRestartable(t, binary, versionedConfig(0))
 	res := restartStorm(t, r, 4)
 	r.oneOwner(60 * time.Second)
 	if res.restarts == 0 || res.acked == 0 {

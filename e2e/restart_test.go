@@ -45,13 +45,6 @@ var httpClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transp
 
 func startRestartable(t *testing.T, exe, cfg string, args ...string) *restartable {
 	t.Helper()
-	return startRestartableEnv(t, exe, cfg, nil, args...)
-}
-
-// startRestartableEnv is startRestartable with the environment entries
-// env ("NAME=value") added for the process and its successors.
-func startRestartableEnv(t *testing.T, exe, cfg string, env []string, args ...string) *restartable {
-	t.Helper()
 	requireBinary(t)
 	r := &restartable{t: t, exe: exe, path: filepath.Join(t.TempDir(), "reconfd.yaml"), logs: &syncBuffer{},
 		done: make(chan struct{}), readEn: make(chan struct{})}
@@ -61,7 +54,7 @@ func startRestartableEnv(t *testing.T, exe, cfg string, env []string, args ...st
 		t.Fatal(err)
 	}
 	r.cmd = exec.Command(exe, append([]string{"serve", "--config", r.path, "--management-address", "127.0.0.1:0"}, args...)...)
-	r.cmd.Env = append(cleanEnv(), env...)
+	r.cmd.Env = cleanEnv()
 	r.cmd.Stderr = pw
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
