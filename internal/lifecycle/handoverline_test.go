@@ -3,6 +3,9 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/gateway"
 )
 
 // The new processes of the hand-over tests below (envTestChild): each
@@ -57,38 +61,18 @@ func TestTakeBackOnlyFromANewProcessThatDidNotHandOn(t *testing.T) {
 	if !handoff.Supported {
 		t.Skip(handoff.ErrUnsupported)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		mode string
 		take bool
 	}{{"handed-on", false}, {"died", true}, {"took-back", true}} {
 		t.Run(c.mode, func(t *testing.T) {
-			h := newHandover(nil, 20*time.Second)
-			if err := h.begin(); err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command(exe, "-test.run=^$")
-			// The race detector's pause at exit only slows the test.
-			cmd.Env = append(os.Environ(), envTestChild+"="+c.mode, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-			cmd.Stderr = os.Stderr
-			p, err := h.start(cmd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.await(context.Background(), p); err != nil {
-				t.Fatal(err)
-			}
-			<-p.Exited()
-			h.handedOver(p)
+			h, p := handedOverToExited(t, c.mode)
 			exited, pid := h.SuccessorExited()
 			if pid != p.PID() {
 				t.Fatalf("SuccessorExited names pid %d, want %d", pid, p.PID())
 			}
 			<-exited
-			_, err = h.TakeBack()
+			_, err := h.TakeBack()
 			if took := err == nil; took != c.take {
 				t.Fatalf("TakeBack took the listeners back: %v (%v), want %v (the new process ended %s)", took, err, c.take, p.State())
 			}
@@ -97,6 +81,77 @@ func TestTakeBackOnlyFromANewProcessThatDidNotHandOn(t *testing.T) {
 			}
 			if h.Serving() != c.take {
 				t.Fatalf("serving after TakeBack: %v, want %v", h.Serving(), c.take)
+			}
+		})
+	}
+}
+
+// handedOverToExited hands over to this test binary as a new process in
+// mode, and marks the hand-over done only once that process has exited.
+func handedOverToExited(t *testing.T, mode string) (*Handover, *handoff.Process) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandover(nil, 20*time.Second)
+	if err := h.begin(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	// The race detector's pause at exit only slows the test.
+	cmd.Env = append(os.Environ(), envTestChild+"="+mode, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cmd.Stderr = os.Stderr
+	p, err := h.start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.await(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	h.handedOver(p)
+	return h, p
+}
+
+// A draining process's watch (Session) serves on after a new process
+// that died before handing on, and goes on draining after one that had
+// handed on and exited, even when that exit came before the watch began.
+func TestWatchSuccessorTakesBackOnlyFromOneThatKeptTheListeners(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown(ctx)
+	for _, c := range []struct {
+		mode string
+		take bool
+	}{{"handed-on", false}, {"died", true}} {
+		t.Run(c.mode, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := handoff.NewDrainListener(ln)
+			defer data.Close()
+			h, _ := handedOverToExited(t, c.mode)
+			took := ""
+			s := &Session{Gateway: g, Data: data, Handover: h, TookBack: func(_ int, end string) { took = end }}
+			start := time.Now()
+			if got := s.watchSuccessor(make(chan struct{})); got != c.take {
+				t.Fatalf("watchSuccessor took the listeners back: %v, want %v", got, c.take)
+			}
+			if c.take != (took != "") || h.Serving() != c.take {
+				t.Fatalf("told of a take-back: %q, serving: %v; want %v", took, h.Serving(), c.take)
+			}
+			// Not the whole watch: the exit decides at once.
+			if d := time.Since(start); d >= SuccessorWatch {
+				t.Errorf("the watch lasted %v after the new process had exited", d)
 			}
 		})
 	}
