@@ -1016,6 +1016,12 @@ func (f *Follower) putRow(ctx context.Context) error {
 		return err
 	}
 	err = txn()
+	if f.firstRow && permissionDenied(err) {
+		// A user not granted the rollout's keys (an earlier version's
+		// grants) cannot have written an acknowledgement to clear.
+		f.firstRow = false
+		err = txn()
+	}
 	if withHost && permissionDenied(err) {
 		// A user granted the rows and not the host records (an earlier
 		// version's grants): the row goes on alone, logged once. A
