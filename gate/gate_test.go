@@ -502,7 +502,8 @@ func TestClusterStaggeredRejoin(t *testing.T) {
 	publish(ls, 4)
 	ld := startLoad(ls[1:], 8, 20*time.Millisecond, &p) // worker 0 idle
 	defer ld.stop()
-	if !eventually(10*time.Second, func() bool {
+	// Worker 0, idle from its join, counts the workers every three TTLs.
+	if !eventually(3*ttl+4*time.Second, func() bool {
 		sum := 0
 		for _, st := range statsOf(ls) {
 			if st.Workers != 4 {
