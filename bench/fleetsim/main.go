@@ -180,7 +180,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", time.Second, "pause after start-up, before the idle window")
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
 	flag.Float64Var(&c.startRate, "start-rate", 0, "start at most this many followers a second, as a fleet rolled out host by host starts (0: as fast as they can, 8 at a time)")
-	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof)")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof), and the etcd member's to this file with .etcd appended")
 	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file, and the etcd member's to this file with .etcd appended")
 	flag.Parse()
 	if c.mode != modeGateway && c.mode != modeRuntime {
@@ -293,8 +293,11 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 	}
 
-	if c.reloadProfile != "" {
-		if err := etcdproc.ProfileTo(c.reloadProfile + ".etcd"); err != nil {
+	if c.cpuProfile != "" && c.reloadProfile != "" {
+		return res, errors.New("give one of -cpuprofile and -reloadprofile: the etcd member writes one profile")
+	}
+	if p := c.cpuProfile + c.reloadProfile; p != "" {
+		if err := etcdproc.ProfileTo(p + ".etcd"); err != nil {
 			return res, err
 		}
 	}
@@ -321,7 +324,7 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	}()
 	res.StartupS = time.Since(t0).Seconds()
 
-	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint()}
+	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint(), etcd: etcd}
 	idleBefore, err := m.idle(ctx, c.settle, c.idle, c.cpuProfile)
 	if err != nil {
 		return res, err
@@ -499,6 +502,7 @@ func recordSize(ctx context.Context, endpoints []string) (int, error) {
 type meter struct {
 	etcdPID  int
 	endpoint string
+	etcd     *etcdproc.Process // profiled beside this process in a profiled idle window
 }
 
 type sample struct {
@@ -586,7 +590,13 @@ func (m *meter) idle(ctx context.Context, settle, d time.Duration, profile strin
 	if err != nil {
 		return sample{}, err
 	}
+	if profile != "" {
+		_ = m.etcd.StartProfile()
+	}
 	err = sleep(ctx, d)
+	if profile != "" {
+		_ = m.etcd.StopProfile()
+	}
 	if perr := stop(); err == nil {
 		err = perr
 	}
