@@ -132,6 +132,7 @@ type Server struct {
 	origins  map[string]bool // normalized allowed origins
 	hosts    map[string]bool // hosts of allowed origins
 	http     *http.Server
+	unused   unusedConns                // closed at once by Shutdown
 	loopback atomic.Bool                // the listener is on a loopback address
 	tlsConf  atomic.Pointer[tls.Config] // every handshake's configuration; nil: plain HTTP
 	tlsMat   atomic.Pointer[TLS]        // the material tlsConf was built from
@@ -217,6 +218,7 @@ func New(rt Runtime, opts ...Option) (*Server, error) {
 			routes.ServeHTTP(&closingWriter{ResponseWriter: w, s: s}, r)
 		}),
 		ReadHeaderTimeout: t.ReadHeader,
+		ConnState:         s.unused.track,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
@@ -397,6 +399,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if prev == stateNew {
 		return nil
 	}
+	s.unused.closeUnused()
 	err := s.http.Shutdown(ctx)
 	if err != nil {
 		s.http.Close()
