@@ -168,7 +168,8 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if err != nil {
 		st.closeClient()
 		if cause := context.Cause(fctx); errors.As(cause, new(*ClusterTLSError)) {
-			return nil, fmt.Errorf("gateway: join the cluster: %w", cause)
+			// One *ClusterTLSError per member, each naming its own.
+			return nil, cause
 		}
 		return nil, fmt.Errorf("gateway: join the concurrency gate: %w", err)
 	}
