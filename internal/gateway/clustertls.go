@@ -187,11 +187,17 @@ func (p *tlsProbe) check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// firstProbe is how long a join runs before the probe's first round: a
+// join that succeeds sooner (nearly every one) costs the members no extra
+// handshake, and one whose TLS a member refuses still fails within a
+// second.
+const firstProbe = 250 * time.Millisecond
+
 // watch probes until ctx ends, with growing pauses, and calls fail with
 // the first permanent verdict.
 func (p *tlsProbe) watch(ctx context.Context, fail context.CancelCauseFunc) {
 	pause := 100 * time.Millisecond
-	t := time.NewTimer(0)
+	t := time.NewTimer(firstProbe)
 	defer t.Stop()
 	for {
 		select {
@@ -285,6 +291,8 @@ func (p *tlsProbe) dial(ctx context.Context, u *url.URL) (net.Conn, error) {
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d)
 	}
+	// A join that completes ends the probe in flight at once.
+	context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	return conn, nil
 }
 
