@@ -18,8 +18,8 @@ import (
 // workers that joins it with --cluster https://... and the CA, certificate
 // and key from the environment: the workers join, a reload converges.
 // Without a client certificate, with one the member's CA did not sign, or
-// with a CA that did not sign the member, serve exits 1 at once with the
-// reason; plain http to a host that is not loopback is refused at once.
+// with a CA that did not sign the member, serve (a single worker or a
+// supervisor) exits 1 at once with the reason; plain http to a host that is not loopback is refused at once.
 func TestFleetJoinsTLSCluster(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
@@ -57,6 +57,12 @@ func TestFleetJoinsTLSCluster(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "cannot join the cluster") || !strings.Contains(errOut, "(cluster_tls_certificate_required)") {
 		t.Errorf("serve without a client certificate: exit %d: %s", code, errOut)
 	}
+	// The same under a supervisor: its workers exit, and so does it.
+	code, _, errOut = reconfd(t, []string{"RECONF_CLUSTER_CA=" + ca.File},
+		"serve", "--config", s.config, "--workers", "2", "--cluster", ep, "--cluster-prefix", "/reconf/nocert2")
+	if code != 1 || !strings.Contains(errOut, "(cluster_tls_certificate_required)") {
+		t.Errorf("serve --workers 2 without a client certificate: exit %d: %s", code, errOut)
+	}
 	// A certificate the member's CA did not sign.
 	other := testkit.NewCA(t, t.TempDir())
 	strangerCert, strangerKey := other.Issue("stranger")
@@ -75,7 +81,7 @@ func TestFleetJoinsTLSCluster(t *testing.T) {
 	// Each start is one process start and one probe; the join's own
 	// timeout alone would be 30 s each.
 	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("three refused starts took %s, want each well under the join's 30 s", d)
+		t.Errorf("four refused starts took %s, want each well under the join's 30 s", d)
 	}
 	// Plain http to a host that is not loopback.
 	code, _, errOut = reconfd(t, nil, "serve", "--config", s.config, "--cluster", "http://192.0.2.1:2379")
