@@ -18,8 +18,8 @@ import (
 // workers that joins it with --cluster https://... and the CA, certificate
 // and key from the environment: the workers join, a reload converges.
 // Without a client certificate, with one the member's CA did not sign, or
-// with a CA that did not sign the member, serve (a single worker or a
-// supervisor) exits 1 at once with the reason; plain http to a host that is not loopback is refused at once.
+// with a CA that did not sign the member, or over http:// to it, serve (a
+// single worker or a supervisor) exits 1 at once with the reason; plain http to a host that is not loopback is refused at once.
 func TestFleetJoinsTLSCluster(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
@@ -78,10 +78,16 @@ func TestFleetJoinsTLSCluster(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, other.File) || !strings.Contains(errOut, "(cluster_tls_unknown_authority)") {
 		t.Errorf("serve with a CA that did not sign the member: exit %d: %s", code, errOut)
 	}
+	// Plain http (allowed to loopback) to the member, which serves TLS.
+	code, _, errOut = reconfd(t, []string{"RECONF_CLUSTER_CA=" + ca.File, "RECONF_CLUSTER_CERT=" + cliCert, "RECONF_CLUSTER_KEY=" + cliKey},
+		"serve", "--config", s.config, "--cluster", "http"+strings.TrimPrefix(ep, "https"), "--cluster-prefix", "/reconf/plain")
+	if code != 1 || !strings.Contains(errOut, "(cluster_tls_required)") {
+		t.Errorf("serve with http:// to the member: exit %d: %s", code, errOut)
+	}
 	// Each start is one process start and one probe; the join's own
 	// timeout alone would be 30 s each.
 	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("four refused starts took %s, want each well under the join's 30 s", d)
+		t.Errorf("five refused starts took %s, want each well under the join's 30 s", d)
 	}
 	// Plain http to a host that is not loopback.
 	code, _, errOut = reconfd(t, nil, "serve", "--config", s.config, "--cluster", "http://192.0.2.1:2379")
