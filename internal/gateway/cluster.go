@@ -35,6 +35,11 @@ type ClusterOptions struct {
 	// TLS, when set, is the client's TLS for https:// endpoints (CA,
 	// client certificate).
 	TLS *tls.Config
+	// CAFile and CertFile name the files TLS's CA and client certificate
+	// were read from; they are not read, only named in the reason a join
+	// gives when a member refuses the certificate or the CA does not
+	// verify the member (ClusterTLSError).
+	CAFile, CertFile string
 	// Username and Password authenticate to etcd when Username is set.
 	Username, Password string
 	// Client, when set, is the etcd client the worker uses instead of
@@ -113,7 +118,8 @@ const gateJoinTimeout = 30 * time.Second
 
 // joinCluster connects to etcd, makes the channel and joins the
 // concurrency gate, which takes a lease: it fails if etcd does not grant
-// one within gateJoinTimeout.
+// one within gateJoinTimeout, and at once, with a *ClusterTLSError, when
+// every member refuses the worker's TLS or the worker refuses theirs.
 func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clusterState, error) {
 	if len(c.Endpoints) == 0 && c.Client == nil {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
@@ -145,12 +151,26 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	}
 	// gate.New tries a grant etcd answers late again, with jittered
 	// pauses: a fleet's start-up storm is waited out rather than turned
-	// into restarts of the worker.
-	gctx, cancel := context.WithTimeout(ctx, gateJoinTimeout)
+	// into restarts of the worker. A fault of TLS that no retry cures,
+	// which etcd's client reports only as that wait running out, ends the
+	// wait at once: the probe beside it finds it.
+	fctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	gctx, cancel := context.WithTimeout(fctx, gateJoinTimeout)
 	defer cancel()
+	if p, ok := newTLSProbe(c); ok {
+		pctx, stop := context.WithCancel(gctx)
+		done := make(chan struct{})
+		go func() { defer close(done); p.watch(pctx, fail) }()
+		defer func() { stop(); <-done }()
+	}
 	gt, err := gate.New(gctx, cli, opts...)
 	if err != nil {
 		st.closeClient()
+		if cause := context.Cause(fctx); errors.As(cause, new(*ClusterTLSError)) {
+			// One *ClusterTLSError per member, each naming its own.
+			return nil, cause
+		}
 		return nil, fmt.Errorf("gateway: join the concurrency gate: %w", err)
 	}
 	st.ch, st.gate = ch, gt

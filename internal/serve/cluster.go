@@ -123,7 +123,7 @@ func (a ClusterAccess) ClusterOptions(endpoints []string, lookup func(string) (s
 		if err != nil {
 			return o, err
 		}
-		o.TLS = cfg
+		o.TLS, o.CAFile, o.CertFile = cfg, a.CA, a.Cert
 	}
 	if a.PasswordRef != "" && a.User == "" {
 		return o, fmt.Errorf("--cluster-password needs --cluster-user")
