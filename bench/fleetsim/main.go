@@ -58,7 +58,10 @@
 //     as zero): the machine's other load is larger than the figure;
 //   - process_rss_mb, etcd_rss_mb (and their peaks): resident memory;
 //   - startup_s, and start_rate when -start-rate paced the start: how
-//     long the fleet took to start.
+//     long the fleet took to start;
+//   - join_cpu_ms, join_etcd_cpu_ms, join_messages: per follower started,
+//     the CPU of the fleet's process and of etcd over the start, and the
+//     gRPC messages by method: what a join costs at that fleet size.
 package main
 
 import (
@@ -152,6 +155,11 @@ type result struct {
 	EtcdRSS      float64 `json:"etcd_rss_mb"`
 	EtcdPeak     float64 `json:"etcd_peak_rss_mb"`
 	StartupS     float64 `json:"startup_s"`
+	// JoinCPU, JoinEtcdCPU and JoinMessages are per follower started,
+	// over the start.
+	JoinCPU      float64            `json:"join_cpu_ms"`
+	JoinEtcdCPU  float64            `json:"join_etcd_cpu_ms"`
+	JoinMessages map[string]float64 `json:"join_messages,omitempty"`
 	// StartRate is the followers started per second, when the start was
 	// paced (-start-rate); absent, they started as fast as they could.
 	StartRate          float64 `json:"start_rate,omitempty"`
@@ -312,6 +320,11 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if c.clients == 0 || c.clients > c.followers+1 {
 		res.Clients = c.followers + 1
 	}
+	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint(), etcd: etcd}
+	preStart, err := m.sample(ctx)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	fl, err := startFleet(ctx, c, []string{etcd.Endpoint()}, pub, fol, log)
 	if err != nil {
@@ -323,8 +336,14 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		err = errors.Join(err, fl.stop(sctx))
 	}()
 	res.StartupS = time.Since(t0).Seconds()
-
-	m := &meter{etcdPID: etcd.Pid(), endpoint: etcd.Endpoint(), etcd: etcd}
+	if postStart, err := m.sample(ctx); err == nil {
+		d, n := postStart.sub(preStart), float64(c.followers)
+		res.JoinCPU, res.JoinEtcdCPU = ms(d.cpu)/n, ms(d.etcdCPU)/n
+		res.JoinMessages = map[string]float64{}
+		for k, v := range d.messages {
+			res.JoinMessages[k] = math.Round(100*v/n) / 100
+		}
+	}
 	idleBefore, err := m.idle(ctx, c.settle, c.idle, c.cpuProfile)
 	if err != nil {
 		return res, err
