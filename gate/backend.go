@@ -40,13 +40,16 @@ type entry struct {
 // target, drains before writing a lower claim, grows by compare-and-set,
 // and sets the limiter's capacity.
 type backend struct {
-	g     *Gate
-	name  string
-	pfx   string // <prefix><escaped name>/
-	id    string // escaped worker ID
-	key   string // pfx + id
-	lim   *Limiter
-	kickc chan struct{}
+	g    *Gate
+	name string
+	pfx  string // <prefix><escaped name>/
+	id   string // escaped worker ID
+	key  string // pfx + id
+	// countKey is where idle workers publish the backend's count
+	// (fleetcount.go).
+	countKey string
+	lim      *Limiter
+	kickc    chan struct{}
 	// passes counts the loop's passes, for the tests of what it costs at
 	// rest.
 	passes atomic.Int64
@@ -56,6 +59,9 @@ type backend struct {
 	// counts counts an idle backend's counts of the workers, for the
 	// tests of what it costs at rest.
 	counts atomic.Int64
+	// adopted counts the counts it took from another idle worker
+	// (fleetcount.go), for the same tests.
+	adopted atomic.Int64
 
 	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
@@ -95,6 +101,7 @@ func newBackend(g *Gate, name string) *backend {
 	b.rejoinSeen = g.rejoins.Load() // a rejoin before this backend existed is not its own
 	b.rejoinDone = b.rejoinSeen
 	b.key = b.pfx + b.id
+	b.countKey = countKey(g.prefix, name)
 	b.activeAt = -g.ttl // a worker that never had demand is idle from its join
 	b.lim = newClusterLimiter(b)
 	return b
@@ -193,9 +200,9 @@ func (b *backend) run() {
 	ct := time.NewTimer(time.Hour)
 	ct.Stop()
 	defer ct.Stop()
-	var wch clientv3.WatchChan
-	wcancel := context.CancelFunc(func() {})
-	defer func() { wcancel() }()
+	var wch, cw clientv3.WatchChan // the records' watch; the count key's, while idle
+	wcancel, cwcancel := context.CancelFunc(func() {}), context.CancelFunc(func() {})
+	defer func() { wcancel(); cwcancel() }()
 	for {
 		now := b.g.now()
 		limited := b.lim.limit.Load() > 0
@@ -209,11 +216,16 @@ func (b *backend) run() {
 			b.activeAt = now
 			b.g.Renew()
 			ct.Stop()
+			cwcancel()
+			cw = nil
 		case !b.idle.Load() && !b.quiet(now):
 			b.activeAt = now
 		case !b.idle.Load() && now-b.activeAt >= b.g.ttl:
 			wcancel()
 			wch = nil
+			if b.viewRev > 0 {
+				cw, cwcancel = b.watchCount(ctx, b.viewRev)
+			}
 			b.view.reset()
 			b.viewRev = 0
 			b.idle.Store(true)
@@ -225,7 +237,16 @@ func (b *backend) run() {
 			}
 		}
 		if b.idle.Load() && inContact && now-b.countedAt >= b.countNext {
-			b.count(ctx)
+			// A count at the join is this worker's alone; a count that fell
+			// due is published for the other idle workers.
+			if n, rev, ok := b.count(ctx); ok {
+				if b.countNext > 0 {
+					b.publishCount(ctx, n)
+				}
+				if cw == nil {
+					cw, cwcancel = b.watchCount(ctx, rev)
+				}
+			}
 			b.countedAt = b.g.now()
 			b.mu.Lock()
 			n := b.n
@@ -268,6 +289,20 @@ func (b *backend) run() {
 				continue
 			}
 			b.applyEvents(wr.Events)
+		case wr, ok := <-cw:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				cwcancel() // the next count watches again
+				cw = nil
+				continue
+			}
+			if b.idle.Load() && b.adoptCount(wr.Events) {
+				b.countedAt = b.g.now()
+				b.mu.Lock()
+				n := b.n
+				b.mu.Unlock()
+				b.countNext = idleCountEvery(b.g.ttl, n)
+				ct.Reset(b.countNext)
+			}
 		}
 	}
 }

@@ -72,13 +72,18 @@
 // for a TTL (or since its join, if it never had demand) is idle on that
 // backend: it keeps its record {"claim": 0, "limit": L}, but drops its
 // view and its watch and stops ticking. It learns N from a count-only
-// serializable read of the backend's records, at its join and every three
-// TTLs (3*TTL*N/1000 above a thousand workers), never while cut off. A
-// join then reaches only the workers that hold or want slots, at most
-// about L of them, and costs an idle worker nothing; the fleet's counts
-// visit about 1,000*N records every three TTLs in etcd's index. An idle worker's N, and so its
-// share and Stats.Workers, may be one count interval old: a worker that
-// joined or died since shows at its next count.
+// serializable read of the backend's records at its join, and then from
+// the fleet's count: every three TTLs (3*TTL*N/1000 above a thousand
+// workers), the idle worker whose count falls due first counts and
+// publishes the result under the backend's count key (<prefix><backend>?count,
+// on its lease), and the other idle workers, which watch that key, take
+// it as theirs and put off their own counts. N is never taken or counted
+// while cut off. A join then reaches only the workers that hold or want
+// slots, at most about L of them, and costs an idle worker nothing; the
+// fleet counts about once an interval, and each idle worker gets one
+// watch event. An idle worker's N, and so its share and Stats.Workers,
+// may be one count interval old: a worker that joined or died since
+// shows at the next count.
 //
 // A waiter wakes an idle backend: it reads every record, watches again
 // and asks for a renewal, and grows (as any worker: only into free slots,

@@ -52,8 +52,9 @@ func (b *backend) demand() bool {
 
 // count sets N from a count-only read of the backend's records: no
 // record is sent, and etcd's cost is a walk of its index. It is not
-// called while cut off, when N must not fall (see summarize).
-func (b *backend) count(ctx context.Context) {
+// called while cut off, when N must not fall (see summarize). It returns
+// N and the read's revision, ok false if etcd did not answer.
+func (b *backend) count(ctx context.Context) (n int, rev int64, ok bool) {
 	b.counts.Add(1)
 	octx, cancel := context.WithTimeout(ctx, b.g.period)
 	// Serializable: a count is a hint for the share and Stats, and a
@@ -62,13 +63,15 @@ func (b *backend) count(ctx context.Context) {
 	cancel()
 	if err != nil {
 		b.failed(err)
-		return
+		return 0, 0, false
 	}
-	n := int(resp.Count)
+	n = int(resp.Count)
 	if b.pubLease != b.g.lease.Load() {
 		n++ // this worker's record is not (yet) among them
 	}
-	b.setN(max(n, 1), 0)
+	n = max(n, 1)
+	b.setN(n, 0)
+	return n, resp.Header.Revision, true
 }
 
 // idleRecord is the record of an idle backend: no claim, no demand.
