@@ -1,0 +1,124 @@
+//go:build unix
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/lifecycle"
+	"github.com/reconfhq/reconf/internal/restartapi"
+)
+
+// TestHandoverMiddleProcessKilledWhileItsSuccessorStarts: a first
+// process hands over to a second, which is restarted in turn at once;
+// while the third still starts, the second is killed (SIGKILL). The
+// first, still watching the second, takes the listeners back; the third
+// then finds its predecessor gone and exits non-zero with
+// restart_previous_process_gone, having served nothing: exactly one
+// process serves, the first. The third's start is held, as a shell
+// script in front of reconfd at the executable's path (fault
+// injection), until the second is gone. Cost: 3-6 s on a loaded 2-core
+// machine.
+func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	first := r.cmd.Process.Pid
+
+	res, code := r.restart()
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart: exit %d, %+v", code, res)
+	}
+	middle := res.NewPIDs[0]
+	handed := time.Now() // the first process's watch of the middle one began about now
+
+	started := filepath.Join(dir, "third.pid")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile kill -0 %d 2>/dev/null; do sleep 0.01; done\nexec %s \"$@\"\n",
+		started, started, started, middle, binary)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	restartAgain(t, r)
+	third := waitPIDFile(t, started, 10*time.Second)
+	r.pids = appendNew(r.pids, third)
+	if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if since := time.Since(handed); since >= lifecycle.SuccessorWatch {
+		t.Fatalf("the middle process was killed %v after it took over, past the first process's watch (%v): the test is too slow here",
+			since, lifecycle.SuccessorWatch)
+	}
+	for deadline := time.Now().Add(10 * time.Second); alive(third) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(r.logs.String(), lifecycle.ReasonPredecessorGone) {
+		t.Errorf("the third process's log does not give %s", lifecycle.ReasonPredecessorGone)
+	}
+	if pids := servingProcesses(r.path); len(pids) != 1 || pids[0] != first {
+		t.Fatalf("processes serving after the middle one was killed: %v, want [%d] (the first, which took the listeners back; the third is %d)",
+			pids, first, third)
+	}
+	for range 5 {
+		resp, err := httpClient.Get(r.url + "/healthz")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("healthz after the take-back: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// restartAgain asks the process that serves for a restart without
+// waiting for it, until it is no longer busy (a new process answers busy
+// until it serves).
+func restartAgain(t *testing.T, r *restartable) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := httpClient.Post("http://"+r.mgmt+admin.RestartPath+"?wait=0s", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res restartapi.Result
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if err == nil && res.ID != "" && !res.Done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second restart did not begin: %d %+v %v", resp.StatusCode, res, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitPIDFile waits until path holds a pid, and returns it.
+func waitPIDFile(t *testing.T, path string, within time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not written within %v", path, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
