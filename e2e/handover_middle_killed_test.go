@@ -82,6 +82,46 @@ func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 	}
 }
 
+// TestHandoverMiddleProcessKilledAfterItHandedOver: as above, but the
+// middle process is killed once its own restart finished (the third said
+// ready and got the go-ahead), while the first still watches it: the
+// first does not take the listeners back, and the third alone serves.
+// Cost: 3-6 s on a loaded 2-core machine.
+func TestHandoverMiddleProcessKilledAfterItHandedOver(t *testing.T) {
+	r := startRestartable(t, binary, versionedConfig(1))
+	first := r.cmd.Process.Pid
+	res, code := r.restart()
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart: exit %d, %+v", code, res)
+	}
+	middle := res.NewPIDs[0]
+	handed := time.Now()
+	var third int
+	for deadline := time.Now().Add(10 * time.Second); third == 0; {
+		res, code := r.restart() // busy until the middle process serves
+		switch {
+		case code == 0 && res.Outcome == restartapi.Restarted && len(res.NewPIDs) == 1:
+			third = res.NewPIDs[0]
+		case time.Now().After(deadline):
+			t.Fatalf("the second restart: exit %d, %+v", code, res)
+		}
+	}
+	if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if since := time.Since(handed); since >= lifecycle.SuccessorWatch {
+		t.Fatalf("the middle process was killed %v after it took over, past the first process's watch (%v): the test is too slow here",
+			since, lifecycle.SuccessorWatch)
+	}
+	r.waitGone(first, 10*time.Second) // its watch ends, and it exits
+	if owner := r.oneOwner(time.Second); owner != third {
+		t.Fatalf("pid %d serves, want the third process %d", owner, third)
+	}
+	if !r.servesVersion(1) {
+		t.Fatal("the third process does not serve")
+	}
+}
+
 // restartAgain asks the process that serves for a restart without
 // waiting for it, until it is no longer busy (a new process answers busy
 // until it serves).
