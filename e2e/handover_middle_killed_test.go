@@ -25,9 +25,10 @@ import (
 // first, still watching the second, takes the listeners back; the third
 // then finds its predecessor gone and exits non-zero with
 // restart_previous_process_gone, having served nothing: exactly one
-// process serves, the first. The third's start is held, as a shell
-// script in front of reconfd at the executable's path (fault
-// injection), until the second is gone. Cost: 3-6 s on a loaded 2-core
+// process serves, the first. Twice in a row: the first restarts again
+// after it took the listeners back. The third's start is held, as a
+// shell script in front of reconfd at the executable's path (fault
+// injection), until the second is gone. Cost: 3-8 s on a loaded 2-core
 // machine.
 func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 	requireBinary(t)
@@ -36,42 +37,44 @@ func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 	installExe(t, binary, exe)
 	r := startRestartable(t, exe, versionedConfig(1))
 	first := r.cmd.Process.Pid
+	for round := 1; round <= 2; round++ {
+		installExe(t, binary, exe)
+		res, code := r.restart()
+		if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
+			t.Fatalf("round %d: restart: exit %d, %+v", round, code, res)
+		}
+		middle := res.NewPIDs[0]
+		handed := time.Now() // the first process's watch of the middle one began about now
 
-	res, code := r.restart()
-	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
-		t.Fatalf("restart: exit %d, %+v", code, res)
-	}
-	middle := res.NewPIDs[0]
-	handed := time.Now() // the first process's watch of the middle one began about now
-
-	started := filepath.Join(dir, "third.pid")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile kill -0 %d 2>/dev/null; do sleep 0.01; done\nexec %s \"$@\"\n",
-		started, started, started, middle, binary)
-	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(exe+".new", exe); err != nil {
-		t.Fatal(err)
-	}
-	restartAgain(t, r)
-	third := waitPIDFile(t, started, 10*time.Second)
-	r.pids = appendNew(r.pids, third)
-	if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if since := time.Since(handed); since >= lifecycle.SuccessorWatch {
-		t.Fatalf("the middle process was killed %v after it took over, past the first process's watch (%v): the test is too slow here",
-			since, lifecycle.SuccessorWatch)
-	}
-	for deadline := time.Now().Add(10 * time.Second); alive(third) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(r.logs.String(), lifecycle.ReasonPredecessorGone) {
-		t.Errorf("the third process's log does not give %s", lifecycle.ReasonPredecessorGone)
-	}
-	if pids := servingProcesses(r.path); len(pids) != 1 || pids[0] != first {
-		t.Fatalf("processes serving after the middle one was killed: %v, want [%d] (the first, which took the listeners back; the third is %d)",
-			pids, first, third)
+		started := filepath.Join(dir, fmt.Sprintf("third-%d.pid", round))
+		script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile kill -0 %d 2>/dev/null; do sleep 0.01; done\nexec %s \"$@\"\n",
+			started, started, started, middle, binary)
+		if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(exe+".new", exe); err != nil {
+			t.Fatal(err)
+		}
+		restartAgain(t, r)
+		third := waitPIDFile(t, started, 10*time.Second)
+		r.pids = appendNew(r.pids, third)
+		if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if since := time.Since(handed); since >= lifecycle.SuccessorWatch {
+			t.Fatalf("round %d: the middle process was killed %v after it took over, past the first process's watch (%v): the test is too slow here",
+				round, since, lifecycle.SuccessorWatch)
+		}
+		for deadline := time.Now().Add(10 * time.Second); alive(third) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := strings.Count(r.logs.String(), "reason="+lifecycle.ReasonPredecessorGone); n != round {
+			t.Errorf("round %d: the log gives %s %d times, want %d", round, lifecycle.ReasonPredecessorGone, n, round)
+		}
+		if pids := servingProcesses(r.path); len(pids) != 1 || pids[0] != first {
+			t.Fatalf("round %d: processes serving after the middle one was killed: %v, want [%d] (the first, which took the listeners back; the third is %d)",
+				round, pids, first, third)
+		}
 	}
 	for range 5 {
 		resp, err := httpClient.Get(r.url + "/healthz")
