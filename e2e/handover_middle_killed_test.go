@@ -26,7 +26,8 @@ import (
 // then finds its predecessor gone and exits non-zero with
 // restart_previous_process_gone, having served nothing: exactly one
 // process serves, the first. Twice in a row: the first restarts again
-// after it took the listeners back. The third's start is held, as a
+// after it took the listeners back, and this time the second is stopped
+// (SIGTERM, twice) while the third starts, with the same end. The third's start is held, as a
 // shell script in front of reconfd at the executable's path (fault
 // injection), until the second is gone. Cost: 3-8 s on a loaded 2-core
 // machine.
@@ -58,9 +59,16 @@ func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 		restartAgain(t, r)
 		third := waitPIDFile(t, started, 10*time.Second)
 		r.pids = appendNew(r.pids, third)
-		if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if round == 1 {
+			if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		} else { // stopped, the second signal ending its shutdown at once
+			_ = syscall.Kill(middle, syscall.SIGTERM)
+			time.Sleep(10 * time.Millisecond)
+			_ = syscall.Kill(middle, syscall.SIGTERM)
 		}
+		r.waitGone(middle, 10*time.Second)
 		if since := time.Since(handed); since >= lifecycle.SuccessorWatch {
 			t.Fatalf("round %d: the middle process was killed %v after it took over, past the first process's watch (%v): the test is too slow here",
 				round, since, lifecycle.SuccessorWatch)
@@ -72,7 +80,7 @@ func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 			t.Errorf("round %d: the log gives %s %d times, want %d", round, lifecycle.ReasonPredecessorGone, n, round)
 		}
 		if pids := servingProcesses(r.path); len(pids) != 1 || pids[0] != first {
-			t.Fatalf("round %d: processes serving after the middle one was killed: %v, want [%d] (the first, which took the listeners back; the third is %d)",
+			t.Fatalf("round %d: processes serving after the middle one ended: %v, want [%d] (the first, which took the listeners back; the third is %d)",
 				round, pids, first, third)
 		}
 	}
