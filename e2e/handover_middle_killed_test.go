@@ -173,3 +173,66 @@ func waitPIDFile(t *testing.T, path string, within time.Duration) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHandoverNewProcessStoppedBeforeTheHandover: the process that
+// restarts is paused (SIGSTOP) while its new process starts, so that the
+// new one, ready, waits for the hand-over; stopped meanwhile (SIGTERM,
+// twice), the new process exits without serving, and once resumed the
+// process that restarted serves on, alone. Cost: 3-6 s on a loaded
+// 2-core machine.
+func TestHandoverNewProcessStoppedBeforeTheHandover(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	res, code := r.restart()
+	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
+		t.Fatalf("restart: exit %d, %+v", code, res)
+	}
+	owner := res.NewPIDs[0]
+
+	started, goOn := filepath.Join(dir, "new.pid"), filepath.Join(dir, "go")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile [ ! -e %s ]; do sleep 0.01; done\nexec %s \"$@\"\n",
+		started, started, started, goOn, binary)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	restartAgain(t, r)
+	newPID := waitPIDFile(t, started, 10*time.Second)
+	r.pids = appendNew(r.pids, newPID)
+	if err := syscall.Kill(owner, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(owner, syscall.SIGCONT)
+	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const waiting = "waiting for the previous process to hand over"
+	// The second such line: the process that restarted said it too.
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(r.logs.String(), waiting) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the new process did not wait for the hand-over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = syscall.Kill(newPID, syscall.SIGTERM)
+	time.Sleep(10 * time.Millisecond)
+	_ = syscall.Kill(newPID, syscall.SIGTERM)
+	r.waitGone(newPID, 10*time.Second)
+	if err := syscall.Kill(owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.oneOwner(10 * time.Second); got != owner {
+		t.Fatalf("pid %d serves, want %d, which restarted", got, owner)
+	}
+	if strings.Contains(r.logs.String(), fmt.Sprintf("msg=ready pid=%d ", newPID)) {
+		t.Error("the new process served")
+	}
+	if !r.servesVersion(1) {
+		t.Fatal("the process that restarted does not serve")
+	}
+}

@@ -164,6 +164,9 @@ func (s *single) run(ctx context.Context, stop <-chan struct{}, stopSignals func
 // it, the process shuts down having accepted nothing: exit 1 when the
 // predecessor ended first, a clean exit when stop came first.
 func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
+	if lifecycle.AwaitsGoAhead() {
+		s.log.Info("ready; waiting for the previous process to hand over before accepting")
+	}
 	err := lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
 	if err == nil {
 		s.ln.Resume()
