@@ -16,7 +16,9 @@
 //     a supervisor tells its workers.
 //   - handover.go: Handover, a process replaced by a successor that takes
 //     its listening sockets; handoverline.go: the line on which the
-//     successor says whether it handed them on in turn. restart.go:
+//     successor says whether it handed them on in turn; goahead.go: the
+//     line on which the process tells the successor that it may serve
+//     (GoAhead, the successor's side). restart.go:
 //     SelfRestarter, a single process's restart through it. successor.go:
 //     a supervisor's replacement through it, carrying the embedded etcd
 //     over.
@@ -39,8 +41,11 @@
 // which starts its own workers. Both hand-overs share Handover: starting
 // the successor in a process group of its own, waiting until it is ready,
 // killing its whole group if it is not, and the moment it serves
-// (Handover.Done). A single process then drains while it watches its
-// successor for SuccessorWatch, and takes its listeners back if the
+// (Handover.Done). A single process's successor accepts on the sockets
+// only once its predecessor says so, after the hand-over is done, and
+// exits without serving when the predecessor ends first (GoAhead). A
+// single process then drains while it watches its successor for
+// SuccessorWatch, and takes its listeners back if the
 // successor exits meanwhile without having handed them on to a process
 // of its own (Session, Handover.TakeBack): in a restart storm the
 // successor may have done so before its predecessor's watch even began.

@@ -60,6 +60,9 @@ const (
 	// the successor tells this process whether it handed the listeners
 	// on in turn (handoverline.go).
 	envHandedOnFD = "RECONF_HANDOVER_LINE_FD"
+	// envGoAheadFD names the descriptor of the go-ahead line, on which
+	// this process tells the successor it may serve (goahead.go).
+	envGoAheadFD = "RECONF_HANDOVER_GO_AHEAD_FD"
 	// envSupervisorHandover carries a supervisorHandover (JSON) to the
 	// supervisor that replaces this one.
 	envSupervisorHandover = "RECONF_SUPERVISOR_HANDOVER"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"sync"
 	"time"
@@ -45,6 +46,7 @@ type Handover struct {
 	watch   []func(handing bool) // told of every change between serving and not
 	succ    *handoff.Process     // the successor that serves (handedOver)
 	line    *successorLine       // the hand-over line of the successor started last
+	goAhead *os.File             // the go-ahead line to the successor started last, until said
 	pred    *predecessorLine     // the line to this process's predecessor, or nil
 	done    chan struct{}        // closed once a successor serves; replaced by TakeBack
 }
@@ -111,6 +113,7 @@ func (h *Handover) abort() {
 	h.state = serving
 	h.line.close() // the successor was stopped: nothing more to read
 	h.line = nil
+	h.closeGoAheadLocked()
 	for _, fn := range h.watch {
 		fn(false)
 	}
@@ -144,27 +147,46 @@ func (h *Handover) Serving() bool {
 	return h.state == serving
 }
 
-// start starts cmd, the successor, with the sockets and the hand-over
-// line, in a process group of its own: a successor that fails is killed
-// with every process it started (handoff.Process.Kill), none of which may
-// keep the sockets.
+// start starts cmd, the successor, with the sockets, the hand-over line
+// and the go-ahead line, in a process group of its own: a successor that
+// fails is killed with every process it started (handoff.Process.Kill),
+// none of which may keep the sockets.
 func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
 	ownProcessGroup(cmd)
 	line, closeTheirs, err := openSuccessorLine(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("the hand-over line: %w", err)
 	}
-	p, err := handoff.Start(cmd, h.sockets)
-	closeTheirs()
+	defer closeTheirs()
+	goAhead, closeGoAhead, err := openGoAhead(cmd)
 	if err != nil {
 		line.close()
+		return nil, fmt.Errorf("the go-ahead line: %w", err)
+	}
+	defer closeGoAhead()
+	p, err := handoff.Start(cmd, h.sockets)
+	if err != nil {
+		line.close()
+		goAhead.Close()
 		return nil, err
 	}
 	h.mu.Lock()
 	h.line.close() // a successor started earlier and failed
 	h.line = line
+	h.closeGoAheadLocked()
+	h.goAhead = goAhead
 	h.mu.Unlock()
 	return p, nil
+}
+
+// closeGoAheadLocked closes the go-ahead line without a word: a
+// successor still waiting for it exits without serving. h.mu must be
+// held.
+func (h *Handover) closeGoAheadLocked() {
+	if h.goAhead != nil {
+		h.goAhead.Close()
+		h.goAhead = nil
+	}
 }
 
 // await waits until p is ready, up to the timeout or until ctx ends, and
@@ -195,7 +217,10 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 	return status, nil
 }
 
-// handedOver marks the hand-over done: succ serves.
+// handedOver marks the hand-over done: succ serves. This process's
+// predecessor is told first, then the successor gets the go-ahead
+// (goahead.go): a successor never serves while the process that watches
+// this one may still take the listeners back.
 func (h *Handover) handedOver(succ *handoff.Process) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -205,6 +230,8 @@ func (h *Handover) handedOver(succ *handoff.Process) {
 	h.state, h.succ = handedOver, succ
 	close(h.done)
 	h.pred.tell(wordHandedOver)
+	sayGoAhead(h.goAhead)
+	h.goAhead = nil
 }
 
 // Done is closed once a successor serves (until TakeBack, after which
@@ -276,6 +303,7 @@ func (h *Handover) TakeBack() (string, error) {
 	h.state, h.succ, h.done = serving, nil, make(chan struct{})
 	h.line.close()
 	h.line = nil
+	h.closeGoAheadLocked()
 	h.pred.tell(wordTookBack)
 	var end string
 	if succ != nil {

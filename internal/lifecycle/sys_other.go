@@ -18,5 +18,7 @@ func parentPipe() bool { return false }
 
 func takePipe(int) bool { return false }
 
+func takeReadPipe(int) bool { return false }
+
 // socketPair is not available: a supervisor hand-over needs a Unix system.
 func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.ErrUnsupported }

@@ -59,3 +59,15 @@ func socketPair(name string) (a, b *os.File, err error) {
 	unix.CloseOnExec(fds[1])
 	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name), nil
 }
+
+// takeReadPipe reports whether fd is the reading end of a pipe, and
+// readies it: kept from the processes this one starts (close-on-exec),
+// and non-blocking, so that the runtime's poller owns the read and a
+// deadline ends it.
+func takeReadPipe(fd int) bool {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY || !takePipe(fd) {
+		return false
+	}
+	return unix.SetNonblock(fd, true) == nil
+}

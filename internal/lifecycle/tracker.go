@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,6 +214,18 @@ func (t *restartTracker) seed(counts map[restartapi.Outcome]uint64, id string, s
 	}
 	t.addCounts(counts)
 	t.counts[restartapi.Restarted]++
+	t.followLocked(id)
+}
+
+// followLocked numbers this process's restarts on from id, the restart
+// that started it: a restart begun within the same second would otherwise
+// take its id, and replace it in the book. t.mu is held.
+func (t *restartTracker) followLocked(id string) {
+	if i := strings.LastIndexByte(id, '-'); i >= 0 {
+		if n, err := strconv.Atoi(id[i+1:]); err == nil {
+			t.seq = max(t.seq, n)
+		}
+	}
 }
 
 // named completes the seeded restart id with what a process started by it
@@ -250,6 +263,7 @@ func (t *restartTracker) inherit(counts map[restartapi.Outcome]uint64, id string
 		return nil, err
 	}
 	t.addCounts(counts)
+	t.followLocked(id)
 	r := &restartRun{done: make(chan struct{}), res: restartapi.Result{ID: id, Outcome: restartapi.Running,
 		Reason: restartapi.ReasonRunning, Message: "this process was started by the restart", Started: started,
 		OldSupervisorPID: oldPID, PreviousGeneration: prev}}

@@ -130,7 +130,8 @@ type restarting struct {
 // token or a too-short token leaves it off with a logged error while the
 // data plane serves (SPEC section 7); a listener that cannot open fails
 // the start. listen, when not nil, opens the listener (a worker's
-// inherited one); otherwise admin.Server.Start does.
+// inherited one), which it may return as a *handoff.DrainListener;
+// otherwise admin.Server.Start does.
 func startManagement(g *gateway.Gateway, rt admin.Runtime, f Options, log *slog.Logger, lookup env, reg prometheus.Gatherer,
 	listen func(string) (net.Listener, error), status func() map[string]any, extra ...admin.Option) (*managementServer, error) {
 	cfg, generated, err := managementSettings(f, lookup)
@@ -172,7 +173,11 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f Options, log *slog.
 			var ln net.Listener
 			if ln, err = listen(cfg.Address); err == nil {
 				bound = ln.Addr().String()
-				m.ln = handoff.NewDrainListener(ln)
+				// listen may wrap it already, paused until the process
+				// may serve (a successor before the go-ahead).
+				if m.ln, _ = ln.(*handoff.DrainListener); m.ln == nil {
+					m.ln = handoff.NewDrainListener(ln)
+				}
 				m.served = make(chan error, 1)
 				go func() { m.served <- srv.Serve(m.ln) }()
 			}

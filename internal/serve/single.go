@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reconfhq/reconf/handoff"
+	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/sighold"
@@ -19,6 +21,19 @@ import (
 // next needs: the data-plane socket (a predecessor's, or a new one), the
 // data plane serving on it, the restarter, then management. A start that
 // fails shuts down what the steps before it started.
+//
+// A successor (reconfd restart) serves behind paused listeners until its
+// predecessor gives the go-ahead (lifecycle.GoAhead): until then the
+// predecessor, or the process watching the predecessor, may still own
+// the sockets, and two processes must never serve at once. Paused, it
+// keeps its descriptors but accepts nothing: connections wait in the
+// sockets' shared queue for whichever process serves. One whose
+// predecessor ends before the go-ahead closes its descriptors and exits
+// non-zero (lifecycle.ReasonPredecessorGone); having accepted nothing, it
+// loses no request half-way, and what waits in the queue is the serving
+// process's. Not accepting at all was chosen over accepting and draining:
+// a drain would answer requests on a generation the serving process
+// never acknowledged.
 type single struct {
 	f      Options
 	lookup env
@@ -72,6 +87,9 @@ func (s *single) listenData() error {
 		return err
 	}
 	s.ln = handoff.NewDrainListener(raw)
+	if lifecycle.AwaitsGoAhead() {
+		s.ln.Pause()
+	}
 	return nil
 }
 
@@ -105,7 +123,14 @@ func (s *single) startManagement() error {
 				return nil, err
 			}
 		}
-		return mln, s.sockets.Add(lifecycle.ListenerManagement, mln)
+		if err := s.sockets.Add(lifecycle.ListenerManagement, mln); err != nil {
+			return nil, err
+		}
+		dl := handoff.NewDrainListener(mln)
+		if lifecycle.AwaitsGoAhead() {
+			dl.Pause()
+		}
+		return dl, nil
 	}, func() map[string]any { return withRestart(s.g.StatusFields(), s.rs.State(), s.f.Version) })
 	if err != nil {
 		return err
@@ -117,18 +142,65 @@ func (s *single) startManagement() error {
 	return nil
 }
 
-// run serves until stop closes or the data plane fails, then shuts down.
+// run says ready, and once the predecessor (if any) gave the go-ahead,
+// serves until stop closes or the data plane fails, then shuts down.
 func (s *single) run(ctx context.Context, stop <-chan struct{}, stopSignals func(), hold *sighold.Hold) error {
+	if err := s.goAhead(ctx, stop, stopSignals); err != nil {
+		return err
+	}
 	g, log, rs := s.g, s.log, s.rs
 	return serveSession(ctx, stop, stopSignals, s.f, s.mgmt, &lifecycle.Session{Gateway: g, Data: s.ln, Served: s.served, Reloader: s.guard, Hold: hold,
 		Shared: rs.HandedOver, Handover: rs.Handover(), TookBack: rs.TookBack,
 		Ready: func() {
-			if err := handoff.Ready(lifecycle.ReadyStatus(g)); err != nil {
-				log.Error("could not tell the previous process this one is ready", "error", err)
-			}
 			rs.MarkReady()
 			if err := handoff.NotifyReady(); err != nil {
 				log.Warn("could not notify systemd", "error", err)
 			}
 		}})
+}
+
+// goAhead tells the predecessor this process is ready and waits for its
+// go-ahead (lifecycle.GoAhead), then accepts on the listeners. Without
+// it, the process shuts down having accepted nothing: exit 1 when the
+// predecessor ended first, a clean exit when stop came first.
+func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
+	if lifecycle.AwaitsGoAhead() {
+		s.log.Info("ready; waiting for the previous process to hand over before accepting")
+	}
+	err := lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
+	if err == nil {
+		s.ln.Resume()
+		if s.mgmt != nil && s.mgmt.ln != nil {
+			s.mgmt.ln.Resume()
+		}
+		return nil
+	}
+	stopSignals() // a second signal now ends the process at once
+	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
+	if stopped {
+		s.log.Info("shutting down before serving", "reason", err.Error())
+	} else {
+		s.log.Error("the previous process ended before the hand-over; exiting without having served",
+			"reason", lifecycle.ReasonPredecessorGone, "error", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.f.ShutdownTimeout)
+	defer cancel()
+	serr := s.g.Shutdown(sctx)
+	if e := <-s.served; serr == nil {
+		serr = e
+	}
+	if s.mgmt != nil {
+		if e := s.mgmt.Shutdown(sctx); serr == nil {
+			serr = e
+		}
+	}
+	switch {
+	case !stopped:
+		return exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
+	case serr != nil:
+		s.log.Error("shutdown was not clean", "error", serr)
+		return exitcode.Failed
+	}
+	s.log.Info("stopped")
+	return nil
 }

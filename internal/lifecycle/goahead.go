@@ -1,0 +1,177 @@
+package lifecycle
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/reconfhq/reconf/handoff"
+)
+
+// A successor accepts on the listeners it inherited only once its
+// predecessor has said that the hand-over is done: the go-ahead, one word
+// on a pipe from the predecessor to the successor (the go-ahead line).
+// Ready alone does not decide it. The predecessor that read "ready" may
+// be killed before it marks the hand-over done and tells its own
+// predecessor, still watching it, that the listeners went on; that one
+// then takes them back, and a successor that served on its "ready" would
+// serve beside it, two owners of one configuration. A successor whose
+// predecessor ends without the go-ahead (the line ends, or "ready" could
+// not even be written) exits without having accepted a connection.
+//
+// The predecessor says the go-ahead after it told its own predecessor
+// that it handed over (Handover.handedOver), so that whenever the
+// successor serves, the process watching its predecessor does not take
+// the listeners back. A predecessor killed between the two words leaves
+// no process serving: the service manager restarts the service, which
+// is the safe side of that instant (two owners is the other).
+
+// wordGoAhead is the predecessor's one word on the go-ahead line.
+const wordGoAhead = "serve"
+
+// goAheadWait bounds how long a successor that said ready waits for the
+// go-ahead. A predecessor alive but not answering (stopped) for that
+// long has the successor exit: when it wakes up, it finds it gone and
+// serves on.
+const goAheadWait = 30 * time.Second
+
+// ReasonPredecessorGone is the stable reason a successor logs when it
+// exits without having served because its predecessor ended before the
+// go-ahead.
+const ReasonPredecessorGone = "restart_previous_process_gone"
+
+// ErrPredecessorGone is returned by GoAhead when the predecessor ended
+// (or stopped answering) before the go-ahead: this process must exit
+// without serving.
+var ErrPredecessorGone = errors.New("the previous process ended before it handed the listeners over; " +
+	"this process exits without having served, and the process that took the listeners back (or the service manager) serves")
+
+// ErrStoppedBeforeServing is returned by GoAhead when stop closed first:
+// this process was told to stop before it served.
+var ErrStoppedBeforeServing = errors.New("stopped by a signal before it served")
+
+// openGoAhead adds the go-ahead line's reading end to cmd, the successor
+// not yet started, and names it in its environment. It returns the
+// writing end; closeTheirs closes this process's copy of the reading end
+// once cmd has started (or failed to), so that a successor that exits
+// gets no answer from its own copy.
+func openGoAhead(cmd *exec.Cmd) (w *os.File, closeTheirs func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = setEnv(env, envGoAheadFD, strconv.Itoa(3+len(cmd.ExtraFiles))+":"+strconv.Itoa(os.Getpid()))
+	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	return w, func() { r.Close() }, nil
+}
+
+// sayGoAhead writes the go-ahead on w and closes it; a successor that is
+// gone is no one to tell. It is safe on nil.
+func sayGoAhead(w *os.File) {
+	if w == nil {
+		return
+	}
+	_, _ = w.WriteString(wordGoAhead + "\n")
+	w.Close()
+}
+
+// goAheadLine is a successor's end of the go-ahead line.
+type goAheadLine struct {
+	r    *os.File
+	from int // the predecessor's pid
+}
+
+// goAhead is this process's end of the go-ahead line, taken when the
+// package initialises (before this process starts any other, which would
+// otherwise hold it); nil when no predecessor gave one: a first process,
+// or one whose predecessor predates the line.
+var goAhead = takeGoAhead(os.LookupEnv)
+
+// takeGoAhead takes the go-ahead line named by envGoAheadFD ("fd:pid",
+// the predecessor's pid: it may be gone by now, and the parent someone
+// else), if there is one, keeping it from the processes this one starts,
+// and unsets the variable. Only the reading end of a pipe is taken: a
+// variable inherited by mistake names whatever this process has at that
+// number, its own readiness pipe's writing end included.
+func takeGoAhead(lookup func(string) (string, bool)) *goAheadLine {
+	v, ok := lookup(envGoAheadFD)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(envGoAheadFD)
+	fds, pids, _ := strings.Cut(v, ":")
+	fd, err := strconv.Atoi(fds)
+	pid, perr := strconv.Atoi(pids)
+	if err != nil || perr != nil || fd < 3 || !takeReadPipe(fd) {
+		return nil
+	}
+	return &goAheadLine{r: os.NewFile(uintptr(fd), "go-ahead-line"), from: pid}
+}
+
+// AwaitsGoAhead reports whether this process must keep the listeners it
+// inherited paused until GoAhead returns nil: its predecessor gave it the
+// go-ahead line.
+func AwaitsGoAhead() bool { return goAhead != nil }
+
+// GoAhead tells the predecessor that started this process that it is
+// ready, with status (handoff.Ready), and waits for the go-ahead. It
+// returns nil once the predecessor handed over, at once for a process
+// that no predecessor started, and, after ready, for one whose
+// predecessor predates the go-ahead line. It returns an error wrapping
+// ErrPredecessorGone when the predecessor ended first (ready could not be
+// written, or the line ended without the word) or did not answer within
+// goAheadWait, and ErrStoppedBeforeServing when stop closed first (before
+// ready: ready is not said). Call it once, after everything serves
+// behind paused listeners.
+func GoAhead(stop <-chan struct{}, status string) error {
+	return goAhead.await(stop, status, goAheadWait)
+}
+
+// await is GoAhead on l (nil: no line).
+func (l *goAheadLine) await(stop <-chan struct{}, status string, wait time.Duration) error {
+	select {
+	case <-stop:
+		return ErrStoppedBeforeServing
+	default:
+	}
+	if err := handoff.Ready(status); err != nil {
+		return fmt.Errorf("%w (%v)", ErrPredecessorGone, err)
+	}
+	if l == nil {
+		return nil
+	}
+	defer l.r.Close()
+	_ = l.r.SetReadDeadline(time.Now().Add(wait))
+	got := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		line, err := bufio.NewReader(io.LimitReader(l.r, 64)).ReadString('\n')
+		switch {
+		case line == wordGoAhead+"\n":
+			got <- nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			got <- fmt.Errorf("%w (pid %d did not answer within %v)", ErrPredecessorGone, l.from, wait)
+		default:
+			got <- fmt.Errorf("%w (pid %d)", ErrPredecessorGone, l.from)
+		}
+	})
+	select {
+	case err := <-got:
+		return err
+	case <-stop:
+		_ = l.r.SetReadDeadline(time.Unix(1, 0)) // ends the read
+		return ErrStoppedBeforeServing
+	}
+}

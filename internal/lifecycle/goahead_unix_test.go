@@ -1,0 +1,59 @@
+//go:build unix
+
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/reconfhq/reconf/handoff"
+)
+
+// A successor told to stop before it said ready does not say it, and one
+// told to stop while it waits for the go-ahead stops waiting at once.
+func TestGoAheadStops(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if err := (*goAheadLine)(nil).await(stop, "", time.Minute); !errors.Is(err, ErrStoppedBeforeServing) {
+		t.Fatalf("stopped before ready: %v, want ErrStoppedBeforeServing", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fd, err := unix.Dup(int(r.Fd())) // the line's own, as a successor has
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := takeGoAhead(func(string) (string, bool) { return fmt.Sprintf("%d:%d", fd, os.Getppid()), true })
+	if l == nil {
+		unix.Close(fd)
+		t.Fatal("a pipe's reading end gave no line")
+	}
+	stop = make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- l.await(stop, "", time.Minute) }()
+	time.Sleep(20 * time.Millisecond) // waiting for the word
+	close(stop)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStoppedBeforeServing) {
+			t.Fatalf("stopped while waiting: %v, want ErrStoppedBeforeServing", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not end on stop")
+	}
+	if l := takeGoAhead(func(string) (string, bool) { return fmt.Sprintf("%d:1", w.Fd()), true }); l != nil {
+		t.Fatal("a pipe's writing end was taken as the go-ahead line")
+	}
+}
