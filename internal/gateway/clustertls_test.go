@@ -98,6 +98,12 @@ func TestTLSProbeClassifies(t *testing.T) {
 		{name: "https to a plain member", ep: "https" + m.plainEP[len("http"):], files: good, want: TLSNotServed},
 		{name: "http to a TLS member", ep: "http" + m.tlsEP[len("https"):], want: TLSRequired},
 		{name: "http to a TLS member with the files", ep: "http" + m.tlsEP[len("https"):], files: good, want: TLSRequired},
+		{name: "no common cipher suite", ep: m.tlsEP, files: good,
+			adjust: func(c *tls.Config) {
+				c.MaxVersion, c.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_RSA_WITH_AES_128_CBC_SHA}
+			}, want: TLSNoCommonParameters},
+		{name: "no common version", ep: m.tlsEP, files: good,
+			adjust: func(c *tls.Config) { c.MinVersion, c.MaxVersion = tls.VersionTLS10, tls.VersionTLS11 }, want: TLSNoCommonParameters},
 		{name: "refused", ep: refused, files: good},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,6 +179,26 @@ func TestClusterJoinFailsOnTLS(t *testing.T) {
 	}
 }
 
+// TestClusterJoinFailsOnTLSParameters starts a gateway whose client
+// certificate the member would accept but that offers no cipher suite the
+// member accepts: New fails with the reason instead of waiting out the
+// join's timeout, as it did for a handshake failure with a certificate
+// given.
+func TestClusterJoinFailsOnTLSParameters(t *testing.T) {
+	m := startTLSMembers(t)
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeAtomic(t, path, baseConfig)
+	o := m.options(t, m.tlsEP, propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.cert, KeyFile: m.key})
+	o.TLS.MaxVersion, o.TLS.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_RSA_WITH_AES_128_CBC_SHA}
+	ctx, cancel := context.WithTimeout(context.Background(), gateJoinTimeout/2)
+	defer cancel()
+	_, err := New(ctx, path, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithCluster(o))
+	var te *ClusterTLSError
+	if !errors.As(err, &te) || te.Reason != TLSNoCommonParameters {
+		t.Fatalf("got %v, want %s", err, TLSNoCommonParameters)
+	}
+}
+
 // TestClusterJoinRetriesRefused starts a gateway while its TLS member is
 // down: the refused connections are retried, and the join completes once
 // the member is back.
@@ -221,8 +247,9 @@ func TestClusterTLSReasonText(t *testing.T) {
 		TLSMemberCertificateInvalid: "cluster_tls_member_certificate_invalid",
 		TLSNotServed:                "cluster_tls_not_served",
 		TLSRequired:                 "cluster_tls_required",
+		TLSNoCommonParameters:       "cluster_tls_no_common_parameters",
 	}
-	for r := ClusterTLSReason(0); r <= TLSRequired+1; r++ {
+	for r := ClusterTLSReason(0); r <= TLSNoCommonParameters+1; r++ {
 		var m encoding.TextMarshaler = r
 		b, err := m.MarshalText()
 		w, known := want[r]
@@ -233,7 +260,7 @@ func TestClusterTLSReasonText(t *testing.T) {
 			t.Errorf("%d: got %q, want an error", r, b)
 		}
 	}
-	if len(want) != int(TLSRequired) {
+	if len(want) != int(TLSNoCommonParameters) {
 		t.Errorf("the table misses a reason")
 	}
 }
