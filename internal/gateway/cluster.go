@@ -44,7 +44,9 @@ type ClusterOptions struct {
 	// gives when a member refuses the certificate or the CA does not
 	// verify the member (ClusterTLSError).
 	CAFile, CertFile string
-	// Username and Password authenticate to etcd when Username is set.
+	// Username and Password authenticate to etcd when Username is set;
+	// they are named in the reason a join gives when etcd refuses the
+	// user (ClusterAuthError), the password never.
 	Username, Password string
 	// Client, when set, is the etcd client the worker uses instead of
 	// connecting to Endpoints; the gateway does not close it. It lets

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf/internal/testetcd"
 	"github.com/reconfhq/reconf/propagate"
@@ -172,6 +176,33 @@ func TestClusterJoinWithUserFailsOnTLS(t *testing.T) {
 	var te *ClusterTLSError
 	if !errors.As(err, &te) || te.Reason != TLSCertificateRejected || te.File != m.foreign {
 		t.Fatalf("got %v, want %s naming %s", err, TLSCertificateRejected, m.foreign)
+	}
+}
+
+// TestLoginMayPass: a login that meets no member or no leader is tried
+// again; one that etcd refuses, or that meets anything else, is not.
+func TestLoginMayPass(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("login: %w", context.DeadlineExceeded), true},
+		{status.Error(codes.Unavailable, "connection refused"), true},
+		{rpctypes.ErrNoLeader, true},
+		{rpctypes.ErrTimeout, true},
+		{rpctypes.ErrTimeoutDueToLeaderFail, true},
+		{rpctypes.ErrLeaderChanged, true},
+		{rpctypes.ErrTooManyRequests, true},
+		{rpctypes.ErrAuthFailed, false},
+		{rpctypes.ErrUserEmpty, false},
+		{rpctypes.ErrPermissionDenied, false},
+		{context.Canceled, false},
+		{errors.New("anything else"), false},
+	} {
+		if got := loginMayPass(tc.err); got != tc.want {
+			t.Errorf("%v: got %t, want %t", tc.err, got, tc.want)
+		}
 	}
 }
 
