@@ -61,6 +61,9 @@ type ClusterAuthError struct {
 	Endpoints []string
 	// User is the etcd user the worker gave; empty for none.
 	User string
+	// CertFile is the worker's client certificate, if any: without a
+	// User, etcd takes the certificate's common name as the user.
+	CertFile string
 	// EmptyPassword is set when User was given with an empty password
 	// (AuthRequired).
 	EmptyPassword bool
@@ -84,13 +87,24 @@ func (e *ClusterAuthError) Error() string {
 			what = fmt.Sprintf("requires a user, and user %q was given with an empty password, which is not sent (--cluster-password)", e.User)
 		}
 	case AuthPermissionDenied:
-		what = fmt.Sprintf("refused user %q a request the fleet makes: the user's roles lack a grant", e.User)
+		what = fmt.Sprintf("refused %s a request the fleet makes: the user's roles lack a grant", e.who())
 	}
 	msg := fmt.Sprintf("etcd at %s %s (%s)", strings.Join(e.Endpoints, ","), what, e.Reason)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
 	return msg
+}
+
+// who names the user etcd refused.
+func (e *ClusterAuthError) who() string {
+	switch {
+	case e.User != "":
+		return fmt.Sprintf("user %q", e.User)
+	case e.CertFile != "":
+		return fmt.Sprintf("the user the client certificate %s names (its common name)", e.CertFile)
+	}
+	return "the worker's user"
 }
 
 // Unwrap returns etcd's answer.
@@ -115,7 +129,7 @@ func authFault(c ClusterOptions, cli *clientv3.Client, err error) (error, bool) 
 	if len(eps) == 0 && cli != nil {
 		eps = cli.Endpoints()
 	}
-	e := &ClusterAuthError{Endpoints: eps, User: c.Username, Reason: r, Err: err}
+	e := &ClusterAuthError{Endpoints: eps, User: c.Username, CertFile: c.CertFile, Reason: r, Err: err}
 	if r == AuthRequired && c.Username != "" && c.Password == "" {
 		e.EmptyPassword = true
 	}

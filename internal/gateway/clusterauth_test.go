@@ -179,6 +179,26 @@ func TestClusterJoinWithUserFailsOnTLS(t *testing.T) {
 	}
 }
 
+// TestClusterAuthErrorNamesTheUser: a refusal names the user given, or,
+// without one, the client certificate whose common name etcd takes as
+// the user.
+func TestClusterAuthErrorNamesTheUser(t *testing.T) {
+	for _, tc := range []struct {
+		e    ClusterAuthError
+		want string
+	}{
+		{ClusterAuthError{User: "fleet", CertFile: "/etc/c.pem"}, `refused user "fleet" a request`},
+		{ClusterAuthError{CertFile: "/etc/c.pem"}, "refused the user the client certificate /etc/c.pem names (its common name) a request"},
+		{ClusterAuthError{}, "refused the worker's user a request"},
+	} {
+		tc.e.Endpoints, tc.e.Reason = []string{"https://h1:2379", "https://h2:2379"}, AuthPermissionDenied
+		want := "etcd at https://h1:2379,https://h2:2379 " + tc.want
+		if got := tc.e.Error(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "(cluster_auth_permission_denied)") {
+			t.Errorf("got %q, want %q ... (cluster_auth_permission_denied)", got, want)
+		}
+	}
+}
+
 // TestLoginMayPass: a login that meets no member or no leader is tried
 // again; one that etcd refuses, or that meets anything else, is not.
 func TestLoginMayPass(t *testing.T) {
