@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf/internal/testetcd"
-	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -158,24 +157,6 @@ func TestClusterJoinWithUserWaitsForMember(t *testing.T) {
 	defer cancel()
 	if err := r.g.Shutdown(ctx); err != nil {
 		t.Error(err)
-	}
-}
-
-// TestClusterJoinWithUserFailsOnTLS: a user's login waits for a member
-// like any call, so a member that refuses the worker's TLS fails the join
-// with its reason there too, not with the login's timeout.
-func TestClusterJoinWithUserFailsOnTLS(t *testing.T) {
-	m := startTLSMembers(t)
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	writeAtomic(t, path, baseConfig)
-	o := m.options(t, m.tlsEP, propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.foreign, KeyFile: m.foreignKy})
-	o.Username, o.Password = "fleet", "pw-fleet"
-	ctx, cancel := context.WithTimeout(context.Background(), gateJoinTimeout/2)
-	defer cancel()
-	_, err := New(ctx, path, WithLogger(quietLogger()), WithCluster(o))
-	var te *ClusterTLSError
-	if !errors.As(err, &te) || te.Reason != TLSCertificateRejected || te.File != m.foreign {
-		t.Fatalf("got %v, want %s naming %s", err, TLSCertificateRejected, m.foreign)
 	}
 }
 
