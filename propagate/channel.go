@@ -545,7 +545,11 @@ func (c *Channel) writeFailed(op string, err error, size int) error {
 		return reconf.Errorf(reasons.RecordTooLarge,
 			"the cluster record is %d bytes, more than the cluster accepts in one request; raise etcd's --max-request-bytes (an external cluster's default is 1.5 MiB; the embedded member accepts 8 MiB) or make the live configuration smaller", size)
 	case permissionDenied(err):
-		return reconf.Errorf(reasons.ClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
+		e := reconf.Errorf(reasons.ClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
+		// The refusal stays reachable (errors.Is), for a caller that
+		// tells it apart from an outage.
+		e.Err = err
+		return e
 	}
 	return c.unreachable(op, err)
 }

@@ -44,6 +44,11 @@ const (
 	TLSNotServed
 	// TLSRequired: an http:// endpoint whose member serves TLS.
 	TLSRequired
+	// TLSNoCommonParameters: the member and the worker share no TLS
+	// version, cipher suite, key exchange group or signature scheme (the
+	// member's --tls-min-version, --tls-max-version or --cipher-suites
+	// admit none of what the worker offers).
+	TLSNoCommonParameters
 )
 
 var clusterTLSReasons = [...]string{
@@ -54,6 +59,7 @@ var clusterTLSReasons = [...]string{
 	TLSMemberCertificateInvalid: "cluster_tls_member_certificate_invalid",
 	TLSNotServed:                "cluster_tls_not_served",
 	TLSRequired:                 "cluster_tls_required",
+	TLSNoCommonParameters:       "cluster_tls_no_common_parameters",
 }
 
 // String returns the stable reason, such as
@@ -111,6 +117,8 @@ func (e *ClusterTLSError) Error() string {
 		what = "serves plain HTTP/2, not TLS: use http:// or give the member a client certificate (etcd --cert-file, --key-file)"
 	case TLSRequired:
 		what = "serves TLS: use https:// with the cluster's CA (--cluster-ca)"
+	case TLSNoCommonParameters:
+		what = "and the worker share no TLS version, cipher suite, group or signature scheme: the worker offers TLS 1.2 and 1.3 with Go's default suites; the member's --tls-min-version, --tls-max-version and --cipher-suites must admit one"
 	}
 	msg := fmt.Sprintf("etcd member %s %s (%s)", e.Endpoint, what, e.Reason)
 	if e.Err != nil {
@@ -347,10 +355,15 @@ func (p *tlsProbe) classify(err error) (ClusterTLSReason, string, bool) {
 		return TLSCertificateRequired, "", true
 	case alertHandshakeFailure:
 		// Under TLS 1.2 a Go member (etcd is one) answers a missing
-		// client certificate so; with a certificate given it may mean
-		// anything the two sides failed to agree on, which is left to
-		// the join's own timeout.
-		return TLSCertificateRequired, "", noCert
+		// client certificate so; with a certificate given, a Go member
+		// sends it only when the two sides share no cipher suite, group
+		// or signature scheme.
+		if noCert {
+			return TLSCertificateRequired, "", true
+		}
+		return TLSNoCommonParameters, "", true
+	case alertProtocolVersion, alertInsufficientSecurity:
+		return TLSNoCommonParameters, "", true
 	case alertBadCertificate, alertUnsupportedCertificate, alertCertificateRevoked,
 		alertCertificateExpired, alertCertificateUnknown, alertUnknownCA:
 		if noCert {
@@ -362,7 +375,8 @@ func (p *tlsProbe) classify(err error) (ClusterTLSReason, string, bool) {
 }
 
 // The TLS alerts (RFC 8446, section 6) a member sends for a client
-// certificate it refuses or misses.
+// certificate it refuses or misses, or for a handshake whose parameters
+// it shares none of.
 const (
 	alertHandshakeFailure       = 40
 	alertBadCertificate         = 42
@@ -371,6 +385,8 @@ const (
 	alertCertificateExpired     = 45
 	alertCertificateUnknown     = 46
 	alertUnknownCA              = 48
+	alertProtocolVersion        = 70
+	alertInsufficientSecurity   = 71
 	alertCertificateRequired    = 116
 )
 

@@ -98,6 +98,12 @@ func TestTLSProbeClassifies(t *testing.T) {
 		{name: "https to a plain member", ep: "https" + m.plainEP[len("http"):], files: good, want: TLSNotServed},
 		{name: "http to a TLS member", ep: "http" + m.tlsEP[len("https"):], want: TLSRequired},
 		{name: "http to a TLS member with the files", ep: "http" + m.tlsEP[len("https"):], files: good, want: TLSRequired},
+		{name: "no common cipher suite", ep: m.tlsEP, files: good,
+			adjust: func(c *tls.Config) {
+				c.MaxVersion, c.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_RSA_WITH_AES_128_CBC_SHA}
+			}, want: TLSNoCommonParameters},
+		{name: "no common version", ep: m.tlsEP, files: good,
+			adjust: func(c *tls.Config) { c.MinVersion, c.MaxVersion = tls.VersionTLS10, tls.VersionTLS11 }, want: TLSNoCommonParameters},
 		{name: "refused", ep: refused, files: good},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,20 +162,46 @@ func TestTLSProbeNeedsEveryMember(t *testing.T) {
 	}
 }
 
-// TestClusterJoinFailsOnTLS starts a gateway that joins a member which
-// requires a client certificate, without one: New fails with the reason
-// instead of waiting out the join's timeout.
+// TestClusterJoinFailsOnTLS starts gateways that join a member which
+// requires a client certificate from its CA: with one another CA signed,
+// with that and a user (whose login waits for a member like any call),
+// and with the member's certificate but no cipher suite the member
+// accepts. New fails with the reason instead of waiting out the join's
+// timeout (or, with the user, the login's).
 func TestClusterJoinFailsOnTLS(t *testing.T) {
 	m := startTLSMembers(t)
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	writeAtomic(t, path, baseConfig)
-	ctx, cancel := context.WithTimeout(context.Background(), gateJoinTimeout/2)
-	defer cancel()
-	_, err := New(ctx, path, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		WithCluster(m.options(t, m.tlsEP, propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.foreign, KeyFile: m.foreignKy})))
-	var te *ClusterTLSError
-	if !errors.As(err, &te) || te.Reason != TLSCertificateRejected || te.File != m.foreign {
-		t.Fatalf("got %v, want %s naming %s", err, TLSCertificateRejected, m.foreign)
+	foreign := propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.foreign, KeyFile: m.foreignKy}
+	good := propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.cert, KeyFile: m.key}
+	for _, tc := range []struct {
+		name   string
+		files  propagate.TLSFiles
+		adjust func(*ClusterOptions)
+		want   ClusterTLSReason
+		file   string
+	}{
+		{name: "certificate of another CA", files: foreign, want: TLSCertificateRejected, file: m.foreign},
+		{name: "certificate of another CA, with a user", files: foreign,
+			adjust: func(o *ClusterOptions) { o.Username, o.Password = "fleet", "pw-fleet" }, want: TLSCertificateRejected, file: m.foreign},
+		{name: "no common cipher suite", files: good,
+			adjust: func(o *ClusterOptions) {
+				o.TLS.MaxVersion, o.TLS.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_RSA_WITH_AES_128_CBC_SHA}
+			}, want: TLSNoCommonParameters},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := m.options(t, m.tlsEP, tc.files)
+			if tc.adjust != nil {
+				tc.adjust(&o)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), gateJoinTimeout/2)
+			defer cancel()
+			_, err := New(ctx, path, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithCluster(o))
+			var te *ClusterTLSError
+			if !errors.As(err, &te) || te.Reason != tc.want || te.File != tc.file {
+				t.Fatalf("got %v, want %s naming %q", err, tc.want, tc.file)
+			}
+		})
 	}
 }
 
@@ -221,8 +253,9 @@ func TestClusterTLSReasonText(t *testing.T) {
 		TLSMemberCertificateInvalid: "cluster_tls_member_certificate_invalid",
 		TLSNotServed:                "cluster_tls_not_served",
 		TLSRequired:                 "cluster_tls_required",
+		TLSNoCommonParameters:       "cluster_tls_no_common_parameters",
 	}
-	for r := ClusterTLSReason(0); r <= TLSRequired+1; r++ {
+	for r := ClusterTLSReason(0); r <= TLSNoCommonParameters+1; r++ {
 		var m encoding.TextMarshaler = r
 		b, err := m.MarshalText()
 		w, known := want[r]
@@ -233,7 +266,7 @@ func TestClusterTLSReasonText(t *testing.T) {
 			t.Errorf("%d: got %q, want an error", r, b)
 		}
 	}
-	if len(want) != int(TLSRequired) {
+	if len(want) != int(TLSNoCommonParameters) {
 		t.Errorf("the table misses a reason")
 	}
 }

@@ -240,6 +240,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 		access.swap(nil)
 		if cl != nil {
 			cl.abandon(ctx)
+			err = joinFailed(*o.cluster, cl.cli, err)
 		}
 		return nil, err
 	}
@@ -249,7 +250,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			tr.close(ctx)
 			access.swap(nil)
 			cl.abandon(ctx)
-			return nil, err
+			return nil, joinFailed(*o.cluster, cl.cli, err)
 		}
 	}
 	g := &Gateway{rt: rt, log: log, cluster: cl, limiters: limiters, health: health, keys: keys, history: history,

@@ -126,7 +126,7 @@ func newGateway(ctx context.Context, f Options, stderr io.Writer, lookup env, op
 		// Stopping on request is a clean exit, as the supervisor's is.
 		return nil, nil, &exitcode.Error{Code: exitcode.OK, Msg: "stopped during start-up by a signal; nothing was started"}
 	}
-	if errors.As(err, new(*gateway.ClusterTLSError)) {
+	if errors.As(err, new(*gateway.ClusterTLSError)) || errors.As(err, new(*gateway.ClusterAuthError)) {
 		// Not a fault of the configuration: say what to change instead.
 		return nil, nil, exitcode.Fail("cannot join the cluster: %s", err)
 	}

@@ -1,0 +1,89 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf/propagate/embedded"
+)
+
+// TestFleetJoinsAuthCluster runs a real etcd member with authentication
+// enabled and a supervisor of two workers that joins it as a user granted
+// the fleet's prefix, its password a secret reference: the workers join.
+// With a wrong password, with no user, or as a user without the fleet's
+// grants, serve (a single worker or a supervisor) exits 1 at once with
+// the reason, naming the endpoint and the user and never the password.
+func TestFleetJoinsAuthCluster(t *testing.T) {
+	requireBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := embedded.StartCluster(ctx, 1, embedded.Config{Logger: slog.New(slog.DiscardHandler), BcryptCost: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ep := c.Endpoints()[0]
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, step := range []func() (any, error){
+		func() (any, error) {
+			return cli.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true})
+		},
+		func() (any, error) { return cli.UserGrantRole(ctx, "root", "root") },
+		func() (any, error) { return cli.RoleAdd(ctx, "fleet") },
+		func() (any, error) {
+			return cli.RoleGrantPermission(ctx, "fleet", "/reconf/", clientv3.GetPrefixRangeEnd("/reconf/"), clientv3.PermissionType(clientv3.PermReadWrite))
+		},
+		func() (any, error) { return cli.UserAdd(ctx, "fleet", "pw-fleet") },
+		func() (any, error) { return cli.UserGrantRole(ctx, "fleet", "fleet") },
+		func() (any, error) { return cli.UserAdd(ctx, "bare", "pw-bare") },
+		func() (any, error) { return cli.AuthEnable(ctx) },
+	} {
+		if _, err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s := startServer(t, config(4, "0s"), []string{"--workers", "2", "--cluster", ep, "--management-address", "127.0.0.1:0",
+		"--cluster-user", "fleet", "--cluster-password", "${env:ETCD_PASSWORD}"}, "ETCD_PASSWORD=pw-fleet")
+	s.waitConverged(1, 2, 30*time.Second)
+	s.stop()
+
+	// Each refusal fails the start at once; the join's own timeout alone
+	// would be 30 s.
+	for _, tc := range []struct {
+		name, workers, user, password, reason string
+	}{
+		{"wrong password", "1", "fleet", "not-the-password", "cluster_auth_failed"},
+		{"no user", "1", "", "", "cluster_auth_required"},
+		{"no grants, supervised", "2", "bare", "pw-bare", "cluster_auth_permission_denied"},
+	} {
+		args := []string{"serve", "--config", s.config, "--workers", tc.workers, "--cluster", ep}
+		if tc.user != "" {
+			args = append(args, "--cluster-user", tc.user, "--cluster-password", "${env:ETCD_PASSWORD}")
+		}
+		start := time.Now()
+		code, _, errOut := reconfd(t, []string{"ETCD_PASSWORD=" + tc.password}, args...)
+		took := time.Since(start)
+		switch {
+		case code != 1 || !strings.Contains(errOut, "cannot join the cluster: etcd at "+ep) || !strings.Contains(errOut, "("+tc.reason+")"):
+			t.Errorf("%s: exit %d: %s", tc.name, code, errOut)
+		case tc.user != "" && !strings.Contains(errOut, `user "`+tc.user+`"`):
+			t.Errorf("%s: the user is not named: %s", tc.name, errOut)
+		case strings.Contains(errOut, tc.password) && tc.password != "":
+			t.Errorf("%s: the password is printed: %s", tc.name, errOut)
+		case took > 15*time.Second:
+			t.Errorf("%s: took %s, want well under the join's 30 s", tc.name, took)
+		}
+	}
+}
