@@ -62,6 +62,9 @@ type backend struct {
 	// adopted counts the counts it took from another idle worker
 	// (fleetcount.go), for the same tests.
 	adopted atomic.Int64
+	// deniedLogged is set once etcd's refusal of this worker's claims is
+	// logged.
+	deniedLogged atomic.Bool
 
 	mu         sync.Mutex    // guards the fields below (run, SetLimit, the watchdog and Stats use them)
 	granted    int           // slots this worker may admit, never more than its claim in etcd
@@ -321,6 +324,7 @@ func (b *backend) sync(ctx context.Context) (clientv3.WatchChan, context.CancelF
 	resp, err := b.g.cli.Get(octx, b.pfx, clientv3.WithPrefix())
 	cancel()
 	if err != nil {
+		b.failed(err)
 		return nil, func() {}
 	}
 	b.load(resp.Kvs, resp.Header.Revision)
@@ -620,7 +624,15 @@ func (b *backend) failed(err error) {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		kick(b.g.kaKick)
 	}
-	if b.g.ctx.Err() == nil {
-		b.g.log.Debug("gate: etcd call failed", "backend", b.name, "worker", b.g.id, "err", err)
+	if b.g.ctx.Err() != nil {
+		return
 	}
+	// A refusal is the operator's to cure, and no retry does: say it once,
+	// loud, where the transient failures below stay at debug.
+	if errors.Is(err, rpctypes.ErrPermissionDenied) && b.deniedLogged.CompareAndSwap(false, true) {
+		b.g.log.Error("gate: etcd refused this worker's claims (permission denied); it admits no request on the backend until the worker's user is granted read and write on the prefix",
+			"backend", b.name, "worker", b.g.id, "grant", b.g.prefix)
+		return
+	}
+	b.g.log.Debug("gate: etcd call failed", "backend", b.name, "worker", b.g.id, "err", err)
 }
