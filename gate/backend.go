@@ -88,6 +88,7 @@ type backend struct {
 	activeAt    time.Duration // last pass that was not quiet (idle.go)
 	countedAt   time.Duration // when an idle backend last counted the workers
 	countNext   time.Duration // time from countedAt to the next count
+	countRev    int64         // revision of the count (or view) that gave an idle backend its N
 }
 
 var _ controller = (*backend)(nil)
@@ -227,6 +228,7 @@ func (b *backend) run() {
 			wcancel()
 			wch = nil
 			if b.viewRev > 0 {
+				b.countRev = b.viewRev
 				cw, cwcancel = b.watchCount(ctx, b.viewRev)
 			}
 			b.view.reset()
@@ -244,7 +246,7 @@ func (b *backend) run() {
 			// due is published for the other idle workers.
 			if n, rev, ok := b.count(ctx); ok {
 				if b.countNext > 0 {
-					b.publishCount(ctx, n)
+					b.publishCount(ctx, n, rev)
 				}
 				if cw == nil {
 					cw, cwcancel = b.watchCount(ctx, rev)

@@ -75,9 +75,10 @@
 // serializable read of the backend's records at its join, and then from
 // the fleet's count: every three TTLs (3*TTL*N/1000 above a thousand
 // workers), the idle worker whose count falls due first counts and
-// publishes the result under the backend's count key (<prefix><backend>?count,
-// on its lease), and the other idle workers, which watch that key, take
-// it as theirs and put off their own counts. N is never taken or counted
+// publishes the result, with the revision it counted at, under the
+// backend's count key (<prefix><backend>?count, on its lease), and the
+// other idle workers, which watch that key, take it as theirs (unless
+// their own last count is newer) and put off their own counts. N is never taken or counted
 // while cut off. A join then reaches only the workers that hold or want
 // slots, at most about L of them, and costs an idle worker nothing; the
 // fleet counts about once an interval, and each idle worker gets one

@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,16 +28,17 @@ import (
 // records and is no other backend's count key.
 func countKey(prefix, name string) string { return prefix + escape(name) + "?count" }
 
-// publishCount writes n as the backend's count, on this worker's lease
-// (so that a count outlives its counter by at most a TTL).
-func (b *backend) publishCount(ctx context.Context, n int) {
+// publishCount writes n, counted at revision rev, as the backend's count,
+// on this worker's lease (so that a count outlives its counter by at most
+// a TTL). The value is "n rev".
+func (b *backend) publishCount(ctx context.Context, n int, rev int64) {
 	lease := clientv3.LeaseID(b.g.lease.Load())
 	if lease == 0 {
 		return
 	}
 	octx, cancel := context.WithTimeout(ctx, b.g.period)
 	defer cancel()
-	if _, err := b.g.cli.Put(octx, b.countKey, strconv.Itoa(n), clientv3.WithLease(lease)); err != nil {
+	if _, err := b.g.cli.Put(octx, b.countKey, strconv.Itoa(n)+" "+strconv.FormatInt(rev, 10), clientv3.WithLease(lease)); err != nil {
 		b.failed(err)
 	}
 }
@@ -51,18 +53,23 @@ func (b *backend) watchCount(ctx context.Context, rev int64) (clientv3.WatchChan
 
 // adoptCount takes a count another idle worker published, and reports
 // whether it did. A count is not taken while cut off (N must not fall
-// then; see summarize), nor this worker's own.
+// then; see summarize), nor this worker's own, nor one counted at an
+// older revision than this worker's own last count (a joiner's exact
+// count is not undone by an older one published after it).
 func (b *backend) adoptCount(evs []*clientv3.Event) bool {
 	took := false
 	for _, ev := range evs {
 		if ev.Type != mvccpb.PUT || ev.Kv.Lease == b.g.lease.Load() {
 			continue
 		}
-		n, err := strconv.Atoi(string(ev.Kv.Value))
-		if err != nil || n < 1 || b.g.phase(b.g.now()) != connected {
+		ns, revs, _ := strings.Cut(string(ev.Kv.Value), " ")
+		n, err1 := strconv.Atoi(ns)
+		rev, err2 := strconv.ParseInt(revs, 10, 64)
+		if err1 != nil || err2 != nil || n < 1 || rev <= b.countRev || b.g.phase(b.g.now()) != connected {
 			continue
 		}
 		b.setN(n, 0)
+		b.countRev = rev
 		took = true
 	}
 	if took {

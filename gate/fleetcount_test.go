@@ -1,8 +1,11 @@
 package gate
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -70,11 +73,58 @@ func TestIdleWorkersShareOneCount(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("count key: %v, %d keys", err, len(resp.Kvs))
 	}
-	if kv := resp.Kvs[0]; kv.Lease == 0 || string(kv.Value) != strconv.Itoa(6) {
-		t.Errorf("count key holds %q on lease %x, want 6 on a worker's lease", kv.Value, kv.Lease)
+	if kv := resp.Kvs[0]; kv.Lease == 0 || !strings.HasPrefix(string(kv.Value), strconv.Itoa(6)+" ") {
+		t.Errorf("count key holds %q on lease %x, want 6 and its revision on a worker's lease", kv.Value, kv.Lease)
 	}
 	recs, err := cli.Get(t.Context(), DefaultPrefix+"b/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || recs.Count != 6 {
 		t.Errorf("records of b: %v, %d, want 6", err, recs.Count)
+	}
+}
+
+// TestOlderCountIsNotTaken: a published count read at an older revision
+// than an idle worker's own last count does not undo it (a joiner counted
+// the fleet exactly, then received a count published by a worker that
+// counted before the joiner's record was written), nor does a value
+// without its revision; a newer one is taken.
+func TestOlderCountIsNotTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	ws := startWorkers(t, c.Endpoints(), 2)
+	publish(limiters(ws, "b"), 2)
+	waitIdle(t, ws, "b")
+	// The first worker counted only itself at its join; the first
+	// periodic count (three TTLs) gives both 2.
+	if !eventually(4*testTTL, func() bool {
+		return ws[0].g.Limiter("b").Stats().Workers == 2 && ws[1].g.Limiter("b").Stats().Workers == 2
+	}) {
+		t.Fatalf("the idle workers count %d and %d workers, want 2", ws[0].g.Limiter("b").Stats().Workers, ws[1].g.Limiter("b").Stats().Workers)
+	}
+	cli := newClient(t, c.Endpoints())
+	defer cli.Close()
+	key := countKey(DefaultPrefix, "b")
+	for _, v := range []string{"1", "1 1"} {
+		if _, err := cli.Put(t.Context(), key, v); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * ws[0].g.period)
+		for i, w := range ws {
+			if n := w.g.Limiter("b").Stats().Workers; n != 2 {
+				t.Fatalf("after %q was published, worker %d counts %d workers, want still 2", v, i, n)
+			}
+		}
+	}
+	resp, err := cli.Put(t.Context(), key, "7 1", clientv3.WithPrevKV())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := fmt.Sprintf("3 %d", resp.Header.Revision+1000)
+	if _, err := cli.Put(t.Context(), key, newer); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(testTTL, func() bool { return ws[1].g.Limiter("b").Stats().Workers == 3 }) {
+		t.Errorf("after %q was published, an idle worker counts %d workers, want 3", newer, ws[1].g.Limiter("b").Stats().Workers)
 	}
 }

@@ -71,6 +71,7 @@ func (b *backend) count(ctx context.Context) (n int, rev int64, ok bool) {
 	}
 	n = max(n, 1)
 	b.setN(n, 0)
+	b.countRev = resp.Header.Revision
 	return n, resp.Header.Revision, true
 }
 
