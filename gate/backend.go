@@ -89,6 +89,10 @@ type backend struct {
 	countedAt   time.Duration // when an idle backend last counted the workers
 	countNext   time.Duration // time from countedAt to the next count
 	countRev    int64         // revision of the count (or view) that gave an idle backend its N
+	countWatch  clientv3.WatchChan
+	countStop   context.CancelFunc // ends countWatch
+	countOwner  int64              // lease of the count key's owner as last seen; 0: none known
+	published   int                // N this worker last published as the owner
 }
 
 var _ controller = (*backend)(nil)
@@ -204,9 +208,9 @@ func (b *backend) run() {
 	ct := time.NewTimer(time.Hour)
 	ct.Stop()
 	defer ct.Stop()
-	var wch, cw clientv3.WatchChan // the records' watch; the count key's, while idle
-	wcancel, cwcancel := context.CancelFunc(func() {}), context.CancelFunc(func() {})
-	defer func() { wcancel(); cwcancel() }()
+	var wch clientv3.WatchChan
+	wcancel := context.CancelFunc(func() {})
+	defer func() { wcancel(); b.stopCountWatch() }()
 	for {
 		now := b.g.now()
 		limited := b.lim.limit.Load() > 0
@@ -220,8 +224,8 @@ func (b *backend) run() {
 			b.activeAt = now
 			b.g.Renew()
 			ct.Stop()
-			cwcancel()
-			cw = nil
+			b.releaseCount(ctx)
+			b.stopCountWatch()
 		case !b.idle.Load() && !b.quiet(now):
 			b.activeAt = now
 		case !b.idle.Load() && now-b.activeAt >= b.g.ttl:
@@ -229,7 +233,7 @@ func (b *backend) run() {
 			wch = nil
 			if b.viewRev > 0 {
 				b.countRev = b.viewRev
-				cw, cwcancel = b.watchCount(ctx, b.viewRev)
+				b.watchCount(ctx, b.viewRev)
 			}
 			b.view.reset()
 			b.viewRev = 0
@@ -242,16 +246,7 @@ func (b *backend) run() {
 			}
 		}
 		if b.idle.Load() && inContact && now-b.countedAt >= b.countNext {
-			// A count at the join is this worker's alone; a count that fell
-			// due is published for the other idle workers.
-			if n, rev, ok := b.count(ctx); ok {
-				if b.countNext > 0 {
-					b.publishCount(ctx, n, rev)
-				}
-				if cw == nil {
-					cw, cwcancel = b.watchCount(ctx, rev)
-				}
-			}
+			b.idleCount(ctx)
 			b.countedAt = b.g.now()
 			b.mu.Lock()
 			n := b.n
@@ -294,19 +289,14 @@ func (b *backend) run() {
 				continue
 			}
 			b.applyEvents(wr.Events)
-		case wr, ok := <-cw:
+		case wr, ok := <-b.countWatch:
 			if !ok || wr.Canceled || wr.Err() != nil {
-				cwcancel() // the next count watches again
-				cw = nil
+				b.stopCountWatch() // the next count watches again
 				continue
 			}
-			if b.idle.Load() && b.adoptCount(wr.Events) {
-				b.countedAt = b.g.now()
-				b.mu.Lock()
-				n := b.n
-				b.mu.Unlock()
-				b.countNext = idleCountEvery(b.g.ttl, n)
-				ct.Reset(b.countNext)
+			if b.idle.Load() {
+				b.countEvents(wr.Events)
+				ct.Reset(b.countDue(b.g.now()))
 			}
 		}
 	}

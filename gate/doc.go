@@ -73,18 +73,20 @@
 // backend: it keeps its record {"claim": 0, "limit": L}, but drops its
 // view and its watch and stops ticking. It learns N from a count-only
 // serializable read of the backend's records at its join, and then from
-// the fleet's count: every three TTLs (3*TTL*N/1000 above a thousand
-// workers), the idle worker whose count falls due first counts and
-// publishes the result, with the revision it counted at, under the
-// backend's count key (<prefix><backend>?count, on its lease), and the
-// other idle workers, which watch that key, take it as theirs (unless
-// their own last count is newer) and put off their own counts. N is never taken or counted
-// while cut off. A join then reaches only the workers that hold or want
-// slots, at most about L of them, and costs an idle worker nothing; the
-// fleet counts about once an interval, and each idle worker gets one
-// watch event. An idle worker's N, and so its share and Stats.Workers,
-// may be one count interval old: a worker that joined or died since
-// shows at the next count.
+// the fleet's count: one idle worker, the count's owner, counts every
+// three TTLs (3*TTL*N/1000 above a thousand workers) and, when N changed,
+// publishes it with the revision it counted at under the backend's count
+// key (<prefix><backend>?count, on its lease); the other idle workers
+// watch that key, take what is published (unless their own last count is
+// newer) and count nothing while it has an owner. N is never taken or
+// counted while cut off. An owner that gets demand deletes the key, and
+// one that dies loses it with its lease; the others claim it again. A
+// join then reaches only the workers that hold or want slots, at most
+// about L of them, and costs an idle worker nothing, and a fleet at rest
+// sends and writes nothing for its counts. An idle worker's N, and so its
+// share and Stats.Workers, may be one count interval old (and a TTL more
+// after its owner died): a worker that joined or died since shows at the
+// next count.
 //
 // A waiter wakes an idle backend: it reads every record, watches again
 // and asks for a renewal, and grows (as any worker: only into free slots,

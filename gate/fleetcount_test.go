@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,11 +21,11 @@ func sumOf(ws []*worker, name string, f func(*backend) int64) int64 {
 }
 
 // TestIdleWorkersShareOneCount: idle workers do not each count the
-// workers every interval. The first whose count falls due publishes it,
-// and the others take it from their watch of the count key: with four
-// idle workers, one or two counts an interval instead of four, and each
-// still learns of workers that joined since (who counted for
-// themselves at their join, publishing nothing).
+// workers every interval. The count's owner counts and publishes a
+// changed N, and the others take it from their watch of the count key:
+// with four idle workers, one count an interval instead of four, and each
+// still learns of workers that joined since (who counted for themselves
+// at their join). A fleet at rest then writes nothing at all.
 func TestIdleWorkersShareOneCount(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -66,7 +67,22 @@ func TestIdleWorkersShareOneCount(t *testing.T) {
 		t.Errorf("the four idle workers took %d published counts, want at least 2", da)
 	}
 
-	// The count key is on its counter's lease and outside the records.
+	// At rest (N unchanged) the owner's counts publish nothing: etcd's
+	// revision does not move over a count interval.
+	rev := func() int64 {
+		resp, err := ws[0].cli.Get(t.Context(), "/nothing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	r1 := rev()
+	time.Sleep(3*testTTL + time.Second)
+	if r2 := rev(); r2 != r1 {
+		t.Errorf("etcd's revision moved from %d to %d while the idle fleet rested, want no write", r1, r2)
+	}
+
+	// The count key is on its owner's lease and outside the records.
 	cli := newClient(t, c.Endpoints())
 	defer cli.Close()
 	resp, err := cli.Get(t.Context(), countKey(DefaultPrefix, "b"))
@@ -126,5 +142,50 @@ func TestOlderCountIsNotTaken(t *testing.T) {
 	}
 	if !eventually(testTTL, func() bool { return ws[1].g.Limiter("b").Stats().Workers == 3 }) {
 		t.Errorf("after %q was published, an idle worker counts %d workers, want 3", newer, ws[1].g.Limiter("b").Stats().Workers)
+	}
+}
+
+// TestCountOwnerHandsOver: the count's owner that gets demand stops being
+// idle and gives the key up; another idle worker claims it within about
+// a TTL, so the fleet's N stays current.
+func TestCountOwnerHandsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	ws := startWorkers(t, c.Endpoints(), 3)
+	publish(limiters(ws, "b"), 2)
+	waitIdle(t, ws, "b")
+	cli := newClient(t, c.Endpoints())
+	defer cli.Close()
+	key := countKey(DefaultPrefix, "b")
+	owner := func() int64 {
+		resp, err := cli.Get(t.Context(), key)
+		if err != nil || len(resp.Kvs) != 1 {
+			return 0
+		}
+		return resp.Kvs[0].Lease
+	}
+	var first *worker
+	if !eventually(4*testTTL, func() bool {
+		for _, w := range ws {
+			if l := owner(); l != 0 && l == w.g.lease.Load() {
+				first = w
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no worker owns the count key")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*testTTL)
+	defer cancel()
+	s, err := first.g.Limiter("b").Acquire(ctx)
+	if err != nil {
+		t.Fatalf("the owner's request: %v", err)
+	}
+	s.Release()
+	if !eventually(3*testTTL, func() bool { l := owner(); return l != 0 && l != first.g.lease.Load() }) {
+		t.Fatalf("the count key's owner is lease %x after its owner got demand, want another worker's", owner())
 	}
 }
