@@ -1,37 +1,18 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/reconfhq/reconf/internal/testkit"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
-
-// lockedBuffer is a log sink the gate's goroutines may write at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRefusedClaimsAreLoggedOnce: a worker whose etcd user is not granted
 // the gate's prefix cannot read or write the claims, so it admits nothing
@@ -73,7 +54,7 @@ func TestRefusedClaimsAreLoggedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	w := startWorkerOn(t, cli, WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	l := w.g.Limiter("b")
 	l.SetLimit(2)
