@@ -112,7 +112,7 @@ func (b *backend) stopCountWatch() {
 // being idle: it would no longer count.
 func (b *backend) releaseCount(ctx context.Context) {
 	lease := b.g.lease.Load()
-	if b.countOwner == 0 || b.countOwner != lease {
+	if lease == 0 || b.countOwner != lease {
 		b.countOwner = 0
 		return
 	}

@@ -31,34 +31,18 @@ func TestIdleWorkersShareOneCount(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	c := startEtcd(t)
-	ws := startWorkers(t, c.Endpoints(), 4)
-	publish(limiters(ws, "b"), 2)
-	waitIdle(t, ws, "b")
+	ws := idleWorkers(t, c.Endpoints(), 4, 2)
 	counts := func(b *backend) int64 { return b.counts.Load() }
 	adopted := func(b *backend) int64 { return b.adopted.Load() }
 	c0, a0 := sumOf(ws, "b", counts), sumOf(ws, "b", adopted)
 
-	more := startWorkers(t, c.Endpoints(), 2)
-	publish(limiters(more, "b"), 2)
-	waitIdle(t, more, "b")
+	more := idleWorkers(t, c.Endpoints(), 2, 2)
 	all := append(append([]*worker{}, ws...), more...)
 	if n := more[1].g.Limiter("b").Stats().Workers; n != 6 {
 		t.Errorf("the last joiner counts %d workers at its join, want 6", n)
 	}
 	// The first periodic count (every three TTLs, jittered) reaches all.
-	if !eventually(4*testTTL, func() bool {
-		for _, w := range all {
-			if w.g.Limiter("b").Stats().Workers != 6 {
-				return false
-			}
-		}
-		return true
-	}) {
-		for i, w := range all {
-			t.Logf("worker %d counts %d", i, w.g.Limiter("b").Stats().Workers)
-		}
-		t.Fatal("the idle workers never all counted the 6 workers")
-	}
+	waitCounted(t, all, 6, 4*testTTL)
 	t.Logf("counts %d, adopted %d", sumOf(ws, "b", counts)-c0, sumOf(ws, "b", adopted)-a0)
 	if dc := sumOf(ws, "b", counts) - c0; dc > 2 {
 		t.Errorf("the four idle workers counted %d times in one interval, want 1 (2 if two fell due at once)", dc)
@@ -108,16 +92,10 @@ func TestOlderCountIsNotTaken(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	c := startEtcd(t)
-	ws := startWorkers(t, c.Endpoints(), 2)
-	publish(limiters(ws, "b"), 2)
-	waitIdle(t, ws, "b")
+	ws := idleWorkers(t, c.Endpoints(), 2, 2)
 	// The first worker counted only itself at its join; the first
 	// periodic count (three TTLs) gives both 2.
-	if !eventually(4*testTTL, func() bool {
-		return ws[0].g.Limiter("b").Stats().Workers == 2 && ws[1].g.Limiter("b").Stats().Workers == 2
-	}) {
-		t.Fatalf("the idle workers count %d and %d workers, want 2", ws[0].g.Limiter("b").Stats().Workers, ws[1].g.Limiter("b").Stats().Workers)
-	}
+	waitCounted(t, ws, 2, 4*testTTL)
 	cli := newClient(t, c.Endpoints())
 	defer cli.Close()
 	key := countKey(DefaultPrefix, "b")
@@ -153,9 +131,7 @@ func TestCountOwnerHandsOver(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	c := startEtcd(t)
-	ws := startWorkers(t, c.Endpoints(), 3)
-	publish(limiters(ws, "b"), 2)
-	waitIdle(t, ws, "b")
+	ws := idleWorkers(t, c.Endpoints(), 3, 2)
 	cli := newClient(t, c.Endpoints())
 	defer cli.Close()
 	key := countKey(DefaultPrefix, "b")

@@ -30,6 +30,36 @@ func waitIdle(t *testing.T, ws []*worker, name string) {
 	}
 }
 
+// idleWorkers starts n workers on endpoints, has each limit backend "b"
+// to limit, and waits until every one is idle.
+func idleWorkers(t *testing.T, endpoints []string, n, limit int) []*worker {
+	t.Helper()
+	ws := startWorkers(t, endpoints, n)
+	publish(limiters(ws, "b"), limit)
+	waitIdle(t, ws, "b")
+	return ws
+}
+
+// waitCounted waits up to d until every worker of ws counts n workers of
+// backend "b", and fails naming each one's count if they do not.
+func waitCounted(t *testing.T, ws []*worker, n int, d time.Duration) {
+	t.Helper()
+	if eventually(d, func() bool {
+		for _, w := range ws {
+			if w.g.Limiter("b").Stats().Workers != n {
+				return false
+			}
+		}
+		return true
+	}) {
+		return
+	}
+	for i, w := range ws {
+		t.Logf("worker %d counts %d", i, w.g.Limiter("b").Stats().Workers)
+	}
+	t.Fatalf("the workers never all counted %d workers", n)
+}
+
 // claimsIn reads the sum of the claims of backend name from etcd.
 func claimsIn(t *testing.T, cli *clientv3.Client, name string) int {
 	t.Helper()
@@ -56,9 +86,7 @@ func TestIdleWorkerIgnoresJoins(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	c := startEtcd(t)
-	ws := startWorkers(t, c.Endpoints(), 2)
-	publish(limiters(ws, "b"), 2)
-	waitIdle(t, ws, "b")
+	ws := idleWorkers(t, c.Endpoints(), 2, 2)
 	b := backendOf(ws[0], "b")
 	if b.counts.Load() == 0 {
 		t.Fatal("idle backend never counted the workers")
