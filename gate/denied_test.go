@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/reconfhq/reconf/internal/testetcd"
 	"github.com/reconfhq/reconf/internal/testkit"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
@@ -25,31 +26,10 @@ func TestRefusedClaimsAreLoggedOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := embedded.StartCluster(ctx, 1, embedded.Config{Dir: t.TempDir(), Logger: quiet, TickMs: 50, ElectionMs: 500, BcryptCost: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	root := newClient(t, c.Endpoints())
-	rw := clientv3.PermissionType(clientv3.PermReadWrite)
-	for _, step := range []func() (any, error){
-		func() (any, error) {
-			return root.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true})
-		},
-		func() (any, error) { return root.UserGrantRole(ctx, "root", "root") },
-		func() (any, error) { return root.RoleAdd(ctx, "elsewhere") },
-		func() (any, error) {
-			return root.RoleGrantPermission(ctx, "elsewhere", "/elsewhere/", clientv3.GetPrefixRangeEnd("/elsewhere/"), rw)
-		},
-		func() (any, error) { return root.UserAdd(ctx, "worker", "pw-worker") },
-		func() (any, error) { return root.UserGrantRole(ctx, "worker", "elsewhere") },
-		func() (any, error) { return root.AuthEnable(ctx) },
-	} {
-		if _, err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	root.Close()
+	c := testetcd.StartCluster(t, 1, embedded.Config{Dir: t.TempDir(), Logger: quiet, TickMs: 50, ElectionMs: 500, BcryptCost: 4})
+	testetcd.EnableAuth(t, c.Endpoints(),
+		[]testetcd.Role{{Name: "elsewhere", Ranges: [][2]string{testetcd.Prefix("/elsewhere/")}}},
+		[]testetcd.User{{Name: "worker", Password: "pw-worker", Roles: []string{"elsewhere"}}})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, Username: "worker", Password: "pw-worker", Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
