@@ -254,7 +254,7 @@ func (l *applyLoop) broken(err error) {
 		// and vet each version with the read.
 		l.keyOnly = true
 		f.o.logger.Warn("propagate: etcd refused this worker's user the watch of the record with its witness; it watches the record alone and vets each version with a read (one round trip more per version)",
-			"error", err, "grants", grantsNeeded(f.ch.prefix))
+			"error", err, "grants", f.ch.grantsNeeded())
 		l.resync()
 	case !l.denied:
 		// Refused the record's key too, while its reads may be allowed:
@@ -262,7 +262,7 @@ func (l *applyLoop) broken(err error) {
 		// word.
 		l.denied = true
 		f.o.logger.Warn("propagate: etcd refused the watch of the channel; versions arrive with the resync read alone, once per resync interval",
-			"error", err, "grants", grantsNeeded(f.ch.prefix), "resync", f.o.resync)
+			"error", err, "grants", f.ch.grantsNeeded(), "resync", f.o.resync)
 	}
 }
 

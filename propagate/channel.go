@@ -45,6 +45,9 @@ type Channel struct {
 	pid     int
 	timeout time.Duration
 	now     func() time.Time
+	// appPrefixes are the application's prefixes a refusal names
+	// (WithGrantPrefixes).
+	appPrefixes []string
 
 	joinLease   atomic.Int64             // the lease of the row Join wrote; a Follower takes it over
 	ownRev      atomic.Int64             // the revision of this worker's last write of the record, which vet trusts
@@ -545,7 +548,7 @@ func (c *Channel) writeFailed(op string, err error, size int) error {
 		return reconf.Errorf(reasons.RecordTooLarge,
 			"the cluster record is %d bytes, more than the cluster accepts in one request; raise etcd's --max-request-bytes (an external cluster's default is 1.5 MiB; the embedded member accepts 8 MiB) or make the live configuration smaller", size)
 	case permissionDenied(err):
-		e := reconf.Errorf(reasons.ClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, grantsNeeded(c.prefix))
+		e := reconf.Errorf(reasons.ClusterUnavailable, "%s: nothing was written, and retrying cannot help until the grants change: %s", op, c.grantsNeeded())
 		// The refusal stays reachable (errors.Is), for a caller that
 		// tells it apart from an outage.
 		e.Err = err
@@ -599,14 +602,16 @@ func (c *Channel) latestAfter(ctx context.Context, have uint64, hostKey string) 
 }
 
 // unreachable wraps a failed request of op in ErrUnreachable.
-func (c *Channel) unreachable(op string, err error) error { return unreachableUnder(c.prefix, op, err) }
+func (c *Channel) unreachable(op string, err error) error {
+	return unreachableUnder(c.prefix, c.appPrefixes, op, err)
+}
 
 // unreachableUnder wraps a failed request of op under prefix in
 // ErrUnreachable; a request etcd refused to the user also names the
 // grants a fleet needs, since no retry cures it.
-func unreachableUnder(prefix, op string, err error) error {
+func unreachableUnder(prefix string, app []string, op string, err error) error {
 	if permissionDenied(err) {
-		return fmt.Errorf("%w: %s: %w: %s", ErrUnreachable, op, err, grantsNeeded(prefix))
+		return fmt.Errorf("%w: %s: %w: %s", ErrUnreachable, op, err, grantsNeeded(prefix, app))
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnreachable, op, err)
 }

@@ -157,3 +157,36 @@ func startAuthServer(t *testing.T) *embedded.Server {
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
+
+// TestGrantsNeededNamesEveryPrefix: the grants a refusal names cover
+// every key the channel and its history write, and name each prefix the
+// application gives; the one-grant advice stays.
+func TestGrantsNeededNamesEveryPrefix(t *testing.T) {
+	c := &Channel{prefix: "/p", id: "w"}
+	h := &History{prefix: "/p"}
+	keys := []string{c.rowKey(), c.HostsPrefix() + "h", c.rolloutKey(), c.driverKey(), c.countsPrefix() + "w",
+		c.ackKey(), c.copyKey(1), h.entriesPrefix(), h.appliesPrefix()}
+	msg := c.grantsNeeded()
+	for _, k := range keys {
+		named := false
+		for _, p := range channelPrefixes {
+			if full := "/p/" + p; strings.HasPrefix(k, full) && strings.Contains(msg, full) {
+				named = true
+			}
+		}
+		if !named {
+			t.Errorf("the key %s is under no prefix named in %q", k, msg)
+		}
+	}
+	if !strings.Contains(msg, "/p/config to /p/config/by") || !strings.Contains(msg, "one grant on the prefix /p/ covers them all") {
+		t.Errorf("got %q, want the record's range and the one-grant advice", msg)
+	}
+	app := []string{"/p/gate/", "/p/cooldown/", "/p/keyuse/"}
+	WithGrantPrefixes(app...)(c)
+	msg = c.grantsNeeded()
+	for _, p := range append(app, "/p/workers/", "one grant on the prefix /p/ covers them all") {
+		if !strings.Contains(msg, p) {
+			t.Errorf("got %q, want %s named", msg, p)
+		}
+	}
+}

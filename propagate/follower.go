@@ -481,7 +481,7 @@ func (f *Follower) consider(u Update, at time.Time) bool {
 func (f *Follower) remarkUnwitnessed() {
 	if f.ch.unwitnessed.Swap(false) {
 		f.o.logger.Warn("propagate: etcd refused this worker's user the record's witness; this worker publishes the record alone, and every other worker vets its versions with a read (one round trip more per version)",
-			"grants", grantsNeeded(f.ch.prefix))
+			"grants", f.ch.grantsNeeded())
 	}
 }
 

@@ -36,12 +36,13 @@ import (
 // drops the write and logs it. A History is safe for concurrent use; Close
 // drains the queue.
 type History struct {
-	cli     *clientv3.Client
-	prefix  string
-	worker  string
-	limit   int
-	timeout time.Duration
-	log     *slog.Logger
+	cli         *clientv3.Client
+	prefix      string
+	appPrefixes []string // the channel's (WithGrantPrefixes), for a refusal's message
+	worker      string
+	limit       int
+	timeout     time.Duration
+	log         *slog.Logger
 
 	queue chan func(context.Context)
 	done  chan struct{}
@@ -110,7 +111,7 @@ const historyQueue = 256
 // and starts its writer goroutine.
 func NewHistory(ch *Channel, opts ...HistoryOption) *History {
 	h := &History{
-		cli: ch.cli, prefix: ch.prefix, worker: ch.id, limit: history.DefaultLimit, timeout: ch.timeout,
+		cli: ch.cli, prefix: ch.prefix, appPrefixes: ch.appPrefixes, worker: ch.id, limit: history.DefaultLimit, timeout: ch.timeout,
 		log: slog.Default(), queue: make(chan func(context.Context), historyQueue), done: make(chan struct{}),
 		tries: map[uint64]int{},
 	}
@@ -211,7 +212,7 @@ func (h *History) writeMismatch(ctx context.Context, e reconf.HistoryEntry, run 
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	if _, err := h.cli.Txn(rctx).Then(ops...).Commit(); err != nil {
-		h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", unreachableUnder(h.prefix, "write history", err))
+		h.log.Warn("propagate: the attempt could not be written to the fleet's history", "error", unreachableUnder(h.prefix, h.appPrefixes, "write history", err))
 		return
 	}
 	h.written = &mismatchRun{run: run, key: key, e: e}
@@ -387,7 +388,7 @@ func (h *History) record(ctx context.Context, e reconf.HistoryEntry, newest uint
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	if _, err := h.cli.Txn(rctx).Then(append([]clientv3.Op{entry}, more...)...).Commit(); err != nil {
-		return unreachableUnder(h.prefix, "write history", err)
+		return unreachableUnder(h.prefix, h.appPrefixes, "write history", err)
 	}
 	if !h.trimDue() {
 		return nil
@@ -457,18 +458,18 @@ func (h *History) trimEvery() int { return max(1, h.limit/8) }
 func (h *History) trim(ctx context.Context, newest uint64) error {
 	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
 	if err != nil {
-		return unreachableUnder(h.prefix, "count history", err)
+		return unreachableUnder(h.prefix, h.appPrefixes, "count history", err)
 	}
 	if excess := resp.Count - int64(h.limit); excess > 0 {
 		old, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
 		if err != nil {
-			return unreachableUnder(h.prefix, "trim history", err)
+			return unreachableUnder(h.prefix, h.appPrefixes, "trim history", err)
 		}
 		if len(old.Kvs) > 0 {
 			last := string(old.Kvs[len(old.Kvs)-1].Key)
 			if _, err := h.cli.Delete(ctx, h.entriesPrefix(), clientv3.WithRange(last+"\x00")); err != nil {
-				return unreachableUnder(h.prefix, "trim history", err)
+				return unreachableUnder(h.prefix, h.appPrefixes, "trim history", err)
 			}
 		}
 	}
@@ -478,7 +479,7 @@ func (h *History) trim(ctx context.Context, newest uint64) error {
 		// sort every worker's applies of every kept version.)
 		resp, err := h.cli.Get(ctx, recordKey(h.prefix), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 		if err != nil {
-			return unreachableUnder(h.prefix, "trim history", err)
+			return unreachableUnder(h.prefix, h.appPrefixes, "trim history", err)
 		}
 		if len(resp.Kvs) == 0 {
 			return nil
@@ -489,7 +490,7 @@ func (h *History) trim(ctx context.Context, newest uint64) error {
 		return nil
 	}
 	if _, err := h.cli.Delete(ctx, h.appliesPrefix(), clientv3.WithRange(h.appliesKey(newest-uint64(h.limit)))); err != nil {
-		return unreachableUnder(h.prefix, "trim history", err)
+		return unreachableUnder(h.prefix, h.appPrefixes, "trim history", err)
 	}
 	return nil
 }
@@ -518,7 +519,7 @@ func (h *History) Entries(ctx context.Context, n int) ([]reconf.HistoryEntry, er
 	resp, err := h.cli.Get(ctx, h.entriesPrefix(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
 	if err != nil {
-		return nil, unreachableUnder(h.prefix, "read history", err)
+		return nil, unreachableUnder(h.prefix, h.appPrefixes, "read history", err)
 	}
 	out := make([]reconf.HistoryEntry, 0, len(resp.Kvs))
 	var lo, hi uint64
@@ -542,7 +543,7 @@ func (h *History) Entries(ctx context.Context, n int) ([]reconf.HistoryEntry, er
 		clientv3.WithRev(resp.Header.Revision))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, unreachableUnder(h.prefix, "read history", err)
+			return nil, unreachableUnder(h.prefix, h.appPrefixes, "read history", err)
 		}
 		return out, nil // the entries without their applies are still worth showing
 	}

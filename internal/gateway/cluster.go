@@ -175,7 +175,8 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	}
 	id := workerIDOn(c.Host, c.Worker, os.Getpid())
 	st := &clusterState{slot: c.Worker, prefix: c.Prefix, cli: cli, ownCli: own, timing: propagate.NewTiming()}
-	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithHost(c.Host), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing))
+	ch, err := propagate.NewChannel(cli, c.Prefix, propagate.WithWorkerID(id), propagate.WithHost(c.Host), propagate.WithFleet(c.Fleet, c.Worker), propagate.WithTiming(st.timing),
+		propagate.WithGrantPrefixes(WorkerPrefixes(c.Prefix)...))
 	if err != nil {
 		st.closeClient()
 		return nil, err
@@ -305,6 +306,15 @@ func gatePrefix(prefix string) string { return GatePrefix(prefix) }
 // service's cluster prefix: a supervisor finds a dead worker's claims
 // there (with WorkerID) to release them at once.
 func GatePrefix(prefix string) string { return strings.TrimRight(prefix, "/") + "/gate/" }
+
+// WorkerPrefixes are the key prefixes under a service's cluster prefix
+// that a worker writes beside the channel's own: the concurrency gate's
+// claims, the backends' cooldowns and the client keys' use. A request
+// etcd refuses to the fleet's user names them among the grants it needs
+// (propagate.WithGrantPrefixes).
+func WorkerPrefixes(prefix string) []string {
+	return []string{GatePrefix(prefix), CooldownPrefix(prefix), KeyUsePrefix(prefix)}
+}
 
 // closeGate releases the worker's concurrency claims; the data plane must
 // have drained (see gate.Gate.Close).

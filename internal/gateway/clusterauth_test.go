@@ -108,6 +108,17 @@ func TestClusterJoinRefusedUser(t *testing.T) {
 			case tc.grants != strings.Contains(msg, "one grant on the prefix "+DefaultClusterPrefix+"/"):
 				t.Errorf("got %q, want the grants named: %t", msg, tc.grants)
 			}
+			if !tc.grants {
+				return
+			}
+			// Every prefix a worker writes is named, not only the
+			// channel's: granted the channel's alone, the next refusal
+			// would be the gate's or a cooldown's.
+			for _, p := range WorkerPrefixes(DefaultClusterPrefix) {
+				if !strings.Contains(msg, p) {
+					t.Errorf("got %q, want the prefix %s named", msg, p)
+				}
+			}
 		})
 	}
 	g, err := New(context.Background(), path, WithLogger(quietLogger()),
