@@ -47,8 +47,12 @@ type ClientConfig struct {
 }
 
 // ConnectWith is Connect with TLS and etcd authentication (see
-// ClientConfig).
+// ClientConfig). Endpoints that mix plain and TLS schemes are refused
+// with an *EndpointSchemesError before anything is dialled.
 func ConnectWith(cc ClientConfig, logger *slog.Logger) (*clientv3.Client, error) {
+	if err := CheckEndpointSchemes(cc.Endpoints); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf"
+	"github.com/reconfhq/reconf/propagate"
 )
 
 // Config is reconfd's configuration. Every leaf field has a class, from its
@@ -249,10 +250,15 @@ func (c *Config) Validate() error {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, reconf.FieldErrorf(path, format, args...))
 	}
+	clusterOK := true
 	for i, ep := range c.Server.Cluster {
 		if err := CheckClusterEndpoint(ep); err != "" {
 			add(fmt.Sprintf("server.cluster[%d]", i), "%s", err)
+			clusterOK = false
 		}
+	}
+	if err := propagate.CheckEndpointSchemes(c.Server.Cluster); clusterOK && err != nil {
+		add("server.cluster", "%v", err)
 	}
 	if p := c.Server.ClusterPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.TrimRight(p, "/") == "") {
 		add("server.cluster_prefix", "must start with / and name a key prefix, e.g. /reconf/reconfd")

@@ -143,13 +143,17 @@ func (a ClusterAccess) ClusterOptions(endpoints []string, lookup func(string) (s
 }
 
 // CheckClusterURLs checks --cluster values the one way serve and
-// check-config both accept them. A refused URL is named without its
+// check-config both accept them: each URL, then one scheme for all
+// (cluster_endpoints_mixed_schemes). A refused URL is named without its
 // credentials.
 func CheckClusterURLs(endpoints []string) error {
 	for _, ep := range endpoints {
 		if msg := gateway.CheckClusterEndpoint(ep); msg != "" {
 			return exitcode.Usagef("--cluster %q: %s", redact.URLs(ep), msg)
 		}
+	}
+	if err := propagate.CheckEndpointSchemes(endpoints); err != nil {
+		return exitcode.Usagef("--cluster: %v", err)
 	}
 	return nil
 }

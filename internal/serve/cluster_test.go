@@ -1,9 +1,12 @@
 package serve
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/exitcode"
 )
 
 // RECONF_CLUSTER_LEASE_TTL fills --cluster-lease-ttl when the flag is not
@@ -47,5 +50,23 @@ func TestClusterURLRefusalHidesPassword(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%q: the refusal prints the password: %v", u, err)
 		}
+	}
+}
+
+// A --cluster list mixing http:// and https:// is a usage error at once,
+// naming every endpoint and the reason; one scheme throughout passes.
+func TestClusterURLsShareOneScheme(t *testing.T) {
+	if err := CheckClusterURLs([]string{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}); err != nil {
+		t.Fatalf("one scheme: %v", err)
+	}
+	eps := []string{"https://10.0.0.1:2379", "http://10.0.0.2:2379"}
+	err := CheckClusterURLs(eps)
+	var ue *exitcode.Error
+	if !errors.As(err, &ue) || ue.Code != exitcode.Usage {
+		t.Fatalf("got %v, want a usage error", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "--cluster") || !strings.Contains(msg, eps[0]+","+eps[1]) || !strings.Contains(msg, "(cluster_endpoints_mixed_schemes)") {
+		t.Errorf("got %q, want the flag, the endpoints and the reason", msg)
 	}
 }
