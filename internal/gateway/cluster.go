@@ -7,15 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/gate"
@@ -137,40 +133,13 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.Worker == "" {
 		c.Worker = "1"
 	}
-	// A member that is down or slow is waited for, with pauses, up to
-	// gateJoinTimeout: a fleet's start-up storm, or a fleet that starts
-	// before its etcd, is waited out rather than turned into restarts of
-	// the worker. A fault of TLS that no retry cures, which etcd's client
-	// reports only as that wait running out, ends the wait at once: the
-	// probe beside it finds it.
-	fctx, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	gctx, cancel := context.WithTimeout(fctx, gateJoinTimeout)
-	defer cancel()
-	if p, ok := newTLSProbe(c); ok {
-		pctx, stop := context.WithCancel(gctx)
-		done := make(chan struct{})
-		go func() { defer close(done); p.watch(pctx, fail) }()
-		defer func() { stop(); <-done }()
-	}
+	w := startJoinWait(ctx, c)
+	defer w.end()
 	cli, own := c.Client, c.Client == nil
-	// permanent returns the fault no retry cures, if err is one: the
-	// probe's, or etcd's refusal of the user.
-	permanent := func(err error) (error, bool) {
-		if cause := context.Cause(fctx); errors.As(cause, new(*ClusterTLSError)) {
-			// One *ClusterTLSError per member, each naming its own.
-			return cause, true
-		}
-		return authFault(c, cli, err)
-	}
 	if own {
 		var err error
-		cc := propagate.ClientConfig{Endpoints: c.Endpoints, TLS: c.TLS, Username: c.Username, Password: c.Password}
-		if cli, err = connect(gctx, cc, log); err != nil {
-			if f, ok := permanent(err); ok {
-				return nil, f
-			}
-			return nil, fmt.Errorf("gateway: connect to the cluster: %w", err)
+		if cli, err = w.connect(log); err != nil {
+			return nil, err
 		}
 	}
 	id := workerIDOn(c.Host, c.Worker, os.Getpid())
@@ -185,10 +154,10 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.GateTTL > 0 {
 		opts = append(opts, gate.WithTTL(c.GateTTL))
 	}
-	gt, err := gate.New(gctx, cli, opts...)
+	gt, err := gate.New(w.ctx, cli, opts...)
 	if err != nil {
 		st.closeClient()
-		if f, ok := permanent(err); ok {
+		if f, ok := w.permanent(cli, err); ok {
 			return nil, f
 		}
 		return nil, fmt.Errorf("gateway: join the concurrency gate: %w", err)
@@ -206,70 +175,6 @@ func joinFailed(c ClusterOptions, cli *clientv3.Client, err error) error {
 		return f
 	}
 	return err
-}
-
-// connectPauseMax bounds the pause between connect's attempts.
-const connectPauseMax = 2 * time.Second
-
-// connect makes the worker's etcd client. With a user, etcd's client logs
-// in before it returns, and gives up when no member has answered within
-// its dial timeout (5 s): connect tries again, after a jittered, doubling
-// pause, while the fault may pass (no member answers, or none has a
-// leader), until ctx ends. A refused login, or any other answer, is
-// returned at once. Without a user it returns at once: the client waits
-// for a member on its first call.
-func connect(ctx context.Context, cc propagate.ClientConfig, log *slog.Logger) (*clientv3.Client, error) {
-	pause := 100 * time.Millisecond
-	for {
-		// The client's own context ends with ctx while it logs in, so a
-		// join that gives up (or that the probe fails) ends the login's
-		// wait at once; a client that connected outlives ctx, until Close.
-		cctx, end := context.WithCancel(context.WithoutCancel(ctx))
-		detach := context.AfterFunc(ctx, end)
-		cc.Context = cctx
-		cli, err := propagate.ConnectWith(cc, log)
-		if err == nil {
-			if !detach() {
-				// ctx ended as the login succeeded: cctx has ended too.
-				_ = cli.Close()
-				return nil, context.Cause(ctx)
-			}
-			context.AfterFunc(cli.Ctx(), end)
-			return cli, nil
-		}
-		detach()
-		end()
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if !loginMayPass(err) {
-			return nil, err
-		}
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, context.Cause(ctx)
-		case <-t.C:
-		}
-		pause = min(2*pause, connectPauseMax)
-	}
-}
-
-// loginMayPass reports whether a failed login is etcd not answering (yet)
-// rather than refusing: no member reached within the client's dial
-// timeout, or members without a leader.
-func loginMayPass(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
-		return true
-	}
-	for _, late := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrTooManyRequests, rpctypes.ErrTimeoutWaitAppliedIndex} {
-		if errors.Is(err, late) {
-			return true
-		}
-	}
-	return false
 }
 
 // closeClient closes the etcd client if the gateway connected it.
