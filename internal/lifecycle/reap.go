@@ -73,16 +73,25 @@ func (r *reaper) reap(slot, pid int) {
 	}
 }
 
+// startReaper connects the supervisor's own etcd client for reaping; a
+// client it cannot connect is logged: dead workers then go with their
+// leases.
+func (s *Supervisor) startReaper() error {
+	s.reaper = s.connectReaper()
+	return nil
+}
+
 // connectReaper connects the supervisor's own etcd client for reaping;
 // nil (logged) when it cannot: dead workers then go with their leases.
 func (s *Supervisor) connectReaper() *reaper {
 	cc := propagate.ClientConfig{Endpoints: s.endpoints}
 	if len(s.cfg.Shape.Cluster) > 0 && s.cfg.ClusterAccess != nil {
-		var err error
-		if cc, err = s.cfg.ClusterAccess(s.endpoints); err != nil {
+		o, err := s.cfg.ClusterAccess(s.endpoints)
+		if err != nil {
 			s.log.Warn("dead workers' rows and gate slots go only when their leases expire", "error", err)
 			return nil
 		}
+		cc = propagate.ClientConfig{Endpoints: o.Endpoints, TLS: o.TLS, Username: o.Username, Password: o.Password}
 	}
 	cli, err := propagate.ConnectWith(cc, s.log)
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/internal/restartapi"
-	"github.com/reconfhq/reconf/propagate"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -93,8 +92,9 @@ type SupervisorConfig struct {
 	// CheckCluster checks that the flags reach an external cluster.
 	CheckCluster func(endpoints []string) error
 	// ClusterAccess, when set, is how the supervisor itself reaches an
-	// external cluster (reap.go); nil: plain endpoints.
-	ClusterAccess func(endpoints []string) (propagate.ClientConfig, error)
+	// external cluster (reap.go): the workers' TLS, files and user; nil:
+	// plain endpoints.
+	ClusterAccess func(endpoints []string) (gateway.ClusterOptions, error)
 	// WorkerArgs is a worker's command line after the executable: config
 	// is the file's absolute path, mgmt the management address the
 	// supervisor holds ("": management is off).
@@ -461,8 +461,10 @@ func (s *Supervisor) prepareWorkers() error {
 
 // startWorkers starts the workers and waits until each is ready.
 func (s *Supervisor) startWorkers() error {
+	if err := s.startReaper(); err != nil {
+		return err
+	}
 	var err error
-	s.reaper = s.connectReaper()
 	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command, Exited: s.reaped})
 	if err != nil {
 		if s.stopCtx.Err() != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
-	"github.com/reconfhq/reconf/propagate"
 )
 
 // supervise runs serve as the supervisor of m.Workers worker processes
@@ -43,9 +42,8 @@ func supervise(ctx, stopCtx context.Context, f Options, m lifecycle.Shape, log *
 			_, err := access.ClusterOptions(endpoints, lookup)
 			return err
 		},
-		ClusterAccess: func(endpoints []string) (propagate.ClientConfig, error) {
-			o, err := access.ClusterOptions(endpoints, lookup)
-			return propagate.ClientConfig{Endpoints: o.Endpoints, TLS: o.TLS, Username: o.Username, Password: o.Password}, err
+		ClusterAccess: func(endpoints []string) (gateway.ClusterOptions, error) {
+			return access.ClusterOptions(endpoints, lookup)
 		},
 		WorkerArgs: func(slot int, config, mgmt string) []string {
 			args := []string{"serve", "--config", config, "--worker", strconv.Itoa(slot),
