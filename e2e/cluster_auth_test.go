@@ -19,7 +19,9 @@ import (
 // the fleet's prefix, its password a secret reference: the workers join.
 // With a wrong password, with no user, or as a user without the fleet's
 // grants, serve (a single worker or a supervisor) exits 1 at once with
-// the reason, naming the endpoint and the user and never the password.
+// the reason, naming the endpoint and the user and never the password; a
+// supervisor says it once, its own client's join failing before any
+// worker starts.
 func TestFleetJoinsAuthCluster(t *testing.T) {
 	requireBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -65,6 +67,7 @@ func TestFleetJoinsAuthCluster(t *testing.T) {
 		name, workers, user, password, reason string
 	}{
 		{"wrong password", "1", "fleet", "not-the-password", "cluster_auth_failed"},
+		{"wrong password, supervised", "2", "fleet", "not-the-password", "cluster_auth_failed"},
 		{"no user", "1", "", "", "cluster_auth_required"},
 		{"no grants, supervised", "2", "bare", "pw-bare", "cluster_auth_permission_denied"},
 	} {
@@ -84,6 +87,10 @@ func TestFleetJoinsAuthCluster(t *testing.T) {
 			t.Errorf("%s: the password is printed: %s", tc.name, errOut)
 		case took > 15*time.Second:
 			t.Errorf("%s: took %s, want well under the join's 30 s", tc.name, took)
+		case strings.Count(errOut, "cannot join the cluster") != 1 || strings.Contains(errOut, "leases expire"):
+			// A supervisor fails its start with the reason once, before
+			// any worker starts, and says nothing beside it.
+			t.Errorf("%s: want the reason once and no other word on the join: %s", tc.name, errOut)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ type reaper struct {
 
 // newReaper returns a reaper on cli for the channel at prefix.
 func newReaper(cli *clientv3.Client, prefix string, log *slog.Logger) *reaper {
-	ch, err := propagate.NewChannel(cli, prefix)
+	ch, err := propagate.NewChannel(cli, prefix, propagate.WithGrantPrefixes(gateway.WorkerPrefixes(prefix)...))
 	if err != nil {
 		log.Warn("a dead worker's rollout driving goes only with its lease", "error", err)
 	}
@@ -73,39 +74,43 @@ func (r *reaper) reap(slot, pid int) {
 	}
 }
 
-// startReaper connects the supervisor's own etcd client for reaping; a
-// client it cannot connect is logged: dead workers then go with their
-// leases.
+// startReaper connects the supervisor's own etcd client, for reaping,
+// before the workers start: as a worker joins, waiting for members that
+// are down or without a leader (up to the join's 30 s), and failing the
+// start at once, with the workers' own reasons (cluster_auth_*,
+// cluster_tls_*), when etcd refuses the fleet's user or its TLS. A
+// supervisor that went on would only print its own warning before N
+// workers each failed with the reason.
 func (s *Supervisor) startReaper() error {
-	s.reaper = s.connectReaper()
-	return nil
+	o := gateway.ClusterOptions{Endpoints: s.endpoints}
+	if len(s.cfg.Shape.Cluster) > 0 && s.cfg.ClusterAccess != nil {
+		var err error
+		if o, err = s.cfg.ClusterAccess(s.endpoints); err != nil {
+			return fmt.Errorf("--cluster: %v", err)
+		}
+	}
+	o.Prefix = s.cfg.Shape.Prefix
+	r, err := dialReaper(s.stopCtx, o, s.log)
+	switch {
+	case err == nil:
+		s.reaper = r
+		return nil
+	case s.stopCtx.Err() != nil:
+		return errStoppedDuringStartup
+	}
+	return fmt.Errorf("cannot join the cluster: %v", err)
 }
 
-// connectReaper connects the supervisor's own etcd client for reaping;
-// nil (logged) when it cannot: dead workers then go with their leases.
-func (s *Supervisor) connectReaper() *reaper {
-	cc := propagate.ClientConfig{Endpoints: s.endpoints}
-	if len(s.cfg.Shape.Cluster) > 0 && s.cfg.ClusterAccess != nil {
-		o, err := s.cfg.ClusterAccess(s.endpoints)
-		if err != nil {
-			s.log.Warn("dead workers' rows and gate slots go only when their leases expire", "error", err)
-			return nil
-		}
-		cc = propagate.ClientConfig{Endpoints: o.Endpoints, TLS: o.TLS, Username: o.Username, Password: o.Password}
-	}
-	cli, err := propagate.ConnectWith(cc, s.log)
+// dialReaper connects a reaper to the cluster o names, as a worker's join
+// does (gateway.ConnectCluster). The client is connected when it returns:
+// one first made at a worker's death would be a descriptor the supervisor
+// gains mid-run.
+func dialReaper(ctx context.Context, o gateway.ClusterOptions, log *slog.Logger) (*reaper, error) {
+	cli, err := gateway.ConnectCluster(ctx, o, log)
 	if err != nil {
-		s.log.Warn("dead workers' rows and gate slots go only when their leases expire", "error", err)
-		return nil
+		return nil, err
 	}
-	r := newReaper(cli, s.cfg.Shape.Prefix, s.log)
-	// Connect now: the client dials lazily, and a connection first made at
-	// a worker's death would be a descriptor the supervisor gains
-	// mid-run. A failure here only leaves the dial to the first reap.
-	ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
-	defer cancel()
-	_, _ = cli.Get(ctx, r.workers, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	return r
+	return newReaper(cli, o.Prefix, log), nil
 }
 
 // reaped is PoolConfig.Exited: it releases the dead worker's lease.
