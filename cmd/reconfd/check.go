@@ -46,7 +46,14 @@ The cluster's URLs (--cluster, else server.cluster) and its access
 (--cluster-ca, --cluster-cert, --cluster-key, --cluster-user,
 --cluster-password, --cluster-insecure and their RECONF_CLUSTER_*
 variables) are checked as serve checks them: a URL serve refuses is
-refused here too, and a password is never printed.
+refused here too (a list mixing http:// and https:// with
+cluster_endpoints_mixed_schemes), and a password is never printed.
+
+check-config never connects to etcd: it checks the file and the flags
+offline, where the cluster may be out of reach. What only the members can
+answer (a TLS they refuse, cluster_tls_*; a user they refuse or that lacks
+a grant, cluster_auth_*) shows when serve joins: it exits 1 at once with
+"cannot join the cluster:" and the reason.
 
 Exit status: 0 valid, 1 invalid, 2 usage.`,
 		Args: cobra.NoArgs,
