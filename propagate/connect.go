@@ -35,6 +35,9 @@ func Connect(endpoints []string, logger *slog.Logger) (*clientv3.Client, error) 
 // endpoints, TLS for https:// endpoints, and etcd authentication. The
 // password is a reconf secret resolved by the caller; it is never logged.
 type ClientConfig struct {
+	// Endpoints share one scheme, plain (http://, unix://) or TLS
+	// (https://, unixs://): etcd's client speaks the first one's to
+	// every member, so ConnectWith refuses a mix (EndpointSchemesError).
 	Endpoints          []string
 	TLS                *tls.Config
 	Username, Password string
