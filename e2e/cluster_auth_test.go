@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/reconfhq/reconf/internal/testetcd"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -24,37 +21,11 @@ import (
 // worker starts.
 func TestFleetJoinsAuthCluster(t *testing.T) {
 	requireBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := embedded.StartCluster(ctx, 1, embedded.Config{Logger: slog.New(slog.DiscardHandler), BcryptCost: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testetcd.StartCluster(t, 1, embedded.Config{BcryptCost: 4})
 	ep := c.Endpoints()[0]
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	for _, step := range []func() (any, error){
-		func() (any, error) {
-			return cli.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true})
-		},
-		func() (any, error) { return cli.UserGrantRole(ctx, "root", "root") },
-		func() (any, error) { return cli.RoleAdd(ctx, "fleet") },
-		func() (any, error) {
-			return cli.RoleGrantPermission(ctx, "fleet", "/reconf/", clientv3.GetPrefixRangeEnd("/reconf/"), clientv3.PermissionType(clientv3.PermReadWrite))
-		},
-		func() (any, error) { return cli.UserAdd(ctx, "fleet", "pw-fleet") },
-		func() (any, error) { return cli.UserGrantRole(ctx, "fleet", "fleet") },
-		func() (any, error) { return cli.UserAdd(ctx, "bare", "pw-bare") },
-		func() (any, error) { return cli.AuthEnable(ctx) },
-	} {
-		if _, err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testetcd.EnableAuth(t, []string{ep},
+		[]testetcd.Role{{Name: "fleet", Ranges: []testetcd.Range{testetcd.Prefix("/reconf/")}}},
+		[]testetcd.User{{Name: "fleet", Password: "pw-fleet", Roles: []string{"fleet"}}, {Name: "bare", Password: "pw-bare"}})
 
 	s := startServer(t, config(4, "0s"), []string{"--workers", "2", "--cluster", ep, "--management-address", "127.0.0.1:0",
 		"--cluster-user", "fleet", "--cluster-password", "${env:ETCD_PASSWORD}"}, "ETCD_PASSWORD=pw-fleet")

@@ -28,7 +28,7 @@ func TestRefusedClaimsAreLoggedOnce(t *testing.T) {
 	defer cancel()
 	c := testetcd.StartCluster(t, 1, embedded.Config{Dir: t.TempDir(), Logger: quiet, TickMs: 50, ElectionMs: 500, BcryptCost: 4})
 	testetcd.EnableAuth(t, c.Endpoints(),
-		[]testetcd.Role{{Name: "elsewhere", Ranges: [][2]string{testetcd.Prefix("/elsewhere/")}}},
+		[]testetcd.Role{{Name: "elsewhere", Ranges: []testetcd.Range{testetcd.Prefix("/elsewhere/")}}},
 		[]testetcd.User{{Name: "worker", Password: "pw-worker", Roles: []string{"elsewhere"}}})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, Username: "worker", Password: "pw-worker", Logger: zap.NewNop()})
 	if err != nil {

@@ -2,52 +2,16 @@ package propagate
 
 import (
 	"context"
-	"github.com/reconfhq/reconf/propagate/embedded"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/internal/fleet"
+	"github.com/reconfhq/reconf/internal/testetcd"
+	"github.com/reconfhq/reconf/propagate/embedded"
 )
-
-// grant is one permission of a test role: [key, end), or key alone.
-type grant struct{ key, end string }
-
-// authUsers adds, for each name in roles, a user of that name (password
-// "pw-" + name) whose role holds the grants given (read and write, or read
-// alone for a key ending in "=r"), and turns authentication on, with cli,
-// a client without a user. Each user costs a bcrypt hash here and one per
-// client that logs in as it: see startAuthServer.
-func authUsers(t *testing.T, cli *clientv3.Client, roles map[string][]grant) {
-	t.Helper()
-	ctx := context.Background()
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(cli.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true}))
-	must(cli.UserGrantRole(ctx, "root", "root"))
-	for name, grants := range roles {
-		must(cli.RoleAdd(ctx, name))
-		for _, g := range grants {
-			perm := clientv3.PermissionType(clientv3.PermReadWrite)
-			key, ok := strings.CutSuffix(g.key, "=r")
-			if ok {
-				perm = clientv3.PermissionType(clientv3.PermRead)
-			}
-			must(cli.RoleGrantPermission(ctx, name, key, g.end, perm))
-		}
-		must(cli.UserAdd(ctx, name, "pw-"+name))
-		must(cli.UserGrantRole(ctx, name, name))
-	}
-	must(cli.AuthEnable(ctx))
-}
 
 func userChannel(t *testing.T, endpoints []string, user, prefix, id string) *Channel {
 	t.Helper()
@@ -76,7 +40,7 @@ func userChannel(t *testing.T, endpoints []string, user, prefix, id string) *Cha
 // watch of the range between them: its follower says so once, with the
 // grants, and watches the record alone, so versions still arrive at once
 // and not with the resync read. About 5 s under -race (bcrypt, see
-// authUsers), 1.5 s without.
+// startAuthServer), 1.5 s without.
 func TestPermissionDeniedNamesTheGrants(t *testing.T) {
 	s := startAuthServer(t)
 	p, p2 := newPrefix(), newPrefix()
@@ -97,10 +61,12 @@ func TestPermissionDeniedNamesTheGrants(t *testing.T) {
 	if v, err := a.Publish(ctx, 1, rec); err != nil || v != 2 {
 		t.Fatalf("publish: version %d, %v", v, err)
 	}
-	prefixGrant := func(pre string) grant { return grant{pre, clientv3.GetPrefixRangeEnd(pre)} }
-	authUsers(t, cli, map[string][]grant{
-		"nowitness": {{p + "/config=r", p + "/config/by\x00"}, {p + "/config", ""}, prefixGrant(p + "/workers/")},
-		"twokeys":   {{p2 + "/config", ""}, {p2 + "/config/by", ""}, prefixGrant(p2 + "/workers/")},
+	testetcd.EnableAuth(t, s.Endpoints(), []testetcd.Role{
+		{Name: "nowitness", Ranges: []testetcd.Range{{Key: p + "/config", End: p + "/config/by\x00", ReadOnly: true}, {Key: p + "/config"}, testetcd.Prefix(p + "/workers/")}},
+		{Name: "twokeys", Ranges: []testetcd.Range{{Key: p2 + "/config"}, {Key: p2 + "/config/by"}, testetcd.Prefix(p2 + "/workers/")}},
+	}, []testetcd.User{
+		{Name: "nowitness", Password: "pw-nowitness", Roles: []string{"nowitness"}},
+		{Name: "twokeys", Password: "pw-twokeys", Roles: []string{"twokeys"}},
 	})
 
 	nw := userChannel(t, s.Endpoints(), "nowitness", p, "b")

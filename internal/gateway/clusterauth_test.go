@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,38 +27,17 @@ import (
 func authMember(t *testing.T) *embedded.Cluster {
 	t.Helper()
 	c := testetcd.StartCluster(t, 1, embedded.Config{BcryptCost: 4})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := context.Background()
 	p := DefaultClusterPrefix
-	rw := clientv3.PermissionType(clientv3.PermReadWrite)
-	for _, step := range []func() (any, error){
-		func() (any, error) {
-			return cli.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true})
+	testetcd.EnableAuth(t, c.Endpoints(),
+		[]testetcd.Role{
+			{Name: "fleet", Ranges: []testetcd.Range{testetcd.Prefix(p + "/")}},
+			{Name: "record", Ranges: []testetcd.Range{{Key: p + "/config", End: p + "/config/by\x00"}}},
 		},
-		func() (any, error) { return cli.UserGrantRole(ctx, "root", "root") },
-		func() (any, error) { return cli.RoleAdd(ctx, "fleet") },
-		func() (any, error) {
-			return cli.RoleGrantPermission(ctx, "fleet", p+"/", clientv3.GetPrefixRangeEnd(p+"/"), rw)
-		},
-		func() (any, error) { return cli.RoleAdd(ctx, "record") },
-		func() (any, error) {
-			return cli.RoleGrantPermission(ctx, "record", p+"/config", p+"/config/by\x00", rw)
-		},
-		func() (any, error) { return cli.UserAdd(ctx, "bare", "pw-bare") },
-		func() (any, error) { return cli.UserAdd(ctx, "fleet", "pw-fleet") },
-		func() (any, error) { return cli.UserGrantRole(ctx, "fleet", "fleet") },
-		func() (any, error) { return cli.UserAdd(ctx, "record", "pw-record") },
-		func() (any, error) { return cli.UserGrantRole(ctx, "record", "record") },
-		func() (any, error) { return cli.AuthEnable(ctx) },
-	} {
-		if _, err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
+		[]testetcd.User{
+			{Name: "bare", Password: "pw-bare"},
+			{Name: "fleet", Password: "pw-fleet", Roles: []string{"fleet"}},
+			{Name: "record", Password: "pw-record", Roles: []string{"record"}},
+		})
 	return c
 }
 

@@ -9,11 +9,17 @@ import (
 	"go.uber.org/zap"
 )
 
-// Role is an etcd role with read and write on each of its ranges.
+// Role is an etcd role and the ranges it may use.
 type Role struct {
-	Name string
-	// Ranges are [key, end) pairs; Prefix makes one for a prefix.
-	Ranges [][2]string
+	Name   string
+	Ranges []Range
+}
+
+// Range is a permission of a Role: on the keys from Key to End, or on Key
+// alone when End is empty; read and write unless ReadOnly.
+type Range struct {
+	Key, End string
+	ReadOnly bool
 }
 
 // User is an etcd user with a password and the roles granted to it.
@@ -22,8 +28,8 @@ type User struct {
 	Roles          []string
 }
 
-// Prefix is the range of every key under p.
-func Prefix(p string) [2]string { return [2]string{p, clientv3.GetPrefixRangeEnd(p)} }
+// Prefix is read and write on every key under p.
+func Prefix(p string) Range { return Range{Key: p, End: clientv3.GetPrefixRangeEnd(p)} }
 
 // EnableAuth turns on authentication in the cluster at endpoints, after
 // adding roles, users and the root user (without a password, so that only
@@ -49,7 +55,11 @@ func EnableAuth(t testing.TB, endpoints []string, roles []Role, users []User) {
 	for _, r := range roles {
 		must(cli.RoleAdd(ctx, r.Name))
 		for _, kr := range r.Ranges {
-			must(cli.RoleGrantPermission(ctx, r.Name, kr[0], kr[1], clientv3.PermissionType(clientv3.PermReadWrite)))
+			perm := clientv3.PermissionType(clientv3.PermReadWrite)
+			if kr.ReadOnly {
+				perm = clientv3.PermissionType(clientv3.PermRead)
+			}
+			must(cli.RoleGrantPermission(ctx, r.Name, kr.Key, kr.End, perm))
 		}
 	}
 	for _, u := range users {
