@@ -116,37 +116,7 @@ func TestClusterJoinRefusedUser(t *testing.T) {
 // (5 s): the join keeps trying, and completes once the member is back.
 func TestClusterJoinWithUserWaitsForMember(t *testing.T) {
 	c := testetcd.StartCluster(t, 1, embedded.Config{})
-	c.Stop(0)
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	writeAtomic(t, path, baseConfig)
-	type result struct {
-		g   *Gateway
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		g, err := New(context.Background(), path, WithLogger(quietLogger()),
-			WithCluster(ClusterOptions{Endpoints: c.Endpoints(), Username: "fleet", Password: "pw-fleet"}))
-		done <- result{g, err}
-	}()
-	time.Sleep(6 * time.Second)
-	select {
-	case r := <-done:
-		t.Fatalf("New returned while the member was down: %v", r.err)
-	default:
-	}
-	if err := c.Restart(context.Background(), 0); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("New after the member came back: %v", r.err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.g.Shutdown(ctx); err != nil {
-		t.Error(err)
-	}
+	joinsWhenMemberReturns(t, c, ClusterOptions{Endpoints: c.Endpoints(), Username: "fleet", Password: "pw-fleet"}, 6*time.Second)
 }
 
 // TestClusterAuthErrorNamesTheUser: a refusal names the user given, or,

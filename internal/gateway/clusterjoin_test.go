@@ -3,12 +3,51 @@ package gateway
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reconfhq/reconf/propagate"
+	"github.com/reconfhq/reconf/propagate/embedded"
 )
+
+// joinsWhenMemberReturns stops c's one member, starts a gateway joining
+// it with o, and checks that New is still waiting after down; then it
+// restarts the member, and New must return a gateway that joined.
+func joinsWhenMemberReturns(t *testing.T, c *embedded.Cluster, o ClusterOptions, down time.Duration) {
+	t.Helper()
+	c.Stop(0)
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeAtomic(t, path, baseConfig)
+	type result struct {
+		g   *Gateway
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := New(context.Background(), path, WithLogger(quietLogger()), WithCluster(o))
+		done <- result{g, err}
+	}()
+	time.Sleep(down)
+	select {
+	case r := <-done:
+		t.Fatalf("New returned while the member was down: %v", r.err)
+	default:
+	}
+	if err := c.Restart(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("New after the member came back: %v", r.err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.g.Shutdown(ctx); err != nil {
+		t.Error(err)
+	}
+}
 
 // TestConnectClusterRefusals: ConnectCluster, the join of a process that
 // is not a worker, fails at once with the reasons a worker's join gives

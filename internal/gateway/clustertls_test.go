@@ -210,38 +210,8 @@ func TestClusterJoinFailsOnTLS(t *testing.T) {
 // the member is back.
 func TestClusterJoinRetriesRefused(t *testing.T) {
 	m := startTLSMembers(t)
-	m.tlsCluster.Stop(0)
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	writeAtomic(t, path, baseConfig)
-	type result struct {
-		g   *Gateway
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		g, err := New(context.Background(), path, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-			WithCluster(m.options(t, m.tlsEP, propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.cert, KeyFile: m.key})))
-		done <- result{g, err}
-	}()
 	// Long enough for several probes to meet the refusal.
-	time.Sleep(time.Second)
-	select {
-	case r := <-done:
-		t.Fatalf("New returned while the member was down: %v", r.err)
-	default:
-	}
-	if err := m.tlsCluster.Restart(context.Background(), 0); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("New after the member came back: %v", r.err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.g.Shutdown(ctx); err != nil {
-		t.Error(err)
-	}
+	joinsWhenMemberReturns(t, m.tlsCluster, m.options(t, m.tlsEP, propagate.TLSFiles{CAFile: m.ca.File, CertFile: m.cert, KeyFile: m.key}), time.Second)
 }
 
 func TestClusterTLSReasonText(t *testing.T) {
