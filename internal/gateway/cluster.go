@@ -119,11 +119,12 @@ type clusterState struct {
 const gateJoinTimeout = 30 * time.Second
 
 // joinCluster connects to etcd, makes the channel and joins the
-// concurrency gate, which takes a lease: it fails if etcd does not let the
-// worker in within gateJoinTimeout, and at once, with a *ClusterTLSError,
+// concurrency gate, which takes a lease: it fails with a
+// *ClusterUnreachableError if etcd does not let the worker in within
+// wait (gateJoinTimeout), and at once, with a *ClusterTLSError,
 // when every member refuses the worker's TLS or the worker refuses
 // theirs, or with a *ClusterAuthError when etcd refuses its user.
-func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clusterState, error) {
+func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger, wait time.Duration) (*clusterState, error) {
 	if len(c.Endpoints) == 0 && c.Client == nil {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
 	}
@@ -133,7 +134,7 @@ func joinCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clus
 	if c.Worker == "" {
 		c.Worker = "1"
 	}
-	w := startJoinWait(ctx, c)
+	w := startJoinWait(ctx, c, wait)
 	defer w.end()
 	cli, own := c.Client, c.Client == nil
 	if own {

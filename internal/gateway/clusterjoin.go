@@ -25,6 +25,8 @@ import (
 // the wait finds.
 type joinWait struct {
 	c ClusterOptions
+	// wait bounds the join (gateJoinTimeout).
+	wait time.Duration
 	// ctx is the join's: it ends with gateJoinTimeout, with the caller's
 	// context, or with the probe's verdict (fctx's cause).
 	ctx    context.Context
@@ -34,12 +36,12 @@ type joinWait struct {
 	stop   func() // stops the probe and waits for it
 }
 
-// startJoinWait starts the wait of a join to c's cluster, and the probe of
-// its members' TLS beside it. The caller calls end.
-func startJoinWait(ctx context.Context, c ClusterOptions) *joinWait {
-	w := &joinWait{c: c, stop: func() {}}
+// startJoinWait starts the wait of a join to c's cluster, bounded by
+// wait, and the probe of its members' TLS beside it. The caller calls end.
+func startJoinWait(ctx context.Context, c ClusterOptions, wait time.Duration) *joinWait {
+	w := &joinWait{c: c, wait: wait, stop: func() {}}
 	w.fctx, w.fail = context.WithCancelCause(ctx)
-	w.ctx, w.cancel = context.WithTimeout(w.fctx, gateJoinTimeout)
+	w.ctx, w.cancel = context.WithTimeout(w.fctx, wait)
 	if p, ok := newTLSProbe(c); ok {
 		pctx, stop := context.WithCancel(w.ctx)
 		done := make(chan struct{})
@@ -58,13 +60,23 @@ func (w *joinWait) end() {
 
 // permanent returns the fault no retry cures, if err is one: the
 // probe's, or etcd's refusal of the user (cli, when set, is the client
-// that met it).
+// that met it); or, once the wait has run out, the join's giving up.
 func (w *joinWait) permanent(cli *clientv3.Client, err error) (error, bool) {
 	if cause := context.Cause(w.fctx); errors.As(cause, new(*ClusterTLSError)) {
 		// One *ClusterTLSError per member, each naming its own.
 		return cause, true
 	}
-	return authFault(w.c, cli, err)
+	if f, ok := authFault(w.c, cli, err); ok {
+		return f, true
+	}
+	if w.fctx.Err() == nil && errors.Is(w.ctx.Err(), context.DeadlineExceeded) {
+		eps := w.c.Endpoints
+		if len(eps) == 0 && cli != nil {
+			eps = cli.Endpoints()
+		}
+		return &ClusterUnreachableError{Endpoints: eps, Wait: w.wait, Err: err}, true
+	}
+	return err, false
 }
 
 // connect makes the join's etcd client from c's endpoints and access
@@ -88,9 +100,15 @@ func (w *joinWait) connect(log *slog.Logger) (*clientv3.Client, error) {
 // channel's record under c.Prefix. It waits up to 30 s for a member that
 // is down, slow or without a leader, and fails at once with a
 // *ClusterTLSError or a *ClusterAuthError, the reasons a worker's join
-// gives, when no retry can cure the fault. c.Client is not used. The
-// caller closes the client.
+// gives, when no retry can cure the fault, and with a
+// *ClusterUnreachableError when the wait runs out. c.Client is not used.
+// The caller closes the client.
 func ConnectCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*clientv3.Client, error) {
+	return connectCluster(ctx, c, log, gateJoinTimeout)
+}
+
+// connectCluster is ConnectCluster waiting up to wait.
+func connectCluster(ctx context.Context, c ClusterOptions, log *slog.Logger, wait time.Duration) (*clientv3.Client, error) {
 	if len(c.Endpoints) == 0 {
 		return nil, errors.New("gateway: a cluster needs at least one etcd endpoint")
 	}
@@ -98,7 +116,7 @@ func ConnectCluster(ctx context.Context, c ClusterOptions, log *slog.Logger) (*c
 		c.Prefix = DefaultClusterPrefix
 	}
 	c.Client = nil
-	w := startJoinWait(ctx, c)
+	w := startJoinWait(ctx, c, wait)
 	defer w.end()
 	cli, err := w.connect(log)
 	if err != nil {
@@ -158,6 +176,7 @@ const connectPauseMax = 2 * time.Second
 // for a member on its first call.
 func connect(ctx context.Context, cc propagate.ClientConfig, log *slog.Logger) (*clientv3.Client, error) {
 	pause := 100 * time.Millisecond
+	var last error // the last login that failed on its own, not cut by ctx
 	for {
 		// The client's own context ends with ctx while it logs in, so a
 		// join that gives up (or that the probe fails) ends the login's
@@ -178,20 +197,31 @@ func connect(ctx context.Context, cc propagate.ClientConfig, log *slog.Logger) (
 		detach()
 		end()
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			return nil, gaveUp(ctx, last)
 		}
 		if !loginMayPass(err) {
 			return nil, err
 		}
+		last = err
 		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, context.Cause(ctx)
+			return nil, gaveUp(ctx, last)
 		case <-t.C:
 		}
 		pause = min(2*pause, connectPauseMax)
 	}
+}
+
+// gaveUp is connect's error when ctx ends: its cause, with the last
+// failed login's error, which says more (a refused connection, no leader)
+// than the deadline that ended the wait.
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("%w; the last login: %v", context.Cause(ctx), last)
 }
 
 // loginMayPass reports whether a failed login is etcd not answering (yet)

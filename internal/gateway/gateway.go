@@ -167,7 +167,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Gateway, error) {
 			// Several workers share one stderr (the supervisor's).
 			log = log.With(slog.String("worker", o.cluster.Worker))
 		}
-		if cl, err = joinCluster(ctx, *o.cluster, log); err != nil {
+		if cl, err = joinCluster(ctx, *o.cluster, log, gateJoinTimeout); err != nil {
 			return nil, err
 		}
 	}
