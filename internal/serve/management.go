@@ -82,6 +82,21 @@ type managementServer struct {
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
+	// listening is the "management listening" line's attributes, said
+	// once the process accepts (sayListening).
+	listening []any
+}
+
+// sayListening logs that management accepts. A successor says it only
+// after its predecessor's go-ahead: until then it accepts nothing, and
+// an operator (or a script) that reads "listening" must be able to
+// connect to this process.
+func (m *managementServer) sayListening(log *slog.Logger) {
+	if m == nil || m.listening == nil {
+		return
+	}
+	log.Info("management listening", m.listening...)
+	m.listening = nil
 }
 
 // handingOver stops accepting on management while this process hands
@@ -200,6 +215,9 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f Options, log *slog.
 		m.discovery = discovery.Announce(lookup, log, f.Config, bound, cfg, generated)
 		attrs = append(attrs, "discovery_file", m.discovery)
 	}
-	log.Info("management listening", attrs...)
+	m.listening = attrs
+	if !lifecycle.AwaitsGoAhead() {
+		m.sayListening(log)
+	}
 	return m, nil
 }

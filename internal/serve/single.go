@@ -22,11 +22,13 @@ import (
 // data plane serving on it, the restarter, then management. A start that
 // fails shuts down what the steps before it started.
 //
-// A successor (reconfd restart) serves behind paused listeners until its
-// predecessor gives the go-ahead (lifecycle.GoAhead): until then the
-// predecessor, or the process watching the predecessor, may still own
-// the sockets, and two processes must never serve at once. Paused, it
-// keeps its descriptors but accepts nothing: connections wait in the
+// A successor (reconfd restart) holds its listeners without accepting
+// until its predecessor gives the go-ahead (lifecycle.GoAhead): until
+// then the predecessor, or the process watching the predecessor, may
+// still own the sockets, and two processes must never serve at once.
+// Holding, it keeps its descriptors but accepts nothing (the data
+// plane's accept loop starts at the go-ahead, management's listener is
+// paused), and says "listening" only then: connections wait in the
 // sockets' shared queue for whichever process serves. One whose
 // predecessor ends before the go-ahead closes its descriptors and exits
 // non-zero (lifecycle.ReasonPredecessorGone); having accepted nothing, it
@@ -64,7 +66,9 @@ func (s *single) start(inherited lifecycle.Inheritance) (err error) {
 	if err := s.listenData(); err != nil {
 		return err
 	}
-	s.serveData()
+	if !lifecycle.AwaitsGoAhead() {
+		s.serveData()
+	}
 	s.startRestarter(inherited)
 	return s.startManagement()
 }
@@ -87,13 +91,12 @@ func (s *single) listenData() error {
 		return err
 	}
 	s.ln = handoff.NewDrainListener(raw)
-	if lifecycle.AwaitsGoAhead() {
-		s.ln.Pause()
-	}
 	return nil
 }
 
-// serveData starts the data plane on its socket.
+// serveData starts the data plane on its socket; it logs "listening". A
+// successor starts it only at the go-ahead: until then it holds the
+// socket without accepting, and no line may say that it listens.
 func (s *single) serveData() {
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.g.Serve(s.ln) }()
@@ -165,14 +168,18 @@ func (s *single) run(ctx context.Context, stop <-chan struct{}, stopSignals func
 // predecessor ended first, a clean exit when stop came first.
 func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
 	if lifecycle.AwaitsGoAhead() {
-		s.log.Info("ready; waiting for the previous process to hand over before accepting")
+		s.log.Info("ready; waiting for the previous process to hand over before accepting: holding the inherited listeners",
+			"address", s.ln.Addr().String())
 	}
 	err := lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
 	if err == nil {
-		s.ln.Resume()
+		if s.served == nil {
+			s.serveData()
+		}
 		if s.mgmt != nil && s.mgmt.ln != nil {
 			s.mgmt.ln.Resume()
 		}
+		s.mgmt.sayListening(s.log)
 		return nil
 	}
 	stopSignals() // a second signal now ends the process at once
@@ -186,8 +193,10 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.f.ShutdownTimeout)
 	defer cancel()
 	serr := s.g.Shutdown(sctx)
-	if e := <-s.served; serr == nil {
-		serr = e
+	if s.served != nil {
+		if e := <-s.served; serr == nil {
+			serr = e
+		}
 	}
 	if s.mgmt != nil {
 		if e := s.mgmt.Shutdown(sctx); serr == nil {
