@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,4 +107,91 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 	if got := r.oneOwner(10 * time.Second); got != h.newPID {
 		t.Fatalf("pid %d serves, want the new process %d", got, h.newPID)
 	}
+}
+
+// replaceSupervisor restarts r's fleet into a new supervisor (another
+// executable at the path: the supervisor is replaced) and returns once
+// the new one took the embedded etcd over, before its workers are
+// ready. The shell script in front of reconfd (fault injection) writes
+// the new supervisor's pid.
+func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor {
+	t.Helper()
+	started := filepath.Join(dir, "supervisor.pid")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nexec %s \"$@\"\n", started, started, started, binary)
+	if err := os.WriteFile(r.exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(r.exe+".new", r.exe); err != nil {
+		t.Fatal(err)
+	}
+	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
+	restartAgain(t, r)
+	h.newPID = waitPIDFile(t, started, 10*time.Second)
+	r.pids = appendNew(r.pids, h.newPID)
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "embedded etcd taken over from the previous supervisor"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new supervisor did not take the embedded etcd over:\n%s", h.since())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return h
+}
+
+// TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead: a fleet's new
+// supervisor (an upgrade) whose predecessor is paused (SIGSTOP) once it
+// released the embedded etcd starts its workers, which say ready and
+// then hold the listeners without accepting: neither they nor it log
+// "listening" or "ready" until the old supervisor, resumed, gives the
+// go-ahead, after which the new fleet serves and the old one exits.
+// Cost: 10-25 s on a loaded 2-core machine.
+func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
+	r := startRestartable(t, exe, cfg)
+	h := replaceSupervisor(t, r, dir)
+	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+	const fleetWaiting = "workers ready; " + waitingLine
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), fleetWaiting); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a worker that accepted would have said so by now
+	held := h.since()
+	for _, line := range []string{"msg=listening", "msg=ready ", `msg="management listening"`} {
+		if strings.Contains(held, line) {
+			t.Errorf("the new fleet logged %s while it waited for the go-ahead:\n%s", line, held)
+		}
+	}
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the old supervisor did not exit after the hand-over")
+	}
+	after := h.since()
+	waited := strings.Index(after, fleetWaiting)
+	if n := strings.Count(after[waited:], "msg=listening"); n != 3 { // the supervisor and its two workers
+		t.Errorf("after the go-ahead the new fleet logged listening %d times, want 3:\n%s", n, after)
+	}
+	if n := strings.Count(after[waited:], "msg=ready "); n != 2 {
+		t.Errorf("after the go-ahead the new fleet's workers logged ready %d times, want 2:\n%s", n, after)
+	}
+	if !alive(h.newPID) {
+		t.Fatal("the new supervisor does not serve")
+	}
+	resp, err := httpClient.Get(r.url + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on the new fleet: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }

@@ -3,17 +3,14 @@
 package e2e
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
@@ -94,78 +91,38 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 
 // TestHandoverFleetSupervisorKilledMidway kills a fleet's old supervisor
 // (SIGKILL) during its replacement, once the new supervisor took the
-// embedded etcd over and before its workers are ready: the new fleet comes
-// up, and the restart's result, followed on it, names the supervisor that
-// was replaced and the generation it served, not the process that adopted
-// the orphan (init) and generation 0. Cost: 10-25 s on a loaded 2-core
-// machine.
+// embedded etcd over and before its workers are ready: the new
+// supervisor never had the go-ahead, so its workers, ready, accept
+// nothing and it exits non-zero with restart_previous_process_gone. Had
+// the old supervisor been a restart's new process still watched by its
+// own predecessor, that one would have taken the listeners back, and a
+// new fleet that served would be a second owner of the service. Cost:
+// 10-25 s on a loaded 2-core machine.
 func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	requireBinary(t)
-	exe := t.TempDir() + "/reconfd"
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
 	installExe(t, binary, exe)
 	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
 	r := startRestartable(t, exe, cfg)
-	oldSup := r.cmd.Process.Pid
-	writeAtomic(t, r.path, strings.Replace(cfg, "tokens: 2", "tokens: 3", 1))
-	if code, out, _ := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
-		t.Fatalf("reload: exit %d %s", code, out)
-	}
-	gen := r.status()["active_generation"].(float64)
-
-	// Another executable at the path: the supervisor is replaced.
-	script := fmt.Sprintf("#!/bin/sh\nexec %s \"$@\"\n", binary)
-	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+	h := replaceSupervisor(t, r, dir)
+	if err := syscall.Kill(h.owner, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(exe+".new", exe); err != nil {
-		t.Fatal(err)
+	r.waitGone(h.newPID, 60*time.Second)
+	got := h.since()
+	if n := strings.Count(got, "reason="+lifecycle.ReasonPredecessorGone); n < 1 {
+		t.Errorf("the new supervisor did not give %s:\n%s", lifecycle.ReasonPredecessorGone, got)
 	}
-	resp, err := httpClient.Post("http://"+r.mgmt+admin.RestartPath+"?wait=0s", "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
+	for _, line := range []string{"msg=listening", "msg=ready "} {
+		if strings.Contains(got, line) {
+			t.Errorf("the new fleet logged %s without the go-ahead:\n%s", line, got)
+		}
 	}
-	var started restartapi.Result
-	err = json.NewDecoder(resp.Body).Decode(&started)
-	resp.Body.Close()
-	if err != nil || started.ID == "" {
-		t.Fatalf("restart: %d %+v %v", resp.StatusCode, started, err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(r.logs.String(), "embedded etcd taken over from the previous supervisor") {
+	for deadline := time.Now().Add(30 * time.Second); len(servingProcesses(r.path)) > 0; {
 		if time.Now().After(deadline) {
-			t.Fatal("the new supervisor did not take the embedded etcd over")
+			t.Fatalf("processes still serve after both supervisors ended: %v", servingProcesses(r.path))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := syscall.Kill(oldSup, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var res restartapi.Result
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("the restart did not finish on the new fleet: %+v", res)
-		}
-		time.Sleep(100 * time.Millisecond)
-		resp, err := httpClient.Get("http://" + r.mgmt + admin.RestartPath + "/" + started.ID)
-		if err != nil {
-			continue // an old worker that was going
-		}
-		err = json.NewDecoder(resp.Body).Decode(&res)
-		resp.Body.Close()
-		if err == nil && res.Done {
-			break
-		}
-	}
-	r.pids = appendNew(r.pids, res.NewPIDs...)
-	r.pids = appendNew(r.pids, res.NewSupervisorPID)
-	if res.Outcome != restartapi.Restarted || res.NewSupervisorPID == 0 {
-		t.Fatalf("the restart on the new fleet: %+v", res)
-	}
-	if res.OldSupervisorPID != oldSup || float64(res.PreviousGeneration) != gen {
-		t.Errorf("the result names supervisor %d and previous generation %d; want %d and %v",
-			res.OldSupervisorPID, res.PreviousGeneration, oldSup, gen)
-	}
-	if !strings.Contains(res.Message, strconv.Itoa(oldSup)) {
-		t.Errorf("the result's message does not name the old supervisor %d: %s", oldSup, res.Message)
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -58,6 +58,11 @@ type PoolConfig struct {
 	// uses it to release the dead worker's presence row and gate slots
 	// without waiting for its lease to expire.
 	Exited func(slot, pid int)
+	// Extra, when set, adds descriptors to a worker's command after the
+	// protocol's pipe (ExtraFiles from descriptor 4), just before it
+	// starts: a supervisor's go-ahead line (workergoahead.go). Its error
+	// fails that start.
+	Extra func(cmd *exec.Cmd) error
 }
 
 // Worker describes one slot's current process.
@@ -331,6 +336,13 @@ func (s *Pool) startLocked(slot int, prepare func(int, *exec.Cmd)) (*handoff.Pro
 		prepare(slot, cmd)
 	}
 	cmd.ExtraFiles = []*os.File{lifeR} // ParentFD
+	if s.cfg.Extra != nil {
+		if err := s.cfg.Extra(cmd); err != nil {
+			lifeR.Close()
+			lifeW.Close()
+			return nil, err
+		}
+	}
 	ownProcessGroup(cmd)
 	p, err := handoff.Start(cmd, s.cfg.Listeners)
 	lifeR.Close()

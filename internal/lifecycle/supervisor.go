@@ -110,7 +110,9 @@ type SupervisorConfig struct {
 // fleet on the same address fails here) and hands them to every worker it
 // starts, which all accept from the same sockets, starts the embedded etcd
 // unless the shape names a cluster, starts the workers and waits for each
-// to be ready, then prints the bound addresses. SIGHUP goes to one worker
+// to be ready, then prints the bound addresses. One started by a restart
+// has its workers accept only on its predecessor's go-ahead
+// (workergoahead.go). SIGHUP goes to one worker
 // in turn; SIGTERM or SIGINT stops every worker (each drains), then etcd.
 // A restart rolls the workers (restart), or hands the fleet to a new
 // supervisor when the executable changed (supervisorSuccessor).
@@ -168,7 +170,8 @@ type Supervisor struct {
 	baseOwner  io.Closer
 	publish    atomic.Bool // the first worker started publishes the file's live part
 	pool       *Pool
-	reaper     *reaper // releases a dead worker's lease (reap.go); nil if it could not connect
+	lines      workerLines // the workers' go-ahead lines (workergoahead.go)
+	reaper     *reaper     // releases a dead worker's lease (reap.go); nil if it could not connect
 	discovery  string
 
 	stopped   chan error // the workers' shutdown, once begun
@@ -465,14 +468,17 @@ func (s *Supervisor) startWorkers() error {
 		return err
 	}
 	var err error
-	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command, Exited: s.reaped})
+	if AwaitsGoAhead() {
+		s.lines.hold()
+	}
+	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command,
+		Exited: s.reaped, Extra: s.lines.add})
 	if err != nil {
 		if s.stopCtx.Err() != nil {
 			return errStoppedDuringStartup
 		}
 		return fmt.Errorf("the workers could not start: %v", err)
 	}
-	s.log.Info("listening", "address", s.dataAddr, "workers", s.cfg.Shape.Workers)
 	return nil
 }
 
@@ -494,8 +500,10 @@ func (s *Supervisor) workerEnviron(publish bool, fields gateway.RestartFields, n
 }
 
 // ready finishes the restart that started this supervisor, tells the
-// predecessor (and systemd) that the fleet serves, and writes the
-// discovery file.
+// predecessor that the fleet is ready and, on its go-ahead (at once
+// without a predecessor), has the workers accept, tells systemd and
+// writes the discovery file. Without the go-ahead the fleet stops, having
+// accepted nothing (notServed).
 func (s *Supervisor) ready() error {
 	var statuses []string
 	var pids []int
@@ -526,11 +534,16 @@ func (s *Supervisor) ready() error {
 				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID, end)
 		})
 	}
-	if err := handoff.Ready(supervisorReadyStatus(statuses, pids)); err != nil {
-		s.log.Warn("could not tell the previous process the fleet is ready", "error", err)
-	} else {
-		s.owner.Store(true)
+	if AwaitsGoAhead() {
+		s.log.Info("workers ready; waiting for the previous process to hand over before they accept: holding the inherited listeners",
+			"address", s.dataAddr, "workers", len(pids))
 	}
+	if err := GoAhead(s.stopCtx.Done(), supervisorReadyStatus(statuses, pids)); err != nil {
+		return s.notServed(err)
+	}
+	s.owner.Store(true)
+	s.lines.release()
+	s.log.Info("listening", "address", s.dataAddr, "workers", s.cfg.Shape.Workers)
 	if err := handoff.NotifyReady(); err != nil {
 		s.log.Warn("could not notify systemd", "error", err)
 	}
@@ -540,6 +553,27 @@ func (s *Supervisor) ready() error {
 			"workers", s.cfg.Shape.Workers, "discovery_file", s.discovery)
 	}
 	return nil
+}
+
+// notServed stops the workers, which never accepted, when this
+// supervisor did not get its predecessor's go-ahead (err, from GoAhead):
+// a stop during start-up, or the predecessor ended first, which ends
+// this supervisor non-zero with ReasonPredecessorGone.
+func (s *Supervisor) notServed(err error) error {
+	stopped := errors.Is(err, ErrStoppedBeforeServing)
+	if !stopped {
+		s.log.Error("the previous process ended before the hand-over; stopping the workers, which accepted nothing, and exiting without having served",
+			"reason", ReasonPredecessorGone, "error", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ShutdownTimeout+workerStopGrace)
+	defer cancel()
+	if serr := s.pool.Shutdown(sctx); serr != nil {
+		s.log.Warn("the workers did not all stop cleanly", "error", serr)
+	}
+	if stopped {
+		return errStoppedDuringStartup
+	}
+	return fmt.Errorf("%s: %w", ReasonPredecessorGone, err)
 }
 
 // run is the event loop: a successor that serves, a signal, the workers'
@@ -620,6 +654,7 @@ func (s *Supervisor) Close() {
 		if s.sigs != nil {
 			signal.Stop(s.sigs)
 		}
+		s.lines.close()
 		if s.discovery != "" {
 			os.Remove(s.discovery)
 		}

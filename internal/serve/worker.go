@@ -175,35 +175,106 @@ func (w *worker) load(ctx, stopCtx context.Context, opts []gateway.Option) error
 }
 
 // start serves the data plane and management on the supervisor's sockets.
-// On failure the gateway is shut down and its data plane waited for.
+// A worker whose supervisor waits for its predecessor's go-ahead holds
+// them without accepting until the supervisor passes the word on (run):
+// the data plane's accept loop starts then, management's listener is
+// paused until then. On failure the gateway is shut down and its data
+// plane waited for.
 func (w *worker) start() error {
 	g, f := w.g, w.f
 	w.rs = lifecycle.NewFleetRestarter(g, w.wenv.Control, w.wenv.RestartMark)
 	w.guard = lifecycle.Guard{Runtime: g.Reloads(), Running: w.rs.Running}
 	w.reg.MustRegister(lifecycle.RestartCollector{State: w.rs.State}, workerInfo(f.Worker, g.WorkerID()))
 	w.ln = handoff.NewDrainListener(w.lns[lifecycle.ListenerData])
-	w.served = make(chan error, 1)
-	go func() { w.served <- g.Serve(w.ln) }()
+	if !lifecycle.AwaitsGoAhead() {
+		w.serveData()
+	}
 	mgmt, err := startManagement(g, restarting{w.guard, w.rs}, f, w.log, w.lookup, w.reg, func(addr string) (net.Listener, error) {
-		if ln := w.lns[lifecycle.ListenerManagement]; ln != nil {
-			return ln, nil
+		ln := w.lns[lifecycle.ListenerManagement]
+		if ln == nil {
+			return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
 		}
-		return nil, fmt.Errorf("no management socket from the supervisor for %s", addr)
+		dl := handoff.NewDrainListener(ln)
+		if lifecycle.AwaitsGoAhead() {
+			dl.Pause()
+		}
+		return dl, nil
 	}, func() map[string]any {
 		st, _ := w.rs.State()
 		return withRestart(g.StatusFields(), st, f.Version)
 	})
 	if err != nil {
 		_ = g.Shutdown(context.Background())
-		<-w.served
+		if w.served != nil {
+			<-w.served
+		}
 		return err
 	}
 	w.mgmt = mgmt
 	return nil
 }
 
+// serveData starts the data plane on the supervisor's socket; it logs
+// "listening".
+func (w *worker) serveData() {
+	w.served = make(chan error, 1)
+	go func() { w.served <- w.g.Serve(w.ln) }()
+}
+
+// goAhead tells the supervisor this worker is ready and waits for its
+// go-ahead (lifecycle.WorkerGoAhead), then accepts: serves. Without it,
+// the worker shuts down having accepted nothing, and serves is false:
+// exit 1 (err) when the line ended without the word (the supervisor's
+// predecessor ended first), a clean exit (nil) when stop came first.
+func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) (serves bool, err error) {
+	err = lifecycle.WorkerGoAhead(stop, lifecycle.ReadyStatus(w.g))
+	if err == nil {
+		if w.served == nil {
+			w.serveData()
+		}
+		if w.mgmt != nil && w.mgmt.ln != nil {
+			w.mgmt.ln.Resume()
+		}
+		w.mgmt.sayListening(w.log)
+		return true, nil
+	}
+	stopSignals() // a second signal now ends the process at once
+	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
+	if stopped {
+		w.log.Info("shutting down before serving", "reason", err.Error())
+	} else {
+		w.log.Error("the supervisor did not get the go-ahead of the process it replaces; exiting without having served",
+			"reason", lifecycle.ReasonPredecessorGone, "error", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.f.ShutdownTimeout)
+	defer cancel()
+	serr := w.g.Shutdown(sctx)
+	if w.served != nil {
+		if e := <-w.served; serr == nil {
+			serr = e
+		}
+	}
+	if w.mgmt != nil {
+		if e := w.mgmt.Shutdown(sctx); serr == nil {
+			serr = e
+		}
+	}
+	switch {
+	case !stopped:
+		return false, exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
+	case serr != nil:
+		w.log.Error("shutdown was not clean", "error", serr)
+		return false, exitcode.Failed
+	}
+	w.log.Info("stopped")
+	return false, nil
+}
+
 // run serves until stop closes or the data plane fails, then shuts down.
 func (w *worker) run(ctx context.Context, stop <-chan struct{}, stopSignals func(), hold *sighold.Hold, parent *lifecycle.Parent) error {
+	if serves, err := w.goAhead(ctx, stop, stopSignals); !serves {
+		return err
+	}
 	g, log, wenv := w.g, w.log, w.wenv
 	return serveSession(ctx, stop, stopSignals, w.f, w.mgmt, &lifecycle.Session{Gateway: g, Data: w.ln, Served: w.served, Reloader: w.guard, Hold: hold,
 		Shared: func() bool { return !wenv.FleetStopping() },
