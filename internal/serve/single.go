@@ -148,7 +148,7 @@ func (s *single) startManagement() error {
 // run says ready, and once the predecessor (if any) gave the go-ahead,
 // serves until stop closes or the data plane fails, then shuts down.
 func (s *single) run(ctx context.Context, stop <-chan struct{}, stopSignals func(), hold *sighold.Hold) error {
-	if err := s.goAhead(ctx, stop, stopSignals); err != nil {
+	if serves, err := s.goAhead(ctx, stop, stopSignals); !serves {
 		return err
 	}
 	g, log, rs := s.g, s.log, s.rs
@@ -163,15 +163,16 @@ func (s *single) run(ctx context.Context, stop <-chan struct{}, stopSignals func
 }
 
 // goAhead tells the predecessor this process is ready and waits for its
-// go-ahead (lifecycle.GoAhead), then accepts on the listeners. Without
-// it, the process shuts down having accepted nothing: exit 1 when the
-// predecessor ended first, a clean exit when stop came first.
-func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) error {
+// go-ahead (lifecycle.GoAhead), then accepts on the listeners: serves.
+// Without it, the process shuts down having accepted nothing, and serves
+// is false: exit 1 (err) when the predecessor ended first, a clean exit
+// (nil) when stop came first.
+func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) (serves bool, err error) {
 	if lifecycle.AwaitsGoAhead() {
 		s.log.Info("ready; waiting for the previous process to hand over before accepting: holding the inherited listeners",
 			"address", s.ln.Addr().String())
 	}
-	err := lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
+	err = lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
 	if err == nil {
 		if s.served == nil {
 			s.serveData()
@@ -180,7 +181,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 			s.mgmt.ln.Resume()
 		}
 		s.mgmt.sayListening(s.log)
-		return nil
+		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once
 	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
@@ -205,11 +206,11 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	}
 	switch {
 	case !stopped:
-		return exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
+		return false, exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
 	case serr != nil:
 		s.log.Error("shutdown was not clean", "error", serr)
-		return exitcode.Failed
+		return false, exitcode.Failed
 	}
 	s.log.Info("stopped")
-	return nil
+	return false, nil
 }
