@@ -167,6 +167,22 @@ func setEnv(env []string, name, value string) []string {
 // flags'.
 const EnvFleetChannel = envFleetChannel
 
+// stopMarkWorkerFailed is the stop mark's content when the supervisor
+// stops the fleet during its start-up because a worker could not start.
+const stopMarkWorkerFailed = "worker-failed"
+
+// StoppedForAFailedWorker reports whether the worker's supervisor stops
+// the fleet during its start-up because another worker could not start
+// (the supervisor reports that worker's reason): the SIGTERM this worker
+// got is the supervisor's, not an operator's.
+func (e WorkerEnv) StoppedForAFailedWorker() bool {
+	if e.StopMark == "" {
+		return false
+	}
+	b, err := os.ReadFile(e.StopMark)
+	return err == nil && string(b) == stopMarkWorkerFailed
+}
+
 // FleetStopping reports whether the worker's supervisor stops the whole
 // fleet, not this worker alone (a roll, a replaced supervisor): no other
 // process will take the sockets' clients, so the worker drains as a single

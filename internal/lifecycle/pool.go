@@ -63,6 +63,11 @@ type PoolConfig struct {
 	// starts: a supervisor's go-ahead line (workergoahead.go). Its error
 	// fails that start.
 	Extra func(cmd *exec.Cmd) error
+	// StartFailed, when set, is called when StartPool fails because a
+	// worker could not start (not when its ctx ended), before it stops
+	// the other workers: the supervisor tells them why they stop, so
+	// that none blames a signal an operator sent.
+	StartFailed func()
 }
 
 // Worker describes one slot's current process.
@@ -140,6 +145,9 @@ func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		if ctx.Err() == nil && cfg.StartFailed != nil {
+			cfg.StartFailed()
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ReadyTimeout)
 		defer cancel()
 		_ = s.Shutdown(sctx)

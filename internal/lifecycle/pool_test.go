@@ -244,6 +244,30 @@ func TestStartFailsWhenAWorkerCannotStart(t *testing.T) {
 	}
 }
 
+// TestStartFailedIsToldOnce: a start that fails because a worker could
+// not start calls StartFailed once (before it stops the others: the
+// supervisor tells them why they stop), and a start that succeeds never
+// calls it.
+func TestStartFailedIsToldOnce(t *testing.T) {
+	for _, mode := range []string{"fail-2", "ok"} {
+		var m atomic.Pointer[string]
+		m.Store(&mode)
+		var told atomic.Int32
+		s, _, _, err := startWith(t, 3, &m, nil, func(c *PoolConfig) {
+			c.StartFailed = func() { told.Add(1) }
+		})
+		if mode == "ok" {
+			if err != nil || told.Load() != 0 {
+				t.Fatalf("a start that succeeds: %v, StartFailed called %d times", err, told.Load())
+			}
+			continue
+		}
+		if err == nil || s != nil || told.Load() != 1 {
+			t.Fatalf("a failed start: %v, StartFailed called %d times, want once", err, told.Load())
+		}
+	}
+}
+
 // TestStartFailsWhenAWorkerLingers: a worker that says Failed and then
 // does not exit (its shutdown hangs) is killed at ReadyTimeout, and the
 // error keeps its reason and does not say it exited: the supervisor

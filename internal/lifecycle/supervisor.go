@@ -472,7 +472,7 @@ func (s *Supervisor) startWorkers() error {
 		s.lines.hold()
 	}
 	s.pool, err = StartPool(s.stopCtx, PoolConfig{Workers: s.cfg.Shape.Workers, Logger: s.log, Listeners: s.sockets, Command: s.command,
-		Exited: s.reaped, Extra: s.lines.add})
+		Exited: s.reaped, Extra: s.lines.add, StartFailed: s.workerFailed})
 	if err != nil {
 		if s.stopCtx.Err() != nil {
 			return errStoppedDuringStartup
@@ -480,6 +480,15 @@ func (s *Supervisor) startWorkers() error {
 		return fmt.Errorf("the workers could not start: %v", err)
 	}
 	return nil
+}
+
+// workerFailed tells the workers, before the pool stops them, that the
+// fleet stops because one of them could not start
+// (WorkerEnv.StoppedForAFailedWorker).
+func (s *Supervisor) workerFailed() {
+	if err := os.WriteFile(s.ctl.stopMark, []byte(stopMarkWorkerFailed), 0o600); err != nil {
+		s.log.Warn("the workers cannot be told why they stop", "error", err)
+	}
 }
 
 // command is a worker's command for slot.

@@ -150,6 +150,11 @@ func (w *worker) load(ctx, stopCtx context.Context, opts []gateway.Option) error
 		ee.Msg += fmt.Sprintf("\n  (this worker replaces one that died, and runs the fleet's restart fields, not the file's changes to %s, until reconfd restart; the file was checked with them: restart the fleet, or revert those fields)",
 			strings.Join(w.pending, ", "))
 	}
+	if errors.As(err, &ee) && ee.Code == exitcode.OK && w.wenv.StoppedForAFailedWorker() {
+		// Not an operator's signal: the supervisor stops the fleet and
+		// gives the failed worker's reason itself.
+		ee.Msg = "stopped during start-up: the supervisor stopped this worker because another worker could not start; nothing was started"
+	}
 	if err != nil {
 		return err
 	}
