@@ -114,7 +114,12 @@ func (s *Supervisor) replace(ctx context.Context, run *restartRun, finish func(f
 	s.log.Info("restart: the executable changed; handing the sockets and the channel to a new supervisor", "executable", s.succ.exe)
 	res, err := s.succ.replace(ctx, run)
 	if err != nil {
-		s.succ.handover.abort()
+		reload := s.succ.handover.abort()
+		defer func() {
+			if reload { // after finish: the loop drops a SIGHUP while the restart runs
+				reloadHandedOn(s.log, res.pid)
+			}
+		}()
 		finish(func(r *restartapi.Result) {
 			r.Outcome, r.Reason = restartapi.Failed, restartapi.ReasonNotReady
 			switch {

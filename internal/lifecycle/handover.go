@@ -103,13 +103,22 @@ func (h *Handover) begin() error {
 }
 
 // abort moves a process handing over back to serving: its successor
-// failed.
-func (h *Handover) abort() {
+// failed. reload reports that the successor, which exited without having
+// served, held a SIGHUP (HandOnReload): the caller reloads for it once
+// its restart is finished. It may wait up to lineEndWait for the
+// successor's last word; call it once the successor exited or was
+// stopped.
+func (h *Handover) abort() (reload bool) {
+	h.mu.Lock()
+	line := h.line
+	h.mu.Unlock()
+	asked := line.askedReload(lineEndWait) // not under the lock: it waits
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != handingOver {
-		return
+		return false
 	}
+	reload = asked && h.line == line
 	h.state = serving
 	h.line.close() // the successor was stopped: nothing more to read
 	h.line = nil
@@ -117,6 +126,7 @@ func (h *Handover) abort() {
 	for _, fn := range h.watch {
 		fn(false)
 	}
+	return reload
 }
 
 // enterReload lets a reload run while this process serves, and keeps a

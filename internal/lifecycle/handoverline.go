@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,10 +23,13 @@ import (
 // and "took-back" when it takes the listeners back from that one. The
 // last word before its exit decides.
 
-// Words on the hand-over line.
+// Words on the hand-over line. The successor also says "reload" when it
+// exits without having served while it held a SIGHUP (HandOnReload): the
+// predecessor, serving on, reloads for it.
 const (
 	wordHandedOver = "handed-over"
 	wordTookBack   = "took-back"
+	wordReload     = "reload"
 )
 
 // lineEndWait bounds how long a predecessor whose successor exited waits
@@ -45,6 +49,7 @@ type successorLine struct {
 
 	mu             sync.Mutex
 	saidHandedOver bool // the successor's last word was wordHandedOver
+	saidReload     bool // the successor said wordReload
 }
 
 // openSuccessorLine adds the hand-over line's writing end to cmd, the
@@ -82,6 +87,10 @@ func (l *successorLine) read() {
 			l.mu.Lock()
 			l.saidHandedOver = false
 			l.mu.Unlock()
+		case wordReload:
+			l.mu.Lock()
+			l.saidReload = true
+			l.mu.Unlock()
 		}
 	}
 }
@@ -103,6 +112,24 @@ func (l *successorLine) handedOn(wait time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.saidHandedOver
+}
+
+// askedReload reports whether the successor, which has exited or been
+// stopped, said it held a SIGHUP: it waits up to wait for the line's
+// end, as handedOn does. A nil line never asked.
+func (l *successorLine) askedReload(wait time.Duration) bool {
+	if l == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-l.ended:
+	case <-t.C:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.saidReload
 }
 
 // close stops the reading (the successor failed, or was taken back
@@ -148,11 +175,19 @@ func takePredecessorLine(lookup func(string) (string, bool)) *predecessorLine {
 
 // tell writes word on the line. A predecessor that is gone is no one to
 // tell: the error is dropped. It is safe on nil.
-func (l *predecessorLine) tell(word string) {
+func (l *predecessorLine) tell(word string) { _ = l.say(word) }
+
+// errNoPredecessor is say's error in a process that no predecessor
+// started (or one whose predecessor predates the line).
+var errNoPredecessor = errors.New("no previous process handed this one its listeners")
+
+// say writes word on the line, and says whether it could.
+func (l *predecessorLine) say(word string) error {
 	if l == nil {
-		return
+		return errNoPredecessor
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, _ = l.w.WriteString(word + "\n")
+	_, err := l.w.WriteString(word + "\n")
+	return err
 }

@@ -163,19 +163,24 @@ func (r *SelfRestarter) run(run *restartRun, prev uint64, actor string) {
 		cmd.Env = append(cmd.Env, envHistory+"="+histFile)
 		defer os.Remove(histFile)
 	}
+	var pid int // the new process's, once started
 	fail := func(reason, msg string) {
 		res := r.track.finish(run, func(res *restartapi.Result) {
 			res.Outcome, res.Reason, res.Message = restartapi.Failed, reason, msg
 		})
-		r.handover.abort()
+		reload := r.handover.abort()
 		_ = r.g.RecordHistory(ctx, historyOf(res, actor))
 		r.log.Error("restart failed; this process keeps serving", "id", res.ID, "reason", reason, "message", msg)
+		if reload {
+			reloadHandedOn(r.log, pid)
+		}
 	}
 	p, err := r.handover.start(cmd)
 	if err != nil {
 		fail(restartapi.ReasonNotStarted, err.Error())
 		return
 	}
+	pid = p.PID()
 	status, err := r.handover.await(context.Background(), p)
 	if err != nil {
 		fail(restartapi.ReasonNotReady, fmt.Sprintf("the new process (pid %d) %v; this process keeps serving", p.PID(), err))

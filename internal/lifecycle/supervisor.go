@@ -24,6 +24,7 @@ import (
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/ownerdir"
 	"github.com/reconfhq/reconf/internal/restartapi"
+	"github.com/reconfhq/reconf/internal/sighold"
 	"github.com/reconfhq/reconf/propagate/embedded"
 )
 
@@ -102,6 +103,10 @@ type SupervisorConfig struct {
 	// Announce writes the discovery file of management bound at addr and
 	// returns its path, or "".
 	Announce func(addr string, cfg admin.Config, generated bool) string
+	// HeldReload, when set, takes a SIGHUP the command held before the
+	// supervisor caught signals itself (sighold.Hold.Take): the fleet
+	// reloads for it once it serves.
+	HeldReload func() bool
 }
 
 // Supervisor runs serve as the supervisor of a fleet of worker processes.
@@ -187,6 +192,9 @@ func Supervise(ctx, stopCtx context.Context, cfg SupervisorConfig) error {
 	s := &Supervisor{cfg: cfg, log: cfg.Logger, ctx: ctx, stopCtx: stopCtx}
 	defer s.Close()
 	err := s.start()
+	if err != nil {
+		s.handOnHeldReload()
+	}
 	if errors.Is(err, errStoppedDuringStartup) {
 		s.log.Info("stopped during start-up")
 		return nil
@@ -553,6 +561,13 @@ func (s *Supervisor) ready() error {
 	s.owner.Store(true)
 	s.lines.release()
 	s.log.Info("listening", "address", s.dataAddr, "workers", s.cfg.Shape.Workers)
+	if s.heldReload() {
+		// Caught before catchSignals: the loop forwards it to a worker.
+		s.log.Info("a SIGHUP arrived during start-up; reloading for it now")
+		if err := sighold.Raise(); err != nil {
+			s.log.Warn("the SIGHUP that arrived during start-up could not be replayed; send it again", "error", err)
+		}
+	}
 	if err := handoff.NotifyReady(); err != nil {
 		s.log.Warn("could not notify systemd", "error", err)
 	}
@@ -574,6 +589,7 @@ func (s *Supervisor) notServed(err error) error {
 		s.log.Error("the previous process ended before the hand-over; stopping the workers, which accepted nothing, and exiting without having served",
 			"reason", ReasonPredecessorGone, "error", err)
 	}
+
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ShutdownTimeout+workerStopGrace)
 	defer cancel()
 	if serr := s.pool.Shutdown(sctx); serr != nil {
@@ -584,6 +600,27 @@ func (s *Supervisor) notServed(err error) error {
 	}
 	return fmt.Errorf("%s: %w", ReasonPredecessorGone, err)
 }
+
+// handOnHeldReload hands a SIGHUP this supervisor held during a start-up
+// that failed or was stopped (before it served) to its predecessor
+// (HandOnReload).
+func (s *Supervisor) handOnHeldReload() {
+	held := s.heldReload()
+	for more := s.sigs != nil; more; {
+		select {
+		case sig := <-s.sigs:
+			held = held || sig == syscall.SIGHUP
+		default:
+			more = false
+		}
+	}
+	if held {
+		HandOnReload(s.log)
+	}
+}
+
+// heldReload takes a SIGHUP the command held before catchSignals.
+func (s *Supervisor) heldReload() bool { return s.cfg.HeldReload != nil && s.cfg.HeldReload() }
 
 // run is the event loop: a successor that serves, a signal, the workers'
 // end.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os/signal"
 	"slices"
 	"strings"
@@ -159,6 +160,16 @@ func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (
 	defer hold.Release()
 	// What came before main had these handlers reaches them now.
 	earlysignal.Handoff()
+	// A successor that exits without having served hands a SIGHUP it
+	// held to its predecessor, which serves on (lifecycle.HandOnReload).
+	// A supervisor hands on its own.
+	var p *single
+	log, supervised := slog.New(slog.NewTextHandler(stderr, nil)), false
+	defer func() {
+		if !supervised && (p == nil || !p.serving) && hold.Take() {
+			lifecycle.HandOnReload(log)
+		}
+	}()
 
 	// The first load decides the mode. Its log lines are held until then:
 	// a single process keeps this load (and its lines); a supervisor or a
@@ -181,12 +192,13 @@ func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (
 		out.release()
 		return err
 	}
+	log = g.Logger()
 	if m := f.mode(g.Config().Server); m.Clustered() {
 		out.discard()
-		log := g.Logger() // the supervisor's, at logging.level
 		_ = g.Shutdown(context.WithoutCancel(ctx))
 		if m.Workers > 1 {
-			return supervise(ctx, stopCtx, f, m, log, stderr, lookup)
+			supervised = true
+			return supervise(ctx, stopCtx, f, m, log, stderr, lookup, hold.Take)
 		}
 		co, err := f.Access.WithEnv(lookup).ClusterOptions(m.Cluster, lookup)
 		if err != nil {
@@ -197,11 +209,12 @@ func Run(ctx context.Context, f Options, stderr io.Writer, lookup func(string) (
 		if err != nil {
 			return err
 		}
+		log = g.Logger()
 		log.Info("cluster channel", "endpoints", strings.Join(m.Cluster, ","), "prefix", m.Prefix, "worker_id", g.WorkerID())
 	}
 	out.release()
 	// A successor (reconfd restart) inherits its predecessor's sockets.
-	p := &single{f: f, lookup: lookup, g: g, reg: reg, log: g.Logger(), sockets: handoff.NewSet()}
+	p = &single{f: f, lookup: lookup, g: g, reg: reg, log: g.Logger(), sockets: handoff.NewSet()}
 	defer p.sockets.Close()
 	if err := p.start(inherited); err != nil {
 		return exitcode.Fail("%v", err)

@@ -50,6 +50,7 @@ type single struct {
 	rs      *lifecycle.SelfRestarter
 	guard   lifecycle.Guard
 	mgmt    *managementServer // nil: management is off
+	serving bool              // it accepted: the go-ahead came (or none was awaited)
 }
 
 // start runs the steps up to a serving process. On failure the gateway is
@@ -181,6 +182,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 			s.mgmt.ln.Resume()
 		}
 		s.mgmt.sayListening(s.log)
+		s.serving = true
 		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once

@@ -19,11 +19,11 @@ import (
 // (lifecycle.Supervisor): it gives the supervisor the flags, and the
 // parts the command owns: reading the file, management's settings, the
 // workers' command line and the discovery file.
-func supervise(ctx, stopCtx context.Context, f Options, m lifecycle.Shape, log *slog.Logger, stderr io.Writer, lookup env) error {
+func supervise(ctx, stopCtx context.Context, f Options, m lifecycle.Shape, log *slog.Logger, stderr io.Writer, lookup env, heldReload func() bool) error {
 	access := f.Access.WithEnv(lookup)
 	err := lifecycle.Supervise(ctx, stopCtx, lifecycle.SupervisorConfig{
 		Config: f.Config, Shape: m, ShutdownTimeout: f.ShutdownTimeout, DataDir: f.DataDir,
-		Logger: log, Stderr: stderr, Lookup: lookup,
+		Logger: log, Stderr: stderr, Lookup: lookup, HeldReload: heldReload,
 		Load: func(ctx context.Context) (lifecycle.Plan, error) {
 			chk, err := gateway.New(ctx, f.Config, gateway.WithLogger(slog.New(slog.DiscardHandler)), gateway.WithEnv(lookup), gateway.WithClusterCheck())
 			if err != nil {

@@ -72,5 +72,23 @@ func (h *Hold) Release() {
 	})
 }
 
+// Take takes the SIGHUP h holds, if any, and reports whether there was
+// one; a later Listen does not replay it. A process that exits without
+// having served takes it to hand it on (lifecycle.HandOnReload): the
+// reload was asked of the service, not of this process.
+func (h *Hold) Take() bool {
+	select {
+	case <-h.sig:
+		return true
+	default:
+		return false
+	}
+}
+
+// Raise sends SIGHUP to this process, for whatever takes it now (a
+// trigger.SIGHUP listener, a supervisor's loop): a reload handed on by a
+// successor that did not serve takes the same path as the operator's.
+func Raise() error { return raise() }
+
 // pending reports how many SIGHUPs h holds (0 or 1).
 func (h *Hold) pending() int { return len(h.sig) }

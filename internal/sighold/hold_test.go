@@ -112,3 +112,23 @@ func TestHoldListenWithoutEarlySIGHUP(t *testing.T) {
 		t.Fatalf("%d SIGHUP attempts published, want 0", n)
 	}
 }
+
+// A SIGHUP the hold caught is taken once by Take, and then not replayed
+// by Listen: a process that exits without serving hands it on instead.
+func TestTakeTakesTheHeldSignalOnce(t *testing.T) {
+	h := Start()
+	defer h.Release()
+	if h.Take() {
+		t.Fatal("Take reported a SIGHUP before any was sent")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitWithin(t, 5*time.Second, "the hold caught the SIGHUP", func() bool { return h.pending() == 1 })
+	if !h.Take() || h.Take() {
+		t.Fatal("Take did not take the held SIGHUP exactly once")
+	}
+	if h.pending() != 0 {
+		t.Fatal("the SIGHUP is still held after Take")
+	}
+}

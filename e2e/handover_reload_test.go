@@ -1,0 +1,95 @@
+//go:build unix
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconfhq/reconf/internal/lifecycle"
+)
+
+// catchesHangup reports whether pid has a handler for SIGHUP (the SigCgt
+// mask of /proc/PID/status): started with SIGHUP ignored, reconfd gets
+// one only when it starts holding the signal.
+func catchesHangup(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(syscall.SIGHUP-1)) != 0
+		}
+	}
+	return false
+}
+
+// TestHandoverReloadHeldBySuccessorThatDidNotServe: the operator sends
+// SIGHUP to a restart's new process during its start-up, then stops it
+// (SIGINT) before it served. The reload is not lost: the new process
+// hands it to the process that restarted, which serves on and reloads
+// the file (edited meanwhile) for it. The new process starts with SIGHUP
+// and SIGINT ignored (a shell script in front of reconfd, fault
+// injection), so that both signals reach it only once it holds them.
+// Cost: 2-5 s on a loaded 2-core machine.
+func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	owner := r.cmd.Process.Pid
+
+	started, goOn := filepath.Join(dir, "new.pid"), filepath.Join(dir, "go")
+	script := fmt.Sprintf("#!/bin/sh\ntrap '' HUP INT\necho $$ > %s.new && mv %s.new %s\nwhile [ ! -e %s ]; do sleep 0.01; done\nexec %s \"$@\"\n",
+		started, started, started, goOn, binary)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	restartAgain(t, r)
+	newPID := waitPIDFile(t, started, 10*time.Second)
+	r.pids = appendNew(r.pids, newPID)
+	writeAtomic(t, r.path, versionedConfig(2)) // what the operator's SIGHUP is for
+	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !catchesHangup(newPID); {
+		if time.Now().After(deadline) || !alive(newPID) {
+			t.Fatalf("the new process did not start holding SIGHUP:\n%s", r.logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := syscall.Kill(newPID, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(newPID, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGone(newPID, 10*time.Second)
+	for deadline := time.Now().Add(10 * time.Second); !r.servesVersion(2); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the process that restarted did not reload for the SIGHUP the new process held:\n%s", r.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := r.oneOwner(10 * time.Second); got != owner {
+		t.Fatalf("pid %d serves, want %d, which restarted", got, owner)
+	}
+	if !strings.Contains(r.logs.String(), "held a SIGHUP when it exited without serving") {
+		t.Errorf("the process that restarted did not say it reloads for the new process's SIGHUP:\n%s", r.logs.String())
+	}
+	if strings.Contains(r.logs.String(), lifecycle.ReasonReloadDropped) {
+		t.Errorf("the reload was logged as dropped:\n%s", r.logs.String())
+	}
+}
