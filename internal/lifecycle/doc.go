@@ -18,7 +18,9 @@
 //     its listening sockets; handoverline.go: the line on which the
 //     successor says whether it handed them on in turn; goahead.go: the
 //     line on which the process tells the successor that it may serve
-//     (GoAhead, the successor's side). restart.go:
+//     (GoAhead, the successor's side); workergoahead.go: a new
+//     supervisor's workers waiting for it; reloadhandon.go: a SIGHUP
+//     held by a successor that did not serve. restart.go:
 //     SelfRestarter, a single process's restart through it. successor.go:
 //     a supervisor's replacement through it, carrying the embedded etcd
 //     over.
@@ -41,10 +43,13 @@
 // which starts its own workers. Both hand-overs share Handover: starting
 // the successor in a process group of its own, waiting until it is ready,
 // killing its whole group if it is not, and the moment it serves
-// (Handover.Done). A single process's successor accepts on the sockets
-// only once its predecessor says so, after the hand-over is done, and
-// exits without serving when the predecessor ends first (GoAhead). A
-// single process then drains while it watches its successor for
+// (Handover.Done). A successor accepts on the sockets only once its
+// predecessor says so, after the hand-over is done, and exits without
+// serving when the predecessor ends first (GoAhead); a new supervisor
+// holds its workers the same way and passes the word on to them
+// (workergoahead.go). A SIGHUP a successor held when it exits without
+// serving goes to its predecessor (reloadhandon.go). A single process
+// then drains while it watches its successor for
 // SuccessorWatch, and takes its listeners back if the
 // successor exits meanwhile without having handed them on to a process
 // of its own (Session, Handover.TakeBack): in a restart storm the
