@@ -16,8 +16,10 @@ import (
 	"github.com/reconfhq/reconf/internal/gateway"
 )
 
-// The new processes of the hand-over tests below (envTestChild): each
-// says ready, then "handed-on" hands over to a successor of its own (its
+// The new processes of the hand-over tests below (envTestChild):
+// "held-reload" exits 1 before ready after it handed on a SIGHUP it held,
+// "failed" exits 1 before ready without a word; the others say ready,
+// then "handed-on" hands over to a successor of its own (its
 // Handover goes through begin and handedOver) and exits 0 at the end of
 // its watch; "died" exits 3 before handing over (a crash just after it
 // said ready); "took-back" hands over, takes its listeners back from a
@@ -36,6 +38,11 @@ var handedOnChildren = map[string]func() int{
 		_ = handoff.Ready("")
 		return 3
 	},
+	"held-reload": func() int {
+		HandOnReload(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return 1
+	},
+	"failed": func() int { return 1 },
 	"took-back": func() int {
 		_ = handoff.Ready("")
 		h := newHandover(nil, successorReadyTimeout)
@@ -154,5 +161,37 @@ func TestWatchSuccessorTakesBackOnlyFromOneThatKeptTheListeners(t *testing.T) {
 				t.Errorf("the watch lasted %v after the new process had exited", d)
 			}
 		})
+	}
+}
+
+// A process whose new process exits before ready, having said that it
+// held a SIGHUP, learns it when it goes back to serving (abort), and
+// only then: one that exits without the word asks for nothing.
+func TestAbortTellsOfAReloadTheNewProcessHeld(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[string]bool{"held-reload": true, "failed": false} {
+		h := newHandover(nil, 20*time.Second)
+		if err := h.begin(); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envTestChild+"="+mode, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+		cmd.Stderr = os.Stderr
+		p, err := h.start(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.await(context.Background(), p); err == nil {
+			t.Fatalf("%s: the new process was seen ready", mode)
+		}
+		if got := h.abort(); got != want || !h.Serving() {
+			t.Errorf("%s: abort reported a reload: %v, want %v (serving: %v)", mode, got, want, h.Serving())
+		}
 	}
 }
