@@ -132,8 +132,9 @@ func AwaitsGoAhead() bool { return goAhead != nil }
 // ErrPredecessorGone when the predecessor ended first (ready could not be
 // written, or the line ended without the word) or did not answer within
 // goAheadWait, and ErrStoppedBeforeServing when stop closed first (before
-// ready: ready is not said). Call it once, after everything serves
-// behind paused listeners.
+// ready: ready is not said). Call it once, with everything ready to
+// serve on listeners held without accepting; accept, and say
+// "listening", only once it returned nil.
 func GoAhead(stop <-chan struct{}, status string) error {
 	return goAhead.await(stop, status, goAheadWait)
 }
