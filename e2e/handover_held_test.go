@@ -143,7 +143,7 @@ func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor 
 // then hold the listeners without accepting: neither they nor it log
 // "listening" or "ready" until the old supervisor, resumed, gives the
 // go-ahead, after which the new fleet serves and the old one exits.
-// Cost: 10-25 s on a loaded 2-core machine.
+// Cost: 3-6 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()

@@ -97,7 +97,7 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 // the old supervisor been a restart's new process still watched by its
 // own predecessor, that one would have taken the listeners back, and a
 // new fleet that served would be a second owner of the service. Cost:
-// 10-25 s on a loaded 2-core machine.
+// 2-5 s on a loaded 2-core machine.
 func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
