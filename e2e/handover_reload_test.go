@@ -93,3 +93,43 @@ func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
 		t.Errorf("the reload was logged as dropped:\n%s", r.logs.String())
 	}
 }
+
+// TestHandoverFleetReloadHeldByNewSupervisorThatDidNotServe: as above
+// for a fleet whose supervisor is replaced (another executable at the
+// path): the new supervisor gets SIGHUP and then SIGINT in its first
+// milliseconds (the script in front of it sends them once it holds them,
+// fault injection) and exits without serving; the old supervisor, which
+// serves on, forwards the reload to one of its workers. Cost: 3-8 s on a
+// loaded 2-core machine.
+func TestHandoverFleetReloadHeldByNewSupervisorThatDidNotServe(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
+	r := startRestartable(t, exe, cfg)
+	script := strings.Replace(fmt.Sprintf(hupAtStartScript, binary), "trap '' HUP", "trap '' HUP INT", 1)
+	script = strings.Replace(script, "kill -HUP $$\n", "kill -HUP $$\n      kill -INT $$\n", 1)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	before := r.logs.String()
+	res, code := r.restart()
+	if code == 0 || res.Outcome != "restart-failed" {
+		t.Fatalf("a restart whose new supervisor was stopped: exit %d, %+v", code, res)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		after := strings.TrimPrefix(r.logs.String(), before)
+		held := strings.Index(after, "held a SIGHUP when it exited without serving")
+		if held >= 0 && strings.Contains(after[held:], `msg="SIGHUP forwarded"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old supervisor did not forward the SIGHUP its new supervisor held:\n%s", after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
