@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -224,4 +225,71 @@ func TestHandoverSuccessorStoppedOnceBeforeTheGoAheadNeverServes(t *testing.T) {
 	if owner := r.oneOwner(10 * time.Second); owner != h.owner {
 		t.Fatalf("pid %d serves, want %d, which restarted", owner, h.owner)
 	}
+}
+
+// TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet: a
+// fleet's new supervisor that said ready and waits for the go-ahead is
+// stopped (SIGTERM) while the old supervisor is paused; resumed, the old
+// supervisor reads the ready line of a supervisor that is gone, and
+// serves on with its workers instead of handing over to no one. Cost:
+// 3-6 s on a loaded 2-core machine.
+func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
+	r := startRestartable(t, exe, cfg)
+	h := replaceSupervisor(t, r, dir)
+	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "workers ready; "+waitingLine); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // its ready line follows the waiting line at once
+	if err := syscall.Kill(h.newPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGone(h.newPID, 30*time.Second)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// Not r.status: a request can meet a connection the stopped new
+		// fleet's management had queued and reset.
+		var st struct {
+			Restart struct {
+				Last struct {
+					Message string `json:"message"`
+				} `json:"last"`
+			} `json:"restart"`
+		}
+		last := ""
+		if resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			last = st.Restart.Last.Message
+		}
+		if strings.Contains(last, "exited after it said ready, before the hand-over") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old supervisor did not see its new one gone: %v\n%s", last, h.since())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a fleet that handed over would be stopping by now
+	if !alive(h.owner) {
+		t.Fatal("the old supervisor exited: nothing serves")
+	}
+	resp, err := httpClient.Get(r.url + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on the old fleet: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }

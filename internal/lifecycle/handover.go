@@ -227,6 +227,15 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 	return status, nil
 }
 
+// successorGone reports whether the successor started last no longer
+// reads its go-ahead line: it exited, even when its ready line was read
+// (and its exit not yet seen). It is false once the go-ahead was said.
+func (h *Handover) successorGone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.goAhead != nil && readerGone(h.goAhead)
+}
+
 // handedOver marks the hand-over done: succ serves. This process's
 // predecessor is told first, then the successor gets the go-ahead
 // (goahead.go): a successor never serves while the process that watches

@@ -201,6 +201,24 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		}()
 	}
 	status, err := s.handover.await(ctx, p) // one not ready is stopped: its workers see their supervisor gone and stop
+	if err == nil {
+		// Its ready line is read even after it exited (stopped, or tired
+		// of waiting for the go-ahead while this one was stopped): this
+		// supervisor does not watch its successor, so handing over to one
+		// that is gone would leave the sockets to no one. Its exit may not
+		// be seen yet; its go-ahead line, which only it reads, has no
+		// reader then.
+		select {
+		case <-p.Exited():
+			p.Kill() // its group: what it started may still hold the sockets
+			err = fmt.Errorf("exited after it said ready, before the hand-over (%s)", p.State())
+		default:
+			if s.handover.successorGone() { // exited, not yet reaped
+				p.Kill()
+				err = errors.New("exited after it said ready, before the hand-over")
+			}
+		}
+	}
 	if err != nil {
 		if release != nil {
 			release.Close() // ends the goroutine above, if it still waits

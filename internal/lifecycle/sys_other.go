@@ -22,3 +22,5 @@ func takeReadPipe(int) bool { return false }
 
 // socketPair is not available: a supervisor hand-over needs a Unix system.
 func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.ErrUnsupported }
+
+func readerGone(*os.File) bool { return false }

@@ -71,3 +71,20 @@ func takeReadPipe(fd int) bool {
 	}
 	return unix.SetNonblock(fd, true) == nil
 }
+
+// readerGone reports whether the pipe w writes to has no reader left:
+// the process that held its reading end exited (or closed it).
+func readerGone(w *os.File) bool {
+	rc, err := w.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			gone = fds[0].Revents&unix.POLLERR != 0
+		}
+	})
+	return gone
+}
