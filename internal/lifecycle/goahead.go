@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -67,12 +66,7 @@ func openGoAhead(cmd *exec.Cmd) (w *os.File, closeTheirs func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	cmd.Env = setEnv(env, envGoAheadFD, strconv.Itoa(3+len(cmd.ExtraFiles))+":"+strconv.Itoa(os.Getpid()))
-	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	passFile(cmd, r, envGoAheadFD, ":"+strconv.Itoa(os.Getpid()))
 	return w, func() { r.Close() }, nil
 }
 
@@ -105,15 +99,9 @@ var goAhead = takeGoAhead(os.LookupEnv)
 // variable inherited by mistake names whatever this process has at that
 // number, its own readiness pipe's writing end included.
 func takeGoAhead(lookup func(string) (string, bool)) *goAheadLine {
-	v, ok := lookup(envGoAheadFD)
-	if !ok {
-		return nil
-	}
-	os.Unsetenv(envGoAheadFD)
-	fds, pids, _ := strings.Cut(v, ":")
-	fd, err := strconv.Atoi(fds)
-	pid, perr := strconv.Atoi(pids)
-	if err != nil || perr != nil || fd < 3 || !takeReadPipe(fd) {
+	fd, pids, ok := inheritedFD(lookup, envGoAheadFD)
+	pid, err := strconv.Atoi(pids)
+	if !ok || err != nil || !takeReadPipe(fd) {
 		return nil
 	}
 	return &goAheadLine{r: os.NewFile(uintptr(fd), "go-ahead-line"), from: pid}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -61,12 +60,7 @@ func openSuccessorLine(cmd *exec.Cmd) (l *successorLine, closeTheirs func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	cmd.Env = setEnv(env, envHandedOnFD, strconv.Itoa(3+len(cmd.ExtraFiles)))
-	cmd.ExtraFiles = append(cmd.ExtraFiles, w)
+	passFile(cmd, w, envHandedOnFD, "")
 	l = &successorLine{r: r, ended: make(chan struct{})}
 	go l.read()
 	return l, func() { w.Close() }, nil
@@ -161,13 +155,8 @@ var predecessor = takePredecessorLine(os.LookupEnv)
 // unsets the variable. Only a pipe is taken: a variable inherited by
 // mistake names whatever this process has at that number.
 func takePredecessorLine(lookup func(string) (string, bool)) *predecessorLine {
-	v, ok := lookup(envHandedOnFD)
-	if !ok {
-		return nil
-	}
-	os.Unsetenv(envHandedOnFD)
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 || !takePipe(fd) {
+	fd, rest, ok := inheritedFD(lookup, envHandedOnFD)
+	if !ok || rest != "" || !takePipe(fd) {
 		return nil
 	}
 	return &predecessorLine{w: os.NewFile(uintptr(fd), "handover-line")}
