@@ -222,7 +222,7 @@
 //	reconftest                the conformance kit for consumers and configuration types
 //	                          > reconf source internal/fieldclass
 //	propagate                 the cluster channel on etcd: publish, follow, presence
-//	                          > reconf internal/certfile internal/fleet internal/history internal/millis internal/reasons propagate/internal/zlog
+//	                          > reconf internal/certfile internal/fleet internal/history internal/millis internal/reasons internal/redact propagate/internal/zlog
 //	propagate/embedded        etcd inside the process, a host's shared channel
 //	                          > internal/ownerdir propagate/internal/zlog
 //	propagate/internal/zlog   etcd's zap logs into slog
