@@ -36,19 +36,9 @@ const waitingLine = "waiting for the previous process to hand over"
 // paused until the test resumes it (or ends).
 func holdSuccessor(t *testing.T, r *restartable, dir string) *heldSuccessor {
 	t.Helper()
-	started, goOn := filepath.Join(dir, "new.pid"), filepath.Join(dir, "go")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile [ ! -e %s ]; do sleep 0.01; done\nexec %s \"$@\"\n",
-		started, started, started, goOn, binary)
-	if err := os.WriteFile(r.exe+".new", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(r.exe+".new", r.exe); err != nil {
-		t.Fatal(err)
-	}
+	goOn := filepath.Join(dir, "go")
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
-	restartAgain(t, r)
-	h.newPID = waitPIDFile(t, started, 10*time.Second)
-	r.pids = appendNew(r.pids, h.newPID)
+	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "new.pid"), "", waitForFile(goOn))
 	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -117,18 +107,8 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 // the new supervisor's pid.
 func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor {
 	t.Helper()
-	started := filepath.Join(dir, "supervisor.pid")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nexec %s \"$@\"\n", started, started, started, binary)
-	if err := os.WriteFile(r.exe+".new", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(r.exe+".new", r.exe); err != nil {
-		t.Fatal(err)
-	}
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
-	restartAgain(t, r)
-	h.newPID = waitPIDFile(t, started, 10*time.Second)
-	r.pids = appendNew(r.pids, h.newPID)
+	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "supervisor.pid"), "", "")
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "embedded etcd taken over from the previous supervisor"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the new supervisor did not take the embedded etcd over:\n%s", h.since())

@@ -48,17 +48,7 @@ func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
 		handed := time.Now() // the first process's watch of the middle one began about now
 
 		started := filepath.Join(dir, fmt.Sprintf("third-%d.pid", round))
-		script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile kill -0 %d 2>/dev/null; do sleep 0.01; done\nexec %s \"$@\"\n",
-			started, started, started, middle, binary)
-		if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(exe+".new", exe); err != nil {
-			t.Fatal(err)
-		}
-		restartAgain(t, r)
-		third := waitPIDFile(t, started, 10*time.Second)
-		r.pids = appendNew(r.pids, third)
+		third := restartIntoScript(t, r, exe, started, "", fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 0.01; done", middle))
 		if round == 1 {
 			if err := syscall.Kill(middle, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -133,6 +123,33 @@ func TestHandoverMiddleProcessKilledAfterItHandedOver(t *testing.T) {
 	}
 }
 
+// restartIntoScript installs, as the executable r restarts into (exe), a
+// shell script in front of reconfd: it runs before, writes its pid to
+// pidFile, runs after (a wait, say), then becomes reconfd. It then asks r
+// for a restart and returns the pid of the new process once it wrote it.
+// Fault injection: the script holds the new process where a test needs
+// it, or makes it start with signals ignored.
+func restartIntoScript(t *testing.T, r *restartable, exe, pidFile, before, after string) int {
+	t.Helper()
+	script := fmt.Sprintf("#!/bin/sh\n%s\necho $$ > %s.new && mv %s.new %s\n%s\nexec %s \"$@\"\n",
+		before, pidFile, pidFile, pidFile, after, binary)
+	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	restartAgain(t, r)
+	pid := waitPIDFile(t, pidFile, 10*time.Second)
+	r.pids = appendNew(r.pids, pid)
+	return pid
+}
+
+// waitForFile is a script line that waits until path exists.
+func waitForFile(path string) string {
+	return fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done", path)
+}
+
 // restartAgain asks the process that serves for a restart without
 // waiting for it, until it is no longer busy (a new process answers busy
 // until it serves).
@@ -192,18 +209,8 @@ func TestHandoverNewProcessStoppedBeforeTheHandover(t *testing.T) {
 	}
 	owner := res.NewPIDs[0]
 
-	started, goOn := filepath.Join(dir, "new.pid"), filepath.Join(dir, "go")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s.new && mv %s.new %s\nwhile [ ! -e %s ]; do sleep 0.01; done\nexec %s \"$@\"\n",
-		started, started, started, goOn, binary)
-	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(exe+".new", exe); err != nil {
-		t.Fatal(err)
-	}
-	restartAgain(t, r)
-	newPID := waitPIDFile(t, started, 10*time.Second)
-	r.pids = appendNew(r.pids, newPID)
+	goOn := filepath.Join(dir, "go")
+	newPID := restartIntoScript(t, r, exe, filepath.Join(dir, "new.pid"), "", waitForFile(goOn))
 	if err := syscall.Kill(owner, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -48,18 +48,8 @@ func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
 	r := startRestartable(t, exe, versionedConfig(1))
 	owner := r.cmd.Process.Pid
 
-	started, goOn := filepath.Join(dir, "new.pid"), filepath.Join(dir, "go")
-	script := fmt.Sprintf("#!/bin/sh\ntrap '' HUP INT\necho $$ > %s.new && mv %s.new %s\nwhile [ ! -e %s ]; do sleep 0.01; done\nexec %s \"$@\"\n",
-		started, started, started, goOn, binary)
-	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(exe+".new", exe); err != nil {
-		t.Fatal(err)
-	}
-	restartAgain(t, r)
-	newPID := waitPIDFile(t, started, 10*time.Second)
-	r.pids = appendNew(r.pids, newPID)
+	goOn := filepath.Join(dir, "go")
+	newPID := restartIntoScript(t, r, exe, filepath.Join(dir, "new.pid"), "trap '' HUP INT", waitForFile(goOn))
 	writeAtomic(t, r.path, versionedConfig(2)) // what the operator's SIGHUP is for
 	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
 		t.Fatal(err)
