@@ -94,24 +94,19 @@ func (l *successorLine) read() {
 // end, so that every word written before the exit is read. A nil line (no
 // successor) never handed on.
 func (l *successorLine) handedOn(wait time.Duration) bool {
-	if l == nil {
-		return false
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-l.ended:
-	case <-t.C:
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.saidHandedOver
+	return l.said(wait, func() bool { return l.saidHandedOver })
 }
 
 // askedReload reports whether the successor, which has exited or been
 // stopped, said it held a SIGHUP: it waits up to wait for the line's
 // end, as handedOn does. A nil line never asked.
 func (l *successorLine) askedReload(wait time.Duration) bool {
+	return l.said(wait, func() bool { return l.saidReload })
+}
+
+// said waits up to wait for the line's end and reports word, read under
+// the line's lock; false on a nil line.
+func (l *successorLine) said(wait time.Duration, word func() bool) bool {
 	if l == nil {
 		return false
 	}
@@ -123,7 +118,7 @@ func (l *successorLine) askedReload(wait time.Duration) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.saidReload
+	return word()
 }
 
 // close stops the reading (the successor failed, or was taken back
