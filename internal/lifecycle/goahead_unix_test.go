@@ -57,3 +57,33 @@ func TestGoAheadStops(t *testing.T) {
 		t.Fatal("a pipe's writing end was taken as the go-ahead line")
 	}
 }
+
+// A successor stopped (SIGSTOP) past its wait and then continued finds
+// its predecessor's go-ahead in the pipe and its deadline passed at once:
+// the word said in time decides, not which of the two the runtime sees
+// first. The predecessor handed over and may be gone: a successor that
+// exited then would leave no process serving.
+func TestGoAheadSaidBeforeTheDeadlinePassed(t *testing.T) {
+	if !handoff.Supported {
+		t.Skip(handoff.ErrUnsupported)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fd, err := unix.Dup(int(r.Fd()))
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := takeGoAhead(func(string) (string, bool) { return fmt.Sprintf("%d:%d", fd, os.Getppid()), true })
+	if l == nil {
+		unix.Close(fd)
+		t.Fatal("a pipe's reading end gave no line")
+	}
+	sayGoAhead(w)
+	if err := l.await(make(chan struct{}), "", time.Nanosecond); err != nil {
+		t.Fatalf("the go-ahead waited in the pipe past the deadline: %v, want nil", err)
+	}
+}

@@ -24,3 +24,6 @@ func takeReadPipe(int) bool { return false }
 func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.ErrUnsupported }
 
 func readerGone(*os.File) bool { return false }
+
+// readWaiting is not needed: there is no go-ahead line.
+func readWaiting(*os.File) string { return "" }

@@ -88,3 +88,19 @@ func readerGone(w *os.File) bool {
 	})
 	return gone
 }
+
+// readWaiting returns what f, a non-blocking pipe, holds now (up to 64
+// bytes), whatever its read deadline: a read through f fails once the
+// deadline passed, even with bytes waiting.
+func readWaiting(f *os.File) string {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return ""
+	}
+	var buf [64]byte
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.Read(int(fd), buf[:])
+	})
+	return string(buf[:max(n, 0)])
+}
