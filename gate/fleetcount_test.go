@@ -165,3 +165,54 @@ func TestCountOwnerHandsOver(t *testing.T) {
 		t.Fatalf("the count key's owner is lease %x after its owner got demand, want another worker's", owner())
 	}
 }
+
+// TestCountClaimedAfterItsWatchEnded: an idle worker whose watch of the
+// count key ended (cut off while the owner died and etcd compacted past
+// the delete) no longer knows who owns the key: its next count claims it
+// again, so the fleet's N stays current. A worker that kept the dead
+// owner's lease as the owner counted nothing and watched nothing again
+// for as long as it stayed idle.
+func TestCountClaimedAfterItsWatchEnded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := startEtcd(t)
+	cli := newClient(t, c.Endpoints())
+	defer cli.Close()
+	key := countKey(DefaultPrefix, "b")
+	owner := func() int64 {
+		resp, err := cli.Get(t.Context(), key)
+		if err != nil || len(resp.Kvs) != 1 {
+			return 0
+		}
+		return resp.Kvs[0].Lease
+	}
+	first := idleWorkers(t, c.Endpoints(), 1, 2)[0]
+	if !eventually(4*testTTL, func() bool { return owner() == first.g.lease.Load() }) {
+		t.Fatal("the first idle worker never owned the count key")
+	}
+	px := startProxy(t, c.Endpoints()[0])
+	late := startWorker(t, px.endpoint())
+	publish(limiters([]*worker{late}, "b"), 2)
+	waitIdle(t, []*worker{late}, "b")
+	waitCounted(t, []*worker{late}, 2, 4*testTTL)
+
+	// Cut off for less than a TTL: the worker stays idle on its lease.
+	px.cut()
+	lease := first.g.lease.Load()
+	first.kill()
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Put(t.Context(), "/compact-past-the-delete", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(t.Context(), resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	px.restore(t)
+	if !eventually(6*testTTL, func() bool { l := owner(); return l != 0 && l == late.g.lease.Load() }) {
+		t.Fatalf("the count key's owner is lease %x, want the remaining idle worker's %x", owner(), late.g.lease.Load())
+	}
+}
