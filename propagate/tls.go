@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/reconfhq/reconf/internal/certfile"
@@ -60,7 +61,7 @@ func CheckEndpointSecurity(endpoints []string, insecure bool) error {
 			continue
 		}
 		host := u.Hostname()
-		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
 			continue
 		}
 		return fmt.Errorf("propagate: %s is plain http to a host that is not loopback; use https:// with the cluster's CA (and a client certificate or user), or allow it explicitly", ep)

@@ -81,6 +81,8 @@ func TestTLSFilesAndEndpointSecurity(t *testing.T) {
 		"http://127.0.0.1:2379": true, "http://localhost:2379": true, "http://[::1]:2379": true,
 		"https://10.0.0.5:2379": true, "unix:///tmp/x/etcd.sock": true,
 		"http://10.0.0.5:2379": false, "http://etcd.internal:2379": false,
+		// Host names and schemes are case-insensitive.
+		"http://LOCALHOST:2379": true, "HTTP://Localhost:2379": true, "HTTP://10.0.0.5:2379": false,
 	} {
 		if err := CheckEndpointSecurity([]string{ep}, false); (err == nil) != ok {
 			t.Errorf("%s: %v, want accepted=%v", ep, err, ok)
