@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/internal/certfile"
+	"github.com/reconfhq/reconf/internal/redact"
 )
 
 // TLSFiles names the PEM files a worker uses to reach an external etcd
@@ -64,7 +65,7 @@ func CheckEndpointSecurity(endpoints []string, insecure bool) error {
 		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
 			continue
 		}
-		return fmt.Errorf("propagate: %s is plain http to a host that is not loopback; use https:// with the cluster's CA (and a client certificate or user), or allow it explicitly", ep)
+		return fmt.Errorf("propagate: %s is plain http to a host that is not loopback; use https:// with the cluster's CA (and a client certificate or user), or allow it explicitly", redact.URLs(ep))
 	}
 	return nil
 }

@@ -137,3 +137,14 @@ func TestTLSFilesClientPairChecked(t *testing.T) {
 		t.Errorf("a valid pair: %v", err)
 	}
 }
+
+// A refused endpoint is named without the credentials a URL may carry.
+func TestEndpointSecurityHidesCredentials(t *testing.T) {
+	err := CheckEndpointSecurity([]string{"http://fleet:s3cr3t-pw@10.0.0.5:2379"}, false)
+	if err == nil {
+		t.Fatal("plain http to 10.0.0.5 was accepted")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Fatalf("the refusal prints the password: %v", err)
+	}
+}
