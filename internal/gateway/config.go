@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -438,12 +439,21 @@ func checkServiceURL(ep, notURL string) string {
 		return notURL
 	case u.Host == "" || u.Port() == "":
 		return "must name a host and port"
+	case !validPort(u.Port()):
+		return "must name a port from 1 to 65535"
 	case u.User != nil:
 		return "must not hold credentials"
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
 		return "must not have a path, query or fragment"
 	}
 	return ""
+}
+
+// validPort reports whether p, a URL's digits, is a port a socket can
+// have: url.Parse takes any digits.
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
 }
 
 func checkHost(h string) string {
