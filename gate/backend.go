@@ -291,12 +291,7 @@ func (b *backend) run() {
 			b.applyEvents(wr.Events)
 		case wr, ok := <-b.countWatch:
 			if !ok || wr.Canceled || wr.Err() != nil {
-				// Its events are lost (a compaction, a lost leader): the
-				// owner seen last may have gone meanwhile, and a worker
-				// that waits for another's count does not count, nor
-				// watch again. The next count asks etcd who owns it.
-				b.stopCountWatch()
-				b.countOwner = 0
+				b.stopCountWatch() // the next count watches again (ownedStill)
 				continue
 			}
 			if b.idle.Load() {

@@ -45,7 +45,7 @@ func countValue(n int, rev int64) string {
 // if it has no owner.
 func (b *backend) idleCount(ctx context.Context) {
 	lease := b.g.lease.Load()
-	if b.countOwner != 0 && b.countOwner != lease {
+	if b.countOwner != 0 && b.countOwner != lease && (b.countWatch != nil || b.ownedStill(ctx)) {
 		return
 	}
 	n, rev, ok := b.count(ctx)
@@ -90,6 +90,31 @@ func (b *backend) idleCount(ctx context.Context) {
 		b.countOwner = kvs[0].Lease
 		b.adopt(kvs[0])
 	}
+}
+
+// ownedStill reads who owns the count key, for a worker that waits for
+// another's counts but no longer watches the key (its watch ended: a
+// compaction past what it missed while cut off, a member that lost its
+// leader), and watches it again; the owner it saw last may be gone. It
+// reports whether another worker owns the key: if none does, this worker
+// counts and claims it. A read that fails leaves things as they were.
+func (b *backend) ownedStill(ctx context.Context) bool {
+	octx, cancel := context.WithTimeout(ctx, b.g.period)
+	// Serializable, as a count: a stale owner read from a member behind
+	// is corrected by the watch, which starts from the read's revision.
+	resp, err := b.g.cli.Get(octx, b.countKey, clientv3.WithSerializable())
+	cancel()
+	if err != nil {
+		b.failed(err)
+		return true
+	}
+	b.watchCount(ctx, resp.Header.Revision)
+	b.countOwner = 0
+	if len(resp.Kvs) == 1 {
+		b.countOwner = resp.Kvs[0].Lease
+		b.adopt(resp.Kvs[0])
+	}
+	return b.countOwner != 0 && b.countOwner != b.g.lease.Load()
 }
 
 // watchCount watches the backend's count key from rev: a revision etcd has

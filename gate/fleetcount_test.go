@@ -212,7 +212,7 @@ func TestCountClaimedAfterItsWatchEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	px.restore(t)
-	if !eventually(6*testTTL, func() bool { l := owner(); return l != 0 && l == late.g.lease.Load() }) {
+	if !eventually(8*testTTL, func() bool { l := owner(); return l != 0 && l == late.g.lease.Load() }) {
 		t.Fatalf("the count key's owner is lease %x, want the remaining idle worker's %x", owner(), late.g.lease.Load())
 	}
 }
