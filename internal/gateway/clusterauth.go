@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reconfhq/reconf/internal/redact"
 )
 
 // ClusterAuthReason says why etcd refuses a worker's user. No retry cures
@@ -89,7 +91,7 @@ func (e *ClusterAuthError) Error() string {
 	case AuthPermissionDenied:
 		what = fmt.Sprintf("refused %s a request the fleet makes: the user's roles lack a grant", e.who())
 	}
-	msg := fmt.Sprintf("etcd at %s %s (%s)", strings.Join(e.Endpoints, ","), what, e.Reason)
+	msg := fmt.Sprintf("etcd at %s %s (%s)", redact.URLs(strings.Join(e.Endpoints, ",")), what, e.Reason)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+
+	"github.com/reconfhq/reconf/internal/redact"
 )
 
 // ClusterTLSReason says why a worker's connection to an etcd member can
@@ -109,7 +111,7 @@ func (e *ClusterTLSError) Error() string {
 	case TLSNoCommonParameters:
 		what = "and the worker share no TLS version, cipher suite, group or signature scheme: the worker offers TLS 1.2 and 1.3 with Go's default suites; the member's --tls-min-version, --tls-max-version and --cipher-suites must admit one"
 	}
-	msg := fmt.Sprintf("etcd member %s %s (%s)", e.Endpoint, what, e.Reason)
+	msg := fmt.Sprintf("etcd member %s %s (%s)", redact.URLs(e.Endpoint), what, e.Reason)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

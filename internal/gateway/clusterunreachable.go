@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/reconfhq/reconf/internal/redact"
 )
 
 // ReasonClusterUnreachable is the stable reason of a join that gave up:
@@ -28,7 +30,7 @@ type ClusterUnreachableError struct {
 // Error says what happened, with the stable reason in parentheses.
 func (e *ClusterUnreachableError) Error() string {
 	msg := fmt.Sprintf("etcd at %s did not let this process in within %v: every member down, unreachable, without a leader or too slow (%s)",
-		strings.Join(e.Endpoints, ","), e.Wait, ReasonClusterUnreachable)
+		redact.URLs(strings.Join(e.Endpoints, ",")), e.Wait, ReasonClusterUnreachable)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

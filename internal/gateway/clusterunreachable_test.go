@@ -91,3 +91,19 @@ func TestJoinGivesUpWithAReason(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinErrorsHideCredentials: an endpoint URL that carries a user and
+// password (a library caller may pass one) is named in every join
+// error without them.
+func TestJoinErrorsHideCredentials(t *testing.T) {
+	const ep = "http://fleet:s3cret-pw@10.0.0.1:2379"
+	for _, err := range []error{
+		&ClusterUnreachableError{Endpoints: []string{ep}, Wait: time.Second},
+		&ClusterAuthError{Endpoints: []string{ep}, User: "fleet", Reason: AuthFailed},
+		&ClusterTLSError{Endpoint: ep, Reason: TLSRequired},
+	} {
+		if msg := err.Error(); strings.Contains(msg, "s3cret-pw") || !strings.Contains(msg, "10.0.0.1:2379") {
+			t.Errorf("%T: %q shows the password or hides the host", err, msg)
+		}
+	}
+}
