@@ -29,8 +29,12 @@ func TestJoinGivesUpWithAReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mute.Close()
+	done := make(chan struct{})
+	// Cleanup, not defer: the parallel subtests run after this function
+	// returns.
+	t.Cleanup(func() { mute.Close(); <-done })
 	go func() {
+		defer close(done)
 		var held []net.Conn
 		defer func() {
 			for _, c := range held {
@@ -68,6 +72,7 @@ func TestJoinGivesUpWithAReason(t *testing.T) {
 		for _, ep := range []string{refused, "http://" + mute.Addr().String()} {
 			for _, user := range []string{"", "fleet"} {
 				t.Run(tc.name+"/"+ep+"/"+user, func(t *testing.T) {
+					t.Parallel() // each waits out its bound, mostly asleep
 					o := ClusterOptions{Endpoints: []string{ep}, Username: user, Password: "pw-" + user}
 					start := time.Now()
 					err := tc.join(o)
