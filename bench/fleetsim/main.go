@@ -104,6 +104,7 @@ type config struct {
 	startRate     float64       // followers started per second (0: as fast as 8 at a time go)
 	cpuProfile    string        // this process's CPU profile of the first idle window
 	reloadProfile string        // this process's CPU profile of the measured reloads
+	startProfile  string        // this process's CPU profile of the fleet's start
 }
 
 // result is one run's JSON line.
@@ -189,6 +190,7 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long one reload may take to reach every follower")
 	flag.Float64Var(&c.startRate, "start-rate", 0, "start at most this many followers a second, as a fleet rolled out host by host starts (0: as fast as they can, 8 at a time)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the idle window to this file (go tool pprof), and the etcd member's to this file with .etcd appended")
+	flag.StringVar(&c.startProfile, "startprofile", "", "write this process's CPU profile of the fleet's start (every follower joining) to this file, and the etcd member's to this file with .etcd appended")
 	flag.StringVar(&c.reloadProfile, "reloadprofile", "", "write this process's CPU profile of the measured reloads to this file, and the etcd member's to this file with .etcd appended")
 	flag.Parse()
 	if c.mode != modeGateway && c.mode != modeRuntime {
@@ -301,10 +303,10 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		}
 	}
 
-	if c.cpuProfile != "" && c.reloadProfile != "" {
-		return res, errors.New("give one of -cpuprofile and -reloadprofile: the etcd member writes one profile")
+	if profiles := len(slices.DeleteFunc([]string{c.cpuProfile, c.reloadProfile, c.startProfile}, func(p string) bool { return p == "" })); profiles > 1 {
+		return res, errors.New("give one of -cpuprofile, -reloadprofile and -startprofile: the etcd member writes one profile")
 	}
-	if p := c.cpuProfile + c.reloadProfile; p != "" {
+	if p := c.cpuProfile + c.reloadProfile + c.startProfile; p != "" {
 		if err := etcdproc.ProfileTo(p + ".etcd"); err != nil {
 			return res, err
 		}
@@ -325,8 +327,19 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 	if err != nil {
 		return res, err
 	}
+	stopStartProfile, err := startProfile(c.startProfile)
+	if err != nil {
+		return res, err
+	}
+	if c.startProfile != "" {
+		_ = etcd.StartProfile()
+	}
 	t0 := time.Now()
 	fl, err := startFleet(ctx, c, []string{etcd.Endpoint()}, pub, fol, log)
+	if c.startProfile != "" {
+		_ = etcd.StopProfile()
+	}
+	perr := stopStartProfile()
 	if err != nil {
 		return res, fmt.Errorf("starting the fleet: %w", err)
 	}
@@ -335,6 +348,9 @@ func run(ctx context.Context, c config, example []byte) (res result, err error) 
 		defer cancel()
 		err = errors.Join(err, fl.stop(sctx))
 	}()
+	if perr != nil {
+		return res, perr
+	}
 	res.StartupS = time.Since(t0).Seconds()
 	if postStart, err := m.sample(ctx); err == nil {
 		d, n := postStart.sub(preStart), float64(c.followers)
