@@ -1,11 +1,13 @@
 package lifecycle
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/reconfhq/reconf/admin"
+	"github.com/reconfhq/reconf/internal/safefile"
 )
 
 // The variables a supervisor sets for its workers (WorkerEnv). The
@@ -179,7 +181,9 @@ func (e WorkerEnv) StoppedForAFailedWorker() bool {
 	if e.StopMark == "" {
 		return false
 	}
-	b, err := os.ReadFile(e.StopMark)
+	// Bounded, and regular files only: the variable may name a FIFO or a
+	// device by mistake, and this runs in the worker's signal path.
+	b, err := safefile.ReadFile(context.Background(), e.StopMark, int64(len(stopMarkWorkerFailed)))
 	return err == nil && string(b) == stopMarkWorkerFailed
 }
 
