@@ -20,6 +20,16 @@ func sumOf(ws []*worker, name string, f func(*backend) int64) int64 {
 	return s
 }
 
+// countOwner is the lease that owns backend name's count key, read
+// through cli; 0 when the key has no owner or the read failed.
+func countOwner(t *testing.T, cli *clientv3.Client, name string) int64 {
+	resp, err := cli.Get(t.Context(), countKey(DefaultPrefix, name))
+	if err != nil || len(resp.Kvs) != 1 {
+		return 0
+	}
+	return resp.Kvs[0].Lease
+}
+
 // TestIdleWorkersShareOneCount: idle workers do not each count the
 // workers every interval. The count's owner counts and publishes a
 // changed N, and the others take it from their watch of the count key:
@@ -134,14 +144,7 @@ func TestCountOwnerHandsOver(t *testing.T) {
 	ws := idleWorkers(t, c.Endpoints(), 3, 2)
 	cli := newClient(t, c.Endpoints())
 	defer cli.Close()
-	key := countKey(DefaultPrefix, "b")
-	owner := func() int64 {
-		resp, err := cli.Get(t.Context(), key)
-		if err != nil || len(resp.Kvs) != 1 {
-			return 0
-		}
-		return resp.Kvs[0].Lease
-	}
+	owner := func() int64 { return countOwner(t, cli, "b") }
 	var first *worker
 	if !eventually(4*testTTL, func() bool {
 		for _, w := range ws {
@@ -179,14 +182,7 @@ func TestCountClaimedAfterItsWatchEnded(t *testing.T) {
 	c := startEtcd(t)
 	cli := newClient(t, c.Endpoints())
 	defer cli.Close()
-	key := countKey(DefaultPrefix, "b")
-	owner := func() int64 {
-		resp, err := cli.Get(t.Context(), key)
-		if err != nil || len(resp.Kvs) != 1 {
-			return 0
-		}
-		return resp.Kvs[0].Lease
-	}
+	owner := func() int64 { return countOwner(t, cli, "b") }
 	first := idleWorkers(t, c.Endpoints(), 1, 2)[0]
 	if !eventually(4*testTTL, func() bool { return owner() == first.g.lease.Load() }) {
 		t.Fatal("the first idle worker never owned the count key")
