@@ -338,22 +338,35 @@ func TestManyQueuedAppliesStillWriteTheRow(t *testing.T) {
 	prefix := newPrefix()
 	b := startWorker(t, srv.Endpoints(), prefix, "b", workerOpts{history: []HistoryOption{}})
 	const last = 2 + 200
+	// Queued at once, as they are when the writes failed meanwhile: added
+	// one by one, a heartbeat may write the first few before the rest.
+	var ops []clientv3.Op
 	for v := uint64(2); v <= last; v++ {
 		op, ok := b.h.applyOp(v, reconf.Result{Outcome: reconf.Published, Reason: reconf.ReasonPublished, Generation: v, PreviousGeneration: v - 1})
 		if !ok {
 			t.Fatal("no apply op")
 		}
-		b.f.addApply(op)
+		ops = append(ops, op)
 	}
+	b.f.mu.Lock()
+	b.f.applies = append(b.f.applies, ops...)
+	b.f.mu.Unlock()
+	b.f.markDirty()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	waitFor(t, 5*time.Second, "the newest queued apply written", func() bool {
 		resp, err := b.cli.Get(ctx, b.h.appliesKey(last)+"b")
 		return err == nil && len(resp.Kvs) == 1
 	})
-	if err := b.f.putRow(ctx); err != nil {
-		t.Fatalf("row write: %v", err)
-	}
+	// The follower's own writes, not one of the test's: putRow belongs
+	// to the follower's presence loop, and a second caller races it.
+	waitFor(t, 5*time.Second, "the row written with nothing left queued", func() bool {
+		b.f.mu.Lock()
+		failed := b.f.writeErr
+		b.f.mu.Unlock()
+		resp, err := b.cli.Get(ctx, b.f.ch.rowKey())
+		return err == nil && len(resp.Kvs) == 1 && !failed && !b.f.appliesPending()
+	})
 }
 
 // TestShortLivedWorkersTrimTheLog: a process trims the log on its first
