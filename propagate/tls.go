@@ -55,17 +55,36 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 // not loopback, unless insecure: a worker's records and its etcd
 // credentials would cross the network in clear, and anyone on the path
 // could rewrite the fleet's configuration. unix:// endpoints are local.
+// An endpoint without a scheme (10.0.0.5:2379) is refused too unless it
+// is loopback: etcd's client speaks TLS to it only when it was given TLS,
+// which this check cannot see, so the scheme must say which.
 func CheckEndpointSecurity(endpoints []string, insecure bool) error {
+	if insecure {
+		return nil
+	}
 	for _, ep := range endpoints {
-		u, err := url.Parse(ep)
-		if err != nil || u.Scheme != "http" || insecure {
-			continue
+		if !strings.Contains(ep, "://") && !strings.HasPrefix(ep, "unix:") && !strings.HasPrefix(ep, "unixs:") {
+			host, _, err := net.SplitHostPort(ep)
+			if err != nil {
+				host = ep
+			}
+			if loopbackHost(host) {
+				continue
+			}
+			return fmt.Errorf("propagate: %s names no scheme, and etcd's client speaks plain http to it unless it was given TLS; write https:// (with the cluster's CA), or http:// and allow it explicitly", redact.URLs(ep))
 		}
-		host := u.Hostname()
-		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "http" || loopbackHost(u.Hostname()) {
 			continue
 		}
 		return fmt.Errorf("propagate: %s is plain http to a host that is not loopback; use https:// with the cluster's CA (and a client certificate or user), or allow it explicitly", redact.URLs(ep))
 	}
 	return nil
+}
+
+// loopbackHost reports whether host, a URL's host without its port,
+// names this machine: a loopback address or localhost in any case.
+func loopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost")
 }

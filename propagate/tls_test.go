@@ -83,6 +83,10 @@ func TestTLSFilesAndEndpointSecurity(t *testing.T) {
 		"http://10.0.0.5:2379": false, "http://etcd.internal:2379": false,
 		// Host names and schemes are case-insensitive.
 		"http://LOCALHOST:2379": true, "HTTP://Localhost:2379": true, "HTTP://10.0.0.5:2379": false,
+		// Without a scheme etcd's client speaks TLS only when it has it,
+		// which the check cannot see: only loopback passes.
+		"10.0.0.5:2379": false, "etcd-1:2379": false, "etcd.internal": false,
+		"127.0.0.1:2379": true, "localhost:2379": true, "[::1]:2379": true,
 	} {
 		if err := CheckEndpointSecurity([]string{ep}, false); (err == nil) != ok {
 			t.Errorf("%s: %v, want accepted=%v", ep, err, ok)
@@ -146,5 +150,8 @@ func TestEndpointSecurityHidesCredentials(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("the refusal prints the password: %v", err)
+	}
+	if err := CheckEndpointSecurity([]string{"fleet:s3cr3t-pw@10.0.0.5:2379"}, false); err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Fatalf("an endpoint without a scheme: %v", err)
 	}
 }
