@@ -17,7 +17,12 @@ func TestRenewalsFollowTheLimit(t *testing.T) {
 		t.Skip("cluster test")
 	}
 	c := startEtcd(t)
-	w := startWorker(t, c.Endpoints())
+	// Twice the tests' TTL: its grace, a quarter of the TTL past a
+	// renewal's slack, is then a second, which a renewal's round trip on
+	// a loaded machine with -race came within (0.5 s failed once). A
+	// slack that did not cover the spaced renewals shows at any TTL: the
+	// gap, a third of it, is longer than the grace.
+	w := startWorker(t, c.Endpoints(), WithTTL(2*testTTL))
 	g := w.g
 	span := 2 * g.ttl
 	count := func() int64 {
