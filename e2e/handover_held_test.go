@@ -273,3 +273,64 @@ func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.
 	}
 	resp.Body.Close()
 }
+
+// fleetWaitingLine is what a new supervisor says once its workers are
+// ready and it waits for the go-ahead.
+const fleetWaitingLine = "workers ready; " + waitingLine
+
+// withWorkers is cfg served by a fleet of n workers.
+func withWorkers(cfg string, n int) string {
+	return strings.Replace(cfg, "server:\n", fmt.Sprintf("server:\n  workers: %d\n", n), 1)
+}
+
+// startFleet installs reconfd in dir and starts it with cfg as a fleet
+// of two workers whose supervisor a restart replaces (another
+// executable at the path: see replaceSupervisor).
+func startFleet(t *testing.T, dir, cfg string) *restartable {
+	t.Helper()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	return startRestartable(t, exe, withWorkers(cfg, 2))
+}
+
+// pauseOwner pauses the process that restarted (SIGSTOP) until the test
+// resumes it or ends.
+func (h *heldSuccessor) pauseOwner(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+}
+
+// waitLog waits until the processes logged line since the restart began.
+func (h *heldSuccessor) waitLog(t *testing.T, line string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !strings.Contains(h.since(), line); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within %v:\n%s", line, within, h.since())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lastRestartMessage is the message of the last restart in the status
+// of the process that serves, or "" when it does not answer. Not
+// r.status: a request can meet a connection a stopped new process's
+// management had queued and reset.
+func (r *restartable) lastRestartMessage() string {
+	var st struct {
+		Restart struct {
+			Last struct {
+				Message string `json:"message"`
+			} `json:"last"`
+		} `json:"restart"`
+	}
+	resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	return st.Restart.Last.Message
+}

@@ -31,6 +31,16 @@ import (
 // the listeners back. A predecessor killed between the two words leaves
 // no process serving: the service manager restarts the service, which
 // is the safe side of that instant (two owners is the other).
+//
+// The go-ahead is answered: the successor says "taken" on the hand-over
+// line once it accepts (TookListeners). Until then the predecessor keeps
+// its listeners, paused, and does not stop; if the successor ends first
+// (its wait for the go-ahead ran out just as the word came, a SIGTERM
+// reached it at that instant, a new supervisor failed before its workers
+// accepted) or stays silent for takenWait, the predecessor kills it with
+// its process group and takes the listeners back (Handover.awaitTaken).
+// An operator's SIGTERM to a successor that has not yet taken the
+// listeners thus cancels the upgrade, and the old process serves on.
 
 // wordGoAhead is the predecessor's one word on the go-ahead line.
 const wordGoAhead = "serve"
@@ -40,6 +50,13 @@ const wordGoAhead = "serve"
 // long has the successor exit: when it wakes up, it finds it gone and
 // serves on.
 const goAheadWait = 30 * time.Second
+
+// takenWait (a variable for the tests) bounds how long a predecessor that said the go-ahead waits
+// for the successor's "taken": the successor has only to read the word
+// and resume its listeners (a fleet's supervisor: pass the word to its
+// workers), so one silent for that long is stuck or stopped, and is
+// killed rather than left to serve later beside the predecessor.
+var takenWait = 5 * time.Second
 
 // ReasonPredecessorGone is the stable reason a successor logs when it
 // exits without having served because its predecessor ended before the
@@ -164,9 +181,26 @@ func (l *goAheadLine) await(stop <-chan struct{}, status string, wait time.Durat
 	})
 	select {
 	case err := <-got:
+		if err == nil {
+			select {
+			case <-stop:
+				// Stopped as the word came: not taken, so the
+				// predecessor takes the listeners back and serves on.
+				return ErrStoppedBeforeServing
+			default:
+			}
+		}
 		return err
 	case <-stop:
 		_ = l.r.SetReadDeadline(time.Unix(1, 0)) // ends the read
 		return ErrStoppedBeforeServing
 	}
 }
+
+// TookListeners tells the predecessor that handed this process its
+// listeners that it now accepts on them: the predecessor, which kept its
+// own listeners paused since the go-ahead, drains and exits. Call it once
+// GoAhead returned nil and the listeners accept (a supervisor: once its
+// workers have the word). It does nothing in a process that no
+// predecessor started.
+func TookListeners() { predecessor.tell(wordTaken) }

@@ -253,6 +253,38 @@ func (h *Handover) handedOver(succ *handoff.Process) {
 	h.goAhead = nil
 }
 
+// awaitTaken waits, once the go-ahead was said, until the successor says
+// it took the listeners (TookListeners) and reports true; also when stop
+// closes first (this process is told to stop: the successor has the
+// go-ahead and is left to serve). It reports false when the successor's
+// hand-over line ends first (it exited, or a take-back closed the line)
+// or when wait passes in silence: the caller takes the listeners back
+// (TakeBack), killing the successor.
+func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
+	h.mu.Lock()
+	line := h.line
+	h.mu.Unlock()
+	if line == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-line.taken:
+		return true
+	case <-stop:
+		return true
+	case <-line.ended:
+	case <-t.C:
+	}
+	select { // the word may have come with the line's end
+	case <-line.taken:
+		return true
+	default:
+		return false
+	}
+}
+
 // Done is closed once a successor serves (until TakeBack, after which
 // Done returns a new channel for the next hand-over).
 func (h *Handover) Done() <-chan struct{} {

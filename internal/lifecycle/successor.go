@@ -122,6 +122,9 @@ type supervisorSuccessor struct {
 	generated string          // the generated management token, or ""
 	track     *restartTracker // whose counts the successor carries on
 	handover  *Handover
+	// took is closed once the successor said it took the listeners: the
+	// old workers, which served on since the go-ahead, then stop.
+	took chan struct{}
 }
 
 // successorResult is what the successor said when it was ready.
@@ -227,10 +230,26 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		resume()
 		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) %w", p.PID(), err)
 	}
+	s.handover.handedOver(p)
+	if !s.handover.awaitTaken(ctx.Done(), takenWait) {
+		// It got the go-ahead but never said its workers accept: killed
+		// with its group, this fleet, which never stopped, serves on.
+		end, terr := s.handover.TakeBack()
+		if terr == nil {
+			if release != nil {
+				release.Close()
+			}
+			<-asked
+			resume()
+			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) did not take the listeners after the go-ahead (%s); this supervisor took them back", p.PID(), end)
+		}
+	}
 	if s.member != nil {
 		s.member.Release()
 	}
-	s.handover.handedOver(p)
+	if s.took != nil {
+		close(s.took)
+	}
 	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
 }
 

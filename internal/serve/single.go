@@ -183,6 +183,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 		}
 		s.mgmt.sayListening(s.log)
 		s.serving = true
+		lifecycle.TookListeners() // the predecessor, paused until now, stops
 		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once

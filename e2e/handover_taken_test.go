@@ -1,0 +1,107 @@
+//go:build unix
+
+package e2e
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// takenWait is how long a process that said the go-ahead waits for its
+// new process to say it took the listeners (lifecycle.takenWait).
+const takenWait = 5 * time.Second
+
+// TestHandoverSuccessorSilentAfterTheGoAheadIsTakenBackFrom: a new
+// process that waits for the go-ahead is paused (SIGSTOP) before the
+// word reaches it; the process that restarted, resumed, says the
+// go-ahead and keeps its listeners until the new one says it took them.
+// Silent past the bound, the new process is killed and the old one
+// serves on, alone. Before, the old one drained and exited at the end
+// of its watch, leaving the service to a stopped process. Cost: 7-10 s
+// on a loaded 2-core machine.
+func TestHandoverSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	h := holdSuccessor(t, r, dir)
+	h.stopNew(t)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGone(h.newPID, takenWait+10*time.Second)
+	h.servesOn(t, "took the listeners back")
+	if owner := r.oneOwner(10 * time.Second); owner != h.owner {
+		t.Fatalf("pid %d serves, want %d, which restarted", owner, h.owner)
+	}
+}
+
+// TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom: a
+// fleet's new supervisor whose workers are ready is paused (SIGSTOP)
+// before the go-ahead reaches it, so its workers never accept; the old
+// supervisor, resumed, says the go-ahead and keeps its workers until the
+// new one says they took the listeners. Silent past the bound, the new
+// supervisor is killed, the old one's embedded etcd resumes and its
+// fleet serves on. Before, the old supervisor stopped its workers at the
+// go-ahead and exited without watching the new one: nothing served.
+// Cost: 10-15 s on a loaded 2-core machine.
+func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	r := startFleet(t, dir, versionedConfig(1))
+	h := replaceSupervisor(t, r, dir)
+	h.pauseOwner(t)
+	h.waitLog(t, fleetWaitingLine, 60*time.Second)
+	h.stopNew(t)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r.waitGone(h.newPID, takenWait+20*time.Second)
+	h.servesOn(t, "did not take the listeners after the go-ahead")
+	// Its workers accept, on the channel its resumed etcd serves.
+	writeAtomic(t, r.path, withWorkers(versionedConfig(2), 2))
+	if code, out, errOut := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
+		t.Fatalf("reload on the old fleet after the take-back: exit %d %s %s", code, out, errOut)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !r.servesVersion(2); {
+		if time.Now().After(deadline) {
+			t.Fatal("the old fleet's workers do not serve the reloaded content")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stopNew pauses the new process (SIGSTOP) until the test ends.
+func (h *heldSuccessor) stopNew(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(h.newPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(h.newPID, syscall.SIGCONT) })
+}
+
+// servesOn waits until the old process's status names the failed
+// restart (its message holding want), then checks that the old process
+// still runs and answers.
+func (h *heldSuccessor) servesOn(t *testing.T, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(h.r.lastRestartMessage(), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old process's last restart does not say %q: %q\n%s", want, h.r.lastRestartMessage(), h.since())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !alive(h.owner) {
+		t.Fatal("the old process exited: nothing serves")
+	}
+	resp, err := httpClient.Get(h.r.url + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz on the old process: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
