@@ -588,8 +588,8 @@ func (s *Supervisor) ready() error {
 func (s *Supervisor) notServed(err error) error {
 	stopped := errors.Is(err, ErrStoppedBeforeServing)
 	if !stopped {
-		s.log.Error("the previous process ended before the hand-over; stopping the workers, which accepted nothing, and exiting without having served",
-			"reason", ReasonPredecessorGone, "error", err)
+		s.log.Error("no go-ahead from the previous process; stopping the workers, which accepted nothing, and exiting without having served",
+			"reason", GoAheadReason(err), "error", err)
 	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ShutdownTimeout+workerStopGrace)
@@ -600,7 +600,7 @@ func (s *Supervisor) notServed(err error) error {
 	if stopped {
 		return errStoppedDuringStartup
 	}
-	return fmt.Errorf("%s: %w", ReasonPredecessorGone, err)
+	return fmt.Errorf("%s: %w", GoAheadReason(err), err)
 }
 
 // handOnHeldReload hands a SIGHUP this supervisor held during a start-up
