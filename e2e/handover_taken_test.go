@@ -35,7 +35,7 @@ func TestHandoverSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitGone(h.newPID, takenWait+10*time.Second)
-	h.servesOn(t, "took the listeners back")
+	h.servesOn(t, "no answer to the go-ahead")
 	if owner := r.oneOwner(10 * time.Second); owner != h.owner {
 		t.Fatalf("pid %d serves, want %d, which restarted", owner, h.owner)
 	}

@@ -192,13 +192,13 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	if !s.Handover.awaitTaken(stop, takenWait) {
 		// It never accepted: killed with its group (TakeBack), it cannot
 		// serve later beside this process.
-		if s.takeBack(pid, "the new process did not take the listeners after the go-ahead (it ended, or stayed silent for "+takenWait.String()+")") {
+		if s.takeBack(pid, "the new process did not take the listeners after the go-ahead (it ended, or stayed silent for "+takenWait.String()+")", "no answer to the go-ahead; ") {
 			return true
 		}
 	} else {
 		select {
 		case <-exited:
-			if s.takeBack(pid, "the new process exited just after it took over") {
+			if s.takeBack(pid, "the new process exited just after it took over", "") {
 				return true
 			}
 		case <-watch.C:
@@ -219,10 +219,11 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 }
 
 // takeBack takes the listeners back from the successor pid (why says
-// what became of it), killing it with its group, undrains this process
-// and resumes its listeners; it reports false when the successor had
-// handed them on to a process of its own (Handover.TakeBack).
-func (s *Session) takeBack(pid int, why string) bool {
+// what became of it, and how precedes its end for TookBack), killing it
+// with its group, undrains this process and resumes its listeners; it
+// reports false when the successor had handed them on to a process of
+// its own (Handover.TakeBack).
+func (s *Session) takeBack(pid int, why, how string) bool {
 	g, log := s.Gateway, s.Gateway.Logger()
 	end, err := s.Handover.TakeBack()
 	if errors.Is(err, errHandedOn) {
@@ -238,7 +239,7 @@ func (s *Session) takeBack(pid int, why string) bool {
 	s.Data.Resume()
 	log.Error(why+"; this process takes the listeners back and serves on", "new_pid", pid, "end", end)
 	if s.TookBack != nil {
-		s.TookBack(pid, end)
+		s.TookBack(pid, how+end)
 	}
 	return true
 }
