@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,6 +81,16 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 			t.Errorf("the new process logged %s while it accepted nothing:\n%s", line, held)
 		}
 	}
+	// The discovery file names a process that serves: none yet for the
+	// new one (before, it was written at start-up).
+	m := reDiscovery.FindStringSubmatch(h.before)
+	if m == nil {
+		t.Fatalf("the first process gave no discovery file:\n%s", h.before)
+	}
+	newFile := filepath.Join(filepath.Dir(m[1]), fmt.Sprintf("%d.json", h.newPID))
+	if _, err := os.Stat(newFile); err == nil {
+		t.Errorf("the new process wrote its discovery file %s while it accepted nothing", newFile)
+	}
 	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +109,13 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 	if got := r.oneOwner(10 * time.Second); got != h.newPID {
 		t.Fatalf("pid %d serves, want the new process %d", got, h.newPID)
 	}
+	if _, err := os.Stat(newFile); err != nil {
+		t.Errorf("the new process, serving, has no discovery file: %v", err)
+	}
 }
+
+// reDiscovery finds the discovery file a process wrote.
+var reDiscovery = regexp.MustCompile(`discovery_file=(\S+)`)
 
 // replaceSupervisor restarts r's fleet into a new supervisor (another
 // executable at the path: the supervisor is replaced) and returns once
