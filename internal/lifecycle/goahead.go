@@ -161,7 +161,7 @@ func takeGoAhead(lookup func(string) (string, bool)) *goAheadLine {
 	case !ok || err != nil || pid <= 0:
 		return &goAheadLine{refused: fmt.Errorf("%w (%s=%q is not \"fd:pid\")", ErrGoAheadLineRefused, envGoAheadFD, v)}
 	case pid != os.Getppid() && !processExists(pid):
-		return &goAheadLine{from: pid, refused: fmt.Errorf("%w (pid %d had ended when this process started)", ErrPredecessorGone, pid)}
+		return &goAheadLine{from: pid, refused: fmt.Errorf("%w (pid %d, which started this process, had ended already)", ErrPredecessorGone, pid)}
 	case pid != os.Getppid():
 		return &goAheadLine{from: pid, refused: fmt.Errorf("%w (it names pid %d, and this process's parent is pid %d)", ErrGoAheadLineRefused, pid, os.Getppid())}
 	case !takeReadPipe(fd):
