@@ -40,20 +40,11 @@ func holdSuccessor(t *testing.T, r *restartable, dir string) *heldSuccessor {
 	goOn := filepath.Join(dir, "go")
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
 	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "new.pid"), "", waitForFile(goOn))
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+	h.pauseOwner(t)
 	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := strings.Count(h.before, waitingLine) + 1
-	for deadline := time.Now().Add(10 * time.Second); strings.Count(r.logs.String(), waitingLine) < want; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new process did not wait for the hand-over:\n%s", r.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	h.waitLog(t, waitingLine, 10*time.Second)
 	return h
 }
 
@@ -126,13 +117,23 @@ func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor 
 	t.Helper()
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
 	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "supervisor.pid"), "", "")
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "embedded etcd taken over from the previous supervisor"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not take the embedded etcd over:\n%s", h.since())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	h.waitLog(t, "embedded etcd taken over from the previous supervisor", 60*time.Second)
 	return h
+}
+
+// heldFleet starts a fleet of two workers on cfg in dir and replaces its
+// supervisor, the old one paused (SIGSTOP) once the new one took the
+// embedded etcd over; it returns once the new supervisor's workers are
+// ready and it waits for the go-ahead, which the old one, paused, does
+// not say until the test resumes it.
+func heldFleet(t *testing.T, cfg string) (*restartable, *heldSuccessor) {
+	t.Helper()
+	dir := t.TempDir()
+	r := startFleet(t, dir, cfg)
+	h := replaceSupervisor(t, r, dir)
+	h.pauseOwner(t)
+	h.waitLog(t, fleetWaitingLine, 60*time.Second)
+	return r, h
 }
 
 // TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead: a fleet's new
@@ -144,23 +145,7 @@ func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor 
 // Cost: 3-6 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
-	h := replaceSupervisor(t, r, dir)
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
-	const fleetWaiting = "workers ready; " + waitingLine
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), fleetWaiting); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r, h := heldFleet(t, config(2, "0s"))
 	time.Sleep(200 * time.Millisecond) // a worker that accepted would have said so by now
 	held := h.since()
 	for _, line := range []string{"msg=listening", "msg=ready ", `msg="management listening"`} {
@@ -177,7 +162,7 @@ func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 		t.Fatal("the old supervisor did not exit after the hand-over")
 	}
 	after := h.since()
-	waited := strings.Index(after, fleetWaiting)
+	waited := strings.Index(after, fleetWaitingLine)
 	if n := strings.Count(after[waited:], "msg=listening"); n != 3 { // the supervisor and its two workers
 		t.Errorf("after the go-ahead the new fleet logged listening %d times, want 3:\n%s", n, after)
 	}
@@ -232,22 +217,7 @@ func TestHandoverSuccessorStoppedOnceBeforeTheGoAheadNeverServes(t *testing.T) {
 // 3-6 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.T) {
 	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
-	h := replaceSupervisor(t, r, dir)
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "workers ready; "+waitingLine); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r, h := heldFleet(t, config(2, "0s"))
 	time.Sleep(200 * time.Millisecond) // its ready line follows the waiting line at once
 	if err := syscall.Kill(h.newPID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -257,21 +227,7 @@ func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		// Not r.status: a request can meet a connection the stopped new
-		// fleet's management had queued and reset.
-		var st struct {
-			Restart struct {
-				Last struct {
-					Message string `json:"message"`
-				} `json:"last"`
-			} `json:"restart"`
-		}
-		last := ""
-		if resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status"); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			last = st.Restart.Last.Message
-		}
+		last := r.lastRestartMessage()
 		if strings.Contains(last, "exited after it said ready, before the hand-over") {
 			break
 		}
@@ -314,10 +270,30 @@ func startFleet(t *testing.T, dir, cfg string) *restartable {
 // resumes it or ends.
 func (h *heldSuccessor) pauseOwner(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
+	pause(t, h.owner)
+}
+
+// pause stops pid (SIGSTOP) until the test resumes it or ends, and
+// returns once the process is stopped.
+func pause(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	for deadline := time.Now().Add(5 * time.Second); !stopped(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not stop on SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether pid is stopped by a signal (state T in
+// /proc/PID/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && strings.Contains(string(b), ") T ")
 }
 
 // waitLog waits until the processes logged line since the restart began.
@@ -327,7 +303,7 @@ func (h *heldSuccessor) waitLog(t *testing.T, line string, within time.Duration)
 		if time.Now().After(deadline) {
 			t.Fatalf("no %q within %v:\n%s", line, within, h.since())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -94,10 +94,8 @@ func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
 func TestHandoverFleetReloadHeldByNewSupervisorThatDidNotServe(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
+	r := startFleet(t, dir, config(2, "0s"))
+	exe := r.exe
 	script := strings.Replace(fmt.Sprintf(hupAtStartScript, binary), "trap '' HUP", "trap '' HUP INT", 1)
 	script = strings.Replace(script, "kill -HUP $$\n", "kill -HUP $$\n      kill -INT $$\n", 1)
 	if err := os.WriteFile(exe+".new", []byte(script), 0o755); err != nil {

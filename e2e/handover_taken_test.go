@@ -52,11 +52,7 @@ func TestHandoverSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
 // Cost: 10-15 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
 	requireBinary(t)
-	dir := t.TempDir()
-	r := startFleet(t, dir, versionedConfig(1))
-	h := replaceSupervisor(t, r, dir)
-	h.pauseOwner(t)
-	h.waitLog(t, fleetWaitingLine, 60*time.Second)
+	r, h := heldFleet(t, versionedConfig(1))
 	h.stopNew(t)
 	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -76,13 +72,15 @@ func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T
 	}
 }
 
-// stopNew pauses the new process (SIGSTOP) until the test ends.
+// stopNew pauses the new process (SIGSTOP) until the test ends, and
+// checks the process that restarted is still paused: it has not said the
+// go-ahead yet.
 func (h *heldSuccessor) stopNew(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(h.newPID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	pause(t, h.newPID)
+	if !stopped(h.owner) {
+		t.Fatalf("the process that restarted (pid %d) runs again before the test resumed it:\n%s", h.owner, h.since())
 	}
-	t.Cleanup(func() { _ = syscall.Kill(h.newPID, syscall.SIGCONT) })
 }
 
 // servesOn waits until the old process's status names the failed
