@@ -72,11 +72,12 @@ func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T
 	}
 }
 
-// stopNew pauses the new process (SIGSTOP) until the test ends, and
-// checks the process that restarted is still paused: it has not said the
-// go-ahead yet.
+// stopNew pauses the new process (SIGSTOP), once it said ready, until
+// the test ends, and checks the process that restarted is still paused:
+// it has not said the go-ahead yet.
 func (h *heldSuccessor) stopNew(t *testing.T) {
 	t.Helper()
+	time.Sleep(200 * time.Millisecond) // its ready line follows the waiting line at once
 	pause(t, h.newPID)
 	if !stopped(h.owner) {
 		t.Fatalf("the process that restarted (pid %d) runs again before the test resumed it:\n%s", h.owner, h.since())

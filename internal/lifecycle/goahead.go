@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,6 +205,9 @@ func (l *goAheadLine) await(stop <-chan struct{}, status string, wait time.Durat
 		// before ready, with the reason, and serves on.
 		_ = handoff.Failed(GoAheadReason(l.refused))
 		return l.refused
+	}
+	if l != nil {
+		status = strings.TrimSpace(status + " " + statusAnswers)
 	}
 	if err := handoff.Ready(status); err != nil {
 		return fmt.Errorf("%w (%v)", gone, err)

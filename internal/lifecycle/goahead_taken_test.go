@@ -19,8 +19,10 @@ import (
 // (envTestChild) wait for the go-ahead; then "taken-says" says it took
 // the listeners, "taken-exits" exits without a word (its wait ran out
 // just as the word came, or a SIGTERM reached it then), and
-// "taken-silent" says nothing (stopped, or stuck). Each but the one that
-// exits waits to be killed.
+// "taken-silent" says nothing (stopped, or stuck); "taken-predates" is a
+// successor of a version before the answer: its ready status does not
+// say it answers, and it never does. Each but the one that exits waits
+// to be killed.
 var takenChildren = map[string]func() int{
 	"taken-says": func() int {
 		if GoAhead(nil, "") != nil {
@@ -36,6 +38,11 @@ var takenChildren = map[string]func() int{
 		}
 		return 1
 	},
+	"taken-predates": func() int {
+		_ = handoff.Ready("generation=1") // no statusAnswers
+		time.Sleep(time.Minute)
+		return 0
+	},
 	"taken-silent": func() int {
 		if GoAhead(nil, "") != nil {
 			return 2
@@ -48,7 +55,8 @@ var takenChildren = map[string]func() int{
 // A process that said the go-ahead keeps its listeners until its new
 // process says it took them: it takes them back from one that exits
 // without the word or stays silent past takenWait, killing it, and
-// drains only after the word. Before, the go-ahead was fire-and-forget:
+// drains only after the word; a successor that predates the answer is
+// taken at its ready line, as before. Before, the go-ahead was fire-and-forget:
 // a new process that exited at the word, or was stopped then and woke
 // after its predecessor's watch, left no process serving.
 func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
@@ -71,7 +79,7 @@ func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
 	for _, c := range []struct {
 		mode string
 		take bool
-	}{{"taken-says", false}, {"taken-exits", true}, {"taken-silent", true}} {
+	}{{"taken-says", false}, {"taken-exits", true}, {"taken-silent", true}, {"taken-predates", false}} {
 		t.Run(c.mode, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -47,6 +47,7 @@ type Handover struct {
 	succ    *handoff.Process     // the successor that serves (handedOver)
 	line    *successorLine       // the hand-over line of the successor started last
 	goAhead *os.File             // the go-ahead line to the successor started last, until said
+	answers bool                 // the successor started last said it answers the go-ahead (statusAnswers)
 	pred    *predecessorLine     // the line to this process's predecessor, or nil
 	done    chan struct{}        // closed once a successor serves; replaced by TakeBack
 }
@@ -224,6 +225,9 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 	if err != nil {
 		return "", stopNotReady(p, h.timeout, err)
 	}
+	h.mu.Lock()
+	h.answers = answersGoAhead(status)
+	h.mu.Unlock()
 	return status, nil
 }
 
@@ -259,11 +263,16 @@ func (h *Handover) handedOver(succ *handoff.Process) {
 // go-ahead and is left to serve). It reports false when the successor's
 // hand-over line ends first (it exited, or a take-back closed the line)
 // or when wait passes in silence: the caller takes the listeners back
-// (TakeBack), killing the successor.
+// (TakeBack), killing the successor. A successor whose ready status did
+// not say it answers (one that predates the answer) is taken at its word:
+// true at once.
 func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 	h.mu.Lock()
-	line := h.line
+	line, answers := h.line, h.answers
 	h.mu.Unlock()
+	if !answers {
+		return true
+	}
 	if line == nil {
 		return false
 	}
