@@ -185,7 +185,7 @@ func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
 	h.line.close() // a successor started earlier and failed
 	h.line = line
 	h.closeGoAheadLocked()
-	h.goAhead = goAhead
+	h.goAhead, h.answers = goAhead, false
 	h.mu.Unlock()
 	return p, nil
 }

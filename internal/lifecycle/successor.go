@@ -135,8 +135,12 @@ type successorResult struct {
 }
 
 // replace starts the successor and waits until it is ready; ctx ends the
-// wait (a shutdown of this supervisor), killing the successor. On success
-// the member's directories belong to the successor and the hand-over is done.
+// wait (a shutdown of this supervisor), killing the successor. It then
+// says the go-ahead and waits for the successor's answer (awaitTaken),
+// this fleet serving on meanwhile; a successor that gives none is killed,
+// the listeners taken back and the member resumed. On success the
+// member's directories belong to the successor, the hand-over is done,
+// and took is closed.
 func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
 	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
 		RestartID: run.id(s.track), RestartStarted: run.started(s.track), PID: os.Getpid(), Generation: run.previous(s.track)}
