@@ -29,7 +29,10 @@ import (
 // Holding, it keeps its descriptors but accepts nothing (the data
 // plane's accept loop starts at the go-ahead, management's listener is
 // paused), and says "listening" only then: connections wait in the
-// sockets' shared queue for whichever process serves. One whose
+// sockets' shared queue for whichever process serves. Accepting, it
+// answers the go-ahead (lifecycle.TookListeners): until then its
+// predecessor keeps its own listeners and takes them back if no answer
+// comes. One whose
 // predecessor ends before the go-ahead closes its descriptors and exits
 // non-zero (lifecycle.ReasonPredecessorGone; lifecycle.GoAheadReason
 // gives the reason for each end without it); having accepted nothing, it
