@@ -235,6 +235,8 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) %w", p.PID(), err)
 	}
 	s.handover.handedOver(p)
+	s.log.Info("restart: the new supervisor has the go-ahead; this fleet serves until it answers that its workers accept",
+		"new_pid", p.PID(), "wait", takenWait.String())
 	if !s.handover.awaitTaken(ctx.Done(), takenWait) {
 		// It got the go-ahead but never said its workers accept: killed
 		// with its group, this fleet, which never stopped, serves on.
