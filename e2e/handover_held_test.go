@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,20 +40,11 @@ func holdSuccessor(t *testing.T, r *restartable, dir string) *heldSuccessor {
 	goOn := filepath.Join(dir, "go")
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
 	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "new.pid"), "", waitForFile(goOn))
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
+	h.pauseOwner(t)
 	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := strings.Count(h.before, waitingLine) + 1
-	for deadline := time.Now().Add(10 * time.Second); strings.Count(r.logs.String(), waitingLine) < want; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new process did not wait for the hand-over:\n%s", r.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	h.waitLog(t, waitingLine, 10*time.Second)
 	return h
 }
 
@@ -80,6 +72,16 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 			t.Errorf("the new process logged %s while it accepted nothing:\n%s", line, held)
 		}
 	}
+	// The discovery file names a process that serves: none yet for the
+	// new one (before, it was written at start-up).
+	m := reDiscovery.FindStringSubmatch(h.before)
+	if m == nil {
+		t.Fatalf("the first process gave no discovery file:\n%s", h.before)
+	}
+	newFile := filepath.Join(filepath.Dir(m[1]), fmt.Sprintf("%d.json", h.newPID))
+	if _, err := os.Stat(newFile); err == nil {
+		t.Errorf("the new process wrote its discovery file %s while it accepted nothing", newFile)
+	}
 	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,13 @@ func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
 	if got := r.oneOwner(10 * time.Second); got != h.newPID {
 		t.Fatalf("pid %d serves, want the new process %d", got, h.newPID)
 	}
+	if _, err := os.Stat(newFile); err != nil {
+		t.Errorf("the new process, serving, has no discovery file: %v", err)
+	}
 }
+
+// reDiscovery finds the discovery file a process wrote.
+var reDiscovery = regexp.MustCompile(`discovery_file=(\S+)`)
 
 // replaceSupervisor restarts r's fleet into a new supervisor (another
 // executable at the path: the supervisor is replaced) and returns once
@@ -109,13 +117,23 @@ func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor 
 	t.Helper()
 	h := &heldSuccessor{r: r, owner: r.cmd.Process.Pid, before: r.logs.String()}
 	h.newPID = restartIntoScript(t, r, r.exe, filepath.Join(dir, "supervisor.pid"), "", "")
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "embedded etcd taken over from the previous supervisor"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not take the embedded etcd over:\n%s", h.since())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	h.waitLog(t, "embedded etcd taken over from the previous supervisor", 60*time.Second)
 	return h
+}
+
+// heldFleet starts a fleet of two workers on cfg in dir and replaces its
+// supervisor, the old one paused (SIGSTOP) once the new one took the
+// embedded etcd over; it returns once the new supervisor's workers are
+// ready and it waits for the go-ahead, which the old one, paused, does
+// not say until the test resumes it.
+func heldFleet(t *testing.T, cfg string) (*restartable, *heldSuccessor) {
+	t.Helper()
+	dir := t.TempDir()
+	r := startFleet(t, dir, cfg)
+	h := replaceSupervisor(t, r, dir)
+	h.pauseOwner(t)
+	h.waitLog(t, fleetWaitingLine, 60*time.Second)
+	return r, h
 }
 
 // TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead: a fleet's new
@@ -127,23 +145,7 @@ func replaceSupervisor(t *testing.T, r *restartable, dir string) *heldSuccessor 
 // Cost: 3-6 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
-	h := replaceSupervisor(t, r, dir)
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
-	const fleetWaiting = "workers ready; " + waitingLine
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), fleetWaiting); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r, h := heldFleet(t, config(2, "0s"))
 	time.Sleep(200 * time.Millisecond) // a worker that accepted would have said so by now
 	held := h.since()
 	for _, line := range []string{"msg=listening", "msg=ready ", `msg="management listening"`} {
@@ -160,7 +162,7 @@ func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 		t.Fatal("the old supervisor did not exit after the hand-over")
 	}
 	after := h.since()
-	waited := strings.Index(after, fleetWaiting)
+	waited := strings.Index(after, fleetWaitingLine)
 	if n := strings.Count(after[waited:], "msg=listening"); n != 3 { // the supervisor and its two workers
 		t.Errorf("after the go-ahead the new fleet logged listening %d times, want 3:\n%s", n, after)
 	}
@@ -215,22 +217,7 @@ func TestHandoverSuccessorStoppedOnceBeforeTheGoAheadNeverServes(t *testing.T) {
 // 3-6 s on a loaded 2-core machine.
 func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.T) {
 	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
-	h := replaceSupervisor(t, r, dir)
-	if err := syscall.Kill(h.owner, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(h.owner, syscall.SIGCONT) })
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.since(), "workers ready; "+waitingLine); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new supervisor did not wait for the hand-over:\n%s", h.since())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r, h := heldFleet(t, config(2, "0s"))
 	time.Sleep(200 * time.Millisecond) // its ready line follows the waiting line at once
 	if err := syscall.Kill(h.newPID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -240,21 +227,7 @@ func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		// Not r.status: a request can meet a connection the stopped new
-		// fleet's management had queued and reset.
-		var st struct {
-			Restart struct {
-				Last struct {
-					Message string `json:"message"`
-				} `json:"last"`
-			} `json:"restart"`
-		}
-		last := ""
-		if resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status"); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			last = st.Restart.Last.Message
-		}
+		last := r.lastRestartMessage()
 		if strings.Contains(last, "exited after it said ready, before the hand-over") {
 			break
 		}
@@ -272,4 +245,85 @@ func TestHandoverFleetSuccessorGoneBeforeTheGoAheadLeavesTheOldFleet(t *testing.
 		t.Fatalf("healthz on the old fleet: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// fleetWaitingLine is what a new supervisor says once its workers are
+// ready and it waits for the go-ahead.
+const fleetWaitingLine = "workers ready; " + waitingLine
+
+// withWorkers is cfg served by a fleet of n workers.
+func withWorkers(cfg string, n int) string {
+	return strings.Replace(cfg, "server:\n", fmt.Sprintf("server:\n  workers: %d\n", n), 1)
+}
+
+// startFleet installs reconfd in dir and starts it with cfg as a fleet
+// of two workers whose supervisor a restart replaces (another
+// executable at the path: see replaceSupervisor).
+func startFleet(t *testing.T, dir, cfg string) *restartable {
+	t.Helper()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	return startRestartable(t, exe, withWorkers(cfg, 2))
+}
+
+// pauseOwner pauses the process that restarted (SIGSTOP) until the test
+// resumes it or ends.
+func (h *heldSuccessor) pauseOwner(t *testing.T) {
+	t.Helper()
+	pause(t, h.owner)
+}
+
+// pause stops pid (SIGSTOP) until the test resumes it or ends, and
+// returns once the process is stopped.
+func pause(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	for deadline := time.Now().Add(5 * time.Second); !stopped(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not stop on SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether pid is stopped by a signal (state T in
+// /proc/PID/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && strings.Contains(string(b), ") T ")
+}
+
+// waitLog waits until the processes logged line since the restart began.
+func (h *heldSuccessor) waitLog(t *testing.T, line string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !strings.Contains(h.since(), line); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within %v:\n%s", line, within, h.since())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lastRestartMessage is the message of the last restart in the status
+// of the process that serves, or "" when it does not answer. Not
+// r.status: a request can meet a connection a stopped new process's
+// management had queued and reset.
+func (r *restartable) lastRestartMessage() string {
+	var st struct {
+		Restart struct {
+			Last struct {
+				Message string `json:"message"`
+			} `json:"last"`
+		} `json:"restart"`
+	}
+	resp, err := httpClient.Get("http://" + r.mgmt + "/admin/config/status")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	return st.Restart.Last.Message
 }

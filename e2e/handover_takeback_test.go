@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"net/http"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,10 +100,7 @@ func TestHandoverSuccessorKilledJustAfterReady(t *testing.T) {
 func TestHandoverFleetSupervisorKilledMidway(t *testing.T) {
 	requireBinary(t)
 	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	cfg := strings.Replace(config(2, "0s"), "server:\n", "server:\n  workers: 2\n", 1)
-	r := startRestartable(t, exe, cfg)
+	r := startFleet(t, dir, config(2, "0s"))
 	h := replaceSupervisor(t, r, dir)
 	if err := syscall.Kill(h.owner, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

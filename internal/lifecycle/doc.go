@@ -16,7 +16,7 @@
 //     a supervisor tells its workers.
 //   - handover.go: Handover, a process replaced by a successor that takes
 //     its listening sockets; handoverline.go: the line on which the
-//     successor says whether it handed them on in turn; goahead.go: the
+//     successor says whether it took them and handed them on in turn; goahead.go: the
 //     line on which the process tells the successor that it may serve
 //     (GoAhead, the successor's side); workergoahead.go: a new
 //     supervisor's workers waiting for it; reloadhandon.go: a SIGHUP
@@ -47,15 +47,18 @@
 // predecessor says so, after the hand-over is done, and exits without
 // serving when the predecessor ends first (GoAhead); a new supervisor
 // holds its workers the same way and passes the word on to them
-// (workergoahead.go). A SIGHUP a successor held when it exits without
+// (workergoahead.go). The successor answers once it accepts
+// (TookListeners); until then the predecessor keeps its listeners and
+// takes them back from a successor that ends first or stays silent
+// (Handover.awaitTaken). A SIGHUP a successor held when it exits without
 // serving goes to its predecessor (reloadhandon.go). A single process
 // then drains while it watches its successor for
 // SuccessorWatch, and takes its listeners back if the
 // successor exits meanwhile without having handed them on to a process
 // of its own (Session, Handover.TakeBack): in a restart storm the
 // successor may have done so before its predecessor's watch even began.
-// A fleet's old supervisor does not watch, having released the embedded
-// etcd.
+// A fleet's old supervisor watches only until the answer, before it
+// releases the embedded etcd.
 //
 // # Pool
 //

@@ -47,6 +47,7 @@ type Handover struct {
 	succ    *handoff.Process     // the successor that serves (handedOver)
 	line    *successorLine       // the hand-over line of the successor started last
 	goAhead *os.File             // the go-ahead line to the successor started last, until said
+	answers bool                 // the successor started last said it answers the go-ahead (statusAnswers)
 	pred    *predecessorLine     // the line to this process's predecessor, or nil
 	done    chan struct{}        // closed once a successor serves; replaced by TakeBack
 }
@@ -184,7 +185,7 @@ func (h *Handover) start(cmd *exec.Cmd) (*handoff.Process, error) {
 	h.line.close() // a successor started earlier and failed
 	h.line = line
 	h.closeGoAheadLocked()
-	h.goAhead = goAhead
+	h.goAhead, h.answers = goAhead, false
 	h.mu.Unlock()
 	return p, nil
 }
@@ -224,6 +225,9 @@ func (h *Handover) await(ctx context.Context, p *handoff.Process) (string, error
 	if err != nil {
 		return "", stopNotReady(p, h.timeout, err)
 	}
+	h.mu.Lock()
+	h.answers = answersGoAhead(status)
+	h.mu.Unlock()
 	return status, nil
 }
 
@@ -251,6 +255,43 @@ func (h *Handover) handedOver(succ *handoff.Process) {
 	h.pred.tell(wordHandedOver)
 	sayGoAhead(h.goAhead)
 	h.goAhead = nil
+}
+
+// awaitTaken waits, once the go-ahead was said, until the successor says
+// it took the listeners (TookListeners) and reports true; also when stop
+// closes first (this process is told to stop: the successor has the
+// go-ahead and is left to serve). It reports false when the successor's
+// hand-over line ends first (it exited, or a take-back closed the line)
+// or when wait passes in silence: the caller takes the listeners back
+// (TakeBack), killing the successor. A successor whose ready status did
+// not say it answers (one that predates the answer) is taken at its word:
+// true at once.
+func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
+	h.mu.Lock()
+	line, answers := h.line, h.answers
+	h.mu.Unlock()
+	if !answers {
+		return true
+	}
+	if line == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-line.taken:
+		return true
+	case <-stop:
+		return true
+	case <-line.ended:
+	case <-t.C:
+	}
+	select { // the word may have come with the line's end
+	case <-line.taken:
+		return true
+	default:
+		return false
+	}
 }
 
 // Done is closed once a successor serves (until TakeBack, after which

@@ -24,11 +24,14 @@ import (
 
 // Words on the hand-over line. The successor also says "reload" when it
 // exits without having served while it held a SIGHUP (HandOnReload): the
-// predecessor, serving on, reloads for it.
+// predecessor, serving on, reloads for it; and "taken" once it accepts on
+// the listeners after the go-ahead (TookListeners): the predecessor, which
+// only paused its own until then, may stop (see goahead.go).
 const (
 	wordHandedOver = "handed-over"
 	wordTookBack   = "took-back"
 	wordReload     = "reload"
+	wordTaken      = "taken"
 )
 
 // lineEndWait bounds how long a predecessor whose successor exited waits
@@ -45,6 +48,7 @@ const lineEndWait = time.Second
 type successorLine struct {
 	r     *os.File
 	ended chan struct{} // closed when the reading stops
+	taken chan struct{} // closed when the successor said wordTaken
 
 	mu             sync.Mutex
 	saidHandedOver bool // the successor's last word was wordHandedOver
@@ -61,7 +65,7 @@ func openSuccessorLine(cmd *exec.Cmd) (l *successorLine, closeTheirs func(), err
 		return nil, nil, err
 	}
 	passFile(cmd, w, envHandedOnFD, "")
-	l = &successorLine{r: r, ended: make(chan struct{})}
+	l = &successorLine{r: r, ended: make(chan struct{}), taken: make(chan struct{})}
 	go l.read()
 	return l, func() { w.Close() }, nil
 }
@@ -85,6 +89,12 @@ func (l *successorLine) read() {
 			l.mu.Lock()
 			l.saidReload = true
 			l.mu.Unlock()
+		case wordTaken:
+			select {
+			case <-l.taken:
+			default:
+				close(l.taken)
+			}
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 var handedOnChildren = map[string]func() int{
 	"handed-on": func() int {
 		_ = handoff.Ready("")
+		TookListeners()
 		h := newHandover(nil, successorReadyTimeout)
 		if h.begin() != nil {
 			return 2

@@ -14,6 +14,22 @@ func ReadyStatus(g *gateway.Gateway) string {
 	return "generation=" + strconv.FormatUint(g.Runtime().Current().ID(), 10)
 }
 
+// statusAnswers is the field a successor adds to its ready status when
+// it will answer the go-ahead (TookListeners): its predecessor then waits
+// for the answer. One that predates the answer says ready without it,
+// and its predecessor stops at the go-ahead, as it did then.
+const statusAnswers = "answers=taken"
+
+// answersGoAhead reports whether a ready status carries statusAnswers.
+func answersGoAhead(status string) bool {
+	for _, f := range strings.Fields(status) {
+		if f == statusAnswers {
+			return true
+		}
+	}
+	return false
+}
+
 // generationOf reads "generation=N" from a ready status.
 func generationOf(status string, def uint64) uint64 {
 	for _, f := range strings.Fields(status) {

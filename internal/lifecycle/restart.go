@@ -127,13 +127,14 @@ func (r *SelfRestarter) Done() <-chan struct{} { return r.handover.Done() }
 func (r *SelfRestarter) HandedOver() bool { return r.handover.HandedOver() }
 
 // TookBack records that this process took its listeners back from the
-// new process pid, which exited (end) just after it took over (Session):
+// new process pid, which ended (end) just after the hand-over, or did
+// not answer it (Session):
 // the last restart becomes restart-failed, in status and in the history,
 // and the file is reloaded, since the new process may have acknowledged
 // reloads of it that this one has not applied.
 func (r *SelfRestarter) TookBack(pid int, end string) {
 	ctx := context.Background()
-	msg := fmt.Sprintf("the new process (pid %d) exited just after it took over (%s); pid %d took the listeners back and serves on", pid, end, os.Getpid())
+	msg := fmt.Sprintf("the new process (pid %d) ended just after the hand-over (%s); pid %d took the listeners back and serves on", pid, end, os.Getpid())
 	if res, ok := r.track.failLast(restartapi.ReasonNewExited, msg); ok {
 		res.Started = time.Now()
 		_ = r.g.RecordHistory(ctx, historyOf(res, ""))

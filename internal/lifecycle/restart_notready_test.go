@@ -46,6 +46,9 @@ func testChild(mode string) int {
 	if child, ok := goAheadChildren[mode]; ok {
 		return child()
 	}
+	if child, ok := takenChildren[mode]; ok {
+		return child()
+	}
 	_ = handoff.Failed(childReason)
 	if mode == "linger" {
 		time.Sleep(time.Minute) // until its parent stops it

@@ -189,27 +189,21 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	}
 	watch := time.NewTimer(SuccessorWatch)
 	defer watch.Stop()
-	select {
-	case <-exited:
-		end, err := s.Handover.TakeBack()
-		if errors.Is(err, errHandedOn) {
-			log.Info("the new process exited after it handed the listeners on to a process of its own; this one exits", "new_pid", pid)
-		}
-		if err == nil {
-			g.Undrain()
-			if m := s.Management; m != nil {
-				m.Undrain() // its listener was resumed by the hand-over's watcher
-			}
-			s.Data.Resume()
-			log.Error("the new process exited just after it took over; this process takes the listeners back and serves on",
-				"new_pid", pid, "end", end)
-			if s.TookBack != nil {
-				s.TookBack(pid, end)
-			}
+	if !s.Handover.awaitTaken(stop, takenWait) {
+		// It never accepted: killed with its group (TakeBack), it cannot
+		// serve later beside this process.
+		if s.takeBack(pid, "the new process did not take the listeners after the go-ahead (it ended, or stayed silent for "+takenWait.String()+")", "no answer to the go-ahead; ") {
 			return true
 		}
-	case <-watch.C:
-	case <-stop:
+	} else {
+		select {
+		case <-exited:
+			if s.takeBack(pid, "the new process exited just after it took over", "") {
+				return true
+			}
+		case <-watch.C:
+		case <-stop:
+		}
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), DrainIdleGrace)
 	defer cancel()
@@ -222,4 +216,30 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	}
 	wg.Wait()
 	return false
+}
+
+// takeBack takes the listeners back from the successor pid (why says
+// what became of it, and how precedes its end for TookBack), killing it
+// with its group, undrains this process and resumes its listeners; it
+// reports false when the successor had handed them on to a process of
+// its own (Handover.TakeBack).
+func (s *Session) takeBack(pid int, why, how string) bool {
+	g, log := s.Gateway, s.Gateway.Logger()
+	end, err := s.Handover.TakeBack()
+	if errors.Is(err, errHandedOn) {
+		log.Info("the new process exited after it handed the listeners on to a process of its own; this one exits", "new_pid", pid)
+	}
+	if err != nil {
+		return false
+	}
+	g.Undrain()
+	if m := s.Management; m != nil {
+		m.Undrain() // its listener was resumed by the hand-over's watcher
+	}
+	s.Data.Resume()
+	log.Error(why+"; this process takes the listeners back and serves on", "new_pid", pid, "end", end)
+	if s.TookBack != nil {
+		s.TookBack(pid, how+end)
+	}
+	return true
 }

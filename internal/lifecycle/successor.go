@@ -122,6 +122,9 @@ type supervisorSuccessor struct {
 	generated string          // the generated management token, or ""
 	track     *restartTracker // whose counts the successor carries on
 	handover  *Handover
+	// took is closed once the successor said it took the listeners: the
+	// old workers, which served on since the go-ahead, then stop.
+	took chan struct{}
 }
 
 // successorResult is what the successor said when it was ready.
@@ -132,8 +135,12 @@ type successorResult struct {
 }
 
 // replace starts the successor and waits until it is ready; ctx ends the
-// wait (a shutdown of this supervisor), killing the successor. On success
-// the member's directories belong to the successor and the hand-over is done.
+// wait (a shutdown of this supervisor), killing the successor. It then
+// says the go-ahead and waits for the successor's answer (awaitTaken),
+// this fleet serving on meanwhile; a successor that gives none is killed,
+// the listeners taken back and the member resumed. On success the
+// member's directories belong to the successor, the hand-over is done,
+// and took is closed.
 func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
 	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
 		RestartID: run.id(s.track), RestartStarted: run.started(s.track), PID: os.Getpid(), Generation: run.previous(s.track)}
@@ -227,10 +234,28 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		resume()
 		return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) %w", p.PID(), err)
 	}
+	s.handover.handedOver(p)
+	s.log.Info("restart: the new supervisor has the go-ahead; this fleet serves until it answers that its workers accept",
+		"new_pid", p.PID(), "wait", takenWait.String())
+	if !s.handover.awaitTaken(ctx.Done(), takenWait) {
+		// It got the go-ahead but never said its workers accept: killed
+		// with its group, this fleet, which never stopped, serves on.
+		end, terr := s.handover.TakeBack()
+		if terr == nil {
+			if release != nil {
+				release.Close()
+			}
+			<-asked
+			resume()
+			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) did not take the listeners after the go-ahead (%s); this supervisor took them back", p.PID(), end)
+		}
+	}
 	if s.member != nil {
 		s.member.Release()
 	}
-	s.handover.handedOver(p)
+	if s.took != nil {
+		close(s.took)
+	}
 	return successorResult{pid: p.PID(), workers: pidsOf(status), generation: generationOf(status, 0)}, nil
 }
 

@@ -320,7 +320,8 @@ func (s *Supervisor) checkCluster() error {
 // prepareSuccessor readies the replacement of this supervisor by a new
 // executable (an upgrade).
 func (s *Supervisor) prepareSuccessor() error {
-	s.succ = &supervisorSuccessor{log: s.log, args: os.Args[1:], exe: s.exe, handover: newHandover(s.sockets, successorReadyTimeout)}
+	s.succ = &supervisorSuccessor{log: s.log, args: os.Args[1:], exe: s.exe, handover: newHandover(s.sockets, successorReadyTimeout),
+		took: make(chan struct{})}
 	var err error
 	if s.succ.image, err = openImage(s.exe); err != nil {
 		// Only an upgrade needs it: without it every restart is one.
@@ -560,6 +561,7 @@ func (s *Supervisor) ready() error {
 	}
 	s.owner.Store(true)
 	s.lines.release()
+	TookListeners() // the workers have the word: the old fleet stops
 	s.log.Info("listening", "address", s.dataAddr, "workers", s.cfg.Shape.Workers)
 	if s.heldReload() {
 		// Caught before catchSignals: the loop forwards it to a worker.
@@ -586,8 +588,8 @@ func (s *Supervisor) ready() error {
 func (s *Supervisor) notServed(err error) error {
 	stopped := errors.Is(err, ErrStoppedBeforeServing)
 	if !stopped {
-		s.log.Error("the previous process ended before the hand-over; stopping the workers, which accepted nothing, and exiting without having served",
-			"reason", ReasonPredecessorGone, "error", err)
+		s.log.Error("no go-ahead from the previous process; stopping the workers, which accepted nothing, and exiting without having served",
+			"reason", GoAheadReason(err), "error", err)
 	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.ShutdownTimeout+workerStopGrace)
@@ -598,7 +600,7 @@ func (s *Supervisor) notServed(err error) error {
 	if stopped {
 		return errStoppedDuringStartup
 	}
-	return fmt.Errorf("%s: %w", ReasonPredecessorGone, err)
+	return fmt.Errorf("%s: %w", GoAheadReason(err), err)
 }
 
 // handOnHeldReload hands a SIGHUP this supervisor held during a start-up
@@ -625,7 +627,7 @@ func (s *Supervisor) heldReload() bool { return s.cfg.HeldReload != nil && s.cfg
 // run is the event loop: a successor that serves, a signal, the workers'
 // end.
 func (s *Supervisor) run() error {
-	handedOff := s.succ.handover.Done()
+	handedOff := s.succ.took
 	for {
 		select {
 		case <-handedOff:

@@ -104,3 +104,10 @@ func readWaiting(f *os.File) string {
 	})
 	return string(buf[:max(n, 0)])
 }
+
+// processExists reports whether a process with pid exists (a zombie
+// included): kill with no signal finds it, or finds it not ours.
+func processExists(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}

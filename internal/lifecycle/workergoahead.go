@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"sync"
@@ -18,7 +19,8 @@ import (
 // worker; a worker started after that (in place of one that died, or by
 // a roll) gets no line and serves at once. When the predecessor ends
 // first, the supervisor stops its workers, none of which accepted a
-// connection, and exits non-zero (ReasonPredecessorGone): the process
+// connection, and exits non-zero (ReasonPredecessorGone; its workers
+// with ReasonNoGoAheadFromSupervisor): the process
 // that watched the predecessor may have taken the listeners back, and a
 // fleet that served beside it would be a second owner of the service.
 
@@ -28,13 +30,28 @@ import (
 // that ends meanwhile ends the wait sooner: the worker sees it gone.
 const workerGoAheadWait = DefaultReadyTimeout + goAheadWait + 10*time.Second
 
+// ReasonNoGoAheadFromSupervisor is the stable reason a fleet's worker
+// logs when it exits without having served because its supervisor ended
+// its wait without the go-ahead: the supervisor did not take over from
+// the process it replaces (that one ended first, or the supervisor was
+// stopped or failed), or it ended itself. Not ReasonPredecessorGone: the
+// worker's own predecessor is no process, and what the supervisor's
+// fate was is the supervisor's to log.
+const ReasonNoGoAheadFromSupervisor = "restart_supervisor_gave_no_go_ahead"
+
+// ErrNoGoAheadFromSupervisor is returned by WorkerGoAhead when the
+// supervisor's go-ahead line ended without the word, or workerGoAheadWait
+// passed.
+var ErrNoGoAheadFromSupervisor = errors.New("the supervisor ended the wait without the go-ahead " +
+	"(it did not take over from the process it replaces, or it ended); this worker exits without having served")
+
 // WorkerGoAhead is GoAhead for a fleet's worker: it tells the supervisor
 // the worker is ready and waits for the supervisor's go-ahead, which
 // comes once the supervisor's predecessor handed over. It returns nil at
 // once, after ready, for a worker that got no go-ahead line (its
 // supervisor was not waiting for one).
 func WorkerGoAhead(stop <-chan struct{}, status string) error {
-	return goAhead.await(stop, status, workerGoAheadWait)
+	return goAhead.await(stop, status, workerGoAheadWait, ErrNoGoAheadFromSupervisor)
 }
 
 // workerLines are the go-ahead lines a supervisor gives its workers

@@ -82,18 +82,30 @@ type managementServer struct {
 	// discovery is the discovery file written for the CLI, removed first
 	// on shutdown; empty when none was written.
 	discovery string
+	// announce writes the discovery file and returns its path ("" when
+	// it could not); nil when this process writes none (a worker). It
+	// runs once the process serves (sayListening): a successor that
+	// exits before its go-ahead leaves no file naming a process that
+	// never served.
+	announce func() string
 	// listening is the "management listening" line's attributes, said
 	// once the process accepts (sayListening).
 	listening []any
 }
 
-// sayListening logs that management accepts. A successor says it only
-// after its predecessor's go-ahead: until then it accepts nothing, and
-// an operator (or a script) that reads "listening" must be able to
-// connect to this process.
+// sayListening writes the discovery file and logs that management
+// accepts. A successor does both only after its predecessor's go-ahead:
+// until then it accepts nothing, and an operator (or a script, or the
+// CLI) that reads "listening" or the file must be able to connect to
+// this process.
 func (m *managementServer) sayListening(log *slog.Logger) {
 	if m == nil || m.listening == nil {
 		return
+	}
+	if m.announce != nil {
+		m.discovery = m.announce()
+		m.listening = append(m.listening, "discovery_file", m.discovery)
+		m.announce = nil
 	}
 	log.Info("management listening", m.listening...)
 	m.listening = nil
@@ -212,8 +224,7 @@ func startManagement(g *gateway.Gateway, rt admin.Runtime, f Options, log *slog.
 		attrs = append(attrs, "client_auth", cfg.TLS.ClientAuth.String())
 	}
 	if f.Worker == "" { // a supervisor's workers: the supervisor writes it
-		m.discovery = discovery.Announce(lookup, log, f.Config, bound, cfg, generated)
-		attrs = append(attrs, "discovery_file", m.discovery)
+		m.announce = func() string { return discovery.Announce(lookup, log, f.Config, bound, cfg, generated) }
 	}
 	m.listening = attrs
 	if !lifecycle.AwaitsGoAhead() {

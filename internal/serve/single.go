@@ -29,9 +29,13 @@ import (
 // Holding, it keeps its descriptors but accepts nothing (the data
 // plane's accept loop starts at the go-ahead, management's listener is
 // paused), and says "listening" only then: connections wait in the
-// sockets' shared queue for whichever process serves. One whose
+// sockets' shared queue for whichever process serves. Accepting, it
+// answers the go-ahead (lifecycle.TookListeners): until then its
+// predecessor keeps its own listeners and takes them back if no answer
+// comes. One whose
 // predecessor ends before the go-ahead closes its descriptors and exits
-// non-zero (lifecycle.ReasonPredecessorGone); having accepted nothing, it
+// non-zero (lifecycle.ReasonPredecessorGone; lifecycle.GoAheadReason
+// gives the reason for each end without it); having accepted nothing, it
 // loses no request half-way, and what waits in the queue is the serving
 // process's. Not accepting at all was chosen over accepting and draining:
 // a drain would answer requests on a generation the serving process
@@ -183,6 +187,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 		}
 		s.mgmt.sayListening(s.log)
 		s.serving = true
+		lifecycle.TookListeners() // the predecessor, paused until now, stops
 		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once
@@ -190,8 +195,8 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	if stopped {
 		s.log.Info("shutting down before serving", "reason", err.Error())
 	} else {
-		s.log.Error("the previous process ended before the hand-over; exiting without having served",
-			"reason", lifecycle.ReasonPredecessorGone, "error", err)
+		s.log.Error("no go-ahead from the previous process; exiting without having served",
+			"reason", lifecycle.GoAheadReason(err), "error", err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.f.ShutdownTimeout)
 	defer cancel()
@@ -208,7 +213,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	}
 	switch {
 	case !stopped:
-		return false, exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
+		return false, exitcode.Fail("%s: %v", lifecycle.GoAheadReason(err), err)
 	case serr != nil:
 		s.log.Error("shutdown was not clean", "error", serr)
 		return false, exitcode.Failed

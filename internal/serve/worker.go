@@ -229,8 +229,9 @@ func (w *worker) serveData() {
 // goAhead tells the supervisor this worker is ready and waits for its
 // go-ahead (lifecycle.WorkerGoAhead), then accepts: serves. Without it,
 // the worker shuts down having accepted nothing, and serves is false:
-// exit 1 (err) when the line ended without the word (the supervisor's
-// predecessor ended first), a clean exit (nil) when stop came first.
+// exit 1 (err) when the line ended without the word (the supervisor did
+// not take over, or ended: lifecycle.ReasonNoGoAheadFromSupervisor), a
+// clean exit (nil) when stop came first.
 func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals func()) (serves bool, err error) {
 	err = lifecycle.WorkerGoAhead(stop, lifecycle.ReadyStatus(w.g))
 	if err == nil {
@@ -248,8 +249,8 @@ func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	if stopped {
 		w.log.Info("shutting down before serving", "reason", err.Error())
 	} else {
-		w.log.Error("the supervisor did not get the go-ahead of the process it replaces; exiting without having served",
-			"reason", lifecycle.ReasonPredecessorGone, "error", err)
+		w.log.Error("no go-ahead from the supervisor; exiting without having served",
+			"reason", lifecycle.GoAheadReason(err), "error", err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.f.ShutdownTimeout)
 	defer cancel()
@@ -266,7 +267,7 @@ func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	}
 	switch {
 	case !stopped:
-		return false, exitcode.Fail("%s: %v", lifecycle.ReasonPredecessorGone, err)
+		return false, exitcode.Fail("%s: %v", lifecycle.GoAheadReason(err), err)
 	case serr != nil:
 		w.log.Error("shutdown was not clean", "error", serr)
 		return false, exitcode.Failed
