@@ -50,6 +50,12 @@ func (l *rolloutEvents) ended() (reconf.RolloutEvent, bool) {
 // traffic feeds w's recorder as a service would, for 200 entities every
 // few milliseconds; requests the candidate serves fail when bad says so.
 func traffic(t *testing.T, w *worker, bad func(gen uint64) bool) {
+	trafficUntil(t, w, bad, nil)
+}
+
+// trafficUntil is traffic that sends nothing while stop, when not nil,
+// is set.
+func trafficUntil(t *testing.T, w *worker, bad func(gen uint64) bool, stop *atomic.Bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -57,6 +63,9 @@ func traffic(t *testing.T, w *worker, bad func(gen uint64) bool) {
 		defer close(done)
 		for ctx.Err() == nil {
 			for i := range 200 {
+				if stop != nil && stop.Load() {
+					break
+				}
 				pin := w.rt.AcquireFor(fmt.Sprintf("client-%d", i))
 				w.rt.Recorder().Observe(pin.ID(), bad(pin.ID()), time.Millisecond)
 				pin.Release()
@@ -100,8 +109,55 @@ func (w fleetWorker) stage(t *testing.T, data string, s reconf.Strategy) uint64 
 func (w fleetWorker) rollout() *reconf.RolloutStatus { return w.rt.Status().Rollout }
 
 // sameSplit checks that every worker gives each entity the same
-// generation.
+// generation. It compares a sample taken while every worker holds the
+// same step, past its start and unchanged from before the sample to
+// after it: a share changes at a step's start on every worker at once,
+// and a sample that straddles one (a loaded machine) compares two steps.
+// It gives up after 5 s without such a sample.
 func sameSplit(ws []fleetWorker) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		before, ok := heldStep(ws)
+		if !ok || time.Now().UnixNano() < before.Started {
+			continue
+		}
+		same := splitAlike(ws)
+		if after, ok := heldStep(ws); ok && after == before {
+			return same
+		}
+	}
+	return false
+}
+
+// step is what decides a worker's split during a rollout; Started is
+// the step's start in Unix nanoseconds (a time.Time decoded from the
+// channel carries no monotonic reading, the driver's own does).
+type step struct {
+	ID      uint64
+	Step    int
+	Share   uint32
+	Started int64
+}
+
+// heldStep is the step every worker holds, and false when they differ.
+func heldStep(ws []fleetWorker) (step, bool) {
+	var first step
+	for i, w := range ws {
+		var s step
+		if ro := w.rollout(); ro != nil && !ro.Done() {
+			s = step{ro.ID, ro.Step, ro.Share, ro.StepStarted.UnixNano()}
+		}
+		if i == 0 {
+			first = s
+		} else if s != first {
+			return step{}, false
+		}
+	}
+	return first, true
+}
+
+// splitAlike reports whether every worker gives each of 50 entities the
+// same generation.
+func splitAlike(ws []fleetWorker) bool {
 	for i := range 50 {
 		e := fmt.Sprintf("client-%d", i)
 		var first uint64
