@@ -276,15 +276,19 @@ func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 	if line == nil {
 		return false
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	// The line's reader, not a timer here, decides that wait passed: it
+	// reads what waits on the line first. A process stopped past wait
+	// (SIGSTOP, a loaded machine) wakes up to the answer said in time,
+	// and a timer racing the reader could kill a successor that serves.
+	_ = line.r.SetReadDeadline(time.Now().Add(wait))
+	defer func() { _ = line.r.SetReadDeadline(time.Time{}) }()
 	select {
 	case <-line.taken:
 		return true
 	case <-stop:
 		return true
 	case <-line.ended:
-	case <-t.C:
+	case <-line.late:
 	}
 	select { // the word may have come with the line's end
 	case <-line.taken:
