@@ -314,7 +314,7 @@ func (h *Handover) HandedOver() bool {
 }
 
 // SuccessorWatch is how long a process that handed over watches its
-// successor: one that exits within it (killed, crashed just after it said
+// successor, from its answer to the go-ahead: one that exits within it (killed, crashed just after it said
 // ready) leaves the listening sockets to no one, and the predecessor, still
 // draining, takes them back (Session). After it the predecessor exits, and
 // a successor that dies is the service manager's to restart. A successor
