@@ -134,3 +134,46 @@ func (h *heldSuccessor) servesOn(t *testing.T, want string) {
 	}
 	resp.Body.Close()
 }
+
+// TestHandoverPredecessorStoppedPastTheWaitCountsTheAnswer: the process
+// that restarted says the go-ahead and is then paused (SIGSTOP, as a
+// loaded machine may) past takenWait, while its new process takes the
+// listeners and says so in time. Resumed, it finds both its wait passed
+// and the answer on the line: the answer counts, it drains and exits,
+// and the new process serves alone. Before, its timer could win over the
+// line's reader: it killed the new process, which served, and took the
+// listeners back. Cost: 8-12 s on a loaded 2-core machine.
+func TestHandoverPredecessorStoppedPastTheWaitCountsTheAnswer(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	h := holdSuccessor(t, r, dir)
+	h.stopNew(t)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLog(t, "draining this one while it watches the new one", 10*time.Second) // the go-ahead is said
+	pause(t, h.owner)
+	if err := syscall.Kill(h.newPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLog(t, `msg="management listening"`, 10*time.Second) // it answers at once after
+	time.Sleep(takenWait + time.Second)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); alive(h.owner); {
+		if got := h.since(); strings.Contains(got, "did not take the listeners") {
+			t.Fatalf("the process that restarted took the listeners back from a new process that answered in time:\n%s", got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process that restarted still runs 30 s after it was resumed:\n%s", h.since())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if owner := r.oneOwner(10 * time.Second); owner != h.newPID {
+		t.Fatalf("pid %d serves, want the new process %d", owner, h.newPID)
+	}
+}
