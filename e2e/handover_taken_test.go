@@ -58,7 +58,7 @@ func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T
 		t.Fatal(err)
 	}
 	r.waitGone(h.newPID, takenWait+20*time.Second)
-	h.fleetServesOn(t)
+	h.fleetServesOn(t, "did not take the listeners after the go-ahead")
 }
 
 // TestHandoverFleetSuccessorKilledAfterTheGoAheadIsTakenBackFrom: as
@@ -79,17 +79,17 @@ func TestHandoverFleetSuccessorKilledAfterTheGoAheadIsTakenBackFrom(t *testing.T
 		t.Fatal(err)
 	}
 	r.waitGone(h.newPID, 10*time.Second)
-	h.fleetServesOn(t)
+	h.fleetServesOn(t, "did not take the listeners after the go-ahead")
 }
 
 // fleetServesOn checks that the old supervisor took the listeners back
-// from a new one that did not answer the go-ahead, and that its workers
+// from a new one (its last restart's message holding want), and that its workers
 // serve on, on the channel its resumed embedded etcd serves: a reload
 // reaches them.
-func (h *heldSuccessor) fleetServesOn(t *testing.T) {
+func (h *heldSuccessor) fleetServesOn(t *testing.T, want string) {
 	t.Helper()
 	r := h.r
-	h.servesOn(t, "did not take the listeners after the go-ahead")
+	h.servesOn(t, want)
 	writeAtomic(t, r.path, withWorkers(versionedConfig(2), 2))
 	if code, out, errOut := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
 		t.Fatalf("reload on the old fleet after the take-back: exit %d %s %s", code, out, errOut)
