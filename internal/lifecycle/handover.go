@@ -280,7 +280,12 @@ func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 	// reads what waits on the line first. A process stopped past wait
 	// (SIGSTOP, a loaded machine) wakes up to the answer said in time,
 	// and a timer racing the reader could kill a successor that serves.
-	_ = line.r.SetReadDeadline(time.Now().Add(wait))
+	var expired <-chan time.Time // only where the line takes no deadline
+	if err := line.r.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
 	defer func() { _ = line.r.SetReadDeadline(time.Time{}) }()
 	select {
 	case <-line.taken:
@@ -289,6 +294,7 @@ func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 		return true
 	case <-line.ended:
 	case <-line.late:
+	case <-expired:
 	}
 	select { // the word may have come with the line's end
 	case <-line.taken:
