@@ -58,7 +58,7 @@ func TestHandoverFleetSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T
 		t.Fatal(err)
 	}
 	r.waitGone(h.newPID, takenWait+20*time.Second)
-	h.fleetServesOn(t)
+	h.fleetServesOn(t, "did not take the listeners after the go-ahead")
 }
 
 // TestHandoverFleetSuccessorKilledAfterTheGoAheadIsTakenBackFrom: as
@@ -79,17 +79,17 @@ func TestHandoverFleetSuccessorKilledAfterTheGoAheadIsTakenBackFrom(t *testing.T
 		t.Fatal(err)
 	}
 	r.waitGone(h.newPID, 10*time.Second)
-	h.fleetServesOn(t)
+	h.fleetServesOn(t, "did not take the listeners after the go-ahead")
 }
 
 // fleetServesOn checks that the old supervisor took the listeners back
-// from a new one that did not answer the go-ahead, and that its workers
+// from a new one (its last restart's message holding want), and that its workers
 // serve on, on the channel its resumed embedded etcd serves: a reload
 // reaches them.
-func (h *heldSuccessor) fleetServesOn(t *testing.T) {
+func (h *heldSuccessor) fleetServesOn(t *testing.T, want string) {
 	t.Helper()
 	r := h.r
-	h.servesOn(t, "did not take the listeners after the go-ahead")
+	h.servesOn(t, want)
 	writeAtomic(t, r.path, withWorkers(versionedConfig(2), 2))
 	if code, out, errOut := reconfd(t, nil, "reload", "--address", r.mgmt); code != 0 {
 		t.Fatalf("reload on the old fleet after the take-back: exit %d %s %s", code, out, errOut)
@@ -133,4 +133,47 @@ func (h *heldSuccessor) servesOn(t *testing.T, want string) {
 		t.Fatalf("healthz on the old process: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestHandoverPredecessorStoppedPastTheWaitCountsTheAnswer: the process
+// that restarted says the go-ahead and is then paused (SIGSTOP, as a
+// loaded machine may) past takenWait, while its new process takes the
+// listeners and says so in time. Resumed, it finds both its wait passed
+// and the answer on the line: the answer counts, it drains and exits,
+// and the new process serves alone. Before, its timer could win over the
+// line's reader: it killed the new process, which served, and took the
+// listeners back. Cost: 8-12 s on a loaded 2-core machine.
+func TestHandoverPredecessorStoppedPastTheWaitCountsTheAnswer(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	h := holdSuccessor(t, r, dir)
+	h.stopNew(t)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLog(t, "draining this one while it watches the new one", 10*time.Second) // the go-ahead is said
+	pause(t, h.owner)
+	if err := syscall.Kill(h.newPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLog(t, `msg="management listening"`, 10*time.Second) // it answers at once after
+	time.Sleep(takenWait + time.Second)
+	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); alive(h.owner); {
+		if got := h.since(); strings.Contains(got, "did not take the listeners") {
+			t.Fatalf("the process that restarted took the listeners back from a new process that answered in time:\n%s", got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process that restarted still runs 30 s after it was resumed:\n%s", h.since())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if owner := r.oneOwner(10 * time.Second); owner != h.newPID {
+		t.Fatalf("pid %d serves, want the new process %d", owner, h.newPID)
+	}
 }

@@ -57,8 +57,9 @@
 // successor exits meanwhile without having handed them on to a process
 // of its own (Session, Handover.TakeBack): in a restart storm the
 // successor may have done so before its predecessor's watch even began.
-// A fleet's old supervisor watches only until the answer, before it
-// releases the embedded etcd.
+// A fleet's old supervisor, its workers serving on, watches its new
+// one for SuccessorWatch from the answer, and only then releases the
+// embedded etcd and stops its workers.
 //
 // # Pool
 //

@@ -21,7 +21,8 @@ import (
 // just as the word came, or a SIGTERM reached it then), and
 // "taken-silent" says nothing (stopped, or stuck); "taken-predates" is a
 // successor of a version before the answer: its ready status does not
-// say it answers, and it never does. Each but the one that exits waits
+// say it answers, and it never does; "taken-late-dies" answers only
+// after SuccessorWatch, and exits just after. Each but the one that exits waits
 // to be killed.
 var takenChildren = map[string]func() int{
 	"taken-says": func() int {
@@ -43,6 +44,15 @@ var takenChildren = map[string]func() int{
 		time.Sleep(time.Minute)
 		return 0
 	},
+	"taken-late-dies": func() int {
+		if GoAhead(nil, "") != nil {
+			return 2
+		}
+		time.Sleep(SuccessorWatch + 300*time.Millisecond) // slow, as on a loaded machine
+		TookListeners()
+		time.Sleep(200 * time.Millisecond)
+		return 3 // a crash just after it took over
+	},
 	"taken-silent": func() int {
 		if GoAhead(nil, "") != nil {
 			return 2
@@ -58,7 +68,10 @@ var takenChildren = map[string]func() int{
 // drains only after the word; a successor that predates the answer is
 // taken at its ready line, as before. Before, the go-ahead was fire-and-forget:
 // a new process that exited at the word, or was stopped then and woke
-// after its predecessor's watch, left no process serving.
+// after its predecessor's watch, left no process serving. The watch
+// begins at the answer: one that came late (a slow new process) had
+// left no watch, and a new process that crashed just after it took
+// over left no process serving.
 func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
 	if !handoff.Supported {
 		t.Skip(handoff.ErrUnsupported)
@@ -68,7 +81,6 @@ func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func(w time.Duration) { takenWait = w }(takenWait)
-	takenWait = 300 * time.Millisecond
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
@@ -79,8 +91,14 @@ func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
 	for _, c := range []struct {
 		mode string
 		take bool
-	}{{"taken-says", false}, {"taken-exits", true}, {"taken-silent", true}, {"taken-predates", false}} {
+		wait time.Duration // takenWait
+	}{{"taken-says", false, 0}, {"taken-exits", true, 0}, {"taken-silent", true, 0}, {"taken-predates", false, 0},
+		{"taken-late-dies", true, SuccessorWatch + 2*time.Second}} {
 		t.Run(c.mode, func(t *testing.T) {
+			takenWait = 300 * time.Millisecond
+			if c.wait > 0 {
+				takenWait = c.wait
+			}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

@@ -276,15 +276,25 @@ func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 	if line == nil {
 		return false
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	// The line's reader, not a timer here, decides that wait passed: it
+	// reads what waits on the line first. A process stopped past wait
+	// (SIGSTOP, a loaded machine) wakes up to the answer said in time,
+	// and a timer racing the reader could kill a successor that serves.
+	var expired <-chan time.Time // only where the line takes no deadline
+	if err := line.r.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
+	defer func() { _ = line.r.SetReadDeadline(time.Time{}) }()
 	select {
 	case <-line.taken:
 		return true
 	case <-stop:
 		return true
 	case <-line.ended:
-	case <-t.C:
+	case <-line.late:
+	case <-expired:
 	}
 	select { // the word may have come with the line's end
 	case <-line.taken:
@@ -310,7 +320,7 @@ func (h *Handover) HandedOver() bool {
 }
 
 // SuccessorWatch is how long a process that handed over watches its
-// successor: one that exits within it (killed, crashed just after it said
+// successor, from its answer to the go-ahead: one that exits within it (killed, crashed just after it said
 // ready) leaves the listening sockets to no one, and the predecessor, still
 // draining, takes them back (Session). After it the predecessor exits, and
 // a successor that dies is the service manager's to restart. A successor

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -49,6 +48,10 @@ type successorLine struct {
 	r     *os.File
 	ended chan struct{} // closed when the reading stops
 	taken chan struct{} // closed when the successor said wordTaken
+	// late is closed once the read deadline (awaitTaken) passed and
+	// every word that waited on the line then was read.
+	late     chan struct{}
+	lateOnce sync.Once
 
 	mu             sync.Mutex
 	saidHandedOver bool // the successor's last word was wordHandedOver
@@ -65,36 +68,82 @@ func openSuccessorLine(cmd *exec.Cmd) (l *successorLine, closeTheirs func(), err
 		return nil, nil, err
 	}
 	passFile(cmd, w, envHandedOnFD, "")
-	l = &successorLine{r: r, ended: make(chan struct{}), taken: make(chan struct{})}
+	l = newSuccessorLine(r)
 	go l.read()
 	return l, func() { w.Close() }, nil
 }
 
+// newSuccessorLine is the line read from r, not yet read.
+func newSuccessorLine(r *os.File) *successorLine {
+	return &successorLine{r: r, ended: make(chan struct{}), taken: make(chan struct{}), late: make(chan struct{})}
+}
+
+// maxWordLen bounds a word on the line; a longer line is no word.
+const maxWordLen = 64
+
 // read records the successor's words until the line ends. A word it
-// does not know is skipped: a newer successor may say more.
+// does not know is skipped: a newer successor may say more. Only a whole
+// line is a word: one cut short by the successor's end is none, and a
+// line of any length is skipped without ending the reading (a successor
+// whose writes blocked on a line no longer read would never answer).
+// When the read deadline passes, what waits on the line is read before
+// late is closed, and the reading goes on.
 func (l *successorLine) read() {
 	defer close(l.ended)
-	sc := bufio.NewScanner(l.r)
-	for sc.Scan() {
-		switch sc.Text() {
-		case wordHandedOver:
-			l.mu.Lock()
-			l.saidHandedOver = true
-			l.mu.Unlock()
-		case wordTookBack:
-			l.mu.Lock()
-			l.saidHandedOver = false
-			l.mu.Unlock()
-		case wordReload:
-			l.mu.Lock()
-			l.saidReload = true
-			l.mu.Unlock()
-		case wordTaken:
-			select {
-			case <-l.taken:
+	var word []byte
+	long := false // the line being read is longer than any word
+	feed := func(b []byte) {
+		for _, c := range b {
+			switch {
+			case c == '\n':
+				if !long {
+					l.heard(string(word))
+				}
+				word, long = word[:0], false
+			case long:
+			case len(word) == maxWordLen:
+				word, long = word[:0], true
 			default:
-				close(l.taken)
+				word = append(word, c)
 			}
+		}
+	}
+	buf := make([]byte, 4096)
+	for {
+		n, err := l.r.Read(buf)
+		feed(buf[:n])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A process stopped past the deadline wakes up to both the
+			// deadline and the words said meanwhile: they count.
+			for more := readWaiting(l.r); more != ""; more = readWaiting(l.r) {
+				feed([]byte(more))
+			}
+			l.lateOnce.Do(func() { close(l.late) })
+			_ = l.r.SetReadDeadline(time.Time{})
+			continue
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// heard records word, a whole line the successor said.
+func (l *successorLine) heard(word string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch word {
+	case wordHandedOver:
+		l.saidHandedOver = true
+	case wordTookBack:
+		l.saidHandedOver = false
+	case wordReload:
+		l.saidReload = true
+	case wordTaken:
+		select {
+		case <-l.taken:
+		default:
+			close(l.taken)
 		}
 	}
 }

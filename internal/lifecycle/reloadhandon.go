@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"log/slog"
+	"os"
 
 	"github.com/reconfhq/reconf/internal/sighold"
 )
@@ -32,8 +33,14 @@ func HandOnReload(log *slog.Logger) {
 		return
 	}
 	if err := predecessor.say(wordReload); err != nil {
-		log.Warn("a SIGHUP arrived before this process served and is dropped: no process reloads for it; send SIGHUP to the process that serves",
-			"reason", ReasonReloadDropped, "error", err)
+		msg := "a SIGHUP arrived before this process served and is dropped: no process reloads for it; send SIGHUP to the process that serves"
+		if orphaned() {
+			// The kernel sends SIGHUP (and SIGCONT) to a stopped process
+			// whose process group its parent's end orphaned: the
+			// operator may have sent none.
+			msg += kernelHUPNote
+		}
+		log.Warn(msg, "reason", ReasonReloadDropped, "error", err)
 		return
 	}
 	log.Info("a SIGHUP arrived before this process served; the previous process, which serves on, reloads for it")
@@ -47,3 +54,11 @@ func reloadHandedOn(log *slog.Logger, pid int) {
 		log.Warn("the SIGHUP the new process held could not be replayed; send it again", "reason", ReasonReloadDropped, "error", err)
 	}
 }
+
+// kernelHUPNote ends the dropped reload's line in a process whose parent
+// ended.
+const kernelHUPNote = "; the process that started this one ended, so the SIGHUP may be the kernel's to a stopped process, and then none was lost"
+
+// orphaned reports whether the predecessor that started this process is
+// no longer its parent: it ended, and this process was given to another.
+func orphaned() bool { return goAhead != nil && goAhead.from > 0 && os.Getppid() != goAhead.from }

@@ -162,7 +162,8 @@ func (s *Session) drainShared(ctx context.Context) {
 }
 
 // watchSuccessor drains this process, whose successor serves, while it
-// watches the successor for SuccessorWatch: the listeners are paused (this
+// waits for the successor's answer to the go-ahead and then watches it
+// for SuccessorWatch: the listeners are paused (this
 // process keeps its descriptors; connections queue for the successor) and
 // every answer asks its client to close the connection. If the successor
 // exits meanwhile before it handed the listeners on in turn, nothing
@@ -187,8 +188,6 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	for _, ln := range lns {
 		ln.Pause()
 	}
-	watch := time.NewTimer(SuccessorWatch)
-	defer watch.Stop()
 	if !s.Handover.awaitTaken(stop, takenWait) {
 		// It never accepted: killed with its group (TakeBack), it cannot
 		// serve later beside this process.
@@ -196,6 +195,10 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 			return true
 		}
 	} else {
+		// From the answer: one that came late (a slow new process) must
+		// not find the watch over.
+		watch := time.NewTimer(SuccessorWatch)
+		defer watch.Stop()
 		select {
 		case <-exited:
 			if s.takeBack(pid, "the new process exited just after it took over", "") {

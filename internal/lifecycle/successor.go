@@ -137,10 +137,11 @@ type successorResult struct {
 // replace starts the successor and waits until it is ready; ctx ends the
 // wait (a shutdown of this supervisor), killing the successor. It then
 // says the go-ahead and waits for the successor's answer (awaitTaken),
-// this fleet serving on meanwhile; a successor that gives none is killed,
-// the listeners taken back and the member resumed. On success the
-// member's directories belong to the successor, the hand-over is done,
-// and took is closed.
+// this fleet serving on meanwhile, and then watches it for
+// SuccessorWatch; a successor that gives no answer, or exits within the
+// watch, is killed, the listeners taken back and the member resumed.
+// On success the member's directories belong to the successor, the
+// hand-over is done, and took is closed.
 func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (successorResult, error) {
 	h := supervisorHandover{Fleet: s.fleet, OwnsData: s.ownsData, TokenGenerated: s.generated != "", Restarts: s.track.state().Counts,
 		RestartID: run.id(s.track), RestartStarted: run.started(s.track), PID: os.Getpid(), Generation: run.previous(s.track)}
@@ -237,17 +238,44 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 	s.handover.handedOver(p)
 	s.log.Info("restart: the new supervisor has the go-ahead; this fleet serves until it answers that its workers accept",
 		"new_pid", p.PID(), "wait", takenWait.String())
+	// takeBack kills the new supervisor's group, takes the listeners
+	// back and resumes the member; nil when the new one had handed them
+	// on (TakeBack refused).
+	takeBack := func(why string) error {
+		end, terr := s.handover.TakeBack()
+		if terr != nil {
+			return nil
+		}
+		if release != nil {
+			release.Close()
+		}
+		<-asked
+		resume()
+		return fmt.Errorf("the new supervisor (pid %d) %s (%s); this supervisor took the listeners back", p.PID(), why, end)
+	}
 	if !s.handover.awaitTaken(ctx.Done(), takenWait) {
 		// It got the go-ahead but never said its workers accept: killed
 		// with its group, this fleet, which never stopped, serves on.
-		end, terr := s.handover.TakeBack()
-		if terr == nil {
-			if release != nil {
-				release.Close()
+		if err := takeBack("did not take the listeners after the go-ahead"); err != nil {
+			return successorResult{pid: p.PID()}, err
+		}
+	} else if ctx.Err() == nil {
+		// This fleet serves on while it watches the new supervisor, as
+		// a single process watches its successor: one that exits just
+		// after it answered leaves its workers (which see it gone, and
+		// stop) and the service to no one, while this fleet can still
+		// take the listeners back.
+		s.log.Info("restart: the new supervisor's workers accept; this fleet serves on while it watches the new supervisor",
+			"new_pid", p.PID(), "watch", SuccessorWatch.String())
+		watch := time.NewTimer(SuccessorWatch)
+		defer watch.Stop()
+		select {
+		case <-p.Exited():
+			if err := takeBack("exited just after it took over"); err != nil {
+				return successorResult{pid: p.PID()}, err
 			}
-			<-asked
-			resume()
-			return successorResult{pid: p.PID()}, fmt.Errorf("the new supervisor (pid %d) did not take the listeners after the go-ahead (%s); this supervisor took them back", p.PID(), end)
+		case <-watch.C:
+		case <-ctx.Done():
 		}
 	}
 	if s.member != nil {
