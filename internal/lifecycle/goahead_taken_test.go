@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/gateway"
 )
 
 // The new processes of TestWatchSuccessorWaitsUntilTheListenersAreTaken
@@ -82,12 +79,7 @@ func TestWatchSuccessorWaitsUntilTheListenersAreTaken(t *testing.T) {
 	}
 	defer func(w time.Duration) { takenWait = w }(takenWait)
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Shutdown(ctx)
+	g, _ := quietGateway(t)
 	for _, c := range []struct {
 		mode string
 		take bool

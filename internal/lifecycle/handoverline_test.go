@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/gateway"
 )
 
 // The new processes of the hand-over tests below (envTestChild):
@@ -129,13 +128,7 @@ func TestWatchSuccessorTakesBackOnlyFromOneThatKeptTheListeners(t *testing.T) {
 	if !handoff.Supported {
 		t.Skip(handoff.ErrUnsupported)
 	}
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Shutdown(ctx)
+	g, _ := quietGateway(t)
 	for _, c := range []struct {
 		mode string
 		take bool

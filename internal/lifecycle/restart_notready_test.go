@@ -12,7 +12,6 @@ import (
 
 	"github.com/reconfhq/reconf"
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/restartapi"
 )
 
@@ -107,12 +106,7 @@ func eachNotReadyCase(t *testing.T, body func(t *testing.T, exe string, c notRea
 func TestRestartNewProcessNotReady(t *testing.T) {
 	eachNotReadyCase(t, func(t *testing.T, exe string, c notReadyCase) {
 		ctx := context.Background()
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		g, err := gateway.New(ctx, writeFile(t, valid), gateway.WithLogger(log))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Shutdown(ctx)
+		g, log := quietGateway(t)
 		r := &SelfRestarter{g: g, log: log, exe: exe, args: []string{"-test.run=^$"}, handover: newHandover(nil, c.timeout)}
 		begun, err := r.Restart(ctx, "test")
 		if err != nil || begun.Outcome != restartapi.Running {
