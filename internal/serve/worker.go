@@ -73,15 +73,11 @@ func serveWorker(ctx context.Context, f Options, stderr io.Writer, lookup env) e
 	if err := w.start(); err != nil {
 		return exitcode.Fail("%v", err)
 	}
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-parent.Gone():
-			w.log.Warn("the supervisor is gone; shutting down")
-		}
-		close(stop)
-	}()
+	var mln *handoff.DrainListener
+	if w.mgmt != nil {
+		mln = w.mgmt.ln
+	}
+	stop := stopWhenOrphaned(stopCtx.Done(), parent.Gone(), w.log, w.ln, mln)
 	return w.run(ctx, stop, stopSignals, hold, parent)
 }
 
