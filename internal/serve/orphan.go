@@ -22,15 +22,21 @@ func stopWhenOrphaned(stop, gone <-chan struct{}, log *slog.Logger, lns ...*hand
 		case <-stop:
 		case <-gone:
 			log.Warn("the supervisor is gone; closing the listeners, then shutting down")
-			for _, ln := range lns {
-				if ln == nil {
-					continue
-				}
-				if err := ln.StopAccepting(); err != nil {
-					log.Warn("closing this worker's socket", "error", err)
-				}
-			}
+			closeListeners(log, lns...)
 		}
 	}()
 	return out
+}
+
+// closeListeners closes this process's descriptors of lns (nil entries
+// skipped); connections it accepted stay open to drain.
+func closeListeners(log *slog.Logger, lns ...*handoff.DrainListener) {
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if err := ln.StopAccepting(); err != nil {
+			log.Warn("closing this worker's socket", "error", err)
+		}
+	}
 }
