@@ -123,7 +123,7 @@ func (r *SelfRestarter) TookOver() { r.track.tookOver(nil) }
 // without the go-ahead (err, from GoAhead): the restart that started it
 // failed here.
 func (r *SelfRestarter) NotServed(err error) {
-	r.track.notServed(GoAheadReason(err), "this process exited without having served: "+err.Error())
+	r.track.notServed(err, "this process")
 }
 
 // MarkReady is called once this process told its predecessor it is ready:

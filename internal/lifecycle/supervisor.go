@@ -594,7 +594,7 @@ func (s *Supervisor) ready() error {
 // this supervisor non-zero with ReasonPredecessorGone.
 func (s *Supervisor) notServed(err error) error {
 	stopped := errors.Is(err, ErrStoppedBeforeServing)
-	s.ctl.track.notServed(GoAheadReason(err), "this fleet exited without having served: "+err.Error())
+	s.ctl.track.notServed(err, "this fleet")
 	if !stopped {
 		s.log.Error("no go-ahead from the previous process; stopping the workers, which accepted nothing, and exiting without having served",
 			"reason", GoAheadReason(err), "error", err)

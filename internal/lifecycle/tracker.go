@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -247,10 +248,15 @@ func (t *restartTracker) tookOver(fn func(*restartapi.Result)) {
 }
 
 // notServed finishes the restart that started this process, waiting for
-// the go-ahead, as restart-failed with reason and msg: the process exits
-// having served nothing.
-func (t *restartTracker) notServed(reason, msg string) {
-	t.endAwaiting(restartapi.Failed, reason, msg, func(r *restartapi.Result) { r.Generation = r.PreviousGeneration })
+// the go-ahead, as restart-failed: the process exits having served
+// nothing, for err (from GoAhead). what names the process in the message.
+func (t *restartTracker) notServed(err error, what string) {
+	reason := GoAheadReason(err)
+	if errors.Is(err, ErrStoppedBeforeServing) {
+		reason = restartapi.ReasonCanceled
+	}
+	t.endAwaiting(restartapi.Failed, reason, what+" exited without having served: "+err.Error(),
+		func(r *restartapi.Result) { r.Generation = r.PreviousGeneration })
 }
 
 // endAwaiting finishes the last restart, if it waits for the go-ahead,

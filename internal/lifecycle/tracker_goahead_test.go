@@ -70,8 +70,7 @@ func TestRestartThatStartedAProcessIsRestartedOnlyOnTheGoAhead(t *testing.T) {
 func TestRestartThatStartedAProcessFailsWithoutTheGoAhead(t *testing.T) {
 	var track restartTracker
 	track.seed(nil, "r1-5", time.Now())
-	err := errors.New("the previous process ended")
-	track.notServed(GoAheadReason(err), "this process exited without having served: "+err.Error())
+	track.notServed(errors.New("the previous process ended"), "this process")
 	st := track.state()
 	if st.Last.Outcome != restartapi.Failed || !st.Last.Done || st.Last.Reason != ReasonPredecessorGone ||
 		st.Counts[restartapi.Restarted] != 0 || st.Counts[restartapi.Failed] != 1 {
@@ -80,5 +79,11 @@ func TestRestartThatStartedAProcessFailsWithoutTheGoAhead(t *testing.T) {
 	track.tookOver(nil)
 	if st := track.state(); st.Last.Outcome != restartapi.Failed {
 		t.Fatalf("a failed restart turned into %s", st.Last.Outcome)
+	}
+	var stopped restartTracker
+	stopped.seed(nil, "r1-6", time.Now())
+	stopped.notServed(ErrStoppedBeforeServing, "this process")
+	if st := stopped.state(); st.Last.Outcome != restartapi.Failed || st.Last.Reason != restartapi.ReasonCanceled {
+		t.Fatalf("a successor stopped before the go-ahead: %+v", st.Last)
 	}
 }
