@@ -114,6 +114,18 @@ func (r *SelfRestarter) State() RestartState { return r.track.state() }
 // one that started this process, until MarkReady.
 func (r *SelfRestarter) Running() bool { return r.notReady.Load() || r.track.running() }
 
+// TookOver is called once this process, started by a restart, had its
+// predecessor's go-ahead and accepts on the listeners: the restart that
+// started it, which waited for the go-ahead until then, restarted.
+func (r *SelfRestarter) TookOver() { r.track.tookOver(nil) }
+
+// NotServed is called when this process, started by a restart, exits
+// without the go-ahead (err, from GoAhead): the restart that started it
+// failed here.
+func (r *SelfRestarter) NotServed(err error) {
+	r.track.notServed(err, "this process")
+}
+
 // MarkReady is called once this process told its predecessor it is ready:
 // the restart that started it can no longer be undone by a stop, so
 // reloads and restarts go on.

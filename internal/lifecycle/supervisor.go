@@ -530,13 +530,14 @@ func (s *Supervisor) ready() error {
 	}
 	if s.handedRun != nil {
 		// Told or not, the predecessor's restart is over for this fleet:
-		// reloads go on. It ends here before the predecessor is told,
-		// which ends its own at once: the other way round, a reload that
-		// reached a draining old worker just then started while the
+		// reloads go on. It stops running here before the predecessor is
+		// told, which ends its own at once: the other way round, a reload
+		// that reached a draining old worker just then started while the
 		// restart still ran here (TestRestartMarkHoldsAcrossRestarts
-		// caught one, under a loaded machine).
-		s.ctl.track.finish(s.handedRun, func(r *restartapi.Result) {
-			r.Outcome, r.Reason = restartapi.Restarted, restartapi.ReasonRestarted
+		// caught one, under a loaded machine). It says restarted only
+		// once the workers have the go-ahead: until then this fleet
+		// serves nothing, and may yet exit without having served.
+		s.ctl.track.awaiting(s.handedRun, func(r *restartapi.Result) {
 			// OldSupervisorPID and PreviousGeneration came with the
 			// hand-over (inherit): not os.Getppid, which names init once
 			// the predecessor was killed.
@@ -544,12 +545,8 @@ func (s *Supervisor) ready() error {
 			if n := len(statuses); n > 0 {
 				r.Generation = generationOf(statuses[n-1], 0)
 			}
-			end := "drain and exit"
-			if os.Getppid() != r.OldSupervisorPID {
-				end = "are gone (it was stopped during the hand-over)"
-			}
-			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers %s",
-				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID, end)
+			r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers are ready for generation %d; they wait for supervisor %d's go-ahead before they serve",
+				r.NewSupervisorPID, len(pids), r.Generation, r.OldSupervisorPID)
 		})
 	}
 	if AwaitsGoAhead() {
@@ -559,6 +556,16 @@ func (s *Supervisor) ready() error {
 	if err := GoAhead(s.stopCtx.Done(), supervisorReadyStatus(statuses, pids)); err != nil {
 		return s.notServed(err)
 	}
+	// Restarted before the workers have the word: the status they show
+	// from then on is this book's.
+	s.ctl.track.tookOver(func(r *restartapi.Result) {
+		end := "drain and exit"
+		if os.Getppid() != r.OldSupervisorPID {
+			end = "are gone (it was stopped during the hand-over)"
+		}
+		r.Message = fmt.Sprintf("a new supervisor (pid %d) and %d new workers serve generation %d; supervisor %d and its workers %s",
+			r.NewSupervisorPID, len(r.NewPIDs), r.Generation, r.OldSupervisorPID, end)
+	})
 	s.owner.Store(true)
 	s.lines.release()
 	TookListeners() // the workers have the word: the old fleet stops
@@ -587,6 +594,7 @@ func (s *Supervisor) ready() error {
 // this supervisor non-zero with ReasonPredecessorGone.
 func (s *Supervisor) notServed(err error) error {
 	stopped := errors.Is(err, ErrStoppedBeforeServing)
+	s.ctl.track.notServed(err, "this fleet")
 	if !stopped {
 		s.log.Error("no go-ahead from the previous process; stopping the workers, which accepted nothing, and exiting without having served",
 			"reason", GoAheadReason(err), "error", err)

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -195,16 +196,15 @@ type RestartState struct {
 	Counts map[restartapi.Outcome]uint64 `json:"counts"`
 }
 
-// seed adds a predecessor's counts, and one restarted: the restart that
-// started this process, which its predecessor finishes after handing on;
-// it becomes the last restart, begun at started and finished now.
+// seed adds a predecessor's counts, and makes the restart that started
+// this process, begun at started, its last one: waiting for the
+// predecessor's go-ahead (see awaiting) until tookOver or notServed says
+// how it ended.
 func (t *restartTracker) seed(counts map[restartapi.Outcome]uint64, id string, started time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.last = &restartRun{done: make(chan struct{}), res: restartapi.Result{ID: id, Done: true, Outcome: restartapi.Restarted,
-		Reason: restartapi.ReasonRestarted, Message: "this process was started by the restart", Started: started,
-		DurationMS: millis.Of(time.Since(started))}}
-	close(t.last.done)
+	t.last = &restartRun{done: make(chan struct{}), res: restartapi.Result{ID: id, Outcome: restartapi.Running,
+		Reason: restartapi.ReasonRunning, Message: awaitingGoAhead, Started: started, DurationMS: millis.Of(time.Since(started))}}
 	if id != "" {
 		// A client that followed the restart on the predecessor follows
 		// it here on its next connection: the predecessor, handing over,
@@ -213,8 +213,72 @@ func (t *restartTracker) seed(counts map[restartapi.Outcome]uint64, id string, s
 		t.cur = nil
 	}
 	t.addCounts(counts)
-	t.counts[restartapi.Restarted]++
 	t.followLocked(id)
+}
+
+// awaitingGoAhead is the message of the restart that started this
+// process until the predecessor's go-ahead: the process holds the
+// listeners without serving, and may yet exit having served nothing.
+const awaitingGoAhead = "this process was started by the restart; it waits for the previous process's go-ahead before it serves"
+
+// awaiting ends r as the running restart (the mark goes, reloads go on)
+// without finishing it: it becomes the last restart, still running, and
+// fn sets what the process knows while it waits for the predecessor's
+// go-ahead. tookOver or notServed finishes it.
+func (t *restartTracker) awaiting(r *restartRun, fn func(*restartapi.Result)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(&r.res)
+	r.res.DurationMS = millis.Of(time.Since(r.res.Started))
+	if t.cur == r {
+		t.cur = nil
+		if t.mark != "" {
+			_ = os.Remove(t.mark)
+		}
+	}
+	t.last = r
+}
+
+// tookOver finishes the restart that started this process, waiting for
+// the go-ahead, as restarted: the process took the listeners. fn (nil:
+// none) completes the result. It does nothing when the last restart does
+// not wait for the go-ahead.
+func (t *restartTracker) tookOver(fn func(*restartapi.Result)) {
+	t.endAwaiting(restartapi.Restarted, restartapi.ReasonRestarted, "this process was started by the restart and serves", fn)
+}
+
+// notServed finishes the restart that started this process, waiting for
+// the go-ahead, as restart-failed: the process exits having served
+// nothing, for err (from GoAhead). what names the process in the message.
+func (t *restartTracker) notServed(err error, what string) {
+	reason := GoAheadReason(err)
+	if errors.Is(err, ErrStoppedBeforeServing) {
+		reason = restartapi.ReasonCanceled
+	}
+	t.endAwaiting(restartapi.Failed, reason, what+" exited without having served: "+err.Error(),
+		func(r *restartapi.Result) { r.Generation = r.PreviousGeneration })
+}
+
+// endAwaiting finishes the last restart, if it waits for the go-ahead,
+// with outcome o, and counts it.
+func (t *restartTracker) endAwaiting(o restartapi.Outcome, reason, msg string, fn func(*restartapi.Result)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.last
+	if r == nil || r.res.Done || t.cur == r {
+		return
+	}
+	r.res.Outcome, r.res.Reason, r.res.Message = o, reason, msg
+	if fn != nil {
+		fn(&r.res)
+	}
+	r.res.Done = true
+	r.res.DurationMS = millis.Of(time.Since(r.res.Started))
+	if t.counts == nil {
+		t.counts = map[restartapi.Outcome]uint64{}
+	}
+	t.counts[o]++
+	close(r.done)
 }
 
 // followLocked numbers this process's restarts on from id, the restart

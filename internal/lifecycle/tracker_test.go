@@ -17,6 +17,7 @@ func TestRestartIDsGoOnFromTheInheritedOne(t *testing.T) {
 	var track restartTracker
 	inherited := "r" + strconv.FormatInt(time.Now().Unix(), 36) + "-1"
 	track.seed(nil, inherited, time.Now())
+	track.tookOver(nil)
 	run, res, ok := track.begin(2)
 	if !ok {
 		t.Fatalf("a restart did not begin: %+v", res)

@@ -179,6 +179,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	}
 	err = lifecycle.GoAhead(stop, lifecycle.ReadyStatus(s.g))
 	if err == nil {
+		s.rs.TookOver() // before management resumes: its status says so
 		if s.served == nil {
 			s.serveData()
 		}
@@ -191,6 +192,7 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once
+	s.rs.NotServed(err)
 	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
 	if stopped {
 		s.log.Info("shutting down before serving", "reason", err.Error())

@@ -73,15 +73,7 @@ func serveWorker(ctx context.Context, f Options, stderr io.Writer, lookup env) e
 	if err := w.start(); err != nil {
 		return exitcode.Fail("%v", err)
 	}
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-stopCtx.Done():
-		case <-parent.Gone():
-			w.log.Warn("the supervisor is gone; shutting down")
-		}
-		close(stop)
-	}()
+	stop := stopWhenOrphaned(stopCtx.Done(), parent.Gone(), w.log, w.ln, w.mgmtListener())
 	return w.run(ctx, stop, stopSignals, hold, parent)
 }
 
@@ -219,6 +211,14 @@ func (w *worker) start() error {
 	return nil
 }
 
+// mgmtListener is management's listener, nil when management is off.
+func (w *worker) mgmtListener() *handoff.DrainListener {
+	if w.mgmt == nil {
+		return nil
+	}
+	return w.mgmt.ln
+}
+
 // serveData starts the data plane on the supervisor's socket; it logs
 // "listening".
 func (w *worker) serveData() {
@@ -245,6 +245,10 @@ func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 		return true, nil
 	}
 	stopSignals() // a second signal now ends the process at once
+	// Never to accept on them, the worker closes its copies of the
+	// sockets before the shutdown's etcd steps, which wait out their
+	// timeouts when the supervisor (and the embedded etcd) is gone.
+	closeListeners(w.log, w.ln, w.mgmtListener())
 	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
 	if stopped {
 		w.log.Info("shutting down before serving", "reason", err.Error())
