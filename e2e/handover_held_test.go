@@ -32,6 +32,19 @@ type heldSuccessor struct {
 // waitingLine is what a successor says while it waits for the go-ahead.
 const waitingLine = "waiting for the previous process to hand over"
 
+// startHeld installs reconfd in a temporary directory, starts it on
+// versionedConfig(1) and restarts it into a new process held before the
+// go-ahead (holdSuccessor).
+func startHeld(t *testing.T) (*restartable, *heldSuccessor) {
+	t.Helper()
+	requireBinary(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "reconfd")
+	installExe(t, binary, exe)
+	r := startRestartable(t, exe, versionedConfig(1))
+	return r, holdSuccessor(t, r, dir)
+}
+
 // holdSuccessor restarts r's process into a new one that waits for the
 // go-ahead, and returns once the new process said so. The owner stays
 // paused until the test resumes it (or ends).
@@ -57,12 +70,7 @@ func (h *heldSuccessor) since() string { return strings.TrimPrefix(h.r.logs.Stri
 // "management listening" until the go-ahead, and both after it. Cost:
 // 2-4 s on a loaded 2-core machine.
 func TestHandoverSuccessorSaysListeningOnlyOnceItAccepts(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
-	h := holdSuccessor(t, r, dir)
+	r, h := startHeld(t)
 	held := h.since()
 	if !strings.Contains(held, "holding the inherited listeners") {
 		t.Errorf("the waiting line does not say the listeners are held:\n%s", held)
@@ -185,12 +193,7 @@ func TestHandoverFleetSuccessorAcceptsOnlyOnTheGoAhead(t *testing.T) {
 // and the process that restarted, resumed, serves on alone. Cost: 2-4 s
 // on a loaded 2-core machine.
 func TestHandoverSuccessorStoppedOnceBeforeTheGoAheadNeverServes(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
-	h := holdSuccessor(t, r, dir)
+	r, h := startHeld(t)
 	if err := syscall.Kill(h.newPID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

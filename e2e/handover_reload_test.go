@@ -180,12 +180,7 @@ func TestHandoverReloadDroppedWhenNoProcessServes(t *testing.T) {
 // only told the operator to send again a reload no one had asked for.
 // Cost: 1-3 s on a loaded 2-core machine.
 func TestHandoverKernelHangupToAnOrphanedNewProcessIsNamed(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
-	h := holdSuccessor(t, r, dir)
+	r, h := startHeld(t)
 	h.stopNew(t)
 	if err := syscall.Kill(h.owner, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

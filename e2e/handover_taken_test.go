@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"net/http"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,12 +23,7 @@ const takenWait = 5 * time.Second
 // of its watch, leaving the service to a stopped process. Cost: 7-10 s
 // on a loaded 2-core machine.
 func TestHandoverSuccessorSilentAfterTheGoAheadIsTakenBackFrom(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
-	h := holdSuccessor(t, r, dir)
+	r, h := startHeld(t)
 	h.stopNew(t)
 	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -144,12 +138,7 @@ func (h *heldSuccessor) servesOn(t *testing.T, want string) {
 // line's reader: it killed the new process, which served, and took the
 // listeners back. Cost: 8-12 s on a loaded 2-core machine.
 func TestHandoverPredecessorStoppedPastTheWaitCountsTheAnswer(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
-	h := holdSuccessor(t, r, dir)
+	r, h := startHeld(t)
 	h.stopNew(t)
 	if err := syscall.Kill(h.owner, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
