@@ -48,18 +48,8 @@ func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
 	r := startRestartable(t, exe, versionedConfig(1))
 	owner := r.cmd.Process.Pid
 
-	goOn := filepath.Join(dir, "go")
-	newPID := restartIntoScript(t, r, exe, filepath.Join(dir, "new.pid"), "trap '' HUP INT", waitForFile(goOn))
+	newPID := restartHoldingHangup(t, r, exe, dir, "trap '' HUP INT")
 	writeAtomic(t, r.path, versionedConfig(2)) // what the operator's SIGHUP is for
-	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !catchesHangup(newPID); {
-		if time.Now().After(deadline) || !alive(newPID) {
-			t.Fatalf("the new process did not start holding SIGHUP:\n%s", r.logs.String())
-		}
-		time.Sleep(time.Millisecond)
-	}
 	if err := syscall.Kill(newPID, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -139,17 +129,7 @@ func TestHandoverReloadDroppedWhenNoProcessServes(t *testing.T) {
 	r := startRestartable(t, exe, versionedConfig(1))
 	owner := r.cmd.Process.Pid
 
-	goOn := filepath.Join(dir, "go")
-	newPID := restartIntoScript(t, r, exe, filepath.Join(dir, "new.pid"), "trap '' HUP", waitForFile(goOn))
-	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !catchesHangup(newPID); {
-		if time.Now().After(deadline) || !alive(newPID) {
-			t.Fatalf("the new process did not start holding SIGHUP:\n%s", r.logs.String())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	newPID := restartHoldingHangup(t, r, exe, dir, "trap '' HUP")
 	if err := syscall.Kill(newPID, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -193,4 +173,24 @@ func TestHandoverKernelHangupToAnOrphanedNewProcessIsNamed(t *testing.T) {
 	if !strings.Contains(got, "may be the kernel's") {
 		t.Errorf("the dropped SIGHUP's line does not say it may be the kernel's:\n%s", got)
 	}
+}
+
+// restartHoldingHangup restarts r's process into a new one started
+// through a shell script that runs trap first (SIGHUP ignored, and
+// whatever else the test needs), and returns its pid once it catches
+// SIGHUP itself: from then, a SIGHUP reaches reconfd's own holding.
+func restartHoldingHangup(t *testing.T, r *restartable, exe, dir, trap string) int {
+	t.Helper()
+	goOn := filepath.Join(dir, "go")
+	newPID := restartIntoScript(t, r, exe, filepath.Join(dir, "new.pid"), trap, waitForFile(goOn))
+	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !catchesHangup(newPID); {
+		if time.Now().After(deadline) || !alive(newPID) {
+			t.Fatalf("the new process did not start holding SIGHUP:\n%s", r.logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return newPID
 }
