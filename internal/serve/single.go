@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reconfhq/reconf/handoff"
-	"github.com/reconfhq/reconf/internal/exitcode"
 	"github.com/reconfhq/reconf/internal/gateway"
 	"github.com/reconfhq/reconf/internal/lifecycle"
 	"github.com/reconfhq/reconf/internal/sighold"
@@ -193,33 +191,5 @@ func (s *single) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	}
 	stopSignals() // a second signal now ends the process at once
 	s.rs.NotServed(err)
-	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
-	if stopped {
-		s.log.Info("shutting down before serving", "reason", err.Error())
-	} else {
-		s.log.Error("no go-ahead from the previous process; exiting without having served",
-			"reason", lifecycle.GoAheadReason(err), "error", err)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.f.ShutdownTimeout)
-	defer cancel()
-	serr := s.g.Shutdown(sctx)
-	if s.served != nil {
-		if e := <-s.served; serr == nil {
-			serr = e
-		}
-	}
-	if s.mgmt != nil {
-		if e := s.mgmt.Shutdown(sctx); serr == nil {
-			serr = e
-		}
-	}
-	switch {
-	case !stopped:
-		return false, exitcode.Fail("%s: %v", lifecycle.GoAheadReason(err), err)
-	case serr != nil:
-		s.log.Error("shutdown was not clean", "error", serr)
-		return false, exitcode.Failed
-	}
-	s.log.Info("stopped")
-	return false, nil
+	return false, exitUnserved(ctx, s.log, s.g, s.served, s.mgmt, s.f.ShutdownTimeout, err, "the previous process")
 }

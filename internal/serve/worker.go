@@ -249,35 +249,7 @@ func (w *worker) goAhead(ctx context.Context, stop <-chan struct{}, stopSignals 
 	// sockets before the shutdown's etcd steps, which wait out their
 	// timeouts when the supervisor (and the embedded etcd) is gone.
 	closeListeners(w.log, w.ln, w.mgmtListener())
-	stopped := errors.Is(err, lifecycle.ErrStoppedBeforeServing)
-	if stopped {
-		w.log.Info("shutting down before serving", "reason", err.Error())
-	} else {
-		w.log.Error("no go-ahead from the supervisor; exiting without having served",
-			"reason", lifecycle.GoAheadReason(err), "error", err)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.f.ShutdownTimeout)
-	defer cancel()
-	serr := w.g.Shutdown(sctx)
-	if w.served != nil {
-		if e := <-w.served; serr == nil {
-			serr = e
-		}
-	}
-	if w.mgmt != nil {
-		if e := w.mgmt.Shutdown(sctx); serr == nil {
-			serr = e
-		}
-	}
-	switch {
-	case !stopped:
-		return false, exitcode.Fail("%s: %v", lifecycle.GoAheadReason(err), err)
-	case serr != nil:
-		w.log.Error("shutdown was not clean", "error", serr)
-		return false, exitcode.Failed
-	}
-	w.log.Info("stopped")
-	return false, nil
+	return false, exitUnserved(ctx, w.log, w.g, w.served, w.mgmt, w.f.ShutdownTimeout, err, "the supervisor")
 }
 
 // run serves until stop closes or the data plane fails, then shuts down.
