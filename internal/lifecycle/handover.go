@@ -304,6 +304,52 @@ func (h *Handover) awaitTaken(stop <-chan struct{}, wait time.Duration) bool {
 	}
 }
 
+// successorFate is what became of a successor after the go-ahead
+// (watchTaken).
+type successorFate int
+
+const (
+	// successorKept answered and outlived the watch, or this process was
+	// told to stop first: the successor keeps the listeners.
+	successorKept successorFate = iota
+	// successorSilent gave no answer: it ended, or stayed silent for
+	// takenWait.
+	successorSilent
+	// successorExited answered, then exited within SuccessorWatch.
+	successorExited
+)
+
+// watchTaken waits for the successor's answer to the go-ahead
+// (awaitTaken), calls answered (nil: nothing) once it came, and then
+// watches the successor, which ended when exited closes, for
+// SuccessorWatch from the answer: one that answered late (a slow new
+// process) must not find the watch over. A stop ends the waits with the
+// successor keeping the listeners. On successorSilent and successorExited
+// the caller takes the listeners back (TakeBack), as a single process
+// and a fleet's supervisor both do.
+func (h *Handover) watchTaken(stop, exited <-chan struct{}, answered func()) successorFate {
+	if !h.awaitTaken(stop, takenWait) {
+		return successorSilent
+	}
+	select {
+	case <-stop:
+		return successorKept
+	default:
+	}
+	if answered != nil {
+		answered()
+	}
+	watch := time.NewTimer(SuccessorWatch)
+	defer watch.Stop()
+	select {
+	case <-exited:
+		return successorExited
+	case <-watch.C:
+	case <-stop:
+	}
+	return successorKept
+}
+
 // Done is closed once a successor serves (until TakeBack, after which
 // Done returns a new channel for the next hand-over).
 func (h *Handover) Done() <-chan struct{} {

@@ -188,24 +188,16 @@ func (s *Session) watchSuccessor(stop <-chan struct{}) bool {
 	for _, ln := range lns {
 		ln.Pause()
 	}
-	if !s.Handover.awaitTaken(stop, takenWait) {
+	switch s.Handover.watchTaken(stop, exited, nil) {
+	case successorSilent:
 		// It never accepted: killed with its group (TakeBack), it cannot
 		// serve later beside this process.
 		if s.takeBack(pid, "the new process did not take the listeners after the go-ahead (it ended, or stayed silent for "+takenWait.String()+")", "no answer to the go-ahead; ") {
 			return true
 		}
-	} else {
-		// From the answer: one that came late (a slow new process) must
-		// not find the watch over.
-		watch := time.NewTimer(SuccessorWatch)
-		defer watch.Stop()
-		select {
-		case <-exited:
-			if s.takeBack(pid, "the new process exited just after it took over", "") {
-				return true
-			}
-		case <-watch.C:
-		case <-stop:
+	case successorExited:
+		if s.takeBack(pid, "the new process exited just after it took over", "") {
+			return true
 		}
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), DrainIdleGrace)

@@ -253,29 +253,24 @@ func (s *supervisorSuccessor) replace(ctx context.Context, run *restartRun) (suc
 		resume()
 		return fmt.Errorf("the new supervisor (pid %d) %s (%s); this supervisor took the listeners back", p.PID(), why, end)
 	}
-	if !s.handover.awaitTaken(ctx.Done(), takenWait) {
+	// This fleet serves on while it waits for the answer and then watches
+	// the new supervisor, as a single process watches its successor: one
+	// that exits just after it answered leaves its workers (which see it
+	// gone, and stop) and the service to no one, while this fleet can
+	// still take the listeners back.
+	switch s.handover.watchTaken(ctx.Done(), p.Exited(), func() {
+		s.log.Info("restart: the new supervisor's workers accept; this fleet serves on while it watches the new supervisor",
+			"new_pid", p.PID(), "watch", SuccessorWatch.String())
+	}) {
+	case successorSilent:
 		// It got the go-ahead but never said its workers accept: killed
 		// with its group, this fleet, which never stopped, serves on.
 		if err := takeBack("did not take the listeners after the go-ahead"); err != nil {
 			return successorResult{pid: p.PID()}, err
 		}
-	} else if ctx.Err() == nil {
-		// This fleet serves on while it watches the new supervisor, as
-		// a single process watches its successor: one that exits just
-		// after it answered leaves its workers (which see it gone, and
-		// stop) and the service to no one, while this fleet can still
-		// take the listeners back.
-		s.log.Info("restart: the new supervisor's workers accept; this fleet serves on while it watches the new supervisor",
-			"new_pid", p.PID(), "watch", SuccessorWatch.String())
-		watch := time.NewTimer(SuccessorWatch)
-		defer watch.Stop()
-		select {
-		case <-p.Exited():
-			if err := takeBack("exited just after it took over"); err != nil {
-				return successorResult{pid: p.PID()}, err
-			}
-		case <-watch.C:
-		case <-ctx.Done():
+	case successorExited:
+		if err := takeBack("exited just after it took over"); err != nil {
+			return successorResult{pid: p.PID()}, err
 		}
 	}
 	if s.member != nil {
