@@ -100,8 +100,31 @@ func (t *restartTracker) finish(r *restartRun, fn func(*restartapi.Result)) rest
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fn(&r.res)
+	t.releaseLocked(r)
+	t.completeLocked(r)
+	return r.res
+}
+
+// releaseLocked ends r as the running restart, if it is: it becomes the
+// last one, and the mark goes, so that reloads go on. t.mu is held.
+func (t *restartTracker) releaseLocked(r *restartRun) {
+	if t.cur != r {
+		return
+	}
+	t.cur, t.last = nil, r
+	if t.mark != "" {
+		// A mark left behind costs a worker's reload the question it
+		// would have asked anyway (the supervisor answers for it).
+		_ = os.Remove(t.mark)
+	}
+}
+
+// completeLocked marks r done, its duration up to now, counts a final
+// outcome (restarted, failed, refused) and wakes its waiters. t.mu is
+// held.
+func (t *restartTracker) completeLocked(r *restartRun) {
 	r.res.Done = true
-	r.res.DurationMS = float64(time.Since(r.res.Started).Microseconds()) / 1000
+	r.res.DurationMS = millis.Of(time.Since(r.res.Started))
 	switch r.res.Outcome {
 	case restartapi.Restarted, restartapi.Failed, restartapi.Refused:
 		if t.counts == nil {
@@ -109,16 +132,7 @@ func (t *restartTracker) finish(r *restartRun, fn func(*restartapi.Result)) rest
 		}
 		t.counts[r.res.Outcome]++
 	}
-	if t.cur == r {
-		t.cur, t.last = nil, r
-		if t.mark != "" {
-			// A mark left behind costs a worker's reload the question it
-			// would have asked anyway (the supervisor answers for it).
-			_ = os.Remove(t.mark)
-		}
-	}
 	close(r.done)
-	return r.res
 }
 
 // failLast turns the last restart, which finished restarted, into
@@ -230,12 +244,7 @@ func (t *restartTracker) awaiting(r *restartRun, fn func(*restartapi.Result)) {
 	defer t.mu.Unlock()
 	fn(&r.res)
 	r.res.DurationMS = millis.Of(time.Since(r.res.Started))
-	if t.cur == r {
-		t.cur = nil
-		if t.mark != "" {
-			_ = os.Remove(t.mark)
-		}
-	}
+	t.releaseLocked(r)
 	t.last = r
 }
 
@@ -272,13 +281,7 @@ func (t *restartTracker) endAwaiting(o restartapi.Outcome, reason, msg string, f
 	if fn != nil {
 		fn(&r.res)
 	}
-	r.res.Done = true
-	r.res.DurationMS = millis.Of(time.Since(r.res.Started))
-	if t.counts == nil {
-		t.counts = map[restartapi.Outcome]uint64{}
-	}
-	t.counts[o]++
-	close(r.done)
+	t.completeLocked(r)
 }
 
 // followLocked numbers this process's restarts on from id, the restart
