@@ -8,19 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/reconfhq/reconf/internal/testkit"
 )
 
 // TestStopMarkReadIsBounded: a worker asks whether its supervisor stopped
 // it for a failed sibling in its signal path, by reading the stop mark.
-// A mark's path that names a FIFO (by mistake, or another user's doing)
-// or a larger file answers no at once; it blocked on the FIFO forever.
+// A mark's path that names a FIFO or a device (by mistake, or another
+// user's doing) or a larger file answers no at once; it blocked on the
+// FIFO forever.
 func TestStopMarkReadIsBounded(t *testing.T) {
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo, zero := testkit.HostileFiles(t, dir)
 	big := filepath.Join(dir, "big")
 	if err := os.WriteFile(big, []byte(stopMarkWorkerFailed+stopMarkWorkerFailed), 0o600); err != nil {
 		t.Fatal(err)
@@ -32,7 +30,7 @@ func TestStopMarkReadIsBounded(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		want bool
-	}{{fifo, false}, {big, false}, {mark, true}} {
+	}{{fifo, false}, {zero, false}, {big, false}, {mark, true}} {
 		got := make(chan bool, 1)
 		go func() { got <- WorkerEnv{StopMark: tc.path}.StoppedForAFailedWorker() }()
 		select {

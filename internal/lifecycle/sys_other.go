@@ -25,7 +25,8 @@ func socketPair(string) (a, b *os.File, err error) { return nil, nil, handoff.Er
 
 func readerGone(*os.File) bool { return false }
 
-// readWaiting is not needed: there is no go-ahead line.
+// readWaiting is not needed: there is no hand-over, so no go-ahead or
+// hand-over line.
 func readWaiting(*os.File) string { return "" }
 
 func processExists(int) bool { return false }
