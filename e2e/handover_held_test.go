@@ -32,16 +32,22 @@ type heldSuccessor struct {
 // waitingLine is what a successor says while it waits for the go-ahead.
 const waitingLine = "waiting for the previous process to hand over"
 
-// startHeld installs reconfd in a temporary directory, starts it on
-// versionedConfig(1) and restarts it into a new process held before the
-// go-ahead (holdSuccessor).
-func startHeld(t *testing.T) (*restartable, *heldSuccessor) {
+// startInstalled installs reconfd in a temporary directory, which it
+// returns, and starts it from there (r.exe) on versionedConfig(1).
+func startInstalled(t *testing.T) (*restartable, string) {
 	t.Helper()
 	requireBinary(t)
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "reconfd")
 	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
+	return startRestartable(t, exe, versionedConfig(1)), dir
+}
+
+// startHeld is startInstalled, restarted into a new process held before
+// the go-ahead (holdSuccessor).
+func startHeld(t *testing.T) (*restartable, *heldSuccessor) {
+	t.Helper()
+	r, dir := startInstalled(t)
 	return r, holdSuccessor(t, r, dir)
 }
 

@@ -32,11 +32,8 @@ import (
 // injection), until the second is gone. Cost: 3-8 s on a loaded 2-core
 // machine.
 func TestHandoverMiddleProcessKilledWhileItsSuccessorStarts(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
+	r, dir := startInstalled(t)
+	exe := r.exe
 	first := r.cmd.Process.Pid
 	for round := 1; round <= 2; round++ {
 		installExe(t, binary, exe)
@@ -198,11 +195,8 @@ func waitPIDFile(t *testing.T, path string, within time.Duration) int {
 // process that restarted serves on, alone. Cost: 3-6 s on a loaded
 // 2-core machine.
 func TestHandoverNewProcessStoppedBeforeTheHandover(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
+	r, dir := startInstalled(t)
+	exe := r.exe
 	res, code := r.restart()
 	if code != 0 || res.Outcome != restartapi.Restarted || len(res.NewPIDs) != 1 {
 		t.Fatalf("restart: exit %d, %+v", code, res)

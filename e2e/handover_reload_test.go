@@ -41,11 +41,8 @@ func catchesHangup(pid int) bool {
 // injection), so that both signals reach it only once it holds them.
 // Cost: 2-5 s on a loaded 2-core machine.
 func TestHandoverReloadHeldBySuccessorThatDidNotServe(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
+	r, dir := startInstalled(t)
+	exe := r.exe
 	owner := r.cmd.Process.Pid
 
 	newPID := restartHoldingHangup(t, r, exe, dir, "trap '' HUP INT")
@@ -122,11 +119,8 @@ func TestHandoverFleetReloadHeldByNewSupervisorThatDidNotServe(t *testing.T) {
 // injection), so that the signal reaches it only once it holds it.
 // Cost: 1-3 s on a loaded 2-core machine.
 func TestHandoverReloadDroppedWhenNoProcessServes(t *testing.T) {
-	requireBinary(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "reconfd")
-	installExe(t, binary, exe)
-	r := startRestartable(t, exe, versionedConfig(1))
+	r, dir := startInstalled(t)
+	exe := r.exe
 	owner := r.cmd.Process.Pid
 
 	newPID := restartHoldingHangup(t, r, exe, dir, "trap '' HUP")
